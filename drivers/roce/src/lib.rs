@@ -1,0 +1,2 @@
+//! rnic-roce: RoCEv2 as a sans-IO library.
+#![forbid(unsafe_code)]
