@@ -1,0 +1,171 @@
+//! Device specs: the one string a user gives to pick a backend and a device.
+//!
+//! | spec | backend | device |
+//! |---|---|---|
+//! | `rxe:<netdev>` (`rxe:eth0`) | Soft-RoCE-compatible, UDP/4791 | the interface's addresses become the GID table |
+//! | `rxe:<ip>` (`rxe:10.0.0.1`, `rxe:fe80::1`) | same | bind to that address only |
+//! | `rxe` | same | the default: loopback, `127.0.0.1` |
+//! | `mlx5:<pci bdf>` (`mlx5:0000:3b:00.1`) | ConnectX through VFIO | that PCI function, bound to vfio-pci |
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::str::FromStr;
+
+use rnic_core::PciAddr;
+use thiserror::Error;
+
+/// Where the rxe backend sends and receives.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RxeTarget {
+    /// A network interface by name; all its addresses are GIDs.
+    Netdev(String),
+    /// One local IP address.
+    Ip(IpAddr),
+}
+
+/// A parsed device spec.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeviceSpec {
+    /// The Soft-RoCE-compatible software backend.
+    Rxe(RxeTarget),
+    /// A ConnectX function owned through VFIO.
+    Mlx5(PciAddr),
+}
+
+impl Default for DeviceSpec {
+    /// The embedded default: the rxe backend on loopback.
+    fn default() -> DeviceSpec {
+        DeviceSpec::Rxe(RxeTarget::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+    }
+}
+
+/// A spec string that names no device.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// The part before ':' is not a known backend.
+    #[error(
+        "unknown backend {backend:?} in device spec {spec:?}: use rxe:<netdev|ip> or mlx5:<pci address>"
+    )]
+    UnknownBackend {
+        /// The whole spec.
+        spec: String,
+        /// The backend part.
+        backend: String,
+    },
+    /// `rxe:` with an empty or invalid interface name.
+    #[error(
+        "{spec:?}: {reason} (use rxe:<netdev> such as rxe:eth0, or rxe:<ip> such as rxe:10.0.0.1)"
+    )]
+    BadRxeTarget {
+        /// The whole spec.
+        spec: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// `mlx5:` without a valid PCI address.
+    #[error("device spec {spec:?}: {source}")]
+    BadPciAddr {
+        /// The whole spec.
+        spec: String,
+        /// The address error.
+        source: rnic_core::PciAddrError,
+    },
+}
+
+impl FromStr for DeviceSpec {
+    type Err = SpecError;
+
+    fn from_str(spec: &str) -> Result<DeviceSpec, SpecError> {
+        let (backend, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        match backend {
+            "rxe" if rest.is_empty() => Ok(DeviceSpec::default()),
+            "rxe" => {
+                if let Ok(ip) = rest.parse::<IpAddr>() {
+                    return Ok(DeviceSpec::Rxe(RxeTarget::Ip(ip)));
+                }
+                // Linux interface names: 1..=15 bytes, no '/', no whitespace, no ':'.
+                let bad = |reason| SpecError::BadRxeTarget {
+                    spec: spec.to_owned(),
+                    reason,
+                };
+                if rest.len() > 15 {
+                    return Err(bad("interface names are at most 15 characters"));
+                }
+                if rest
+                    .chars()
+                    .any(|c| c == '/' || c == ':' || c.is_whitespace())
+                {
+                    return Err(bad("not an IP address, and not a valid interface name"));
+                }
+                Ok(DeviceSpec::Rxe(RxeTarget::Netdev(rest.to_owned())))
+            }
+            "mlx5" => rest
+                .parse::<PciAddr>()
+                .map(DeviceSpec::Mlx5)
+                .map_err(|source| SpecError::BadPciAddr {
+                    spec: spec.to_owned(),
+                    source,
+                }),
+            _ => Err(SpecError::UnknownBackend {
+                spec: spec.to_owned(),
+                backend: backend.to_owned(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Rxe(RxeTarget::Netdev(n)) => write!(f, "rxe:{n}"),
+            DeviceSpec::Rxe(RxeTarget::Ip(ip)) => write!(f, "rxe:{ip}"),
+            DeviceSpec::Mlx5(addr) => write!(f, "mlx5:{addr}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!("rxe".parse::<DeviceSpec>(), Ok(DeviceSpec::default()));
+        assert_eq!(DeviceSpec::default().to_string(), "rxe:127.0.0.1");
+        assert_eq!(
+            "rxe:eth0".parse::<DeviceSpec>(),
+            Ok(DeviceSpec::Rxe(RxeTarget::Netdev("eth0".into())))
+        );
+        assert_eq!(
+            "rxe:fe80::1".parse::<DeviceSpec>().map(|s| s.to_string()),
+            Ok("rxe:fe80::1".to_owned())
+        );
+        assert_eq!(
+            "mlx5:0000:3b:00.1"
+                .parse::<DeviceSpec>()
+                .map(|s| s.to_string()),
+            Ok("mlx5:0000:3b:00.1".to_owned())
+        );
+    }
+
+    #[test]
+    fn bad_specs_name_the_fix() {
+        let e = "efa:0".parse::<DeviceSpec>().expect_err("unknown backend");
+        assert!(matches!(e, SpecError::UnknownBackend { .. }));
+        assert!(e.to_string().contains("rxe:<netdev|ip>"), "{e}");
+        assert!(matches!(
+            "mlx5:3b:00".parse::<DeviceSpec>(),
+            Err(SpecError::BadPciAddr { .. })
+        ));
+        assert!(matches!(
+            "rxe:a-very-long-interface-name".parse::<DeviceSpec>(),
+            Err(SpecError::BadRxeTarget { .. })
+        ));
+        assert!(matches!(
+            "rxe:eth 0".parse::<DeviceSpec>(),
+            Err(SpecError::BadRxeTarget { .. })
+        ));
+    }
+}
