@@ -1,2 +1,4 @@
 //! rnic-roce: RoCEv2 as a sans-IO library.
 #![forbid(unsafe_code)]
+
+pub mod wire;
