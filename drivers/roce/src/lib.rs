@@ -1,4 +1,5 @@
 //! rnic-roce: RoCEv2 as a sans-IO library.
 #![forbid(unsafe_code)]
 
+pub mod pcap;
 pub mod wire;
