@@ -1,0 +1,72 @@
+#!/bin/bash
+# Builds the test guest (Debian bookworm kernel + initramfs rootfs) into the cache and prints
+# its folder on stdout (progress goes to stderr). Reuses a cached guest when the inputs are
+# unchanged: key = hash(this script, init.guest, packages.txt, modules.txt, kernel package+version).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+CACHE=${RNIC_VM_CACHE:-/var/cache/rnic-vm}
+log() { echo "[build-guest] $*" >&2; }
+t0=$SECONDS
+
+# The concrete kernel package behind linux-image-amd64 (the mirror moves its ABI number).
+kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+KPKG=$(kernel_pkg)
+if [ -z "$KPKG" ]; then
+  apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+  KPKG=$(kernel_pkg)
+fi
+[ -n "$KPKG" ] || { log "cannot resolve linux-image-amd64 (apt sources?)"; exit 1; }
+KVER=$(apt-cache policy "$KPKG" | awk '/Candidate:/{print $2}')
+KEY=$( { cat "$HERE/build-guest.sh" "$HERE/init.guest" "$HERE/packages.txt" "$HERE/modules.txt"
+         echo "$KPKG=$KVER"; } | sha256sum | cut -c1-16)
+OUT=$CACHE/guest-$KEY
+if [ -f "$OUT/ok" ]; then log "cached guest $OUT ($KPKG $KVER)"; echo "$OUT"; exit 0; fi
+
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build.lock"
+flock -w 1800 9 || { log "timed out waiting for $CACHE/.build.lock"; exit 1; }
+if [ -f "$OUT/ok" ]; then log "built meanwhile: $OUT"; echo "$OUT"; exit 0; fi
+log "building $OUT ($KPKG $KVER)"
+command -v mmdebstrap >/dev/null || { log "mmdebstrap missing: run $HERE/install-host.sh"; exit 1; }
+W=$CACHE/tmp-$KEY
+rm -rf "$W"; mkdir -p "$W"
+trap 'rm -rf "$W"' EXIT
+
+# 1. kernel: download the concrete package and unpack it.
+KV=${KPKG#linux-image-}
+(cd "$W" && apt-get -o APT::Sandbox::User=root download -qq "$KPKG=$KVER" >&2)
+dpkg -x "$W"/"${KPKG}"_*.deb "$W/kroot"
+log "kernel $KV unpacked: $((SECONDS - t0))s"
+
+# 2. rootfs from the same mirror apt uses (never a hard-coded host).
+MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+mmdebstrap --quiet --variant=essential --include="$(grep -v '^#' "$HERE/packages.txt" | paste -sd,)" \
+  bookworm "$W/rootfs" "$MIRROR" >&2
+log "rootfs: $((SECONDS - t0))s"
+
+# 3. only the modules we need and their dependencies (resolved inside the chroot).
+R=$W/rootfs
+mkdir -p "$R/kfull/lib" && cp -al "$W/kroot/lib/modules" "$R/kfull/lib/"
+chroot "$R" depmod -b /kfull "$KV"
+grep -v '^#' "$HERE/modules.txt" | while read -r m; do
+  chroot "$R" modprobe -d /kfull -S "$KV" --show-depends "$m"
+done | awk '/^insmod/{print $2}' | sort -u | sed "s|^/kfull/lib/modules/$KV/||" > "$W/modlist"
+D=$R/lib/modules/$KV
+mkdir -p "$D"
+cp "$W/kroot/lib/modules/$KV"/modules.builtin* "$W/kroot/lib/modules/$KV/modules.order" "$D/"
+while read -r rel; do install -D -m 644 "$W/kroot/lib/modules/$KV/$rel" "$D/$rel"; done < "$W/modlist"
+rm -rf "$R/kfull"
+chroot "$R" depmod "$KV"
+rm -rf "$R"/usr/share/{doc,man,locale,info}/*
+install -m 755 "$HERE/init.guest" "$R/init"
+
+# 4. pack; publish atomically.
+mkdir -p "$W/out"
+cp "$W/kroot/boot/vmlinuz-$KV" "$W/out/vmlinuz"
+(cd "$R" && find . -xdev | cpio -o -H newc --quiet | zstd -3 -T0 -q > "$W/out/rootfs.cpio.zst")
+echo "$KPKG $KVER, $(wc -l < "$W/modlist") modules" > "$W/out/manifest"
+touch "$W/out/ok"
+rm -rf "$OUT"; mv "$W/out" "$OUT"
+log "done in $((SECONDS - t0))s: $OUT ($(du -sh "$OUT" | cut -f1))"
+echo "$OUT"
