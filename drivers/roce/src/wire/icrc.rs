@@ -317,10 +317,11 @@ fn check_udp_payload(roce_len: usize, ip_hdr: usize) -> Result<()> {
 
 fn write_trailer(roce: &mut [u8], value: u32) {
     let end = roce.len();
-    if let Some(t) = roce.get_mut(end.saturating_sub(ICRC_LEN)..) {
-        if t.len() == ICRC_LEN {
-            t.copy_from_slice(&value.to_le_bytes());
-        }
+    if let Some(t) = roce
+        .get_mut(end.saturating_sub(ICRC_LEN)..)
+        .and_then(|t| t.first_chunk_mut::<4>())
+    {
+        *t = value.to_le_bytes();
     }
 }
 
