@@ -60,4 +60,5 @@
 #![warn(missing_docs)]
 
 pub mod pcap;
+pub mod transport;
 pub mod wire;

@@ -1,0 +1,577 @@
+//! The queue pair: its rings, attributes, state, and the entry points that
+//! drive the three state machines.
+
+use rnic_core::{Gid, Mtu, Psn, Qpn};
+
+use super::completer::Completer;
+use super::pkt::{self, Out, ParseError};
+use super::queue::{RecvQueue, RecvWqe, SendQueue, SendWqe, WqeStatus, sgl_len, sgl_read};
+use super::requester::Requester;
+use super::responder::Responder;
+use super::shim::{
+    AccessFlags, QpAttr, QpState, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use super::stats::QpStats;
+use super::{CqSide, Instant, Io, MemError, PacketDest, PacketSink, Path, PdId, TransportError};
+
+/// The largest message the engine moves (rxe's `RXE_MAX_MSG_SIZE`).
+pub(crate) const MAX_MSG: u64 = 1 << 31;
+
+/// Transport service of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// What a QP is created with (sizes are fixed for its lifetime).
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// This QP's number (BTH DestQP of incoming packets, DETH source QPN).
+    pub qpn: Qpn,
+    /// RC or UD.
+    pub qp_type: QpType,
+    /// The protection domain memory keys must belong to.
+    pub pd: PdId,
+    /// Send ring depth.
+    pub sq_depth: u32,
+    /// Receive ring depth.
+    pub rq_depth: u32,
+    /// SGEs per send WQE.
+    pub max_send_sge: usize,
+    /// SGEs per receive WQE.
+    pub max_recv_sge: usize,
+    /// Inline bytes per send WQE.
+    pub max_inline: usize,
+    /// Every send WQE completes (not only `SIGNALED` ones).
+    pub sq_sig_all: bool,
+    /// Our GID (written into the GRH area of UD receives).
+    pub local_gid: Gid,
+    /// Treat `retry_cnt` = 7 as infinite, as rxe does (the IBTA spec only
+    /// makes `rnr_retry` = 7 infinite).
+    pub retry_cnt_7_infinite: bool,
+}
+
+impl QpConfig {
+    /// An RC QP with modest rings (64/64, 4 SGEs, 256 inline bytes).
+    pub fn rc(qpn: Qpn, pd: PdId) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: QpType::Rc,
+            pd,
+            sq_depth: 64,
+            rq_depth: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline: 256,
+            sq_sig_all: false,
+            local_gid: Gid::ZERO,
+            retry_cnt_7_infinite: true,
+        }
+    }
+
+    /// A UD QP with the same rings.
+    pub fn ud(qpn: Qpn, pd: PdId) -> QpConfig {
+        QpConfig {
+            qp_type: QpType::Ud,
+            ..QpConfig::rc(qpn, pd)
+        }
+    }
+}
+
+/// The attributes in force (defaults: rc_pingpong's values).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attrs {
+    pub path_mtu: Mtu,
+    pub dest_qpn: Qpn,
+    pub path: Path,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub access: AccessFlags,
+    pub qkey: u32,
+}
+
+impl Default for Attrs {
+    fn default() -> Attrs {
+        Attrs {
+            path_mtu: Mtu::Mtu1024,
+            dest_qpn: Qpn::default(),
+            path: Path::default(),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            access: AccessFlags::EMPTY,
+            qkey: 0,
+        }
+    }
+}
+
+/// Outcome of one attempt to put a packet into the sink.
+pub(crate) enum Tx {
+    /// Committed; this many bytes.
+    Sent(usize),
+    /// The sink had no room.
+    Full,
+    /// Filling the payload failed (nothing committed).
+    Fill,
+}
+
+/// Build one packet into the sink: headers from `o`, `paylen` payload bytes
+/// from `fill`, zero pad and ICRC.
+pub(crate) fn transmit(
+    tx: &mut dyn PacketSink,
+    o: &Out,
+    paylen: usize,
+    dest: &PacketDest,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), MemError>,
+) -> Tx {
+    let len = pkt::packet_len(o.opcode, paylen);
+    let Some(buf) = tx.buffer(len).and_then(|b| b.get_mut(..len)) else {
+        return Tx::Full;
+    };
+    let at = pkt::emit(buf, o, paylen);
+    if paylen > 0 {
+        let Some(p) = buf.get_mut(at..at + paylen) else {
+            return Tx::Full;
+        };
+        if fill(p).is_err() {
+            return Tx::Fill;
+        }
+    }
+    tx.commit(len, dest);
+    Tx::Sent(len)
+}
+
+/// One queue pair. See the [module docs](super) for the state machines.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) cfg: QpConfig,
+    pub(crate) state: QpState,
+    pub(crate) a: Attrs,
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: RecvQueue,
+    pub(crate) req: Requester,
+    pub(crate) comp: Completer,
+    pub(crate) resp: Responder,
+    pub(crate) stats: QpStats,
+}
+
+impl Qp {
+    /// A QP in RESET with its rings allocated.
+    pub fn new(cfg: QpConfig) -> Qp {
+        Qp {
+            cfg,
+            state: QpState::Reset,
+            a: Attrs::default(),
+            sq: SendQueue::new(cfg.sq_depth, cfg.max_send_sge, cfg.max_inline),
+            rq: RecvQueue::new(cfg.rq_depth, cfg.max_recv_sge),
+            req: Requester::default(),
+            comp: Completer::default(),
+            resp: Responder::default(),
+            stats: QpStats::default(),
+        }
+    }
+
+    /// This QP's number.
+    pub fn qpn(&self) -> Qpn {
+        self.cfg.qpn
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &QpStats {
+        &self.stats
+    }
+
+    /// Send WQEs posted and not yet completed.
+    pub fn send_outstanding(&self) -> u32 {
+        self.sq.len()
+    }
+
+    /// Receive WQEs posted and not yet completed.
+    pub fn recv_outstanding(&self) -> u32 {
+        self.rq.len()
+    }
+
+    /// Apply attributes (and a state change, if `attr.state` says so).
+    /// Moving to ERR flushes through `cq`; moving to RESET discards all
+    /// posted work without completions, as ibverbs does.
+    pub fn modify(
+        &mut self,
+        attr: &QpAttr,
+        cq: &mut dyn super::CompletionSink,
+    ) -> Result<(), TransportError> {
+        if let Some(t) = attr.timeout
+            && t > 31
+        {
+            return Err(TransportError::BadAttr("timeout is a 5-bit exponent"));
+        }
+        if let Some(t) = attr.min_rnr_timer
+            && t > 31
+        {
+            return Err(TransportError::BadAttr("min_rnr_timer is a 5-bit code"));
+        }
+        if attr.retry_cnt.is_some_and(|r| r > 7) || attr.rnr_retry.is_some_and(|r| r > 7) {
+            return Err(TransportError::BadAttr("retry counts are 3-bit"));
+        }
+        let a = &mut self.a;
+        if let Some(v) = attr.path_mtu {
+            a.path_mtu = v;
+        }
+        if let Some(v) = attr.dest_qp_num {
+            a.dest_qpn = v;
+        }
+        if let Some(v) = attr.path {
+            a.path = v;
+        }
+        if let Some(v) = attr.timeout {
+            a.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            a.retry_cnt = v;
+            self.comp.retry_left = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            a.rnr_retry = v;
+            self.comp.rnr_left = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            a.min_rnr_timer = v;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            a.max_rd_atomic = v;
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            a.max_dest_rd_atomic = v;
+            self.resp.resize_resources(usize::from(v));
+        }
+        if let Some(v) = attr.access {
+            a.access = v;
+        }
+        if let Some(v) = attr.qkey {
+            a.qkey = v;
+        }
+        if let Some(p) = attr.rq_psn {
+            self.resp.reset_psn(p);
+        }
+        if let Some(p) = attr.sq_psn {
+            self.set_sq_psn(p);
+        }
+        if let Some(s) = attr.state
+            && s != self.state
+        {
+            match s {
+                QpState::Reset => {
+                    self.sq.clear();
+                    self.rq.clear();
+                    self.req = Requester::default();
+                    self.comp = Completer::default();
+                    self.comp.retry_left = self.a.retry_cnt;
+                    self.comp.rnr_left = self.a.rnr_retry;
+                    let res = usize::from(self.a.max_dest_rd_atomic);
+                    self.resp = Responder::default();
+                    self.resp.resize_resources(res);
+                    self.state = QpState::Reset;
+                }
+                QpState::Err => self.enter_error(cq),
+                QpState::Init | QpState::Rtr | QpState::Rts => self.state = s,
+            }
+        }
+        Ok(())
+    }
+
+    fn set_sq_psn(&mut self, p: Psn) {
+        self.req.next_psn = p;
+        self.req.sent_hi = p;
+        self.comp.psn = p;
+    }
+
+    /// Queue a send work request (data of `INLINE` requests is copied now).
+    /// On an ERR QP the request completes at once with `WR_FLUSH_ERR`.
+    /// Call [`Qp::run`] (the doorbell) to start sending.
+    pub fn post_send(&mut self, wr: &SendWr<'_>, io: &mut Io<'_>) -> Result<(), TransportError> {
+        if self.state == QpState::Reset {
+            return Err(TransportError::BadState(self.state));
+        }
+        let ud = matches!(wr.op, SendOp::UdSend { .. });
+        if ud != (self.cfg.qp_type == QpType::Ud) {
+            return Err(TransportError::BadOpForQpType(self.cfg.qp_type));
+        }
+        if wr.sg_list.len() > self.sq.max_sge {
+            return Err(TransportError::TooManySge {
+                got: wr.sg_list.len(),
+                max: self.sq.max_sge,
+            });
+        }
+        if self.sq.is_full() {
+            return Err(TransportError::QueueFull(CqSide::Send));
+        }
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            flags: wr.flags,
+            signaled: self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            num_sge: wr.sg_list.len(),
+            inline: false,
+            len: sgl_len(wr.sg_list),
+            status: WqeStatus::Posted,
+            first_psn: Psn::default(),
+            npkts: 0,
+        };
+        let carries_data = !matches!(
+            wr.op,
+            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
+        );
+        if carries_data && wr.flags.contains(SendFlags::INLINE) {
+            if wqe.len > self.sq.max_inline as u64 {
+                return Err(TransportError::InlineTooLong {
+                    got: wqe.len,
+                    max: self.sq.max_inline,
+                });
+            }
+            wqe.inline = true;
+            let n = wqe.len as usize;
+            let pd = self.cfg.pd;
+            let area = self.sq.push(wqe, wr.sg_list);
+            let res = match area.get_mut(..n) {
+                Some(dst) => sgl_read(&*io.mem, pd, wr.sg_list, 0, dst),
+                None => Err(MemError::Length),
+            };
+            if let Err(e) = res {
+                // Undo the push: nothing was queued.
+                self.sq.tail = self.sq.tail.wrapping_sub(1);
+                return Err(TransportError::InlineRead(e));
+            }
+        } else {
+            self.sq.push(wqe, wr.sg_list);
+        }
+        if self.state == QpState::Err {
+            self.flush(io.cq);
+        }
+        Ok(())
+    }
+
+    /// Queue a receive work request. On an ERR QP it completes at once with
+    /// `WR_FLUSH_ERR`.
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>, io: &mut Io<'_>) -> Result<(), TransportError> {
+        if self.state == QpState::Reset {
+            return Err(TransportError::BadState(self.state));
+        }
+        if wr.sg_list.len() > self.rq.max_sge {
+            return Err(TransportError::TooManySge {
+                got: wr.sg_list.len(),
+                max: self.rq.max_sge,
+            });
+        }
+        if self.rq.is_full() {
+            return Err(TransportError::QueueFull(CqSide::Recv));
+        }
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            num_sge: wr.sg_list.len(),
+            len: sgl_len(wr.sg_list),
+        };
+        self.rq.push(wqe, wr.sg_list);
+        if self.state == QpState::Err {
+            self.flush(io.cq);
+        }
+        Ok(())
+    }
+
+    /// Handle one received RoCE packet (BTH‥ICRC, ICRC already verified by
+    /// the caller) from `src` at `now`. Bad packets are dropped or NAKed and
+    /// counted; nothing here panics.
+    pub fn receive(&mut self, now: Instant, packet: &[u8], src: Gid, io: &mut Io<'_>) {
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += packet.len() as u64;
+        let p = match pkt::parse(packet) {
+            Ok(p) => p,
+            Err(ParseError::Truncated) => {
+                self.stats.drops.truncated += 1;
+                return;
+            }
+            Err(ParseError::UnknownOpcode) => {
+                self.stats.drops.bad_opcode += 1;
+                return;
+            }
+            Err(ParseError::BadHeader) => {
+                self.stats.drops.bad_header += 1;
+                return;
+            }
+        };
+        if p.dest_qp != self.cfg.qpn {
+            self.stats.drops.wrong_qpn += 1;
+            return;
+        }
+        let ud_pkt = p.any(pkt::f::UD);
+        if ud_pkt != (self.cfg.qp_type == QpType::Ud) {
+            self.stats.drops.bad_opcode += 1;
+            return;
+        }
+        if ud_pkt {
+            if matches!(self.state, QpState::Rtr | QpState::Rts) {
+                self.ud_receive(&p, src, io);
+            } else {
+                self.stats.drops.bad_state += 1;
+            }
+            return;
+        }
+        if p.any(pkt::f::RESPONSE) {
+            if self.state == QpState::Rts {
+                self.complete_response(now, &p, io);
+            } else {
+                self.stats.drops.bad_state += 1;
+            }
+        } else if matches!(self.state, QpState::Rtr | QpState::Rts) {
+            self.respond(&p, io);
+        } else {
+            self.stats.drops.bad_state += 1;
+        }
+        self.run(now, io);
+    }
+
+    /// The doorbell: send what the requester may, continue a pending READ
+    /// reply. Idempotent; cheap when there is nothing to do.
+    pub fn run(&mut self, now: Instant, io: &mut Io<'_>) {
+        if matches!(self.state, QpState::Rtr | QpState::Rts) {
+            self.continue_reply(io);
+        }
+        if self.state == QpState::Rts {
+            match self.cfg.qp_type {
+                QpType::Rc => self.request(now, io),
+                QpType::Ud => self.ud_send(io),
+            }
+        }
+    }
+
+    /// When [`Qp::on_timer`] next has work to do (`None`: no timer pending).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if self.state != QpState::Rts {
+            return None;
+        }
+        match (self.comp.timer, self.comp.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Run the timers that are due at `now` (ACK timeout, RNR wait), then
+    /// the doorbell.
+    pub fn on_timer(&mut self, now: Instant, io: &mut Io<'_>) {
+        if self.state == QpState::Rts {
+            self.completer_timers(now, io);
+        }
+        self.run(now, io);
+    }
+
+    /// Move to ERR and flush every posted WQE.
+    pub(crate) fn enter_error(&mut self, cq: &mut dyn super::CompletionSink) {
+        self.state = QpState::Err;
+        self.comp.timer = None;
+        self.comp.rnr_until = None;
+        self.resp.reply = None;
+        self.flush(cq);
+    }
+
+    /// Complete everything posted with `WR_FLUSH_ERR` (send side first).
+    fn flush(&mut self, cq: &mut dyn super::CompletionSink) {
+        while self.sq.len() > 0 {
+            let head = self.sq.head;
+            self.complete_send(head, WcStatus::WrFlushErr, cq);
+        }
+        self.req.idx = self.sq.head;
+        self.req.pkt = 0;
+        self.req.rd_atomic = 0;
+        self.resp.recv_in_use = false;
+        while let Some(w) = self.rq.front() {
+            cq.complete(
+                CqSide::Recv,
+                WorkCompletion {
+                    wr_id: w.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    qp_num: self.cfg.qpn,
+                    byte_len: 0,
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    src_qp: None,
+                    grh: false,
+                },
+            );
+            self.stats.recv_completions += 1;
+            self.rq.pop();
+        }
+    }
+
+    /// Retire the head send WQE with `status` (a completion when it failed
+    /// or was signaled).
+    pub(crate) fn complete_send(
+        &mut self,
+        idx: u32,
+        status: WcStatus,
+        cq: &mut dyn super::CompletionSink,
+    ) {
+        let Some(w) = self.sq.get(idx).copied() else {
+            return;
+        };
+        let opcode = match w.op {
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => WcOpcode::Send,
+            SendOp::UdSend { .. } => WcOpcode::Send,
+            SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
+            SendOp::Read { .. } => WcOpcode::RdmaRead,
+            SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        };
+        if status != WcStatus::Success || w.signaled {
+            cq.complete(
+                CqSide::Send,
+                WorkCompletion {
+                    wr_id: w.wr_id,
+                    status,
+                    opcode,
+                    qp_num: self.cfg.qpn,
+                    byte_len: u32::try_from(w.len).unwrap_or(u32::MAX),
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    src_qp: None,
+                    grh: false,
+                },
+            );
+        }
+        self.stats.send_completions += 1;
+        if w.is_rd_atomic() && w.status == WqeStatus::Started {
+            self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
+        }
+        self.sq.pop();
+    }
+
+    /// Count and hand over one outgoing packet built by `transmit`.
+    pub(crate) fn count_tx(&mut self, t: &Tx) {
+        if let Tx::Sent(n) = t {
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += *n as u64;
+        }
+    }
+
+    /// The destination of packets to the connected peer.
+    pub(crate) fn peer(&self) -> PacketDest {
+        PacketDest {
+            path: self.a.path,
+            qpn: self.a.dest_qpn,
+        }
+    }
+}
