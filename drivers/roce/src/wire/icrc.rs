@@ -71,7 +71,7 @@ impl Layout {
             found => return Err(Error::IpVersion { expected: 4, found }),
         };
         let udp = udp::Packet::new_checked(ip.get(ip_hdr..ip_end).unwrap_or(&[]))?;
-        let roce_len = usize::from(udp.len()) - udp::HEADER_LEN;
+        let roce_len = usize::from(udp.len()).saturating_sub(udp::HEADER_LEN);
         check_roce_len(roce_len)?;
         Ok(Layout {
             ip_hdr,
@@ -152,13 +152,15 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
         mask_ipv6(ip_part)
     }
     mask_udp_bth(rest_part);
-    let rest = ip_packet.get(masked_len..l.end - ICRC_LEN).unwrap_or(&[]);
+    let rest = ip_packet
+        .get(masked_len..l.end.saturating_sub(ICRC_LEN))
+        .unwrap_or(&[]);
     Ok(crc(m, rest))
 }
 
 fn trailer(buf: &[u8], end: usize) -> u32 {
     let t = buf
-        .get(end - ICRC_LEN..end)
+        .get(end.saturating_sub(ICRC_LEN)..end)
         .and_then(|t| t.first_chunk::<4>())
         .copied();
     t.map_or(0, u32::from_le_bytes)
@@ -169,7 +171,7 @@ fn trailer(buf: &[u8], end: usize) -> u32 {
 pub fn fill(ip_packet: &mut [u8]) -> Result<u32> {
     let l = Layout::of(ip_packet)?;
     let value = compute(ip_packet)?;
-    if let Some(t) = ip_packet.get_mut(l.end - ICRC_LEN..l.end) {
+    if let Some(t) = ip_packet.get_mut(l.end.saturating_sub(ICRC_LEN)..l.end) {
         t.copy_from_slice(&value.to_le_bytes());
     }
     Ok(value)

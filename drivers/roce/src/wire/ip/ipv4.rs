@@ -303,7 +303,7 @@ impl Repr {
             dont_frag: packet.dont_frag(),
             ttl: packet.ttl(),
             protocol: packet.protocol(),
-            payload_len: usize::from(packet.total_len()) - HEADER_LEN,
+            payload_len: usize::from(packet.total_len()).saturating_sub(HEADER_LEN),
         })
     }
 

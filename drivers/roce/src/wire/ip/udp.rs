@@ -146,7 +146,7 @@ impl Repr {
             src_port: packet.src_port(),
             dst_port: packet.dst_port(),
             checksum: packet.checksum(),
-            payload_len: usize::from(packet.len()) - HEADER_LEN,
+            payload_len: usize::from(packet.len()).saturating_sub(HEADER_LEN),
         })
     }
 
