@@ -1,0 +1,432 @@
+//! Device-visible memory as a provider sees it.
+//!
+//! A [`Memory`] is a range of bytes a device (or the software backend acting
+//! as one) may read and write at any time while it is registered. The trait
+//! therefore never hands out a reference into those bytes — not `&[u8]`, not
+//! `&mut [u8]`: Rust assumes memory behind a shared reference does not change
+//! and memory behind an exclusive one is not touched by anyone else, and DMA
+//! breaks both assumptions. Every access copies: [`Memory::read`] into a
+//! caller's buffer, [`Memory::write`] from one, plus the two 64-bit atomics
+//! RDMA defines. Offsets are bounds-checked; atomics also need 8-byte
+//! alignment. Atomics operate on the `u64` in host byte order, as verbs do
+//! (the wire carries it big-endian; the transport converts).
+//!
+//! [`HeapMemory`] is the one backing in rnic-core: ordinary heap memory held
+//! as `Box<[AtomicU64]>`, race-free in safe Rust. Whole words are relaxed
+//! loads and stores; a write that covers part of a word merges its bytes with
+//! a compare-and-swap loop, so concurrent writers to neighbouring bytes never
+//! clobber each other and a reader never sees the untouched bytes of a word
+//! change. Ordering between a write and the completion that announces it comes
+//! from the completion path (the CQ), not from this type. Hugepage, NUMA-placed
+//! and GPU memory come from `rnic-dma` and `rnic-gpu`, which implement the same
+//! trait.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use crate::types::Iova;
+
+/// Device-visible memory, accessed only by copying (see the module docs).
+///
+/// Implementations must be safe to call from any thread at any time, including
+/// concurrently with the device.
+pub trait Memory: Send + Sync + fmt::Debug {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+
+    /// `true` when the region has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Process virtual address of byte 0: the region's default base address
+    /// when registered (what a peer puts in a RETH with the rkey).
+    fn addr(&self) -> u64;
+
+    /// Copy `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError>;
+
+    /// Copy `src` into the region starting at `offset`.
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError>;
+
+    /// Atomically replace the `u64` at `offset` (8-byte aligned) with `swap`
+    /// if it equals `compare`; returns the value found.
+    fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError>;
+
+    /// Atomically add `add` (wrapping) to the `u64` at `offset` (8-byte
+    /// aligned); returns the value found.
+    fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError>;
+
+    /// The NUMA node the bytes live on, when known.
+    fn numa_node(&self) -> Option<u32> {
+        None
+    }
+
+    /// The I/O virtual address the device uses for byte 0, when the memory is
+    /// mapped in an IOMMU.
+    fn iova(&self) -> Option<Iova> {
+        None
+    }
+}
+
+/// The kind of access that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemAccess {
+    /// A copy out of the region.
+    Read,
+    /// A copy into the region.
+    Write,
+    /// A 64-bit atomic.
+    Atomic,
+}
+
+impl fmt::Display for MemAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemAccess::Read => "read",
+            MemAccess::Write => "write",
+            MemAccess::Atomic => "atomic",
+        })
+    }
+}
+
+/// A refused memory access; the memory is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// The access reaches outside the region.
+    #[error(
+        "{access} of {len} bytes at offset {offset} is outside the {region_len}-byte region: keep \
+         offset + length within the region"
+    )]
+    OutOfRange {
+        /// What was attempted.
+        access: MemAccess,
+        /// First byte asked for.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// The region's length.
+        region_len: usize,
+    },
+    /// An atomic at an offset that is not a multiple of 8.
+    #[error(
+        "{access} at offset {offset} is not 8-byte aligned: atomics operate on aligned 64-bit words"
+    )]
+    Misaligned {
+        /// What was attempted.
+        access: MemAccess,
+        /// The refused offset.
+        offset: usize,
+    },
+}
+
+/// Check that `offset..offset + len` lies within `region_len` bytes.
+pub fn check_range(
+    access: MemAccess,
+    offset: usize,
+    len: usize,
+    region_len: usize,
+) -> Result<(), MemoryError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(MemoryError::OutOfRange {
+            access,
+            offset,
+            len,
+            region_len,
+        }),
+    }
+}
+
+/// Check an atomic's offset: 8-byte aligned and 8 bytes within the region.
+pub fn check_atomic(offset: usize, region_len: usize) -> Result<(), MemoryError> {
+    if !offset.is_multiple_of(8) {
+        return Err(MemoryError::Misaligned {
+            access: MemAccess::Atomic,
+            offset,
+        });
+    }
+    check_range(MemAccess::Atomic, offset, 8, region_len)
+}
+
+/// Heap memory as `Box<[AtomicU64]>`: a safe [`Memory`] for tests and for
+/// the software backend.
+///
+/// Byte `i` is byte `i % 8` (in memory order) of word `i / 8`, so the bytes
+/// are laid out exactly as in a plain buffer and [`Memory::addr`] is the
+/// address of byte 0.
+pub struct HeapMemory {
+    words: Box<[AtomicU64]>,
+    len: usize,
+}
+
+impl HeapMemory {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> HeapMemory {
+        let words = (0..len.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
+        HeapMemory { words, len }
+    }
+
+    /// A copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> HeapMemory {
+        let words = bytes
+            .chunks(8)
+            .map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                AtomicU64::new(u64::from_ne_bytes(word))
+            })
+            .collect();
+        HeapMemory {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// A copy of all bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        for word in self.words.iter() {
+            out.extend_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        out.truncate(self.len);
+        out
+    }
+
+    fn word(&self, index: usize) -> Result<&AtomicU64, MemoryError> {
+        // Callers check ranges first; this keeps an arithmetic slip an error,
+        // not a panic.
+        self.words.get(index).ok_or(MemoryError::OutOfRange {
+            access: MemAccess::Atomic,
+            offset: index.saturating_mul(8),
+            len: 8,
+            region_len: self.len,
+        })
+    }
+}
+
+impl fmt::Debug for HeapMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeapMemory")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Byte-lane mask for lanes `lane..lane + n` of a word, in memory order.
+fn lane_mask(lane: usize, n: usize) -> u64 {
+    let mut mask = [0u8; 8];
+    for b in mask.iter_mut().skip(lane).take(n) {
+        *b = 0xFF;
+    }
+    u64::from_ne_bytes(mask)
+}
+
+impl Memory for HeapMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn addr(&self) -> u64 {
+        self.words.as_ptr() as u64
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
+        check_range(MemAccess::Read, offset, dst.len(), self.len)?;
+        let mut pos = offset;
+        let mut rest = dst;
+        while !rest.is_empty() {
+            let lane = pos % 8;
+            let take = (8 - lane).min(rest.len());
+            let bytes = self.word(pos / 8)?.load(Ordering::Relaxed).to_ne_bytes();
+            let (head, tail) = rest.split_at_mut(take);
+            head.copy_from_slice(&bytes[lane..lane + take]);
+            rest = tail;
+            pos += take;
+        }
+        Ok(())
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
+        check_range(MemAccess::Write, offset, src.len(), self.len)?;
+        let mut pos = offset;
+        let mut rest = src;
+        while !rest.is_empty() {
+            let lane = pos % 8;
+            let take = (8 - lane).min(rest.len());
+            let word = self.word(pos / 8)?;
+            let mut bytes = [0u8; 8];
+            bytes[lane..lane + take].copy_from_slice(&rest[..take]);
+            let value = u64::from_ne_bytes(bytes);
+            if take == 8 {
+                word.store(value, Ordering::Relaxed);
+            } else {
+                let mask = lane_mask(lane, take);
+                let mut old = word.load(Ordering::Relaxed);
+                loop {
+                    let new = (old & !mask) | value;
+                    match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
+                    {
+                        Ok(_) => break,
+                        Err(actual) => old = actual,
+                    }
+                }
+            }
+            rest = &rest[take..];
+            pos += take;
+        }
+        Ok(())
+    }
+
+    fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        let word = self.word(offset / 8)?;
+        match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(old) | Err(old) => Ok(old),
+        }
+    }
+
+    fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        Ok(self.word(offset / 8)?.fetch_add(add, Ordering::AcqRel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn byte_exact_at_every_alignment() {
+        const LEN: usize = 37; // not a multiple of 8: the last word is partial
+        let mem = HeapMemory::from_bytes(&pattern(LEN, 1));
+        let mut model = pattern(LEN, 1);
+        let mut seed = 2u8;
+        for offset in 0..=LEN {
+            for len in 0..=(LEN - offset) {
+                let data = pattern(len, seed);
+                seed = seed.wrapping_add(7);
+                mem.write(offset, &data).expect("in range");
+                model[offset..offset + len].copy_from_slice(&data);
+                let mut back = vec![0u8; len];
+                mem.read(offset, &mut back).expect("in range");
+                assert_eq!(back, data, "offset {offset} len {len}");
+                assert_eq!(
+                    mem.to_vec(),
+                    model,
+                    "neighbours after offset {offset} len {len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn atomics_return_the_old_value_in_host_order() {
+        let mem = HeapMemory::new(24);
+        mem.write(8, &0x0102_0304_0506_0708u64.to_ne_bytes())
+            .expect("write");
+        assert_eq!(mem.fetch_add_u64(8, 1), Ok(0x0102_0304_0506_0708));
+        assert_eq!(mem.fetch_add_u64(8, u64::MAX), Ok(0x0102_0304_0506_0709)); // wraps
+        assert_eq!(mem.compare_swap_u64(8, 5, 9), Ok(0x0102_0304_0506_0708)); // no match
+        assert_eq!(
+            mem.compare_swap_u64(8, 0x0102_0304_0506_0708, 42),
+            Ok(0x0102_0304_0506_0708)
+        );
+        let mut back = [0u8; 8];
+        mem.read(8, &mut back).expect("read");
+        assert_eq!(u64::from_ne_bytes(back), 42);
+        // The neighbouring words are untouched.
+        assert_eq!(&mem.to_vec()[..8], &[0; 8]);
+        assert_eq!(&mem.to_vec()[16..], &[0; 8]);
+    }
+
+    #[test]
+    fn refused_accesses_change_nothing() {
+        let mem = HeapMemory::from_bytes(&pattern(20, 3));
+        let before = mem.to_vec();
+        let oor = |access, offset, len| MemoryError::OutOfRange {
+            access,
+            offset,
+            len,
+            region_len: 20,
+        };
+        assert_eq!(mem.write(18, &[0; 3]), Err(oor(MemAccess::Write, 18, 3)));
+        assert_eq!(
+            mem.write(usize::MAX, &[0; 2]),
+            Err(oor(MemAccess::Write, usize::MAX, 2))
+        );
+        let mut buf = [0u8; 4];
+        assert_eq!(mem.read(17, &mut buf), Err(oor(MemAccess::Read, 17, 4)));
+        assert_eq!(buf, [0; 4]);
+        assert_eq!(
+            mem.fetch_add_u64(4, 1),
+            Err(MemoryError::Misaligned {
+                access: MemAccess::Atomic,
+                offset: 4
+            })
+        );
+        assert_eq!(
+            mem.compare_swap_u64(16, 0, 1),
+            Err(oor(MemAccess::Atomic, 16, 8))
+        );
+        assert_eq!(mem.fetch_add_u64(24, 1), Err(oor(MemAccess::Atomic, 24, 8)));
+        assert_eq!(mem.to_vec(), before);
+        // Zero-length accesses at the very end are in range.
+        assert_eq!(mem.write(20, &[]), Ok(()));
+        assert_eq!(mem.read(20, &mut []), Ok(()));
+    }
+
+    #[test]
+    fn concurrent_writers_to_neighbouring_bytes_do_not_clobber() {
+        const WORDS: usize = 4;
+        let mem = Arc::new(HeapMemory::new(WORDS * 8));
+        let threads: Vec<_> = (0..8usize)
+            .map(|lane| {
+                let mem = Arc::clone(&mem);
+                std::thread::spawn(move || {
+                    for round in 0..2_000usize {
+                        for w in 0..WORDS {
+                            let value = ((round + lane + w) % 251) as u8;
+                            mem.write(w * 8 + lane, &[value]).expect("in range");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("writer finished");
+        }
+        let bytes = mem.to_vec();
+        for w in 0..WORDS {
+            for lane in 0..8 {
+                assert_eq!(bytes[w * 8 + lane], ((1_999 + lane + w) % 251) as u8);
+            }
+        }
+    }
+
+    #[test]
+    fn address_and_defaults() {
+        let mem = HeapMemory::new(16);
+        assert_ne!(mem.addr(), 0);
+        assert_eq!(mem.addr() % 8, 0);
+        assert_eq!(mem.numa_node(), None);
+        assert_eq!(mem.iova(), None);
+        assert!(!mem.is_empty());
+        assert!(HeapMemory::new(0).is_empty());
+        let dynamic: Arc<dyn Memory> = Arc::new(HeapMemory::from_bytes(b"abc"));
+        let mut b = [0u8; 3];
+        dynamic.read(0, &mut b).expect("read");
+        assert_eq!(&b, b"abc");
+    }
+}
