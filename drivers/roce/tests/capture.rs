@@ -129,6 +129,10 @@ fn every_packet_parses_reemits_and_verifies() {
             roce,
         )
         .expect("verify_v4");
+        // A UDP-socket receiver does not see the IP header: the identification
+        // and DF the kernel chose are recovered from the ICRC alone.
+        let recovered = icrc::recover_v4_ident(ip.src_addr, ip.dst_addr, sport, dport, roce);
+        assert_eq!(recovered, Ok((ip.ident, true)), "packet {}", n + 1);
 
         // Frame level: reprs → emit (IPv4 checksum and ICRC recomputed) → same bytes.
         let repr = f.to_repr().expect("repr");
@@ -359,6 +363,16 @@ fn icrc_covers_exactly_the_unmasked_bytes() {
         assert!(matches!(bad_id, Err(Error::IcrcMismatch { .. })));
         let bad_df = icrc::verify_v4(v4.src_addr, v4.dst_addr, v4.ident, false, s, d, roce);
         assert!(matches!(bad_df, Err(Error::IcrcMismatch { .. })));
+        // Without the identification, corruption is still caught (15 bits left).
+        for off in [0, 7, 11, roce.len() - 5] {
+            roce[off] ^= 0x04;
+            let r = icrc::recover_v4_ident(v4.src_addr, v4.dst_addr, s, d, roce);
+            assert!(
+                matches!(r, Err(Error::IcrcMismatch { .. })),
+                "{op}: roce byte {off}"
+            );
+            roce[off] ^= 0x04;
+        }
     }
     assert_eq!(seen.len(), HISTOGRAM.len());
 }

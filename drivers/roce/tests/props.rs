@@ -156,6 +156,8 @@ proptest! {
             IpRepr::V4(v4) => {
                 icrc::verify_v4(v4.src_addr, v4.dst_addr, v4.ident, v4.dont_frag, sport, 4791, roce_bytes)
                     .expect("verify_v4");
+                let got = icrc::recover_v4_ident(v4.src_addr, v4.dst_addr, sport, 4791, roce_bytes);
+                prop_assert_eq!(got, Ok((v4.ident, v4.dont_frag)));
                 icrc::compute_v4(v4.src_addr, v4.dst_addr, v4.ident, v4.dont_frag, sport, 4791, roce_bytes)
             }
             IpRepr::V6(v6) => {

@@ -14,6 +14,8 @@
 //!   (a UDP-socket provider): [`compute_v4`] / [`fill_v4`] / [`verify_v4`]
 //!   and the v6 equivalents, which synthesise the masked IP and UDP headers
 //!   (IP total/payload length and UDP length derived from the RoCE length).
+//!   A UDP-socket receiver does not learn the IPv4 identification the
+//!   sender chose, which the ICRC covers: [`recover_v4_ident`] solves for it.
 //!
 //! Nothing allocates: the masked headers live in a 60-byte stack buffer and
 //! the CRC streams over the rest of the packet in place.
@@ -396,6 +398,155 @@ pub fn verify_v6(
     check_trailer(roce, compute_v6(src, dst, udp_src_port, udp_dst_port, roce))
 }
 
+/// Reflected CRC-32 polynomial (IEEE 802.3).
+const POLY: u32 = 0xEDB8_8320;
+
+/// `T[i]`: the raw CRC register after feeding byte `i` into a zero register.
+const CRC_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// `TOP_INV[CRC_TABLE[i] >> 24] == i`: the table's top bytes are distinct,
+/// which makes one register step invertible.
+const TOP_INV: [u8; 256] = {
+    let mut inv = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        inv[(CRC_TABLE[i] >> 24) as usize] = i as u8;
+        i += 1;
+    }
+    inv
+};
+
+/// One raw register step over `byte`.
+fn step(state: u32, byte: u8) -> u32 {
+    let t = CRC_TABLE
+        .get(usize::from((state as u8) ^ byte))
+        .copied()
+        .unwrap_or(0);
+    (state >> 8) ^ t
+}
+
+/// Undo one raw register step over a zero byte.
+fn unstep_zero(state: u32) -> u32 {
+    let i = TOP_INV.get((state >> 24) as usize).copied().unwrap_or(0);
+    let t = CRC_TABLE.get(usize::from(i)).copied().unwrap_or(0);
+    ((state ^ t) << 8) | u32::from(i)
+}
+
+/// Masked-buffer offsets (after the 8-byte 0xFF prefix) of the IPv4
+/// identification (two bytes) and the flags byte.
+const IDENT_AT: usize = 8 + 4;
+const FLAGS_AT: usize = 8 + 6;
+
+/// For a receiver that only sees the UDP payload (a UDP-socket provider):
+/// find the IPv4 identification and DF flag with which the ICRC of `roce`
+/// (BTH..ICRC received from `src` to `dst`) verifies.
+///
+/// The ICRC covers the IPv4 identification, which the sending kernel
+/// chooses (rxe uses `__ip_select_ident`: a per-destination counter) and a
+/// UDP socket does not report. CRC-32 is affine, so the 17 unknown bits
+/// (16 of identification, DF) are solved for exactly from the difference
+/// between the trailer and the ICRC computed with identification 0; the
+/// answer is then checked with a full [`verify_v4`]. The price: only
+/// 32 − 17 = 15 bits of the ICRC still detect corruption (a random error
+/// passes with probability 2⁻¹⁵ instead of 2⁻³²). Costs one CRC pass plus
+/// one table step per packet byte; allocates nothing.
+///
+/// Fails with [`Error::IcrcMismatch`] (reporting the ICRC for
+/// identification 0) when no identification makes the trailer match.
+pub fn recover_v4_ident(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    udp_src_port: u16,
+    udp_dst_port: u16,
+    roce: &[u8],
+) -> Result<(u16, bool)> {
+    check_udp_payload(roce.len(), ipv4::HEADER_LEN)?;
+    let base = compute_v4(src, dst, 0, false, udp_src_port, udp_dst_port, roce);
+    let found = trailer(roce, roce.len());
+    // Bytes fed to the CRC after the flags byte: the rest of the masked
+    // IPv4 header (5) and UDP header (8), then BTH .. pad.
+    let after_flags = (ipv4::HEADER_LEN - 7) + udp::HEADER_LEN + (roce.len() - ICRC_LEN);
+    // Undo the register steps over those bytes: what remains is the
+    // contribution of the unknown bits, seen right after the flags byte.
+    let mut target = base ^ found;
+    for _ in 0..after_flags {
+        target = unstep_zero(target);
+    }
+    // Each unknown bit's contribution at the same point, and a GF(2) basis.
+    let mut basis = [(0u32, 0u32); 32];
+    let unknowns = (0..17u32).map(|k| {
+        let (at, byte) = match k {
+            0..=7 => (IDENT_AT + 1, 1u8 << k),
+            8..=15 => (IDENT_AT, 1u8 << (k - 8)),
+            _ => (FLAGS_AT, 0x40),
+        };
+        let mut v = step(0, byte);
+        for _ in at..FLAGS_AT {
+            v = step(v, 0);
+        }
+        (v, 1u32 << k)
+    });
+    for (vec, mask) in unknowns {
+        insert(&mut basis, vec, mask);
+    }
+    let mask = solve(&basis, target).ok_or(Error::IcrcMismatch {
+        computed: base,
+        found,
+    })?;
+    // The low 16 bits are the identification, bit 16 the DF flag.
+    let ident = (mask & 0xFFFF) as u16;
+    let dont_frag = mask & 0x1_0000 != 0;
+    verify_v4(src, dst, ident, dont_frag, udp_src_port, udp_dst_port, roce)?;
+    Ok((ident, dont_frag))
+}
+
+/// Add `(vec, mask)` to an XOR basis indexed by leading bit.
+fn insert(basis: &mut [(u32, u32); 32], mut vec: u32, mut mask: u32) {
+    while vec != 0 {
+        let top = 31 - vec.leading_zeros() as usize;
+        match basis.get_mut(top) {
+            Some(slot) if slot.0 == 0 => {
+                *slot = (vec, mask);
+                return;
+            }
+            Some(slot) => {
+                vec ^= slot.0;
+                mask ^= slot.1;
+            }
+            None => return,
+        }
+    }
+}
+
+/// The mask of basis vectors whose XOR is `target`, if any.
+fn solve(basis: &[(u32, u32); 32], mut target: u32) -> Option<u32> {
+    let mut mask = 0;
+    while target != 0 {
+        let top = 31 - target.leading_zeros() as usize;
+        let &(vec, m) = basis.get(top)?;
+        if vec == 0 {
+            return None;
+        }
+        target ^= vec;
+        mask ^= m;
+    }
+    Some(mask)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +555,51 @@ mod tests {
     fn seed_is_crc_of_eight_ff() {
         assert_eq!(crc32fast::hash(&[0xFF; 8]), CRC_AFTER_FF8);
         assert_eq!(!CRC_AFTER_FF8, 0xDEBB_20E3);
+    }
+
+    #[test]
+    fn register_steps_invert_and_match_crc32fast() {
+        for s in [0u32, 1, 0x8000_0000, 0xDEAD_BEEF, 0xFFFF_FFFF] {
+            assert_eq!(unstep_zero(step(s, 0)), s);
+        }
+        // zlib crc = !raw(!0, data).
+        let data = b"123456789";
+        let raw = data.iter().fold(!0u32, |s, &b| step(s, b));
+        assert_eq!(!raw, crc32fast::hash(data));
+        assert_eq!(!raw, 0xCBF4_3926);
+    }
+
+    #[test]
+    fn recovers_ident_and_df() {
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let mut roce = [0u8; 12 + 7 + 1 + 4];
+        roce[0] = 0x04;
+        roce[1] = 0x10;
+        roce[12..19].copy_from_slice(b"payload");
+        for (ident, df) in [
+            (0, false),
+            (0, true),
+            (1, true),
+            (0xBEEF, false),
+            (0xFFFF, true),
+        ] {
+            fill_v4(a, b, ident, df, 0xC000, 4791, &mut roce).expect("fill");
+            assert_eq!(recover_v4_ident(a, b, 0xC000, 4791, &roce), Ok((ident, df)));
+        }
+        // A wrong address (or port) is not explained by any identification.
+        assert!(matches!(
+            recover_v4_ident(b, a, 0xC000, 4791, &roce),
+            Err(Error::IcrcMismatch { .. })
+        ));
+        assert!(matches!(
+            recover_v4_ident(a, b, 0xC001, 4791, &roce),
+            Err(Error::IcrcMismatch { .. })
+        ));
+        roce[14] ^= 1;
+        assert!(matches!(
+            recover_v4_ident(a, b, 0xC000, 4791, &roce),
+            Err(Error::IcrcMismatch { .. })
+        ));
     }
 
     #[test]
