@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole rnic test suite, exactly as CI runs it (.ci/run calls this file).
+#
+#   sudo scripts/test.sh        # on a fresh Debian 12 machine, as root
+#
+# 1. installs the system packages the tests need (QEMU, mmdebstrap, tcpdump, …)
+# 2. checks formatting and lints (rustfmt, clippy -D warnings)
+# 3. runs every test: unit, property, golden-vector, capture, loopback,
+#    the long fault-injection simulations (release build), and the QEMU
+#    guest scenarios (kernel rdma_rxe peer, real VFIO) in tests/vm.
+#
+# Set RNIC_SKIP_VM=1 to leave out the QEMU scenarios on a machine that
+# cannot run them (they then print SKIP lines; with CI set they fail instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+t0=$(date +%s)
+
+if [ "${RNIC_SKIP_VM:-0}" != 1 ]; then
+    step "system packages for the VM harness"
+    tests/vm/install-host.sh
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (workspace)"
+cargo test --workspace --locked
+
+step "long simulations (release, --ignored)"
+cargo test --release --locked -p rnic-roce -- --ignored
+
+printf '\nall checks passed in %ss\n' "$(( $(date +%s) - t0 ))"
