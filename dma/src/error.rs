@@ -228,11 +228,20 @@ pub enum DmaError {
     },
 
     /// Registering a memory key failed: the range does not lie in the region,
-    /// the access flags break the ibverbs rule, or the table is full.
+    /// or the table is full.
     #[error("register memory key: {reason}")]
     Register {
         /// What was wrong.
         reason: String,
+    },
+
+    /// Registering a memory key with access flags that break the ibverbs
+    /// rule (remote write or atomic without local write).
+    #[error("register memory key: {source}")]
+    RegisterAccess {
+        /// rnic-core's refusal, which names the fix.
+        #[source]
+        source: rnic_core::AccessError,
     },
 
     /// A memory-key lookup failed.

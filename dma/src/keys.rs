@@ -19,38 +19,20 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rnic_core::{Lkey, Rkey};
+use rnic_core::{AccessFlags, Lkey, Memory, PdHandle, Rkey};
 use tracing::debug;
 
-use crate::access::{AccessFlags, PdId};
 use crate::error::{DmaError, KeyError};
 use crate::region::DmaRegion;
 
 /// Largest index a 24-bit key index can hold.
 const MAX_INDEX: u32 = (1 << 24) - 1;
 
-/// Something a key can name: a region with a length and the device address
-/// of its byte 0.
-pub trait Registrable: Send + Sync {
-    /// Accessible length in bytes.
-    fn len(&self) -> usize;
-    /// Whether the region has no bytes.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The address the device and peers use for byte 0 (IOVA; the VA for
-    /// identity-mapped memory).
-    fn base_address(&self) -> u64;
-}
-
-impl Registrable for DmaRegion {
-    fn len(&self) -> usize {
-        DmaRegion::len(self)
-    }
-
-    fn base_address(&self) -> u64 {
-        self.iova().get()
-    }
+/// The address the device and peers use for byte 0 of `m`: its IOVA when
+/// it is mapped through an IOMMU, else its virtual address (identity mapping,
+/// as on the software backend).
+fn base_address<M: ?Sized + Memory>(m: &M) -> u64 {
+    m.iova().map_or_else(|| m.addr(), |iova| iova.get())
 }
 
 /// A key type the table accepts: [`Lkey`] or [`Rkey`].
@@ -89,7 +71,7 @@ pub struct MrKeys {
 #[derive(Debug)]
 struct Entry<M: ?Sized> {
     region: Arc<M>,
-    pd: PdId,
+    pd: PdHandle,
     access: AccessFlags,
     /// `[start, start + len)` in the device's address space.
     start: u64,
@@ -105,9 +87,10 @@ struct Slot<M: ?Sized> {
 }
 
 /// The table; see the module docs. `M` is the region type (any
-/// [`Registrable`], e.g. a `dyn` memory trait object).
+/// rnic-core [`Memory`]: a [`DmaRegion`] by default, or `dyn Memory` for a
+/// provider that registers whatever `reg_mr` hands it).
 #[derive(Debug)]
-pub struct KeyTable<M: ?Sized + Registrable = DmaRegion> {
+pub struct KeyTable<M: ?Sized + Memory = DmaRegion> {
     slots: Vec<Slot<M>>,
     /// Freed indices, oldest first.
     free: VecDeque<u32>,
@@ -115,13 +98,13 @@ pub struct KeyTable<M: ?Sized + Registrable = DmaRegion> {
     rng: StdRng,
 }
 
-impl<M: ?Sized + Registrable> Default for KeyTable<M> {
+impl<M: ?Sized + Memory> Default for KeyTable<M> {
     fn default() -> Self {
         KeyTable::new()
     }
 }
 
-impl<M: ?Sized + Registrable> KeyTable<M> {
+impl<M: ?Sized + Memory> KeyTable<M> {
     /// An empty table with key bytes from the OS's randomness.
     pub fn new() -> KeyTable<M> {
         KeyTable::from_rng(StdRng::from_os_rng())
@@ -153,13 +136,14 @@ impl<M: ?Sized + Registrable> KeyTable<M> {
 
     /// Register `[offset, offset + len)` of `region` in `pd` with `access`.
     /// The registration covers device addresses starting at
-    /// `region.base_address() + offset`.
+    /// `base + offset`, where base is the region's IOVA if it has one, else its
+    /// virtual address.
     pub fn register(
         &mut self,
         region: Arc<M>,
         offset: u64,
         len: u64,
-        pd: PdId,
+        pd: PdHandle,
         access: AccessFlags,
     ) -> Result<MrKeys, DmaError> {
         let region_len = region.len() as u64;
@@ -170,15 +154,10 @@ impl<M: ?Sized + Registrable> KeyTable<M> {
                 ),
             });
         }
-        if !access.is_valid_for_mr() {
-            return Err(DmaError::Register {
-                reason: format!(
-                    "access {access:?} grants REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"
-                ),
-            });
-        }
-        let Some(start) = region
-            .base_address()
+        access
+            .validate()
+            .map_err(|source| DmaError::RegisterAccess { source })?;
+        let Some(start) = base_address(&*region)
             .checked_add(offset)
             .filter(|s| s.checked_add(len).is_some())
         else {
@@ -256,7 +235,7 @@ impl<M: ?Sized + Registrable> KeyTable<M> {
     pub fn lookup<K: MemKey>(
         &self,
         key: K,
-        pd: PdId,
+        pd: PdHandle,
         va: u64,
         len: u64,
         access: AccessFlags,
@@ -315,58 +294,71 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    #[derive(Debug)]
-    struct Fake {
-        len: usize,
-        base: u64,
-    }
+    use rnic_core::HeapMemory;
 
-    impl Registrable for Fake {
-        fn len(&self) -> usize {
-            self.len
-        }
-        fn base_address(&self) -> u64 {
-            self.base
-        }
-    }
-
-    const PD: PdId = PdId(1);
+    const PD: PdHandle = PdHandle(1);
     const RW: AccessFlags = AccessFlags::LOCAL_WRITE
         .union(AccessFlags::REMOTE_WRITE)
         .union(AccessFlags::REMOTE_READ);
 
-    fn region(len: usize) -> Arc<Fake> {
-        Arc::new(Fake {
-            len,
-            base: 0x10_0000,
-        })
+    fn region(len: usize) -> Arc<HeapMemory> {
+        Arc::new(HeapMemory::new(len))
+    }
+
+    /// A memory whose address range ends at the top of the address space.
+    #[derive(Debug)]
+    struct AtTheTop;
+
+    impl Memory for AtTheTop {
+        fn len(&self) -> usize {
+            4096
+        }
+        fn addr(&self) -> u64 {
+            u64::MAX - 100
+        }
+        fn read(&self, _: usize, _: &mut [u8]) -> Result<(), rnic_core::MemoryError> {
+            Ok(())
+        }
+        fn write(&self, _: usize, _: &[u8]) -> Result<(), rnic_core::MemoryError> {
+            Ok(())
+        }
+        fn compare_swap_u64(
+            &self,
+            _: usize,
+            _: u64,
+            _: u64,
+        ) -> Result<u64, rnic_core::MemoryError> {
+            Ok(0)
+        }
+        fn fetch_add_u64(&self, _: usize, _: u64) -> Result<u64, rnic_core::MemoryError> {
+            Ok(0)
+        }
     }
 
     #[test]
     fn lookup_returns_region_and_offset() {
         let mut t = KeyTable::with_seed(1);
         let r = region(4096);
+        let base = r.addr();
         let k = t.register(Arc::clone(&r), 0x100, 0x800, PD, RW).unwrap();
         assert_eq!(k.lkey.get(), k.rkey.get());
-        assert_eq!(k.start, 0x10_0100);
+        assert_eq!(
+            k.start,
+            base + 0x100,
+            "no IOVA: keys cover virtual addresses"
+        );
         let (got, off) = t
-            .lookup(
-                k.rkey,
-                PD,
-                0x10_0100 + 0x10,
-                0x20,
-                AccessFlags::REMOTE_WRITE,
-            )
+            .lookup(k.rkey, PD, base + 0x110, 0x20, AccessFlags::REMOTE_WRITE)
             .unwrap();
         assert!(Arc::ptr_eq(got, &r));
         assert_eq!(off, 0x110);
         // The last byte, and a zero-length access at the end, are in range.
         assert!(
-            t.lookup(k.rkey, PD, 0x10_08ff, 1, AccessFlags::REMOTE_READ)
+            t.lookup(k.rkey, PD, base + 0x8ff, 1, AccessFlags::REMOTE_READ)
                 .is_ok()
         );
         assert!(
-            t.lookup(k.lkey, PD, 0x10_0900, 0, AccessFlags::empty())
+            t.lookup(k.lkey, PD, base + 0x900, 0, AccessFlags::empty())
                 .is_ok()
         );
     }
@@ -394,7 +386,7 @@ mod tests {
             Err(KeyError::Unknown { index: 77, .. })
         ));
         assert!(matches!(
-            t.lookup(k.rkey, PdId(2), s, 1, AccessFlags::REMOTE_READ),
+            t.lookup(k.rkey, PdHandle(2), s, 1, AccessFlags::REMOTE_READ),
             Err(KeyError::WrongPd {
                 registered: 1,
                 used: 2,
@@ -479,7 +471,7 @@ mod tests {
         // Two tables seeded from the OS differ (probability of a false failure: 1/256^4).
         let firsts: Vec<Vec<u8>> = (0..2)
             .map(|_| {
-                let mut t = KeyTable::<Fake>::new();
+                let mut t = KeyTable::<HeapMemory>::new();
                 (0..4)
                     .map(|_| {
                         t.register(Arc::clone(&r), 0, 64, PD, RW)
@@ -531,12 +523,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("LOCAL_WRITE"), "{msg}");
-        let top = Arc::new(Fake {
-            len: 4096,
-            base: u64::MAX - 100,
-        });
+        let mut top_table = KeyTable::<AtTheTop>::with_seed(7);
         assert!(
-            t.register(top, 0, 4096, PD, RW).is_err(),
+            top_table
+                .register(Arc::new(AtTheTop), 0, 4096, PD, RW)
+                .is_err(),
             "address overflow"
         );
         assert!(t.is_empty());

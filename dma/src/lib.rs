@@ -16,7 +16,8 @@
 //!   MSI window excluded, coalescing free.
 //! - **[`DmaRegion`]**: all of the above plus the device mapping through a
 //!   [`Mapper`] (rnic-vfio implements it; [`IdentityMapper`] for the software
-//!   backend), as one RAII object handed out as `Arc<DmaRegion>`.
+//!   backend), as one RAII object handed out as `Arc<DmaRegion>`; it
+//!   implements rnic-core's [`Memory`], so providers can register it.
 //! - **[`Mmio`]** for device registers and the named [`barrier`]s.
 //! - **The memory-key table** ([`KeyTable`]): L_Key/R_Key → region, PD,
 //!   access, range; O(1), allocation-free lookups with typed refusals.
@@ -44,10 +45,9 @@
 //! # Example
 //!
 //! ```no_run
-//! use rnic_dma::{DmaRegion, KeyTable, NodeId, PagePolicy, PageSize};
-//! use rnic_dma::access::{AccessFlags, PdId};
+//! use rnic_dma::{AccessFlags, DmaRegion, KeyTable, Memory, NodeId, PagePolicy, PageSize, PdHandle};
 //!
-//! # fn main() -> Result<(), rnic_dma::DmaError> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let region = DmaRegion::builder(64 << 20)
 //!     .pages(PagePolicy::Prefer(PageSize::Huge2M))
 //!     .node(NodeId(0))
@@ -55,9 +55,9 @@
 //! println!("got {} pages, {:.0}% on node 0", region.page_size(), 100.0 * region.placement().fraction_on_wanted());
 //!
 //! let mut keys = KeyTable::new();
-//! let mr = keys.register(region.clone(), 0, 4096, PdId(1), AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let mr = keys.register(region.clone(), 0, 4096, PdHandle(1), AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 //! // The responder, for an incoming RDMA WRITE of 16 bytes at mr.start:
-//! let (target, offset) = keys.lookup(mr.rkey, PdId(1), mr.start, 16, AccessFlags::REMOTE_WRITE)?;
+//! let (target, offset) = keys.lookup(mr.rkey, PdHandle(1), mr.start, 16, AccessFlags::REMOTE_WRITE)?;
 //! target.write(offset as usize, &[0xAB; 16])?;
 //! # Ok(())
 //! # }
@@ -70,7 +70,6 @@
 // Tests may unwrap: a panic is the failure report.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod access;
 pub mod barrier;
 mod error;
 pub mod iova;
@@ -98,4 +97,4 @@ pub use numa::{NodeId, OnMismatch, Placement, PlacementReport};
 pub use page::{PagePolicy, PageSize};
 pub use region::{DmaRegion, DmaRegionBuilder};
 pub use registry::RegionStats;
-pub use rnic_core::Iova;
+pub use rnic_core::{AccessFlags, Iova, Memory, PdHandle};

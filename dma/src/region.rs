@@ -24,7 +24,7 @@
 //! bytes behind them stable or unshared, and DMA breaks both. Every access
 //! goes through [`AtomicU64::from_ptr`] on the aligned, in-bounds 64-bit word
 //! holding the bytes (an `&AtomicU64` assumes nothing about its value):
-//! [`DmaRegion::read`] and [`DmaRegion::write`] are relaxed word loads and
+//! [`Memory::read`] and [`Memory::write`] are relaxed word loads and
 //! stores (compare-and-swap merges for partial words, so neighbouring bytes
 //! are never clobbered), and the two RDMA atomics are `fetch_add` and
 //! `compare_exchange` on the word. This matches rnic-core's `HeapMemory`
@@ -37,7 +37,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rnic_core::Iova;
+use rnic_core::memory::{check_atomic, check_range};
+use rnic_core::{Iova, MemAccess, Memory, MemoryError};
 use tracing::{error, info_span};
 
 use crate::error::DmaError;
@@ -260,7 +261,8 @@ impl DmaRegion {
         self.len == 0
     }
 
-    /// The device address of byte 0.
+    /// The device address of byte 0 (the virtual address in an identity
+    /// domain). [`Memory::iova`] reports it only for IOMMU-mapped regions.
     pub fn iova(&self) -> Iova {
         self.iova
     }
@@ -290,18 +292,6 @@ impl DmaRegion {
         &self.res.domain
     }
 
-    /// Check `offset..offset + len` lies inside the accessible bytes.
-    fn span(&self, offset: usize, len: usize) -> Result<(), DmaError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(DmaError::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                region_len: self.len as u64,
-            }),
-        }
-    }
-
     /// The atomic word holding byte `pos`.
     ///
     /// Every access to the region's bytes goes through these words: whole
@@ -311,20 +301,33 @@ impl DmaRegion {
     /// never clobber each other's neighbouring bytes, and the compiler can
     /// neither assume the bytes are stable nor invent accesses, which is what
     /// volatile would buy for device-written memory.
+    ///
+    /// Callers must have checked `pos < self.len` (with `check_range` /
+    /// `check_atomic`).
     fn word(&self, pos: usize) -> &AtomicU64 {
+        debug_assert!(pos < self.len);
         let ptr = self.base.as_ptr().wrapping_add(pos & !7).cast::<u64>();
-        // SAFETY: callers pass pos < self.len (checked by `span`); the
-        // mapping is `mapped_bytes` long, a multiple of the page size and so
-        // of 8, so the whole word lies inside it. The base is page-aligned,
-        // so the word is 8-aligned. The mapping lives as long as `self`,
-        // which bounds the reference; the only references into the region
-        // are these `&AtomicU64`s, which assume nothing about the value.
+        // SAFETY: callers checked pos < self.len; the mapping is
+        // `mapped_bytes` long, a multiple of the page size and so of 8, so the
+        // whole word lies inside it. The base is page-aligned, so the word is
+        // 8-aligned. The mapping lives as long as `self`, which bounds the
+        // reference; the only references into the region are these
+        // `&AtomicU64`s, which assume nothing about the value.
         unsafe { AtomicU64::from_ptr(ptr) }
     }
+}
 
-    /// Copy `dst.len()` bytes at `offset` out of the region.
-    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
-        self.span(offset, dst.len())?;
+impl Memory for DmaRegion {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn addr(&self) -> u64 {
+        self.base.as_ptr() as u64
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
+        check_range(MemAccess::Read, offset, dst.len(), self.len)?;
         let mut pos = offset;
         for chunk in chunks(offset, dst) {
             let lane = pos % 8;
@@ -335,9 +338,8 @@ impl DmaRegion {
         Ok(())
     }
 
-    /// Copy `src` into the region at `offset`.
-    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
-        self.span(offset, src.len())?;
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
+        check_range(MemAccess::Write, offset, src.len(), self.len)?;
         let mut pos = offset;
         let mut rest = src;
         while !rest.is_empty() {
@@ -353,7 +355,8 @@ impl DmaRegion {
                 let mut mask = [0u8; 8];
                 mask[lane..lane + take].fill(0xFF);
                 let mask = u64::from_ne_bytes(mask);
-                // fetch_update retries the CAS until no one raced with it.
+                // fetch_update retries the CAS until no one raced with it;
+                // the closure never returns None, so it cannot fail.
                 let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
                     Some((old & !mask) | value)
                 });
@@ -364,38 +367,32 @@ impl DmaRegion {
         Ok(())
     }
 
-    fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, DmaError> {
-        if !offset.is_multiple_of(8) {
-            return Err(DmaError::Misaligned {
-                offset: offset as u64,
-                width: 8,
-            });
-        }
-        self.span(offset, 8)?;
-        Ok(self.word(offset))
-    }
-
-    /// Atomically add `add` (wrapping) to the native-endian u64 at `offset`
-    /// (8-aligned); returns the previous value. The RDMA fetch-and-add.
-    pub fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, DmaError> {
-        Ok(self.atomic_at(offset)?.fetch_add(add, Ordering::AcqRel))
-    }
-
-    /// Atomically replace the u64 at `offset` with `swap` if it equals
-    /// `compare`; returns the previous value either way. The RDMA
-    /// compare-and-swap.
-    pub fn compare_swap_u64(
-        &self,
-        offset: usize,
-        compare: u64,
-        swap: u64,
-    ) -> Result<u64, DmaError> {
-        let atomic = self.atomic_at(offset)?;
+    fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        let word = self.word(offset);
         Ok(
-            match atomic.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(v) | Err(v) => v,
             },
         )
+    }
+
+    fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        Ok(self.word(offset).fetch_add(add, Ordering::AcqRel))
+    }
+
+    /// The verified node, when every present page is on it.
+    fn numa_node(&self) -> Option<u32> {
+        match self.stats.placement.by_node.as_slice() {
+            [(node, _)] => Some(node.0),
+            _ => None,
+        }
+    }
+
+    /// The IOVA, when the region is mapped through a non-identity mapper.
+    fn iova(&self) -> Option<Iova> {
+        (!self.res.domain.is_identity()).then_some(self.iova)
     }
 }
 

@@ -7,6 +7,7 @@ use super::*;
 use crate::iova::IovaAllocator;
 use crate::mapper::{Mapper, MapperCall, RecordingMapper};
 use crate::sys::{self, Call};
+use rnic_core::{MemAccess, MemoryError};
 
 fn pool_2m(free: u64) {
     sys::script(|s| {
@@ -320,32 +321,37 @@ fn reads_writes_and_atomics_are_byte_exact_and_bounded() {
     r.read(8, &mut w).unwrap();
     assert_eq!(u64::from_ne_bytes(w), 42);
 
-    assert!(matches!(
-        r.write(70, &[0; 8]),
-        Err(DmaError::OutOfBounds {
-            offset: 70,
-            len: 8,
-            region_len: 77
-        })
-    ));
-    assert!(matches!(
+    let before = {
+        let mut all = vec![0u8; LEN];
+        r.read(0, &mut all).unwrap();
+        all
+    };
+    let oor = |access, offset, len| MemoryError::OutOfRange {
+        access,
+        offset,
+        len,
+        region_len: LEN,
+    };
+    assert_eq!(r.write(70, &[0xEE; 8]), Err(oor(MemAccess::Write, 70, 8)));
+    assert_eq!(
         r.read(usize::MAX, &mut [0; 2]),
-        Err(DmaError::OutOfBounds { .. })
-    ));
-    assert!(matches!(
+        Err(oor(MemAccess::Read, usize::MAX, 2))
+    );
+    assert_eq!(
         r.fetch_add_u64(4, 1),
-        Err(DmaError::Misaligned {
-            offset: 4,
-            width: 8
+        Err(MemoryError::Misaligned {
+            access: MemAccess::Atomic,
+            offset: 4
         })
-    ));
-    assert!(
-        matches!(
-            r.compare_swap_u64(72, 0, 1),
-            Err(DmaError::OutOfBounds { .. })
-        ),
+    );
+    assert_eq!(
+        r.compare_swap_u64(72, 0, 1),
+        Err(oor(MemAccess::Atomic, 72, 8)),
         "word crosses the end"
     );
+    let mut after = vec![0u8; LEN];
+    r.read(0, &mut after).unwrap();
+    assert_eq!(after, before, "refused accesses changed nothing");
 }
 
 #[test]
@@ -420,20 +426,32 @@ fn near_pci_device_reads_sysfs() {
 
 #[test]
 fn a_region_in_the_key_table_outlives_its_other_owners() {
-    use crate::access::{AccessFlags, PdId};
     use crate::keys::KeyTable;
+    use rnic_core::{AccessFlags, PdHandle};
     let r = DmaRegion::builder(4096)
         .pages(PagePolicy::Require(PageSize::Base))
         .build()
         .unwrap();
     let mut t: KeyTable = KeyTable::with_seed(9);
     let k = t
-        .register(Arc::clone(&r), 0, 4096, PdId(1), AccessFlags::LOCAL_WRITE)
+        .register(
+            Arc::clone(&r),
+            0,
+            4096,
+            PdHandle(1),
+            AccessFlags::LOCAL_WRITE,
+        )
         .unwrap();
     drop(r);
     assert_eq!(sys::live_mappings(), 1, "the table's Arc keeps the pages");
     let (region, off) = t
-        .lookup(k.lkey, PdId(1), k.start + 8, 8, AccessFlags::LOCAL_WRITE)
+        .lookup(
+            k.lkey,
+            PdHandle(1),
+            k.start + 8,
+            8,
+            AccessFlags::LOCAL_WRITE,
+        )
         .unwrap();
     region.write(off as usize, &[1; 8]).unwrap();
     drop(t.invalidate(k.lkey).unwrap());
