@@ -699,9 +699,9 @@ fn print(setting: &Setting, rep: &Report, wall: std::time::Duration) {
 fn workload_every_setting_small() {
     for (i, s) in SETTINGS.iter().enumerate() {
         let t = std::time::Instant::now();
-        let rep = run_setting(s, 600, 300, 0x5eed + i as u64);
+        let rep = run_setting(s, 3000, 1000, 0x5eed + i as u64);
         print(s, &rep, t.elapsed());
-        assert_eq!(rep.ops, 600);
+        assert_eq!(rep.ops, 3000);
         if s.faults.loss > 0.0 {
             assert!(rep.qp[0].retransmits + rep.qp[1].retransmits > 0);
         }
