@@ -111,15 +111,15 @@ impl CqInner {
             cached = Some((qpn, track));
             if wc.opcode.is_recv() {
                 if track.retire_recv() {
-                    credits += 1;
+                    credits = credits.saturating_add(1);
                 } else {
                     self.unmatched.fetch_add(1, Ordering::Relaxed);
                 }
             } else {
                 match track.sq.retire(wc.wr_id, wc.status.is_success()) {
-                    Retired::Matched(n) => credits += n,
+                    Retired::Matched(n) => credits = credits.saturating_add(n),
                     Retired::Fallback => {
-                        credits += 1;
+                        credits = credits.saturating_add(1);
                         self.unmatched.fetch_add(1, Ordering::Relaxed);
                     }
                     Retired::Nothing => {
@@ -233,7 +233,9 @@ impl CompletionQueue {
     }
 
     /// Move up to `wcs.len()` completions into `wcs` and return how many;
-    /// their credits go back to the window. Never blocks on the device.
+    /// their credits go back to the window. Never waits for the device; it
+    /// only waits for a concurrent `poll` of the same queue, or for a QP of
+    /// this queue being reset or destroyed, to finish.
     pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         let inner = &*self.inner;
         let table = inner.lock_table();

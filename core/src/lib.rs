@@ -70,6 +70,7 @@
 //! # let _ = ping;
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod access;
 pub mod cq;

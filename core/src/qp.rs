@@ -1214,5 +1214,6 @@ mod tests {
         assert_eq!(QpAttrMask::DEST_QPN.bits(), 1 << 20);
         assert_eq!(QpAttrMask::MIN_RNR_TIMER.bits(), 1 << 15);
         assert_eq!(QpAttrMask::all().bits(), (1 << 21) - 1);
+        assert_eq!(Mtu::default(), Mtu::Mtu1024);
     }
 }

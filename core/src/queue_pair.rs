@@ -259,8 +259,7 @@ impl QueuePair {
 
     /// Send requests posted and not yet retired by a polled completion.
     pub fn outstanding_sends(&self) -> u32 {
-        // At most the ring capacity, which came from a u32.
-        self.track.sq.outstanding() as u32
+        u32::try_from(self.track.sq.outstanding()).unwrap_or(u32::MAX)
     }
 
     /// Receive requests posted and not yet retired by a polled completion.
@@ -456,7 +455,7 @@ impl QueuePair {
         let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
         if outstanding.saturating_add(wrs.len()) > capacity as usize {
             return refuse(PostError::QueueFull {
-                outstanding: outstanding as u32,
+                outstanding: u32::try_from(outstanding).unwrap_or(u32::MAX),
                 capacity,
                 requested,
             });
@@ -477,8 +476,8 @@ impl QueuePair {
             Err(e) => {
                 let posted = e.posted_count().min(wrs.len());
                 self.track.sq.commit(base, posted);
-                // posted <= wrs.len() == requested.
-                self.send_cq.release(requested - posted as u32);
+                let posted = u32::try_from(posted).unwrap_or(u32::MAX);
+                self.send_cq.release(requested.saturating_sub(posted));
                 Err(e)
             }
         }
@@ -530,8 +529,8 @@ impl QueuePair {
         match self.provider.post_recv(self.handle, wrs) {
             Ok(()) => Ok(()),
             Err(e) => {
-                // posted <= wrs.len() == requested.
-                let unposted = requested - e.posted_count().min(wrs.len()) as u32;
+                let posted = u32::try_from(e.posted_count()).unwrap_or(u32::MAX);
+                let unposted = requested.saturating_sub(posted);
                 self.track.sub_recv(unposted);
                 self.recv_cq.release(unposted);
                 Err(e)

@@ -129,8 +129,7 @@ impl SqRing {
                     && (!success || slot.signaled.load(Ordering::Relaxed))
                 {
                     self.head.store(index.wrapping_add(1), Ordering::Release);
-                    // k < capacity, which came from a u32.
-                    return Retired::Matched(k as u32 + 1);
+                    return Retired::Matched(u32::try_from(k + 1).unwrap_or(u32::MAX));
                 }
             }
         }
@@ -151,8 +150,7 @@ impl SqRing {
         let n = self.outstanding();
         self.head.store(tail, Ordering::Release);
         self.reserved.store(tail, Ordering::Release);
-        // outstanding() is at most the capacity, which came from a u32.
-        n as u32
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 }
 

@@ -218,13 +218,14 @@ impl fmt::Display for Iova {
 }
 
 /// A path MTU: the payload bytes of one packet. Only the five IB sizes exist.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mtu {
     /// 256 bytes (`IB_MTU_256` = 1).
     Mtu256,
     /// 512 bytes (2).
     Mtu512,
-    /// 1024 bytes (3): what a 1500-byte Ethernet MTU gives.
+    /// 1024 bytes (3): what a 1500-byte Ethernet MTU gives. The default.
+    #[default]
     Mtu1024,
     /// 2048 bytes (4).
     Mtu2048,
@@ -234,7 +235,13 @@ pub enum Mtu {
 
 impl Mtu {
     /// All five sizes, smallest first.
-    pub const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+    pub const ALL: [Mtu; 5] = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ];
 
     /// Payload bytes per packet.
     pub const fn bytes(self) -> u32 {
@@ -304,12 +311,6 @@ impl Mtu {
     }
 }
 
-impl Default for Mtu {
-    fn default() -> Mtu {
-        Mtu::Mtu1024
-    }
-}
-
 impl fmt::Display for Mtu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.bytes())
@@ -337,7 +338,9 @@ impl Gid {
     /// The IPv4-mapped GID for `addr`.
     pub const fn from_ipv4(addr: Ipv4Addr) -> Gid {
         let o = addr.octets();
-        Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3]])
+        Gid([
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3],
+        ])
     }
 
     /// The GID of an IPv6 address (its 16 bytes).
@@ -512,9 +515,15 @@ mod tests {
         let a = Psn::from_wire(100);
         // Exactly 2^23 - 1 ahead is still "after"; 2^23 ahead flips to "before".
         assert!(a.is_before(a.wrapping_add(Psn::HALF - 1)));
-        assert_eq!(a.distance_to(a.wrapping_add(Psn::HALF - 1)), (Psn::HALF - 1) as i32);
+        assert_eq!(
+            a.distance_to(a.wrapping_add(Psn::HALF - 1)),
+            (Psn::HALF - 1) as i32
+        );
         assert!(a.is_after(a.wrapping_add(Psn::HALF + 1)));
-        assert_eq!(a.distance_to(a.wrapping_add(Psn::HALF)), -(Psn::HALF as i32));
+        assert_eq!(
+            a.distance_to(a.wrapping_add(Psn::HALF)),
+            -(Psn::HALF as i32)
+        );
         assert_eq!(a.cmp_window(a), std::cmp::Ordering::Equal);
         let top = Psn::from_wire(0xFF_FFFF);
         assert!(top.is_before(top.wrapping_add(Psn::HALF - 1)));
@@ -558,9 +567,15 @@ mod tests {
         let v6: Gid = "fe80::5054:ff:fe12:3456".parse().expect("parse");
         assert_eq!(v6.to_ipv4(), None);
         assert_eq!(v6.to_string(), "fe80::5054:ff:fe12:3456");
-        assert_eq!(Gid::link_local_from_mac([0x52, 0x54, 0, 0x12, 0x34, 0x56]), v6);
+        assert_eq!(
+            Gid::link_local_from_mac([0x52, 0x54, 0, 0x12, 0x34, 0x56]),
+            v6
+        );
         assert!(matches!("nonsense".parse::<Gid>(), Err(ValueError::Gid(_))));
-        assert!(matches!(Gid::from_hex("zz000000000000000000ffff0a000001"), Err(ValueError::GidHex(_))));
+        assert!(matches!(
+            Gid::from_hex("zz000000000000000000ffff0a000001"),
+            Err(ValueError::GidHex(_))
+        ));
     }
 
     #[test]

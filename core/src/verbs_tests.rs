@@ -760,3 +760,18 @@ fn context_queries_reach_the_provider() {
         })
     );
 }
+
+/// The objects can be shared with and moved to other threads (a compile-time
+/// property: this fails to build if one stops being `Send + Sync`).
+#[test]
+fn objects_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Context>();
+    check::<ProtectionDomain>();
+    check::<crate::verbs::MemoryRegion>();
+    check::<CompletionQueue>();
+    check::<QueuePair>();
+    check::<HeapMemory>();
+    check::<crate::credit::CreditWindow>();
+    check::<Arc<dyn crate::provider::Provider>>();
+}
