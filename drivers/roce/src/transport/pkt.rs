@@ -282,7 +282,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
         return Err(ParseError::BadHeader);
     }
     // Pad makes the payload a multiple of 4; anything else is malformed.
-    if (paylen + pad) % 4 != 0 {
+    if !(paylen + pad).is_multiple_of(4) {
         return Err(ParseError::BadHeader);
     }
     let payload = bytes

@@ -364,7 +364,7 @@ impl Qp {
 
     fn exec_atomic(&mut self, p: &Pkt<'_>, io: &mut Io<'_>) -> Result<(), Refuse> {
         let a = p.atomic;
-        if a.va % 8 != 0 {
+        if !a.va.is_multiple_of(8) {
             return Err(Refuse::InvalidRequest);
         }
         let pd = self.cfg.pd;

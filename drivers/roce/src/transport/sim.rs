@@ -186,7 +186,7 @@ impl MemoryAccess for MemTable {
     }
 
     fn atomic(&mut self, pd: PdId, rkey: Rkey, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         let (i, s) = self.find(pd, MemKey::Remote(rkey), addr, 8, Access::RemoteAtomic)?;

@@ -396,12 +396,27 @@ fn ud_send_recv() {
     let r = &sim.ep[1].cq.recv;
     assert_eq!(r.len(), 1);
     assert_eq!(
-        (r[0].wr_id, r[0].byte_len, r[0].src_qp, r[0].imm_data, r[0].grh),
-        (1, 1024 + GRH_LEN as u32, Some(Qpn::from_wire(0x31)), Some(5), true)
+        (
+            r[0].wr_id,
+            r[0].byte_len,
+            r[0].src_qp,
+            r[0].imm_data,
+            r[0].grh
+        ),
+        (
+            1,
+            1024 + GRH_LEN as u32,
+            Some(Qpn::from_wire(0x31)),
+            Some(5),
+            true
+        )
     );
     let b = sim.ep[1].mem.bytes(kb);
     assert_eq!(&b[8..24], gid(1).raw());
-    assert_eq!(&b[GRH_LEN..GRH_LEN + 1024], &sim.ep[0].mem.bytes(ka)[..1024]);
+    assert_eq!(
+        &b[GRH_LEN..GRH_LEN + 1024],
+        &sim.ep[0].mem.bytes(ka)[..1024]
+    );
     let st = sim.ep[1].qp.stats();
     assert_eq!(st.drops.qkey_mismatch, 1);
     assert_eq!(st.drops.no_receive, 1);

@@ -284,11 +284,14 @@ fn local_errors_in_order() {
                 (3, WcStatus::WrFlushErr)
             ]
         );
-        assert_eq!(sim.ep[0].cq.send[1].opcode, if bad == 0 {
-            WcOpcode::RdmaWrite
-        } else {
-            WcOpcode::FetchAdd
-        });
+        assert_eq!(
+            sim.ep[0].cq.send[1].opcode,
+            if bad == 0 {
+                WcOpcode::RdmaWrite
+            } else {
+                WcOpcode::FetchAdd
+            }
+        );
     }
 }
 

@@ -18,6 +18,9 @@ const N_VA: u64 = 0x4_0000;
 const F_VA: u64 = 0x5_0000;
 const RECV_VA: u64 = 0x6_0000;
 
+/// Builds a packet against a rig's keys.
+type Make<'a> = Box<dyn Fn(&Rig) -> Vec<u8> + 'a>;
+
 struct Rig {
     ep: Endpoint,
     w: u32,
@@ -161,7 +164,7 @@ fn expect_nak(rig: &mut Rig, packet: &[u8], syn: u8, psn: u32) -> QpStats {
 #[test]
 fn wrong_rkey_out_of_bounds_missing_access_foreign_pd() {
     let data = [7u8; 16];
-    let cases: Vec<(&str, Box<dyn Fn(&Rig) -> Vec<u8>>)> = vec![
+    let cases: Vec<(&str, Make<'_>)> = vec![
         (
             "WRITE wrong rkey",
             Box::new(|r| req(op::WRITE_ONLY, RQ_PSN, &data, reth(W_VA, r.w ^ 0x100, 16))),
@@ -187,14 +190,7 @@ fn wrong_rkey_out_of_bounds_missing_access_foreign_pd() {
         ),
         (
             "WRITE FIRST whose RETH length overruns",
-            Box::new(|r| {
-                req(
-                    op::WRITE_FIRST,
-                    RQ_PSN,
-                    &[1u8; MTU],
-                    reth(W_VA, r.w, 8192),
-                )
-            }),
+            Box::new(|r| req(op::WRITE_FIRST, RQ_PSN, &[1u8; MTU], reth(W_VA, r.w, 8192))),
         ),
         (
             "WRITE without REMOTE_WRITE on the region",
@@ -249,7 +245,7 @@ fn wrong_rkey_out_of_bounds_missing_access_foreign_pd() {
 #[test]
 fn invalid_requests() {
     let mtu_data = [3u8; MTU];
-    let cases: Vec<(&str, AccessFlags, Box<dyn Fn(&Rig) -> Vec<u8>>)> = vec![
+    let cases: Vec<(&str, AccessFlags, Make<'_>)> = vec![
         (
             "WRITE on a QP without REMOTE_WRITE",
             AccessFlags::REMOTE_READ,
@@ -338,12 +334,20 @@ fn mid_message_sequence_and_length_errors() {
     let mut r = rig(AccessFlags::ALL);
     r.post_recv(4096);
     let first = req(op::WRITE_FIRST, RQ_PSN, &[9; MTU], reth(W_VA, r.w, 3000));
-    assert_eq!(r.inject(&first), vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]);
+    assert_eq!(
+        r.inject(&first),
+        vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]
+    );
     let bad = req(op::SEND_MIDDLE, RQ_PSN + 1, &[9; MTU], |_| {});
     expect_nak(&mut r, &bad, syndrome::NAK_INVALID_REQ, RQ_PSN + 1);
     // WRITE LAST that overruns the RETH length.
     let mut r = rig(AccessFlags::ALL);
-    let first = req(op::WRITE_FIRST, RQ_PSN, &[9; MTU], reth(W_VA, r.w, MTU as u32 + 8));
+    let first = req(
+        op::WRITE_FIRST,
+        RQ_PSN,
+        &[9; MTU],
+        reth(W_VA, r.w, MTU as u32 + 8),
+    );
     r.inject(&first);
     let bad = req(op::WRITE_LAST, RQ_PSN + 1, &[9; 12], |_| {});
     expect_nak(&mut r, &bad, syndrome::NAK_INVALID_REQ, RQ_PSN + 1);
@@ -484,7 +488,10 @@ fn psn_gap_naks_once_then_drops() {
     assert_eq!(r.ep.qp.state(), QpState::Rts);
     // The expected PSN clears the gap; a new gap NAKs again.
     let ok = req(op::WRITE_ONLY, RQ_PSN, &[2; 16], reth(W_VA, r.w, 16));
-    assert_eq!(r.inject(&ok), vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]);
+    assert_eq!(
+        r.inject(&ok),
+        vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]
+    );
     let out = r.inject(&ahead(RQ_PSN + 5));
     assert_eq!(out, vec![(op::ACK, syndrome::NAK_PSN_SEQ, RQ_PSN + 1)]);
 }
@@ -495,19 +502,28 @@ fn duplicates_are_answered_not_reexecuted() {
     r.post_recv(4096);
     r.post_recv(4096);
     let w = req(op::WRITE_ONLY, RQ_PSN, &[0xaa; 16], reth(W_VA, r.w, 16));
-    let s = req(op::SEND_ONLY, RQ_PSN + 1, &[0xbb; 16], |o| o.ack_req = false);
+    let s = req(op::SEND_ONLY, RQ_PSN + 1, &[0xbb; 16], |o| {
+        o.ack_req = false
+    });
     let a = req(op::FETCH_ADD, RQ_PSN + 2, &[], atomic(A_VA, r.a));
     let rd = req(op::READ_REQUEST, RQ_PSN + 3, &[], reth(R_VA, r.r, 3000));
     assert_eq!(r.inject(&w).len(), 1);
     assert!(r.inject(&s).is_empty(), "no AckReq, no ACK");
     let orig = u64::from_ne_bytes(r.ep.mem.bytes(r.a)[..8].try_into().expect("8"));
     let out = r.inject(&a);
-    assert_eq!(out, vec![(op::ATOMIC_ACK, syndrome::ACK_UNLIMITED, RQ_PSN + 2)]);
+    assert_eq!(
+        out,
+        vec![(op::ATOMIC_ACK, syndrome::ACK_UNLIMITED, RQ_PSN + 2)]
+    );
     let out = r.inject(&rd);
     let ops: Vec<u8> = out.iter().map(|x| x.0).collect();
     assert_eq!(
         ops,
-        vec![op::READ_RESP_FIRST, op::READ_RESP_MIDDLE, op::READ_RESP_LAST]
+        vec![
+            op::READ_RESP_FIRST,
+            op::READ_RESP_MIDDLE,
+            op::READ_RESP_LAST
+        ]
     );
     assert_eq!(r.ep.cq.recv.len(), 1);
     // Scribble over the targets, then replay everything.
@@ -515,23 +531,25 @@ fn duplicates_are_answered_not_reexecuted() {
     let after_add = r.ep.mem.bytes(r.a)[..8].to_vec();
     let before = r.mem();
     let last = RQ_PSN + 5; // READ took 3 PSNs.
-    assert_eq!(
-        r.inject(&w),
-        vec![(op::ACK, syndrome::ACK_UNLIMITED, last)]
-    );
-    assert_eq!(
-        r.inject(&s),
-        vec![(op::ACK, syndrome::ACK_UNLIMITED, last)]
-    );
+    assert_eq!(r.inject(&w), vec![(op::ACK, syndrome::ACK_UNLIMITED, last)]);
+    assert_eq!(r.inject(&s), vec![(op::ACK, syndrome::ACK_UNLIMITED, last)]);
     let out = r.inject(&a);
-    assert_eq!(out, vec![(op::ATOMIC_ACK, syndrome::ACK_UNLIMITED, RQ_PSN + 2)]);
+    assert_eq!(
+        out,
+        vec![(op::ATOMIC_ACK, syndrome::ACK_UNLIMITED, RQ_PSN + 2)]
+    );
     // The replayed atomic ACK carries the original value.
     let now = crate::transport::Instant::from_nanos(0);
     r.ep.with(|qp, io| qp.receive(now, &a, gid(1), io));
     let (b, _) = r.ep.tx.out.pop().expect("replay");
     assert_eq!(pkt::parse(&b).expect("ack").atomic_orig, orig);
     // READ replay from its second packet.
-    let rd2 = req(op::READ_REQUEST, RQ_PSN + 4, &[], reth(R_VA + 1024, r.r, 1976));
+    let rd2 = req(
+        op::READ_REQUEST,
+        RQ_PSN + 4,
+        &[],
+        reth(R_VA + 1024, r.r, 1976),
+    );
     let out = r.inject(&rd2);
     assert_eq!(
         out,
@@ -541,7 +559,12 @@ fn duplicates_are_answered_not_reexecuted() {
         ]
     );
     // A replay asking outside the original range is dropped.
-    let rd3 = req(op::READ_REQUEST, RQ_PSN + 4, &[], reth(R_VA + 1024, r.r, 4000));
+    let rd3 = req(
+        op::READ_REQUEST,
+        RQ_PSN + 4,
+        &[],
+        reth(R_VA + 1024, r.r, 4000),
+    );
     assert!(r.inject(&rd3).is_empty());
     same_memory(&before, &r.ep.mem);
     assert_eq!(&r.ep.mem.bytes(r.a)[..8], &after_add[..]);

@@ -266,12 +266,9 @@ impl Chunk {
                     .mem
                     .register(PD, RSRC_VA, RSRC_LEN, AccessFlags::REMOTE_READ),
                 rdst: ep.mem.register(PD, RDST_VA, slot_bytes, local),
-                atom: ep.mem.register(
-                    PD,
-                    ATOM_VA,
-                    64,
-                    local.union(AccessFlags::REMOTE_ATOMIC),
-                ),
+                atom: ep
+                    .mem
+                    .register(PD, ATOM_VA, 64, local.union(AccessFlags::REMOTE_ATOMIC)),
                 recv: ep
                     .mem
                     .register(PD, RECV_VA, RQ_DEPTH as usize * small_max, local),
@@ -296,7 +293,11 @@ impl Chunk {
         for side in 0..2 {
             ch.dirs[side].free = (0..WINDOW).rev().collect();
             // With starvation on, start with few receives so RNR NAKs happen.
-            let initial = if ch.starve > 0.0 { 8 } else { RQ_DEPTH as usize };
+            let initial = if ch.starve > 0.0 {
+                8
+            } else {
+                RQ_DEPTH as usize
+            };
             for slot in 0..initial {
                 ch.post_recv(side, slot);
             }
@@ -633,7 +634,10 @@ impl Chunk {
         self.reap();
         for side in 0..2 {
             let d = &self.dirs[side];
-            assert!(d.expects.is_empty(), "side {side}: receives never delivered");
+            assert!(
+                d.expects.is_empty(),
+                "side {side}: receives never delivered"
+            );
             let ctr = &self.sim.ep[1 - side].mem.bytes(self.keys[1 - side].atom)[..8];
             let ctr = u64::from_ne_bytes(ctr.try_into().expect("8 bytes"));
             assert_eq!(ctr, d.model, "atomics not applied exactly once");
