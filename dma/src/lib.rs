@@ -97,4 +97,4 @@ pub use numa::{NodeId, OnMismatch, Placement, PlacementReport};
 pub use page::{PagePolicy, PageSize};
 pub use region::{DmaRegion, DmaRegionBuilder};
 pub use registry::RegionStats;
-pub use rnic_core::{AccessFlags, Iova, Memory, PdHandle};
+pub use rnic_core::{AccessFlags, Iova, Lkey, Memory, PdHandle, Rkey};

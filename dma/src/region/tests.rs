@@ -457,3 +457,52 @@ fn a_region_in_the_key_table_outlives_its_other_owners() {
     drop(t.invalidate(k.lkey).unwrap());
     assert_eq!(sys::live_mappings(), 0, "last reference gone: torn down");
 }
+
+#[test]
+fn a_region_registers_as_dyn_memory_with_its_iova_and_node() {
+    use crate::keys::KeyTable;
+    use rnic_core::{AccessFlags, PdHandle};
+    pool_2m(1);
+    let (domain, _mapper) = recording_domain();
+    let r = DmaRegion::builder(4096)
+        .node(NodeId(0))
+        .domain(domain)
+        .build()
+        .unwrap();
+    let dynamic: Arc<dyn Memory> = r.clone();
+    assert_eq!(
+        dynamic.iova(),
+        Some(r.iova()),
+        "IOMMU-mapped: the IOVA is reported"
+    );
+    assert_eq!(dynamic.numa_node(), Some(0));
+    assert_eq!(dynamic.addr(), r.as_ptr() as u64);
+    let mut t = KeyTable::<dyn Memory>::with_seed(1);
+    let k = t
+        .register(dynamic, 0, 4096, PdHandle(1), AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(k.start, r.iova().get(), "keys cover device addresses");
+    let (m, off) = t
+        .lookup(
+            k.lkey,
+            PdHandle(1),
+            k.start + 16,
+            8,
+            AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap();
+    m.write(off as usize, &[7; 8]).unwrap();
+    let mut b = [0u8; 8];
+    r.read(16, &mut b).unwrap();
+    assert_eq!(b, [7; 8]);
+
+    let identity = DmaRegion::builder(4096)
+        .pages(PagePolicy::Require(PageSize::Base))
+        .build()
+        .unwrap();
+    assert_eq!(
+        Memory::iova(&*identity),
+        None,
+        "identity-mapped: no IOVA, the VA is the address"
+    );
+}
