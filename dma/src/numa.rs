@@ -2,7 +2,7 @@
 //! `mbind(MPOL_BIND)`, and placement verification with `move_pages`.
 //!
 //! Binding says where future faults allocate; it does not prove where pages
-//! are. [`verify`] asks the kernel for the node of every page of a populated
+//! are. Verification asks the kernel for the node of every page of a populated
 //! range, so a region's [`PlacementReport`] states facts, not intentions.
 
 use std::fmt;

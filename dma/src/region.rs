@@ -4,7 +4,7 @@
 //! verify placement → IOVA allocation → device map. `Drop` undoes exactly
 //! that in reverse: device unmap → IOVA free → munlock → munmap. A failure
 //! half-way undoes the steps already done, in the same reverse order, because
-//! construction and teardown share one owner ([`Resources`]).
+//! construction and teardown share one owner (the private `Resources`).
 //!
 //! # Lifetime: "a region still registered or mapped cannot be dropped"
 //!
