@@ -1,13 +1,15 @@
 //! The RC completer (§8): retires send WQEs from ACKs, READ responses and
 //! atomic ACKs; handles NAKs, RNR waits, the local ACK timer and retries.
 
-use rnic_core::Psn;
+use core::time::Duration;
+
+use rnic_core::qp::{ack_timeout_delay, rnr_timer_delay};
+use rnic_core::{Psn, WcStatus};
 
 use super::pkt::{Pkt, f, syndrome};
 use super::qp::Qp;
 use super::queue::{WqeStatus, sgl_write};
-use super::shim::{QpState, WcStatus};
-use super::{Instant, Io, ack_timeout, rnr_delay};
+use super::{Instant, Io};
 
 /// Completer state.
 #[derive(Clone, Copy, Debug, Default)]
@@ -173,7 +175,8 @@ impl Qp {
                 }
                 self.stats.rnr_waits += 1;
                 self.comp.timer = None;
-                self.comp.rnr_until = Some(now.after(rnr_delay(code)));
+                let delay = rnr_timer_delay(code).unwrap_or(Duration::from_micros(10));
+                self.comp.rnr_until = Some(now.after(delay));
                 self.rewind();
                 return;
             }
@@ -186,7 +189,7 @@ impl Qp {
                             progress = true;
                         }
                         self.after_progress(now, progress, io);
-                        if self.state == QpState::Rts && self.comp.retrying != Some(p.psn) {
+                        if self.sender_on() && self.comp.retrying != Some(p.psn) {
                             self.start_retry(now, true, io);
                         }
                         return;
@@ -227,7 +230,7 @@ impl Qp {
             self.reset_retry_counters();
             self.comp.retrying = None;
             self.comp.timer = if self.outstanding() {
-                ack_timeout(self.a.timeout).map(|d| now.after(d))
+                ack_timeout_delay(self.a.timeout).map(|d| now.after(d))
             } else {
                 None
             };
@@ -297,7 +300,7 @@ impl Qp {
 
     /// A response showed that an earlier one was lost.
     fn gap_retry(&mut self, now: Instant, io: &mut Io<'_>) {
-        if self.state == QpState::Rts && self.comp.retrying != Some(self.comp.psn) {
+        if self.sender_on() && self.comp.retrying != Some(self.comp.psn) {
             self.start_retry(now, true, io);
         }
     }

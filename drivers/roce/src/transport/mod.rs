@@ -91,7 +91,6 @@ mod qp;
 mod queue;
 mod requester;
 mod responder;
-mod shim;
 mod stats;
 mod ud;
 
@@ -102,14 +101,11 @@ mod tests;
 
 use core::time::Duration;
 
-use rnic_core::{Gid, Lkey, Qpn, Rkey};
+use rnic_core::{AddressVector, Lkey, PdHandle, QpState, QpType, Qpn, Rkey, WorkCompletion};
 
-pub use qp::{Qp, QpConfig, QpType};
-pub use shim::{
-    AccessFlags, QpAttr, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode,
-    WcStatus, WorkCompletion,
-};
+pub use qp::{Qp, QpConfig};
 pub use stats::{DropCounts, NakCounts, QpStats};
+pub use ud::GRH_LEN;
 
 /// A point in time in nanoseconds on the caller's clock. The engine only
 /// compares and adds; where zero lies is the caller's business.
@@ -135,26 +131,14 @@ impl Instant {
     }
 }
 
-/// The path to a peer: what a provider needs besides the RoCE bytes to
-/// build IP/UDP headers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Path {
-    /// Destination GID (IPv4-mapped or IPv6).
-    pub dgid: Gid,
-    /// UDP source port (flow entropy).
-    pub udp_sport: u16,
-    /// IP hop limit / TTL.
-    pub hop_limit: u8,
-    /// IP traffic class / TOS.
-    pub traffic_class: u8,
-}
-
-/// Where one emitted packet goes.
+/// Where one emitted packet goes: the address vector (the provider builds
+/// the IP/UDP headers from it; a `None` UDP source port is the provider's to
+/// derive) and the destination QP (also in the BTH).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketDest {
-    /// IP-level path.
-    pub path: Path,
-    /// BTH DestQP (also inside the packet).
+    /// The peer's address: the QP's for RC, the work request's for UD.
+    pub av: AddressVector,
+    /// BTH DestQP.
     pub qpn: Qpn,
 }
 
@@ -186,10 +170,6 @@ pub trait CompletionSink {
     /// One completion.
     fn complete(&mut self, side: CqSide, wc: WorkCompletion);
 }
-
-/// A protection domain, as the memory-key table names it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct PdId(pub u32);
 
 /// A memory key as it appears in a work request (L_Key) or on the wire (R_Key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -257,7 +237,7 @@ pub trait MemoryAccess {
     /// Validate without touching memory.
     fn check(
         &self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         len: u64,
@@ -266,7 +246,7 @@ pub trait MemoryAccess {
     /// Copy `dst.len()` bytes from `addr`.
     fn read(
         &self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         dst: &mut [u8],
@@ -275,7 +255,7 @@ pub trait MemoryAccess {
     /// Copy `src` to `addr`.
     fn write(
         &mut self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         src: &[u8],
@@ -283,9 +263,15 @@ pub trait MemoryAccess {
     ) -> Result<(), MemError>;
     /// Run an atomic on the 8 bytes at `addr` (aligned, `REMOTE_ATOMIC`);
     /// returns the original value (host byte order).
-    fn atomic(&mut self, pd: PdId, rkey: Rkey, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    fn atomic(
+        &mut self,
+        pd: PdHandle,
+        rkey: Rkey,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError>;
     /// Invalidate `rkey` (SEND with invalidate).
-    fn invalidate(&mut self, pd: PdId, rkey: Rkey) -> Result<(), MemError>;
+    fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError>;
 }
 
 /// The outputs of one entry-point call, borrowed for its duration.
@@ -330,39 +316,19 @@ pub enum TransportError {
     /// Inline data could not be read from its SGEs.
     #[error("inline data unreadable: {0:?} (check the SGE's L_Key and bounds)")]
     InlineRead(MemError),
-    /// The operation does not exist on this QP type (e.g. READ on UD).
-    #[error("operation not supported on a {0:?} QP")]
+    /// The operation does not exist on this QP type (e.g. READ on UD), or a
+    /// UD send lacks its destination.
+    #[error("operation not supported on a {0} QP (UD sends need a UdDest, connected QPs none)")]
     BadOpForQpType(QpType),
-    /// Posting a receive to a QP still in RESET.
-    #[error("post to a QP in state {0:?}: modify it to INIT first")]
+    /// The engine does not implement this QP type (UC).
+    #[error("the transport engine implements RC and UD, not {0}")]
+    UnsupportedQpType(QpType),
+    /// Posting to a QP in a state that does not take the work (RESET).
+    #[error("post to a QP in state {0}: modify it to INIT first")]
     BadState(QpState),
     /// Invalid attribute value.
     #[error("invalid QP attribute: {0}")]
     BadAttr(&'static str),
-}
-
-/// Nanoseconds of the local ACK timeout exponent (4.096 µs · 2^t); `None` for 0.
-pub(crate) fn ack_timeout(t: u8) -> Option<Duration> {
-    if t == 0 {
-        None
-    } else {
-        Some(Duration::from_nanos(4096u64 << u32::from(t.min(31))))
-    }
-}
-
-/// RNR timer code → delay (IBA table, in units of 10 µs).
-const RNR_TIMER_10US: [u32; 32] = [
-    65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
-    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
-];
-
-/// The delay an RNR NAK's timer code asks for.
-pub(crate) fn rnr_delay(code: u8) -> Duration {
-    let units = RNR_TIMER_10US
-        .get(usize::from(code & 0x1f))
-        .copied()
-        .unwrap_or(1);
-    Duration::from_micros(u64::from(units) * 10)
 }
 
 /// The BTH DestQP of a RoCE packet (BTH‥ICRC), to pick the [`Qp`] to hand it

@@ -1,41 +1,32 @@
 //! The queue pair: its rings, attributes, state, and the entry points that
 //! drive the three state machines.
 
-use rnic_core::{Gid, Mtu, Psn, Qpn};
+use rnic_core::wr::MAX_MSG_SIZE;
+use rnic_core::{
+    AccessFlags, AddressVector, Gid, Mtu, PdHandle, Psn, QpAttr, QpAttrMask, QpInitAttr, QpState,
+    QpType, Qpn, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion,
+};
 
 use super::completer::Completer;
 use super::pkt::{self, Out, ParseError};
 use super::queue::{RecvQueue, RecvWqe, SendQueue, SendWqe, WqeStatus, sgl_len, sgl_read};
 use super::requester::Requester;
 use super::responder::Responder;
-use super::shim::{
-    AccessFlags, QpAttr, QpState, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
-};
 use super::stats::QpStats;
-use super::{CqSide, Instant, Io, MemError, PacketDest, PacketSink, Path, PdId, TransportError};
+use super::{CqSide, Instant, Io, MemError, PacketDest, PacketSink, TransportError};
 
 /// The largest message the engine moves (rxe's `RXE_MAX_MSG_SIZE`).
-pub(crate) const MAX_MSG: u64 = 1 << 31;
-
-/// Transport service of a QP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// Reliable connected.
-    Rc,
-    /// Unreliable datagram.
-    Ud,
-}
+pub(crate) const MAX_MSG: u64 = MAX_MSG_SIZE;
 
 /// What a QP is created with (sizes are fixed for its lifetime).
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
     /// This QP's number (BTH DestQP of incoming packets, DETH source QPN).
     pub qpn: Qpn,
-    /// RC or UD.
+    /// RC or UD (UC is refused by [`Qp::new`]).
     pub qp_type: QpType,
     /// The protection domain memory keys must belong to.
-    pub pd: PdId,
+    pub pd: PdHandle,
     /// Send ring depth.
     pub sq_depth: u32,
     /// Receive ring depth.
@@ -56,8 +47,25 @@ pub struct QpConfig {
 }
 
 impl QpConfig {
+    /// The configuration of a QP created with `attr` (ring sizes from its caps).
+    pub fn from_init(qpn: Qpn, pd: PdHandle, attr: &QpInitAttr, local_gid: Gid) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: attr.qp_type,
+            pd,
+            sq_depth: attr.caps.max_send_wr,
+            rq_depth: attr.caps.max_recv_wr,
+            max_send_sge: attr.caps.max_send_sge as usize,
+            max_recv_sge: attr.caps.max_recv_sge as usize,
+            max_inline: attr.caps.max_inline_data as usize,
+            sq_sig_all: attr.sq_sig_all,
+            local_gid,
+            retry_cnt_7_infinite: true,
+        }
+    }
+
     /// An RC QP with modest rings (64/64, 4 SGEs, 256 inline bytes).
-    pub fn rc(qpn: Qpn, pd: PdId) -> QpConfig {
+    pub fn rc(qpn: Qpn, pd: PdHandle) -> QpConfig {
         QpConfig {
             qpn,
             qp_type: QpType::Rc,
@@ -74,7 +82,7 @@ impl QpConfig {
     }
 
     /// A UD QP with the same rings.
-    pub fn ud(qpn: Qpn, pd: PdId) -> QpConfig {
+    pub fn ud(qpn: Qpn, pd: PdHandle) -> QpConfig {
         QpConfig {
             qp_type: QpType::Ud,
             ..QpConfig::rc(qpn, pd)
@@ -87,7 +95,7 @@ impl QpConfig {
 pub(crate) struct Attrs {
     pub path_mtu: Mtu,
     pub dest_qpn: Qpn,
-    pub path: Path,
+    pub av: AddressVector,
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
@@ -103,14 +111,14 @@ impl Default for Attrs {
         Attrs {
             path_mtu: Mtu::Mtu1024,
             dest_qpn: Qpn::default(),
-            path: Path::default(),
+            av: AddressVector::default(),
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
-            access: AccessFlags::EMPTY,
+            access: AccessFlags::empty(),
             qkey: 0,
         }
     }
@@ -167,9 +175,12 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// A QP in RESET with its rings allocated.
-    pub fn new(cfg: QpConfig) -> Qp {
-        Qp {
+    /// A QP in RESET with its rings allocated (RC or UD; UC is refused).
+    pub fn new(cfg: QpConfig) -> Result<Qp, TransportError> {
+        if cfg.qp_type == QpType::Uc {
+            return Err(TransportError::UnsupportedQpType(cfg.qp_type));
+        }
+        Ok(Qp {
             cfg,
             state: QpState::Reset,
             a: Attrs::default(),
@@ -179,7 +190,7 @@ impl Qp {
             comp: Completer::default(),
             resp: Responder::default(),
             stats: QpStats::default(),
-        }
+        })
     }
 
     /// This QP's number.
@@ -207,73 +218,75 @@ impl Qp {
         self.rq.len()
     }
 
-    /// Apply attributes (and a state change, if `attr.state` says so).
-    /// Moving to ERR flushes through `cq`; moving to RESET discards all
-    /// posted work without completions, as ibverbs does.
+    /// Apply the attributes named in `mask` (and a state change when it
+    /// names `STATE`). The legality of the transition is core's
+    /// `check_modify`'s business; this applies what it is given. Moving to
+    /// ERR flushes through `cq`; moving to RESET discards all posted work
+    /// without completions, as ibverbs does; moving to SQE flushes the send
+    /// queue.
     pub fn modify(
         &mut self,
         attr: &QpAttr,
+        mask: QpAttrMask,
         cq: &mut dyn super::CompletionSink,
     ) -> Result<(), TransportError> {
-        if let Some(t) = attr.timeout
-            && t > 31
-        {
+        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
             return Err(TransportError::BadAttr("timeout is a 5-bit exponent"));
         }
-        if let Some(t) = attr.min_rnr_timer
-            && t > 31
-        {
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
             return Err(TransportError::BadAttr("min_rnr_timer is a 5-bit code"));
         }
-        if attr.retry_cnt.is_some_and(|r| r > 7) || attr.rnr_retry.is_some_and(|r| r > 7) {
+        if (mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7)
+            || (mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7)
+        {
             return Err(TransportError::BadAttr("retry counts are 3-bit"));
         }
         let a = &mut self.a;
-        if let Some(v) = attr.path_mtu {
-            a.path_mtu = v;
+        if mask.contains(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
         }
-        if let Some(v) = attr.dest_qp_num {
-            a.dest_qpn = v;
+        if mask.contains(QpAttrMask::DEST_QPN) {
+            a.dest_qpn = attr.dest_qp_num;
         }
-        if let Some(v) = attr.path {
-            a.path = v;
+        if mask.contains(QpAttrMask::AV) {
+            a.av = attr.ah_attr;
         }
-        if let Some(v) = attr.timeout {
-            a.timeout = v;
+        if mask.contains(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
         }
-        if let Some(v) = attr.retry_cnt {
-            a.retry_cnt = v;
-            self.comp.retry_left = v;
+        if mask.contains(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.comp.retry_left = attr.retry_cnt;
         }
-        if let Some(v) = attr.rnr_retry {
-            a.rnr_retry = v;
-            self.comp.rnr_left = v;
+        if mask.contains(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            self.comp.rnr_left = attr.rnr_retry;
         }
-        if let Some(v) = attr.min_rnr_timer {
-            a.min_rnr_timer = v;
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
         }
-        if let Some(v) = attr.max_rd_atomic {
-            a.max_rd_atomic = v;
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
         }
-        if let Some(v) = attr.max_dest_rd_atomic {
-            a.max_dest_rd_atomic = v;
-            self.resp.resize_resources(usize::from(v));
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+            self.resp
+                .resize_resources(usize::from(attr.max_dest_rd_atomic));
         }
-        if let Some(v) = attr.access {
-            a.access = v;
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
+            a.access = attr.qp_access_flags;
         }
-        if let Some(v) = attr.qkey {
-            a.qkey = v;
+        if mask.contains(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
         }
-        if let Some(p) = attr.rq_psn {
-            self.resp.reset_psn(p);
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            self.resp.reset_psn(attr.rq_psn);
         }
-        if let Some(p) = attr.sq_psn {
-            self.set_sq_psn(p);
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            self.set_sq_psn(attr.sq_psn);
         }
-        if let Some(s) = attr.state
-            && s != self.state
-        {
+        let s = attr.qp_state;
+        if mask.contains(QpAttrMask::STATE) && s != self.state {
             match s {
                 QpState::Reset => {
                     self.sq.clear();
@@ -288,7 +301,11 @@ impl Qp {
                     self.state = QpState::Reset;
                 }
                 QpState::Err => self.enter_error(cq),
-                QpState::Init | QpState::Rtr | QpState::Rts => self.state = s,
+                QpState::Sqe => {
+                    self.state = QpState::Sqe;
+                    self.flush_send(cq);
+                }
+                QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd => self.state = s,
             }
         }
         Ok(())
@@ -307,8 +324,8 @@ impl Qp {
         if self.state == QpState::Reset {
             return Err(TransportError::BadState(self.state));
         }
-        let ud = matches!(wr.op, SendOp::UdSend { .. });
-        if ud != (self.cfg.qp_type == QpType::Ud) {
+        let ud = self.cfg.qp_type == QpType::Ud;
+        if ud != wr.ud.is_some() || !wr.op.supported_on(self.cfg.qp_type) {
             return Err(TransportError::BadOpForQpType(self.cfg.qp_type));
         }
         if wr.sg_list.len() > self.sq.max_sge {
@@ -323,6 +340,7 @@ impl Qp {
         let mut wqe = SendWqe {
             wr_id: wr.wr_id,
             op: wr.op,
+            ud: wr.ud,
             flags: wr.flags,
             signaled: self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
             num_sge: wr.sg_list.len(),
@@ -332,11 +350,7 @@ impl Qp {
             first_psn: Psn::default(),
             npkts: 0,
         };
-        let carries_data = !matches!(
-            wr.op,
-            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-        );
-        if carries_data && wr.flags.contains(SendFlags::INLINE) {
+        if !wqe.is_rd_atomic() && wr.flags.contains(SendFlags::INLINE) {
             if wqe.len > self.sq.max_inline as u64 {
                 return Err(TransportError::InlineTooLong {
                     got: wqe.len,
@@ -359,8 +373,8 @@ impl Qp {
         } else {
             self.sq.push(wqe, wr.sg_list);
         }
-        if self.state == QpState::Err {
-            self.flush(io.cq);
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
+            self.flush_send(io.cq);
         }
         Ok(())
     }
@@ -387,9 +401,22 @@ impl Qp {
         };
         self.rq.push(wqe, wr.sg_list);
         if self.state == QpState::Err {
-            self.flush(io.cq);
+            self.flush_recv(io.cq);
         }
         Ok(())
+    }
+
+    /// The responder takes requests (RTR, RTS, SQD, SQE).
+    fn responder_on(&self) -> bool {
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// The requester and completer work (RTS; SQD finishes started work).
+    pub(crate) fn sender_on(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
     }
 
     /// Handle one received RoCE packet (BTH‥ICRC, ICRC already verified by
@@ -423,7 +450,7 @@ impl Qp {
             return;
         }
         if ud_pkt {
-            if matches!(self.state, QpState::Rtr | QpState::Rts) {
+            if self.responder_on() {
                 self.ud_receive(&p, src, io);
             } else {
                 self.stats.drops.bad_state += 1;
@@ -431,12 +458,12 @@ impl Qp {
             return;
         }
         if p.any(pkt::f::RESPONSE) {
-            if self.state == QpState::Rts {
+            if self.sender_on() {
                 self.complete_response(now, &p, io);
             } else {
                 self.stats.drops.bad_state += 1;
             }
-        } else if matches!(self.state, QpState::Rtr | QpState::Rts) {
+        } else if self.responder_on() {
             self.respond(&p, io);
         } else {
             self.stats.drops.bad_state += 1;
@@ -447,20 +474,20 @@ impl Qp {
     /// The doorbell: send what the requester may, continue a pending READ
     /// reply. Idempotent; cheap when there is nothing to do.
     pub fn run(&mut self, now: Instant, io: &mut Io<'_>) {
-        if matches!(self.state, QpState::Rtr | QpState::Rts) {
+        if self.responder_on() {
             self.continue_reply(io);
         }
-        if self.state == QpState::Rts {
+        if self.sender_on() {
             match self.cfg.qp_type {
-                QpType::Rc => self.request(now, io),
                 QpType::Ud => self.ud_send(io),
+                _ => self.request(now, io),
             }
         }
     }
 
     /// When [`Qp::on_timer`] next has work to do (`None`: no timer pending).
     pub fn next_deadline(&self) -> Option<Instant> {
-        if self.state != QpState::Rts {
+        if !self.sender_on() {
             return None;
         }
         match (self.comp.timer, self.comp.rnr_until) {
@@ -472,7 +499,7 @@ impl Qp {
     /// Run the timers that are due at `now` (ACK timeout, RNR wait), then
     /// the doorbell.
     pub fn on_timer(&mut self, now: Instant, io: &mut Io<'_>) {
-        if self.state == QpState::Rts {
+        if self.sender_on() {
             self.completer_timers(now, io);
         }
         self.run(now, io);
@@ -481,14 +508,13 @@ impl Qp {
     /// Move to ERR and flush every posted WQE.
     pub(crate) fn enter_error(&mut self, cq: &mut dyn super::CompletionSink) {
         self.state = QpState::Err;
-        self.comp.timer = None;
-        self.comp.rnr_until = None;
         self.resp.reply = None;
-        self.flush(cq);
+        self.flush_send(cq);
+        self.flush_recv(cq);
     }
 
-    /// Complete everything posted with `WR_FLUSH_ERR` (send side first).
-    fn flush(&mut self, cq: &mut dyn super::CompletionSink) {
+    /// Complete every posted send WQE with `WR_FLUSH_ERR`; stop the timers.
+    fn flush_send(&mut self, cq: &mut dyn super::CompletionSink) {
         while self.sq.len() > 0 {
             let head = self.sq.head;
             self.complete_send(head, WcStatus::WrFlushErr, cq);
@@ -496,6 +522,12 @@ impl Qp {
         self.req.idx = self.sq.head;
         self.req.pkt = 0;
         self.req.rd_atomic = 0;
+        self.comp.timer = None;
+        self.comp.rnr_until = None;
+    }
+
+    /// Complete every posted receive WQE with `WR_FLUSH_ERR`.
+    fn flush_recv(&mut self, cq: &mut dyn super::CompletionSink) {
         self.resp.recv_in_use = false;
         while let Some(w) = self.rq.front() {
             cq.complete(
@@ -505,11 +537,7 @@ impl Qp {
                     status: WcStatus::WrFlushErr,
                     opcode: WcOpcode::Recv,
                     qp_num: self.cfg.qpn,
-                    byte_len: 0,
-                    imm_data: None,
-                    invalidated_rkey: None,
-                    src_qp: None,
-                    grh: false,
+                    ..WorkCompletion::default()
                 },
             );
             self.stats.recv_completions += 1;
@@ -528,38 +556,27 @@ impl Qp {
         let Some(w) = self.sq.get(idx).copied() else {
             return;
         };
-        let opcode = match w.op {
-            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => WcOpcode::Send,
-            SendOp::UdSend { .. } => WcOpcode::Send,
-            SendOp::Write { .. } | SendOp::WriteWithImm { .. } => WcOpcode::RdmaWrite,
-            SendOp::Read { .. } => WcOpcode::RdmaRead,
-            SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
-            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
-        };
         if status != WcStatus::Success || w.signaled {
             cq.complete(
                 CqSide::Send,
                 WorkCompletion {
                     wr_id: w.wr_id,
                     status,
-                    opcode,
+                    opcode: w.op.wc_opcode(),
                     qp_num: self.cfg.qpn,
                     byte_len: u32::try_from(w.len).unwrap_or(u32::MAX),
-                    imm_data: None,
-                    invalidated_rkey: None,
-                    src_qp: None,
-                    grh: false,
+                    ..WorkCompletion::default()
                 },
             );
         }
         self.stats.send_completions += 1;
-        if w.is_rd_atomic() && w.status == WqeStatus::Started {
+        if w.is_rd_atomic() && w.npkts > 0 {
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
         self.sq.pop();
     }
 
-    /// Count and hand over one outgoing packet built by `transmit`.
+    /// Count one outgoing packet built by `transmit`.
     pub(crate) fn count_tx(&mut self, t: &Tx) {
         if let Tx::Sent(n) = t {
             self.stats.tx_packets += 1;
@@ -570,7 +587,7 @@ impl Qp {
     /// The destination of packets to the connected peer.
     pub(crate) fn peer(&self) -> PacketDest {
         PacketDest {
-            path: self.a.path,
+            av: self.a.av,
             qpn: self.a.dest_qpn,
         }
     }

@@ -6,10 +6,9 @@
 //! `slot * max_sge`, its inline bytes at `slot * max_inline`, so posting
 //! copies into memory that already exists.
 
-use rnic_core::Psn;
+use rnic_core::{PdHandle, Psn, SendFlags, SendOp, Sge, UdDest, WcStatus};
 
-use super::shim::{SendFlags, SendOp, Sge};
-use super::{Access, MemError, MemKey, MemoryAccess, PdId, WcStatus};
+use super::{Access, MemError, MemKey, MemoryAccess};
 
 /// Where a send WQE is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +26,8 @@ pub(crate) enum WqeStatus {
 pub(crate) struct SendWqe {
     pub wr_id: u64,
     pub op: SendOp,
+    /// Destination of a UD send.
+    pub ud: Option<UdDest>,
     pub flags: SendFlags,
     /// Completion wanted on success.
     pub signaled: bool,
@@ -46,7 +47,8 @@ impl SendWqe {
     pub(crate) const EMPTY: SendWqe = SendWqe {
         wr_id: 0,
         op: SendOp::Send,
-        flags: SendFlags::EMPTY,
+        ud: None,
+        flags: SendFlags::empty(),
         signaled: false,
         num_sge: 0,
         inline: false,
@@ -58,21 +60,15 @@ impl SendWqe {
 
     /// READ or atomic: answered by data, limited by `max_rd_atomic`.
     pub(crate) fn is_rd_atomic(&self) -> bool {
-        matches!(
-            self.op,
-            SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-        )
+        self.is_read() || self.is_atomic()
     }
 
     pub(crate) fn is_read(&self) -> bool {
-        matches!(self.op, SendOp::Read { .. })
+        matches!(self.op, SendOp::RdmaRead { .. })
     }
 
     pub(crate) fn is_atomic(&self) -> bool {
-        matches!(
-            self.op,
-            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-        )
+        self.op.is_atomic()
     }
 
     /// The last PSN of the WQE's range.
@@ -192,7 +188,7 @@ impl SendQueue {
     pub(crate) fn read_payload(
         &self,
         mem: &dyn MemoryAccess,
-        pd: PdId,
+        pd: PdHandle,
         idx: u32,
         off: u64,
         dst: &mut [u8],
@@ -300,7 +296,7 @@ pub(crate) fn sgl_len(sges: &[Sge]) -> u64 {
 /// Check every SGE for `access`; returns the total length.
 pub(crate) fn sgl_check(
     mem: &dyn MemoryAccess,
-    pd: PdId,
+    pd: PdHandle,
     sges: &[Sge],
     access: Access,
 ) -> Result<u64, MemError> {
@@ -352,7 +348,7 @@ fn sgl_walk(
 /// Gather `dst.len()` bytes starting at message offset `off`.
 pub(crate) fn sgl_read(
     mem: &dyn MemoryAccess,
-    pd: PdId,
+    pd: PdHandle,
     sges: &[Sge],
     off: u64,
     dst: &mut [u8],
@@ -367,7 +363,7 @@ pub(crate) fn sgl_read(
 /// Scatter `src` starting at message offset `off`.
 pub(crate) fn sgl_write(
     mem: &mut dyn MemoryAccess,
-    pd: PdId,
+    pd: PdHandle,
     sges: &[Sge],
     off: u64,
     src: &[u8],

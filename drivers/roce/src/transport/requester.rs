@@ -4,15 +4,13 @@
 //! are assigned when a WQE starts and never change, so a retry only moves
 //! the position back (see `Completer::start_retry`).
 
-use rnic_core::Psn;
+use rnic_core::qp::ack_timeout_delay;
+use rnic_core::{Psn, QpState, SendFlags, SendOp, WcStatus};
 
-use super::Instant;
-use super::Io;
 use super::pkt::{AtomicEth, Out, Reth, op};
 use super::qp::{MAX_MSG, Qp, Tx, transmit};
 use super::queue::{SendWqe, WqeStatus, sgl_check, sgl_len};
-use super::shim::{SendFlags, SendOp, WcStatus};
-use super::{Access, ack_timeout};
+use super::{Access, Instant, Io};
 
 /// At most this many PSNs unacknowledged (`RXE_MAX_UNACKED_PSNS`).
 pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
@@ -52,6 +50,9 @@ impl Qp {
                 WqeStatus::Failed(_) => return,
                 WqeStatus::Started => w,
                 WqeStatus::Posted => {
+                    if self.state == QpState::Sqd {
+                        return;
+                    }
                     if w.flags.contains(SendFlags::FENCE) && idx != self.sq.head {
                         return;
                     }
@@ -127,7 +128,7 @@ impl Qp {
                 self.req.sent_hi = end;
             }
             if self.comp.timer.is_none() {
-                self.comp.timer = ack_timeout(self.a.timeout).map(|d| now.after(d));
+                self.comp.timer = ack_timeout_delay(self.a.timeout).map(|d| now.after(d));
             }
             if w.is_rd_atomic() || self.req.pkt + 1 >= w.npkts {
                 self.req.idx = idx.wrapping_add(1);
@@ -193,7 +194,7 @@ impl Qp {
                 o.se = last && solicited;
                 (paylen, last)
             }
-            SendOp::SendWithImm(imm) => {
+            SendOp::SendWithImm { imm } => {
                 o.opcode = pick(
                     op::SEND_ONLY_IMM,
                     op::SEND_FIRST,
@@ -204,7 +205,7 @@ impl Qp {
                 o.se = last && solicited;
                 (paylen, last)
             }
-            SendOp::SendWithInv(rkey) => {
+            SendOp::SendWithInv { rkey } => {
                 o.opcode = pick(
                     op::SEND_ONLY_INV,
                     op::SEND_FIRST,
@@ -215,7 +216,7 @@ impl Qp {
                 o.se = last && solicited;
                 (paylen, last)
             }
-            SendOp::Write { remote_addr, rkey } => {
+            SendOp::RdmaWrite { remote_addr, rkey } => {
                 o.opcode = pick(
                     op::WRITE_ONLY,
                     op::WRITE_FIRST,
@@ -225,7 +226,7 @@ impl Qp {
                 o.reth = reth(remote_addr, off, rkey, remaining);
                 (paylen, last)
             }
-            SendOp::WriteWithImm {
+            SendOp::RdmaWriteWithImm {
                 remote_addr,
                 rkey,
                 imm,
@@ -241,12 +242,12 @@ impl Qp {
                 o.se = last && solicited;
                 (paylen, last)
             }
-            SendOp::Read { remote_addr, rkey } => {
+            SendOp::RdmaRead { remote_addr, rkey } => {
                 o.opcode = op::READ_REQUEST;
                 o.reth = reth(remote_addr, off, rkey, remaining);
                 (0, true)
             }
-            SendOp::CompareSwap {
+            SendOp::AtomicCmpSwap {
                 remote_addr,
                 rkey,
                 compare,
@@ -261,7 +262,7 @@ impl Qp {
                 };
                 (0, true)
             }
-            SendOp::FetchAdd {
+            SendOp::AtomicFetchAdd {
                 remote_addr,
                 rkey,
                 add,
@@ -275,7 +276,6 @@ impl Qp {
                 };
                 (0, true)
             }
-            SendOp::UdSend { .. } => (0, true),
         };
         self.req.noack += 1;
         if end || self.req.noack >= MAX_PKT_PER_ACK {

@@ -1,12 +1,11 @@
 //! The RC responder (§9): executes incoming requests after every check has
 //! passed, acknowledges AckReq packets, NAKs errors, replays duplicates.
 
-use rnic_core::{Psn, Rkey};
+use rnic_core::{AccessFlags, Psn, Rkey, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::pkt::{Out, Pkt, aeth, f, op, syndrome};
 use super::qp::{MAX_MSG, Qp, Tx, transmit};
 use super::queue::sgl_write;
-use super::shim::{AccessFlags, WcOpcode, WcStatus, WorkCompletion};
 use super::{Access, AtomicOp, CqSide, Io, MemKey};
 
 /// The message the responder is in the middle of.
@@ -164,7 +163,7 @@ impl Qp {
         } else if p.any(f::ATOMIC_REQ) {
             AccessFlags::REMOTE_ATOMIC
         } else {
-            AccessFlags::EMPTY
+            AccessFlags::empty()
         };
         if !self.a.access.contains(need) {
             return Err(Refuse::InvalidRequest);
@@ -230,6 +229,13 @@ impl Qp {
                 }
                 inv = Some(p.ieth);
             }
+            let mut wc_flags = WcFlags::empty();
+            if p.any(f::IMM) {
+                wc_flags |= WcFlags::WITH_IMM;
+            }
+            if inv.is_some() {
+                wc_flags |= WcFlags::WITH_INV;
+            }
             let wc = WorkCompletion {
                 wr_id: recv.wr_id,
                 status: WcStatus::Success,
@@ -238,8 +244,8 @@ impl Qp {
                 byte_len: u32::try_from(self.resp.recv_off).unwrap_or(u32::MAX),
                 imm_data: p.any(f::IMM).then_some(p.imm),
                 invalidated_rkey: inv,
-                src_qp: None,
-                grh: false,
+                wc_flags,
+                ..WorkCompletion::default()
             };
             self.push_recv(wc, io);
             self.resp.msn = (self.resp.msn + 1) & 0x00ff_ffff;
@@ -308,9 +314,8 @@ impl Qp {
                     qp_num: self.cfg.qpn,
                     byte_len: u32::try_from(self.resp.w_total).unwrap_or(u32::MAX),
                     imm_data: Some(p.imm),
-                    invalidated_rkey: None,
-                    src_qp: None,
-                    grh: false,
+                    wc_flags: WcFlags::WITH_IMM,
+                    ..WorkCompletion::default()
                 };
                 self.push_recv(wc, io);
             }
@@ -549,10 +554,7 @@ impl Qp {
             opcode,
             qp_num: self.cfg.qpn,
             byte_len,
-            imm_data: None,
-            invalidated_rkey: None,
-            src_qp: None,
-            grh: false,
+            ..WorkCompletion::default()
         };
         self.push_recv(wc, io);
     }

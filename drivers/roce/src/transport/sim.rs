@@ -9,12 +9,11 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use rnic_core::{Gid, Rkey};
+use rnic_core::{AccessFlags, Gid, PdHandle, Rkey, WorkCompletion};
 
-use super::shim::{AccessFlags, WorkCompletion};
 use super::{
     Access, AtomicOp, CompletionSink, CqSide, Instant, Io, MemError, MemKey, MemoryAccess,
-    PacketDest, PacketSink, PdId, Qp,
+    PacketDest, PacketSink, Qp,
 };
 
 /// A small, fast, seeded PRNG (splitmix64).
@@ -49,7 +48,7 @@ impl Rng {
 #[derive(Clone, Debug)]
 pub(crate) struct Region {
     pub key: u32,
-    pub pd: PdId,
+    pub pd: PdHandle,
     pub access: AccessFlags,
     pub base: u64,
     pub data: Vec<u8>,
@@ -65,7 +64,13 @@ pub(crate) struct MemTable {
 
 impl MemTable {
     /// Register `len` zero bytes at IOVA `base`; returns the key.
-    pub(crate) fn register(&mut self, pd: PdId, base: u64, len: usize, access: AccessFlags) -> u32 {
+    pub(crate) fn register(
+        &mut self,
+        pd: PdHandle,
+        base: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> u32 {
         let key = ((self.regions.len() as u32 + 1) << 8) | 0x5a;
         self.regions.push(Region {
             key,
@@ -99,7 +104,7 @@ impl MemTable {
 
     fn find(
         &self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         len: u64,
@@ -119,7 +124,7 @@ impl MemTable {
             return Err(MemError::WrongPd);
         }
         let need = match access {
-            Access::LocalRead => AccessFlags::EMPTY,
+            Access::LocalRead => AccessFlags::empty(),
             Access::LocalWrite => AccessFlags::LOCAL_WRITE,
             Access::RemoteRead => AccessFlags::REMOTE_READ,
             Access::RemoteWrite => AccessFlags::REMOTE_WRITE,
@@ -140,7 +145,7 @@ impl MemTable {
 impl MemoryAccess for MemTable {
     fn check(
         &self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         len: u64,
@@ -151,7 +156,7 @@ impl MemoryAccess for MemTable {
 
     fn read(
         &self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         dst: &mut [u8],
@@ -169,7 +174,7 @@ impl MemoryAccess for MemTable {
 
     fn write(
         &mut self,
-        pd: PdId,
+        pd: PdHandle,
         key: MemKey,
         addr: u64,
         src: &[u8],
@@ -185,7 +190,13 @@ impl MemoryAccess for MemTable {
         Ok(())
     }
 
-    fn atomic(&mut self, pd: PdId, rkey: Rkey, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+    fn atomic(
+        &mut self,
+        pd: PdHandle,
+        rkey: Rkey,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MemError> {
         if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
@@ -212,7 +223,7 @@ impl MemoryAccess for MemTable {
         Ok(orig)
     }
 
-    fn invalidate(&mut self, pd: PdId, rkey: Rkey) -> Result<(), MemError> {
+    fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {
         let i = (rkey.get() >> 8)
             .checked_sub(1)
             .ok_or(MemError::InvalidKey)? as usize;

@@ -4,12 +4,11 @@
 //! checks the Q_Key, needs a posted receive (there is no RNR on UD: the
 //! datagram is dropped and counted), and lands behind a 40-byte GRH area.
 
-use rnic_core::Gid;
+use rnic_core::{Gid, SendFlags, SendOp, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::pkt::{Out, Pkt, f, op};
 use super::qp::{Qp, Tx, transmit};
 use super::queue::{sgl_check, sgl_write};
-use super::shim::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
 use super::{Access, Io, PacketDest};
 
 /// Bytes reserved at the start of a UD receive buffer for the GRH.
@@ -27,7 +26,15 @@ impl Qp {
             let Some(w) = self.sq.get(idx).copied() else {
                 return;
             };
-            let SendOp::UdSend { dest, imm } = w.op else {
+            let imm = match w.op {
+                SendOp::Send => None,
+                SendOp::SendWithImm { imm } => Some(imm),
+                _ => {
+                    self.fail_head(WcStatus::LocQpOpErr, io);
+                    return;
+                }
+            };
+            let Some(dest) = w.ud else {
                 self.fail_head(WcStatus::LocQpOpErr, io);
                 return;
             };
@@ -63,7 +70,7 @@ impl Qp {
             };
             let pd = self.cfg.pd;
             let to = PacketDest {
-                path: dest.path,
+                av: dest.av,
                 qpn: dest.remote_qpn,
             };
             let sq = &self.sq;
@@ -98,6 +105,10 @@ impl Qp {
         };
         let n = p.payload.len();
         let total = (GRH_LEN + n) as u64;
+        let mut wc_flags = WcFlags::GRH;
+        if p.any(f::IMM) {
+            wc_flags |= WcFlags::WITH_IMM;
+        }
         let mut wc = WorkCompletion {
             wr_id: recv.wr_id,
             status: WcStatus::Success,
@@ -105,9 +116,9 @@ impl Qp {
             qp_num: self.cfg.qpn,
             byte_len: u32::try_from(total).unwrap_or(u32::MAX),
             imm_data: p.any(f::IMM).then_some(p.imm),
-            invalidated_rkey: None,
-            src_qp: Some(p.src_qp),
-            grh: true,
+            src_qp: p.src_qp,
+            wc_flags,
+            ..WorkCompletion::default()
         };
         if total > recv.len {
             wc.status = WcStatus::LocLenErr;

@@ -1,13 +1,13 @@
 //! Loss-free end-to-end behaviour: every operation, every size edge, every
 //! MTU, PSN wrap, scatter/gather, inline, UD.
 
-use rnic_core::{Mtu, Qpn, Rkey};
+use rnic_core::{
+    Mtu, QpType, Qpn, Rkey, SendFlags, SendOp, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
 
 use super::*;
+use crate::transport::GRH_LEN;
 use crate::transport::sim::{Endpoint, Sim};
-use crate::transport::{
-    QpType, SendFlags, SendOp, UdDest, WcOpcode, WcStatus, WorkCompletion, ud::GRH_LEN,
-};
 
 const MIB: usize = 1 << 20;
 
@@ -19,8 +19,12 @@ struct Keys {
 fn regions(sim: &mut Sim, len: usize) -> [Keys; 2] {
     let mut out = Vec::new();
     for ep in sim.ep.iter_mut() {
-        let src = ep.mem.register(PD, 0x1000_0000, len, AccessFlags::ALL);
-        let dst = ep.mem.register(PD, 0x2000_0000, len, AccessFlags::ALL);
+        let src = ep
+            .mem
+            .register(PD, 0x1000_0000, len, AccessFlags::ALL_REMOTE);
+        let dst = ep
+            .mem
+            .register(PD, 0x2000_0000, len, AccessFlags::ALL_REMOTE);
         out.push(Keys { src, dst });
     }
     let b = out.pop().expect("b");
@@ -62,14 +66,14 @@ fn sizes_and_mtus_with_psn_wrap() {
                 let (op, signal) = match kind {
                     0 => (SendOp::Send, SendFlags::SIGNALED),
                     1 => (
-                        SendOp::Write {
+                        SendOp::RdmaWrite {
                             remote_addr: 0x2000_0000,
                             rkey: Rkey(kb.dst),
                         },
                         SendFlags::SIGNALED,
                     ),
                     _ => (
-                        SendOp::Read {
+                        SendOp::RdmaRead {
                             remote_addr: 0x1000_0000,
                             rkey: Rkey(kb.src),
                         },
@@ -89,6 +93,7 @@ fn sizes_and_mtus_with_psn_wrap() {
                     );
                 }
                 let wr = SendWr {
+                    ud: None,
                     wr_id: 9,
                     sg_list: if kind == 2 { &sg_read } else { &sg },
                     op,
@@ -151,9 +156,10 @@ fn atomics_imm_inv_sgl_inline() {
         &mut sim,
         0,
         &SendWr {
+            ud: None,
             wr_id: 1,
             sg_list: &res,
-            op: SendOp::FetchAdd {
+            op: SendOp::AtomicFetchAdd {
                 remote_addr: 0x2000_0000,
                 rkey: Rkey(kb.dst),
                 add: 2,
@@ -165,9 +171,10 @@ fn atomics_imm_inv_sgl_inline() {
         &mut sim,
         0,
         &SendWr {
+            ud: None,
             wr_id: 2,
             sg_list: &res2,
-            op: SendOp::CompareSwap {
+            op: SendOp::AtomicCmpSwap {
                 remote_addr: 0x2000_0000,
                 rkey: Rkey(kb.dst),
                 compare: 42,
@@ -199,9 +206,10 @@ fn atomics_imm_inv_sgl_inline() {
         &mut sim,
         0,
         &SendWr {
+            ud: None,
             wr_id: 3,
             sg_list: &gather,
-            op: SendOp::SendWithImm(0xabcd_0123),
+            op: SendOp::SendWithImm { imm: 0xabcd_0123 },
             flags: SendFlags::SIGNALED.union(SendFlags::SOLICITED),
         },
     );
@@ -221,9 +229,10 @@ fn atomics_imm_inv_sgl_inline() {
     let r = sim.ep[0].with(|qp, io| {
         qp.post_send(
             &SendWr {
+                ud: None,
                 wr_id: 4,
                 sg_list: &inl,
-                op: SendOp::WriteWithImm {
+                op: SendOp::RdmaWriteWithImm {
                     remote_addr: 0x2000_0000 + 100,
                     rkey: Rkey(kb.dst),
                     imm: 7,
@@ -250,9 +259,10 @@ fn atomics_imm_inv_sgl_inline() {
         &mut sim,
         0,
         &SendWr {
+            ud: None,
             wr_id: 5,
             sg_list: &[],
-            op: SendOp::SendWithInv(Rkey(kb.src)),
+            op: SendOp::SendWithInv { rkey: Rkey(kb.src) },
             flags: SendFlags::SIGNALED,
         },
     );
@@ -308,28 +318,30 @@ fn ud_send_recv() {
     let mk = |qpn: u32, last: u8| {
         let mut cfg = QpConfig::ud(Qpn::from_wire(qpn), PD);
         cfg.local_gid = gid(last);
-        let mut ep = Endpoint::new(Qp::new(cfg), gid(last));
+        let mut ep = Endpoint::new(Qp::new(cfg).expect("UD QP"), gid(last));
         for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
             let attr = QpAttr {
-                state: Some(st),
-                qkey: Some(0x1111),
-                path_mtu: Some(Mtu::Mtu1024),
+                qp_state: st,
+                qkey: 0x1111,
+                path_mtu: Mtu::Mtu1024,
                 ..QpAttr::default()
             };
-            assert!(ep.qp.modify(&attr, &mut ep.cq).is_ok());
+            let mask = QpAttrMask::STATE | QpAttrMask::QKEY | QpAttrMask::PATH_MTU;
+            assert!(ep.qp.modify(&attr, mask, &mut ep.cq).is_ok());
         }
         ep
     };
     let mut sim = Sim::new(mk(0x31, 1), mk(0x32, 2), 3);
     assert_eq!(sim.ep[0].qp.stats().tx_packets, 0);
-    let ka = sim.ep[0].mem.register(PD, 0x1000, 4096, AccessFlags::ALL);
-    let kb = sim.ep[1].mem.register(PD, 0x1000, 4096, AccessFlags::ALL);
+    let ka = sim.ep[0]
+        .mem
+        .register(PD, 0x1000, 4096, AccessFlags::ALL_REMOTE);
+    let kb = sim.ep[1]
+        .mem
+        .register(PD, 0x1000, 4096, AccessFlags::ALL_REMOTE);
     fill(&mut sim.ep[0].mem.bytes_mut(ka)[..1024], 1);
     let dest = |qkey| UdDest {
-        path: crate::transport::Path {
-            dgid: gid(2),
-            ..Default::default()
-        },
+        av: AddressVector::new(gid(2)),
         remote_qpn: Qpn::from_wire(0x32),
         remote_qkey: qkey,
     };
@@ -352,11 +364,12 @@ fn ud_send_recv() {
             &mut sim,
             0,
             &SendWr {
+                ud: Some(dest(qkey)),
                 wr_id: id,
                 sg_list: &sg,
-                op: SendOp::UdSend {
-                    dest: dest(qkey),
-                    imm,
+                op: match imm {
+                    Some(imm) => SendOp::SendWithImm { imm },
+                    None => SendOp::Send,
                 },
                 flags: SendFlags::SIGNALED,
             },
@@ -367,12 +380,10 @@ fn ud_send_recv() {
         &mut sim,
         0,
         &SendWr {
+            ud: Some(dest(0x1111)),
             wr_id: 13,
             sg_list: &big,
-            op: SendOp::UdSend {
-                dest: dest(0x1111),
-                imm: None,
-            },
+            op: SendOp::Send,
             flags: SendFlags::SIGNALED,
         },
     );
@@ -401,14 +412,14 @@ fn ud_send_recv() {
             r[0].byte_len,
             r[0].src_qp,
             r[0].imm_data,
-            r[0].grh
+            r[0].wc_flags
         ),
         (
             1,
             1024 + GRH_LEN as u32,
-            Some(Qpn::from_wire(0x31)),
+            Qpn::from_wire(0x31),
             Some(5),
-            true
+            WcFlags::GRH | WcFlags::WITH_IMM
         )
     );
     let b = sim.ep[1].mem.bytes(kb);

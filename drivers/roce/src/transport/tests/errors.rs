@@ -3,20 +3,19 @@
 //! limits (128-PSN window, AckReq every 64 packets, max_rd_atomic, fence,
 //! sink back-pressure).
 
-use rnic_core::{Mtu, Psn, Rkey};
+use rnic_core::{Mtu, Psn, Rkey, SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 use super::*;
 use crate::transport::pkt;
 use crate::transport::sim::{Faults, Sim};
-use crate::transport::{SendFlags, SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 fn keys(sim: &mut Sim) -> (u32, u32) {
     let a = sim.ep[0]
         .mem
-        .register(PD, 0x1000_0000, 2 << 20, AccessFlags::ALL);
+        .register(PD, 0x1000_0000, 2 << 20, AccessFlags::ALL_REMOTE);
     let b = sim.ep[1]
         .mem
-        .register(PD, 0x1000_0000, 2 << 20, AccessFlags::ALL);
+        .register(PD, 0x1000_0000, 2 << 20, AccessFlags::ALL_REMOTE);
     (a, b)
 }
 
@@ -24,7 +23,7 @@ fn write(id: u64, key: u32, rkey: u32, len: u32) -> (u64, Sge, SendOp) {
     (
         id,
         sge(key, 0x1000_0000, len),
-        SendOp::Write {
+        SendOp::RdmaWrite {
             remote_addr: 0x1000_0000,
             rkey: Rkey(rkey),
         },
@@ -34,6 +33,7 @@ fn write(id: u64, key: u32, rkey: u32, len: u32) -> (u64, Sge, SendOp) {
 fn post(sim: &mut Sim, side: usize, id: u64, sg: Sge, op: SendOp, flags: SendFlags) {
     let sgl = [sg];
     let wr = SendWr {
+        ud: None,
         wr_id: id,
         sg_list: &sgl,
         op,
@@ -68,13 +68,13 @@ fn peer_vanishes_retry_exhausted() {
         let (id, sg, op) = write(1, ka, kb, 5000);
         post(&mut sim, 0, id, sg, op, s);
         let (id, sg, op) = write(2, ka, kb, 10);
-        post(&mut sim, 0, id, sg, op, SendFlags::EMPTY);
+        post(&mut sim, 0, id, sg, op, SendFlags::empty());
         post(
             &mut sim,
             0,
             3,
             sge(ka, 0x1000_0000, 64),
-            SendOp::Read {
+            SendOp::RdmaRead {
                 remote_addr: 0x1000_0000,
                 rkey: Rkey(kb),
             },
@@ -99,7 +99,7 @@ fn peer_vanishes_retry_exhausted() {
         assert!(sim.now >= per * (u64::from(retry_cnt) + 1));
         // Posting to an ERR QP flushes at once, send and receive.
         let (id, sg, op) = write(4, ka, kb, 10);
-        post(&mut sim, 0, id, sg, op, SendFlags::EMPTY);
+        post(&mut sim, 0, id, sg, op, SendFlags::empty());
         post_recv(
             &mut sim,
             0,
@@ -209,7 +209,7 @@ fn remote_naks_complete_with_remote_errors() {
                     0,
                     1,
                     sge(ka, 0x1000_0000, 8),
-                    SendOp::Read {
+                    SendOp::RdmaRead {
                         remote_addr: 0x1000_0000,
                         rkey: Rkey(kb),
                     },
@@ -258,19 +258,19 @@ fn local_errors_in_order() {
         post(&mut sim, 0, id, sg, op, s);
         if bad == 0 {
             let (id, sg, op) = write(2, ka ^ 0x200, kb, 10);
-            post(&mut sim, 0, id, sg, op, SendFlags::EMPTY);
+            post(&mut sim, 0, id, sg, op, SendFlags::empty());
         } else {
             post(
                 &mut sim,
                 0,
                 2,
                 sge(ka, 0x1000_0000, 4),
-                SendOp::FetchAdd {
+                SendOp::AtomicFetchAdd {
                     remote_addr: 0x1000_0000,
                     rkey: Rkey(kb),
                     add: 1,
                 },
-                SendFlags::EMPTY,
+                SendFlags::empty(),
             );
         }
         let (id, sg, op) = write(3, ka, kb, 10);
@@ -304,7 +304,7 @@ fn unsignaled_work_is_silent() {
         let f = if id % 3 == 2 {
             SendFlags::SIGNALED
         } else {
-            SendFlags::EMPTY
+            SendFlags::empty()
         };
         let (id, sg, op) = write(id, ka, kb, 100);
         post(&mut sim, 0, id, sg, op, f);
@@ -342,9 +342,10 @@ fn window_and_ack_request_spacing() {
     let (ka, kb) = keys(&mut sim);
     let sgl = [sge(ka, 0x1000_0000, 1 << 20)];
     let wr = SendWr {
+        ud: None,
         wr_id: 1,
         sg_list: &sgl,
-        op: SendOp::Write {
+        op: SendOp::RdmaWrite {
             remote_addr: 0x1000_0000,
             rkey: Rkey(kb),
         },
@@ -383,7 +384,7 @@ fn max_rd_atomic_and_fence() {
     };
     let mut sim = rc_pair(&c, 8);
     let (ka, kb) = keys(&mut sim);
-    let read = SendOp::Read {
+    let read = SendOp::RdmaRead {
         remote_addr: 0x1000_0000,
         rkey: Rkey(kb),
     };
@@ -391,6 +392,7 @@ fn max_rd_atomic_and_fence() {
     for id in 0..3 {
         let sgl = [sge(ka, 0x1000_0000 + id * 64, 64)];
         let wr = SendWr {
+            ud: None,
             wr_id: id,
             sg_list: &sgl,
             op: read,
@@ -401,6 +403,7 @@ fn max_rd_atomic_and_fence() {
     let (_, sg, op) = write(3, ka, kb, 16);
     let sgl = [sg];
     let fenced = SendWr {
+        ud: None,
         wr_id: 3,
         sg_list: &sgl,
         op,

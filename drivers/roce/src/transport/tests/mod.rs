@@ -7,15 +7,17 @@ mod errors;
 mod negative;
 mod workload;
 
-use rnic_core::{Gid, Lkey, Mtu, Psn, Qpn};
+use rnic_core::{
+    AccessFlags, AddressVector, Gid, Lkey, Mtu, PdHandle, Psn, QpAttr, QpAttrMask, QpState, Qpn,
+    RecvWr, SendWr, Sge,
+};
 
 use super::sim::{Endpoint, Sim};
-use super::{AccessFlags, PdId, Qp, QpAttr, QpConfig, QpState, RecvWr, SendWr, Sge};
-use crate::transport::Path;
+use super::{Qp, QpConfig};
 
 pub(super) const QPN_A: u32 = 0x11;
 pub(super) const QPN_B: u32 = 0x22;
-pub(super) const PD: PdId = PdId(1);
+pub(super) const PD: PdHandle = PdHandle(1);
 
 /// How a test pair is connected.
 #[derive(Clone, Copy, Debug)]
@@ -43,7 +45,7 @@ impl Default for Conn {
             rnr_retry: 7,
             min_rnr_timer: 1,
             max_rd_atomic: 4,
-            access: AccessFlags::ALL,
+            access: AccessFlags::all(),
             depth: 64,
         }
     }
@@ -55,39 +57,55 @@ pub(super) fn gid(last: u8) -> Gid {
 
 /// Bring `qp` to RTS against `peer` with `c`.
 pub(super) fn connect(ep: &mut Endpoint, peer: u32, peer_gid: Gid, sq: u32, rq: u32, c: &Conn) {
+    let mut av = AddressVector::new(peer_gid);
+    av.udp_sport = Some(0xc000);
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: c.access,
+        ..QpAttr::default()
+    };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: c.mtu,
+        dest_qp_num: Qpn::from_wire(peer),
+        rq_psn: Psn::from_wire(rq),
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: c.min_rnr_timer,
+        ah_attr: av,
+        ..QpAttr::default()
+    };
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: Psn::from_wire(sq),
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        max_rd_atomic: c.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE;
     let steps = [
-        QpAttr {
-            state: Some(QpState::Init),
-            access: Some(c.access),
-            ..QpAttr::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            path_mtu: Some(c.mtu),
-            dest_qp_num: Some(Qpn::from_wire(peer)),
-            rq_psn: Some(Psn::from_wire(rq)),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(c.min_rnr_timer),
-            path: Some(Path {
-                dgid: peer_gid,
-                udp_sport: 0xc000,
-                hop_limit: 64,
-                traffic_class: 0,
-            }),
-            ..QpAttr::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::from_wire(sq)),
-            timeout: Some(c.timeout),
-            retry_cnt: Some(c.retry_cnt),
-            rnr_retry: Some(c.rnr_retry),
-            max_rd_atomic: Some(c.max_rd_atomic),
-            ..QpAttr::default()
-        },
+        (init, m | QpAttrMask::ACCESS_FLAGS),
+        (
+            rtr,
+            m | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
+                | QpAttrMask::AV,
+        ),
+        (
+            rts,
+            m | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        ),
     ];
-    for s in &steps {
-        let r = ep.qp.modify(s, &mut ep.cq);
+    for (attr, mask) in &steps {
+        let r = ep.qp.modify(attr, *mask, &mut ep.cq);
         assert!(r.is_ok(), "{r:?}");
     }
 }
@@ -99,7 +117,7 @@ pub(super) fn rc_pair(c: &Conn, seed: u64) -> Sim {
         cfg.sq_depth = c.depth;
         cfg.rq_depth = c.depth;
         cfg.local_gid = g;
-        Endpoint::new(Qp::new(cfg), g)
+        Endpoint::new(Qp::new(cfg).expect("RC QP"), g)
     };
     let mut a = mk(QPN_A, gid(1));
     let mut b = mk(QPN_B, gid(2));

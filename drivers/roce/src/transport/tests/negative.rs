@@ -2,12 +2,12 @@
 //! Each bad request gets the response §9 names (the NAK bytes are parsed
 //! back and asserted), a counter moves, and no byte of memory changes.
 
-use rnic_core::{Mtu, Psn, Qpn, Rkey};
+use rnic_core::{Mtu, Psn, Qpn, Rkey, WcStatus};
 
 use super::*;
+use crate::transport::QpStats;
 use crate::transport::pkt::{self, AtomicEth, Out, Reth, op, syndrome};
 use crate::transport::sim::{Endpoint, MemTable};
-use crate::transport::{QpStats, WcStatus};
 
 const RQ_PSN: u32 = 1000;
 const MTU: usize = 1024;
@@ -35,7 +35,7 @@ struct Rig {
 fn rig(access: AccessFlags) -> Rig {
     let mut cfg = QpConfig::rc(Qpn::from_wire(QPN_B), PD);
     cfg.local_gid = gid(2);
-    let mut ep = Endpoint::new(Qp::new(cfg), gid(2));
+    let mut ep = Endpoint::new(Qp::new(cfg).expect("RC QP"), gid(2));
     let c = Conn {
         mtu: Mtu::Mtu1024,
         access,
@@ -52,7 +52,9 @@ fn rig(access: AccessFlags) -> Rig {
         .mem
         .register(PD, A_VA, 64, lw.union(AccessFlags::REMOTE_ATOMIC));
     let none = ep.mem.register(PD, N_VA, 4096, lw);
-    let foreign = ep.mem.register(PdId(2), F_VA, 4096, AccessFlags::ALL);
+    let foreign = ep
+        .mem
+        .register(PdHandle(2), F_VA, 4096, AccessFlags::ALL_REMOTE);
     let recv = ep.mem.register(PD, RECV_VA, 4096, lw);
     for (i, reg) in ep.mem.regions.iter_mut().enumerate() {
         fill(&mut reg.data, i as u64 + 1);
@@ -234,7 +236,7 @@ fn wrong_rkey_out_of_bounds_missing_access_foreign_pd() {
         ),
     ];
     for (name, make) in &cases {
-        let mut r = rig(AccessFlags::ALL);
+        let mut r = rig(AccessFlags::ALL_REMOTE);
         let p = make(&r);
         let s = expect_nak(&mut r, &p, syndrome::NAK_REMOTE_ACCESS, RQ_PSN);
         assert_eq!(s.naks_sent.remote_access, 1, "{name}");
@@ -263,42 +265,42 @@ fn invalid_requests() {
         ),
         (
             "misaligned ATOMIC",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|r| req(op::CMP_SWAP, RQ_PSN, &[], atomic(A_VA + 4, r.a))),
         ),
         (
             "WRITE MIDDLE without FIRST",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::WRITE_MIDDLE, RQ_PSN, &mtu_data, |_| {})),
         ),
         (
             "WRITE LAST without FIRST",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::WRITE_LAST, RQ_PSN, &[1; 4], |_| {})),
         ),
         (
             "SEND LAST without FIRST",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::SEND_LAST, RQ_PSN, &[1; 4], |_| {})),
         ),
         (
             "SEND MIDDLE with IMM-less LAST_INV out of sequence",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::SEND_LAST_INV, RQ_PSN, &[1; 4], |_| {})),
         ),
         (
             "WRITE FIRST shorter than MTU",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|r| req(op::WRITE_FIRST, RQ_PSN, &[1; 512], reth(W_VA, r.w, 2048))),
         ),
         (
             "WRITE ONLY payload differs from RETH length",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|r| req(op::WRITE_ONLY, RQ_PSN, &[1; 8], reth(W_VA, r.w, 16))),
         ),
         (
             "WRITE ONLY longer than MTU",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|r| {
                 req(
                     op::WRITE_ONLY,
@@ -310,12 +312,12 @@ fn invalid_requests() {
         ),
         (
             "SEND ONLY longer than MTU",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::SEND_ONLY, RQ_PSN, &[1; MTU + 4], |_| {})),
         ),
         (
             "SEND FIRST shorter than MTU",
-            AccessFlags::ALL,
+            AccessFlags::ALL_REMOTE,
             Box::new(|_| req(op::SEND_FIRST, RQ_PSN, &[1; 8], |_| {})),
         ),
     ];
@@ -331,7 +333,7 @@ fn invalid_requests() {
 #[test]
 fn mid_message_sequence_and_length_errors() {
     // WRITE FIRST accepted, then a SEND MIDDLE inside the WRITE.
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     r.post_recv(4096);
     let first = req(op::WRITE_FIRST, RQ_PSN, &[9; MTU], reth(W_VA, r.w, 3000));
     assert_eq!(
@@ -341,7 +343,7 @@ fn mid_message_sequence_and_length_errors() {
     let bad = req(op::SEND_MIDDLE, RQ_PSN + 1, &[9; MTU], |_| {});
     expect_nak(&mut r, &bad, syndrome::NAK_INVALID_REQ, RQ_PSN + 1);
     // WRITE LAST that overruns the RETH length.
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     let first = req(
         op::WRITE_FIRST,
         RQ_PSN,
@@ -352,7 +354,7 @@ fn mid_message_sequence_and_length_errors() {
     let bad = req(op::WRITE_LAST, RQ_PSN + 1, &[9; 12], |_| {});
     expect_nak(&mut r, &bad, syndrome::NAK_INVALID_REQ, RQ_PSN + 1);
     // SEND LAST with no payload.
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     r.post_recv(4096);
     r.inject(&req(op::SEND_FIRST, RQ_PSN, &[9; MTU], |_| {}));
     let bad = req(op::SEND_LAST, RQ_PSN + 1, &[], |_| {});
@@ -361,7 +363,7 @@ fn mid_message_sequence_and_length_errors() {
 
 #[test]
 fn send_longer_than_receive_buffer() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     r.post_recv(100);
     let p = req(op::SEND_ONLY, RQ_PSN, &[1; 101], |_| {});
     let s = expect_nak(&mut r, &p, syndrome::NAK_INVALID_REQ, RQ_PSN);
@@ -373,7 +375,7 @@ fn send_longer_than_receive_buffer() {
 
 #[test]
 fn send_into_bad_receive_buffer_is_remote_op_error() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     let sg = [sge(r.recv ^ 0x300, RECV_VA, 64)];
     let res = r.ep.with(|qp, io| {
         qp.post_recv(
@@ -393,7 +395,7 @@ fn send_into_bad_receive_buffer_is_remote_op_error() {
 
 #[test]
 fn empty_receive_queue_rnr() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     for opcode in [op::SEND_ONLY, op::SEND_FIRST] {
         let n = if opcode == op::SEND_ONLY { 16 } else { MTU };
         let before = r.mem();
@@ -424,7 +426,7 @@ fn empty_receive_queue_rnr() {
 
 #[test]
 fn malformed_packets_are_dropped_and_counted() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     r.post_recv(4096);
     let good = req(op::WRITE_ONLY, RQ_PSN, &[1; 16], reth(W_VA, r.w, 16));
     let before = r.mem();
@@ -474,7 +476,7 @@ fn malformed_packets_are_dropped_and_counted() {
 
 #[test]
 fn psn_gap_naks_once_then_drops() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     let before = r.mem();
     let ahead = |psn| req(op::WRITE_ONLY, psn, &[1; 16], reth(W_VA, 0, 16));
     let out = r.inject(&ahead(RQ_PSN + 2));
@@ -498,7 +500,7 @@ fn psn_gap_naks_once_then_drops() {
 
 #[test]
 fn duplicates_are_answered_not_reexecuted() {
-    let mut r = rig(AccessFlags::ALL);
+    let mut r = rig(AccessFlags::ALL_REMOTE);
     r.post_recv(4096);
     r.post_recv(4096);
     let w = req(op::WRITE_ONLY, RQ_PSN, &[0xaa; 16], reth(W_VA, r.w, 16));
@@ -580,8 +582,8 @@ fn duplicates_are_answered_not_reexecuted() {
 fn state_gates_packets() {
     let mut cfg = QpConfig::rc(Qpn::from_wire(QPN_B), PD);
     cfg.local_gid = gid(2);
-    let mut ep = Endpoint::new(Qp::new(cfg), gid(2));
-    let w = ep.mem.register(PD, W_VA, 64, AccessFlags::ALL);
+    let mut ep = Endpoint::new(Qp::new(cfg).expect("RC QP"), gid(2));
+    let w = ep.mem.register(PD, W_VA, 64, AccessFlags::ALL_REMOTE);
     let p = req(op::WRITE_ONLY, 0, &[1; 8], reth(W_VA, w, 8));
     let ack = {
         let mut o = Out {
@@ -598,13 +600,17 @@ fn state_gates_packets() {
     for st in [QpState::Reset, QpState::Init, QpState::Rtr] {
         if st != QpState::Reset {
             let attr = QpAttr {
-                state: Some(st),
-                access: Some(AccessFlags::ALL),
-                rq_psn: Some(Psn::from_wire(0)),
-                dest_qp_num: Some(Qpn::from_wire(QPN_A)),
+                qp_state: st,
+                qp_access_flags: AccessFlags::ALL_REMOTE,
+                rq_psn: Psn::from_wire(0),
+                dest_qp_num: Qpn::from_wire(QPN_A),
                 ..QpAttr::default()
             };
-            assert!(ep.qp.modify(&attr, &mut ep.cq).is_ok());
+            let mask = QpAttrMask::STATE
+                | QpAttrMask::ACCESS_FLAGS
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::DEST_QPN;
+            assert!(ep.qp.modify(&attr, mask, &mut ep.cq).is_ok());
         }
         ep.with(|qp, io| qp.receive(now, &ack, gid(1), io));
         if st != QpState::Rtr {

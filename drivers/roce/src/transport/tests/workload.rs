@@ -17,11 +17,11 @@
 
 use std::collections::VecDeque;
 
-use rnic_core::{Mtu, Rkey};
+use rnic_core::{Mtu, Rkey, SendFlags, SendOp, WcOpcode, WcStatus};
 
 use super::*;
+use crate::transport::QpStats;
 use crate::transport::sim::{Faults, NetStats, Rng, Sim};
-use crate::transport::{QpStats, SendFlags, SendOp, WcOpcode, WcStatus};
 
 const WINDOW: usize = 32;
 const RQ_DEPTH: u32 = 64;
@@ -243,7 +243,7 @@ impl Chunk {
             rnr_retry: 7,
             min_rnr_timer: 1,
             max_rd_atomic: 1 + rng.below(8) as u8,
-            access: AccessFlags::ALL,
+            access: AccessFlags::ALL_REMOTE,
             depth: RQ_DEPTH,
         };
         let mut sim = rc_pair(&c, rng.next_u64());
@@ -386,17 +386,17 @@ impl Chunk {
         let mut expect_orig = 0;
         let op = match kind {
             Kind::Send => SendOp::Send,
-            Kind::SendImm => SendOp::SendWithImm(imm),
-            Kind::Write => SendOp::Write {
+            Kind::SendImm => SendOp::SendWithImm { imm },
+            Kind::Write => SendOp::RdmaWrite {
                 remote_addr: va_dst,
                 rkey: Rkey(pk.dst),
             },
-            Kind::WriteImm => SendOp::WriteWithImm {
+            Kind::WriteImm => SendOp::RdmaWriteWithImm {
                 remote_addr: va_dst,
                 rkey: Rkey(pk.dst),
                 imm,
             },
-            Kind::Read => SendOp::Read {
+            Kind::Read => SendOp::RdmaRead {
                 remote_addr: RSRC_VA + read_off as u64,
                 rkey: Rkey(pk.rsrc),
             },
@@ -404,7 +404,7 @@ impl Chunk {
                 let add = self.rng.below(1000);
                 expect_orig = d.model;
                 d.model = d.model.wrapping_add(add);
-                SendOp::FetchAdd {
+                SendOp::AtomicFetchAdd {
                     remote_addr: ATOM_VA,
                     rkey: Rkey(pk.atom),
                     add,
@@ -418,7 +418,7 @@ impl Chunk {
                 if hit {
                     d.model = swap;
                 }
-                SendOp::CompareSwap {
+                SendOp::AtomicCmpSwap {
                     remote_addr: ATOM_VA,
                     rkey: Rkey(pk.atom),
                     compare,
@@ -485,6 +485,7 @@ impl Chunk {
             self.large_ops += 1;
         }
         let wr = SendWr {
+            ud: None,
             wr_id: id,
             sg_list: &sg,
             op,
