@@ -68,5 +68,7 @@ cp "$W/kroot/boot/vmlinuz-$KV" "$W/out/vmlinuz"
 echo "$KPKG $KVER, $(wc -l < "$W/modlist") modules" > "$W/out/manifest"
 touch "$W/out/ok"
 rm -rf "$OUT"; mv "$W/out" "$OUT"
+# keep the three newest guests (other checkouts may still use an older one)
+ls -dt "$CACHE"/guest-* | tail -n +4 | xargs -r rm -rf
 log "done in $((SECONDS - t0))s: $OUT ($(du -sh "$OUT" | cut -f1))"
 echo "$OUT"

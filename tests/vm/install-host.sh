@@ -4,7 +4,8 @@
 set -euo pipefail
 # qemu-system-x86 only: bookworm's qemu-utils conflicts with a newer backports qemu-utils
 # some images carry ("Breaks: qemu-system-common"), and the harness does not need it.
-PKGS=(qemu-system-x86 mmdebstrap zstd cpio tcpdump iproute2 kmod python3 gcc libc6-dev coreutils util-linux)
+PKGS=(qemu-system-x86 mmdebstrap zstd cpio tcpdump iproute2 procps kmod python3 gcc libc6-dev
+      coreutils util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

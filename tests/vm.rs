@@ -1,0 +1,578 @@
+//! QEMU guest scenarios (`tests/vm/`): a real kernel `rdma_rxe` peer and real VFIO.
+//!
+//! Each test runs one scenario through `tests/vm/run-scenario`, asserts on its real output
+//! (ibv_rc_pingpong and ib_write_bw result lines, netem drop counters, the VFIO DMA check,
+//! the guest's NUMA nodes, the RoCEv2 captures parsed and ICRC-checked with `rnic-roce`) and
+//! prints `PASS|FAIL <scenario> (log: <path>)`. See docs/testing.md.
+//!
+//! Where QEMU cannot run (not root, no /dev/net/tun, tools missing without
+//! `RNIC_VM_INSTALL=1`, or `RNIC_SKIP_VM=1`) each test prints `SKIP <scenario>: <reason>`;
+//! with `CI` set, a skip is a failure. Scenarios run one at a time (two TCG guests on two
+//! cores starve each other) and share one guest build, cached in `RNIC_VM_CACHE`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rnic::roce::pcap;
+use rnic::roce::wire::Datagram;
+
+/// Scenarios run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+/// Whether this machine can run the harness; decided (and the guest built) once.
+static READY: OnceLock<Ready> = OnceLock::new();
+
+enum Ready {
+    Yes,
+    Skip(String),
+    Broken(String),
+}
+
+/// The host tools the scripts call.
+const TOOLS: &[&str] = &[
+    "qemu-system-x86_64",
+    "mmdebstrap",
+    "tcpdump",
+    "gcc",
+    "python3",
+    "ip",
+    "zstd",
+    "cpio",
+    "timeout",
+    "flock",
+    "pgrep",
+    "ss",
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn results_root() -> PathBuf {
+    std::env::var_os("RNIC_VM_RESULTS")
+        .map_or_else(|| repo().join("target/vm-results"), PathBuf::from)
+}
+
+fn env_on(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A line on the real stderr (libtest captures `eprintln!`), so PASS/FAIL/SKIP always show.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+fn uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn missing_tools() -> Vec<&'static str> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/sbin", "/sbin"].map(PathBuf::from));
+    TOOLS
+        .iter()
+        .copied()
+        .filter(|t| !dirs.iter().any(|d| d.join(t).is_file()))
+        .collect()
+}
+
+/// Runs a script with its output in `log`; Ok(true) when it exits 0.
+fn script(name: &str, log: &Path) -> std::io::Result<bool> {
+    std::fs::create_dir_all(results_root())?;
+    let out = std::fs::File::create(log)?;
+    let status = Command::new(repo().join("tests/vm").join(name))
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()?;
+    Ok(status.success())
+}
+
+fn preflight() -> Ready {
+    if env_on("RNIC_SKIP_VM") {
+        return Ready::Skip("RNIC_SKIP_VM is set; unset it to run the QEMU scenarios".into());
+    }
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return Ready::Skip("the harness needs an x86_64 Linux host".into());
+    }
+    if uid() != Some(0) {
+        return Ready::Skip(
+            "not root: network namespaces, taps and QEMU's 9p share need root; \
+             run as root, e.g. `sudo -E cargo test --test vm`"
+                .into(),
+        );
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Ready::Skip(
+            "/dev/net/tun is missing: `modprobe tun`, or give the container --device /dev/net/tun"
+                .into(),
+        );
+    }
+    let missing = missing_tools();
+    if !missing.is_empty() {
+        if !env_on("RNIC_VM_INSTALL") {
+            return Ready::Skip(format!(
+                "{} not installed: run tests/vm/install-host.sh as root, or set RNIC_VM_INSTALL=1",
+                missing.join(", ")
+            ));
+        }
+        let log = results_root().join("install-host.log");
+        match script("install-host.sh", &log) {
+            Ok(true) if missing_tools().is_empty() => {}
+            _ => {
+                return Ready::Broken(format!(
+                    "tests/vm/install-host.sh failed (log: {})",
+                    log.display()
+                ));
+            }
+        }
+    }
+    let log = results_root().join("build-guest.log");
+    let t0 = Instant::now();
+    match script("build-guest.sh", &log) {
+        Ok(true) => {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let kind = if text.contains("cached guest") {
+                "cached"
+            } else {
+                "cold build"
+            };
+            say(&format!(
+                "vm: guest ready in {:.1}s ({kind}; log: {})",
+                t0.elapsed().as_secs_f64(),
+                log.display()
+            ));
+            Ready::Yes
+        }
+        _ => Ready::Broken(format!("guest build failed (log: {})", log.display())),
+    }
+}
+
+/// One finished scenario run.
+struct Run {
+    name: String,
+    /// run-scenario's PID: the harness names its netns and qemu processes after it.
+    id: u32,
+    /// Exit code (0 pass, 1 fail, 124 timeout); None when the test had to kill it.
+    code: Option<i32>,
+    dir: PathBuf,
+    secs: f64,
+}
+
+impl Run {
+    fn file(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
+    }
+
+    fn log_path(&self) -> String {
+        self.dir.join("log").display().to_string()
+    }
+
+    /// Prints PASS/FAIL and fails the test with every unmet check and the log's tail.
+    fn finish(&self, checks: Checks) {
+        let log = self.log_path();
+        if checks.0.is_empty() {
+            say(&format!(
+                "PASS {} in {:.0}s (log: {log})",
+                self.name, self.secs
+            ));
+            return;
+        }
+        say(&format!("FAIL {} (log: {log})", self.name));
+        let text = self.file("log");
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "FAIL {} (log: {log}):\n  - {}\n--- last lines of the log ---\n{}",
+            self.name,
+            checks.0.join("\n  - "),
+            tail.join("\n")
+        );
+    }
+}
+
+/// Unmet expectations, collected so that one run reports all of them.
+#[derive(Default)]
+struct Checks(Vec<String>);
+
+impl Checks {
+    fn that(&mut self, ok: bool, what: impl Into<String>) {
+        if !ok {
+            self.0.push(what.into());
+        }
+    }
+}
+
+/// Runs `tests/vm/run-scenario <name> <args> --timeout <timeout_s>`; None when skipped.
+fn run(name: &str, args: &[&str], timeout_s: u64) -> Option<Run> {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match READY.get_or_init(preflight) {
+        Ready::Yes => {}
+        Ready::Skip(reason) => {
+            say(&format!("SKIP {name}: {reason}"));
+            assert!(
+                !env_on("CI"),
+                "SKIP {name} under CI (CI must run the VM scenarios): {reason}"
+            );
+            return None;
+        }
+        Ready::Broken(reason) => panic!("FAIL {name}: {reason}"),
+    }
+    let dir = results_root().join(name);
+    let stdout = results_root().join(format!("{name}.stdout"));
+    let out = std::fs::File::create(&stdout).expect("create the scenario's stdout file");
+    let t0 = Instant::now();
+    let mut child = Command::new(repo().join("tests/vm/run-scenario"))
+        .arg(name)
+        .args(args)
+        .args(["--timeout", &timeout_s.to_string(), "--results"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("dup stdout file"))
+        .stderr(out)
+        .spawn()
+        .expect("start tests/vm/run-scenario");
+    // The script enforces the timeout itself; this is the backstop if the script hangs.
+    let deadline = t0 + Duration::from_secs(timeout_s + 90);
+    let mut term_sent = false;
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait for run-scenario") {
+            break status.code();
+        }
+        if Instant::now() > deadline && !term_sent {
+            say(&format!(
+                "{name}: run-scenario overran its timeout; sending SIGTERM"
+            ));
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            term_sent = true;
+        }
+        if Instant::now() > deadline + Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    Some(Run {
+        name: name.into(),
+        id: child.id(),
+        code,
+        dir,
+        secs: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn output(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// What a run may not leave behind: its qemu/helper processes, its netns, any harness tap.
+fn check_leftovers(run: &Run, checks: &mut Checks) {
+    let tag = format!("rnicvm-{}", run.id);
+    let procs = output("pgrep", &["-af", &tag]);
+    checks.that(
+        procs.trim().is_empty(),
+        format!("processes left behind: {}", procs.trim()),
+    );
+    let tracked = run.file(".run/pids");
+    for pid in tracked.lines().filter(|p| !p.is_empty()) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let ours = cmdline.contains("timeout") || cmdline.contains("qemu");
+        checks.that(
+            !ours,
+            format!("tracked process {pid} still alive: {cmdline}"),
+        );
+    }
+    let netns = output("ip", &["netns", "list"]);
+    checks.that(!netns.contains(&tag), format!("netns {tag} left behind"));
+    let links = output("ip", &["-o", "link", "show"]);
+    checks.that(
+        !links.contains("rnvtap"),
+        "a harness tap (rnvtap*) left in the host's netns",
+    );
+}
+
+/// Every RoCEv2 packet of a capture, parsed and ICRC-checked by rnic-roce.
+#[derive(Debug, Default)]
+struct Capture {
+    packets: usize,
+    opcodes: BTreeMap<String, usize>,
+    flows: BTreeSet<(Ipv4Addr, Ipv4Addr)>,
+    dest_qps: BTreeSet<u32>,
+    first_psn: Option<u32>,
+}
+
+fn verify_roce_capture(path: &Path) -> Result<Capture, String> {
+    let file = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let reader = pcap::Reader::new(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+    let link = reader.header().link_type;
+    let mut cap = Capture::default();
+    for (i, rec) in reader.enumerate() {
+        let rec = rec.map_err(|e| format!("record {i}: {e}"))?;
+        if rec.is_truncated() {
+            return Err(format!(
+                "record {i} is snapped ({} of {} bytes)",
+                rec.data.len(),
+                rec.orig_len
+            ));
+        }
+        let (_, ip) =
+            pcap::network_layer(link, rec.data).ok_or(format!("record {i}: no IP packet"))?;
+        let d = Datagram::parse(ip)
+            .map_err(|e| format!("record {i}: not a valid RoCEv2 packet: {e}"))?;
+        d.verify_icrc()
+            .map_err(|e| format!("record {i}: ICRC: {e}"))?;
+        if let rnic::roce::wire::IpRepr::V4(v4) = d.ip {
+            cap.flows.insert((v4.src_addr, v4.dst_addr));
+        }
+        let bth = d.roce.bth();
+        cap.first_psn.get_or_insert(bth.psn().get());
+        cap.dest_qps.insert(bth.dest_qp().get());
+        *cap.opcodes
+            .entry(d.roce.opcode().name().unwrap_or("?").to_string())
+            .or_default() += 1;
+        cap.packets += 1;
+    }
+    Ok(cap)
+}
+
+/// The whitespace-separated fields of the first line whose fields satisfy `pred`.
+fn find_fields(text: &str, pred: impl Fn(&[&str]) -> bool) -> Option<Vec<&str>> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| pred(f))
+}
+
+/// ibv_rc_pingpong's summary: "<bytes> bytes in <s> seconds = <r> Mbit/sec" and the iters line.
+fn pingpong_ok(out: &str, iters: u64, size: u64) -> bool {
+    let bytes = find_fields(out, |f| {
+        f.len() == 8 && f[1] == "bytes" && f[7] == "Mbit/sec"
+    });
+    let iter = find_fields(out, |f| {
+        f.len() == 8 && f[1] == "iters" && f[7] == "usec/iter"
+    });
+    let num = |f: &Option<Vec<&str>>| f.as_ref().and_then(|f| f[0].parse::<u64>().ok());
+    num(&bytes) == Some(iters * size * 2) && num(&iter) == Some(iters)
+}
+
+/// ib_write_bw's result row: "<bytes> <iters> <peak> <avg> <msgrate>".
+fn write_bw_row<'a>(out: &'a str, size: &str, iters: &str) -> Option<Vec<&'a str>> {
+    find_fields(out, |f| {
+        f.len() == 5
+            && f[0] == size
+            && f[1] == iters
+            && f[2..].iter().all(|x| x.parse::<f64>().is_ok())
+    })
+}
+
+/// "(dropped N," from `tc -s qdisc` for the netem qdisc.
+fn netem_drops(out: &str) -> Option<u64> {
+    let at = out.find("qdisc netem")?;
+    let rest = &out[at..];
+    let d = rest.find("(dropped ")? + "(dropped ".len();
+    rest[d..].split(',').next()?.parse().ok()
+}
+
+#[test]
+fn tap_peer_kernel_rxe_to_host_packets_verify() {
+    let Some(run) = run("tap-peer", &[], 150) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let guest = run.file("share/tap-peer.out");
+    c.that(
+        guest.contains("state:\t\t\tPORT_ACTIVE"),
+        "rxe0 port not ACTIVE in the guest",
+    );
+    let sent = find_fields(&guest, |f| {
+        f.len() == 2 && f[0].starts_with("rxe") && f[1].starts_with("sent_pkts=")
+    });
+    c.that(sent.is_some(), "no 'rxe sent_pkts=' line from the guest");
+    let peer = run.file("peer.log");
+    c.that(
+        peer.contains("peer: client QP info: 0000:"),
+        "host peer got no rc_pingpong exchange",
+    );
+    match verify_roce_capture(&run.dir.join("capture.pcap")) {
+        Ok(cap) => {
+            say(&format!(
+                "tap-peer: {} RoCEv2 packets, all ICRCs verified; {:?}",
+                cap.packets, cap.opcodes
+            ));
+            c.that(cap.packets > 0, "the tap capture holds no RoCEv2 packets");
+            let flow = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+            c.that(
+                cap.flows.iter().all(|f| *f == flow),
+                format!("unexpected flows {:?}", cap.flows),
+            );
+            // The host peer told the guest to send to QPN 0x111; the guest told the peer
+            // its starting PSN ("0000:<qpn>:<psn>:<gid>").
+            c.that(
+                cap.dest_qps.iter().all(|q| *q == 0x111),
+                format!("dest QPs {:x?}", cap.dest_qps),
+            );
+            let psn = peer
+                .split("client QP info: 0000:")
+                .nth(1)
+                .and_then(|m| m.get(7..13))
+                .and_then(|h| u32::from_str_radix(h, 16).ok());
+            c.that(
+                psn.is_some() && cap.first_psn == psn,
+                format!("first PSN {:x?}, guest announced {psn:x?}", cap.first_psn),
+            );
+            c.that(
+                cap.opcodes.keys().any(|k| k.contains("SEND")),
+                format!("no SEND packets: {:?}", cap.opcodes),
+            );
+        }
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+#[test]
+fn two_guests_rxe_pingpong_and_write_bw_under_netem_loss() {
+    let Some(run) = run("two-guests", &["--netem", "loss 1%"], 420) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let a = run.file("share/two-guests-a.out");
+    let b = run.file("share/two-guests-b.out");
+    c.that(
+        pingpong_ok(&a, 100, 4096),
+        "A (server): no rc_pingpong summary for 100 x 4096 bytes",
+    );
+    c.that(
+        pingpong_ok(&b, 100, 4096),
+        "B (client): no rc_pingpong summary for 100 x 4096 bytes",
+    );
+    c.that(
+        write_bw_row(&b, "65536", "200").is_some(),
+        "B: no ib_write_bw result row for 65536 B x 200",
+    );
+    c.that(
+        b.contains("B: ib_write_bw rc=0"),
+        "B: ib_write_bw did not exit 0",
+    );
+    let drops = netem_drops(&a).unwrap_or(0) + netem_drops(&b).unwrap_or(0);
+    c.that(
+        netem_drops(&b).is_some(),
+        "B: no netem qdisc in `tc -s qdisc`",
+    );
+    c.that(drops > 0, "netem 'loss 1%' dropped nothing");
+    say(&format!(
+        "two-guests: netem dropped {drops} packets; ib_write_bw row {:?}",
+        write_bw_row(&b, "65536", "200")
+    ));
+    match verify_roce_capture(&run.dir.join("two-guests.pcap")) {
+        Ok(cap) => {
+            say(&format!(
+                "two-guests: {} RoCEv2 packets, all ICRCs verified; {:?}",
+                cap.packets, cap.opcodes
+            ));
+            c.that(cap.packets > 0, "two-guests.pcap holds no RoCEv2 packets");
+        }
+        Err(e) => c.that(false, format!("two-guests.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+#[test]
+fn vfio_edu_dma_through_viommu_with_two_numa_nodes() {
+    let Some(run) = run("vfio", &[], 200) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let out = run.file("share/vfio.out");
+    c.that(
+        out.contains("DMAR: IOMMU enabled"),
+        "guest did not enable the vIOMMU",
+    );
+    c.that(
+        out.lines().any(|l| l == "NUMA nodes: 2"),
+        "guest does not see 2 NUMA nodes",
+    );
+    c.that(
+        out.lines().any(|l| l == "edu driver: vfio-pci"),
+        "edu not bound to vfio-pci",
+    );
+    c.that(
+        out.contains("MMIO liveness: id=0x010000ed, wrote 0x12345678 read 0xedcba987: OK"),
+        "edu MMIO liveness",
+    );
+    c.that(
+        out.lines()
+            .any(|l| l == "DMA round trip RAM->edu->RAM via IOVA 0x100000: 2048 bytes MATCH"),
+        "DMA round trip through the vIOMMU did not match byte for byte",
+    );
+    c.that(
+        out.lines().any(|l| l == "DMA to unmapped IOVA: blocked"),
+        "unmapped DMA not blocked",
+    );
+    c.that(
+        out.lines().any(|l| l == "RESULT: PASS"),
+        "vfio_edu did not pass",
+    );
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+#[test]
+fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
+    let timeout = 25;
+    let Some(run) = run("hang", &[], timeout) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(124),
+        format!("run-scenario exit {:?}, expected 124 (timeout)", run.code),
+    );
+    let log = run.file("log");
+    let msg = format!("TIMEOUT: scenario hang did not finish within {timeout}s; killing it");
+    c.that(log.contains(&msg), format!("no '{msg}' in the log"));
+    c.that(
+        log.contains("RESULT: TIMEOUT hang"),
+        "no 'RESULT: TIMEOUT hang' in the log",
+    );
+    c.that(
+        run.file("share/hang.out")
+            .contains("hang: sleeping forever"),
+        "the guest never ran its script",
+    );
+    c.that(
+        run.secs < (timeout + 60) as f64,
+        format!("took {:.0}s for a {timeout}s timeout", run.secs),
+    );
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
