@@ -1,29 +1,23 @@
-//! The engine's view of one RoCE packet (BTH‥ICRC): a flat parse of every
-//! header the transport reads, and an emitter for the headers it writes.
-//!
-//! This is deliberately the transport's own narrow codec — the wire module
-//! owns the full `Packet`/`Repr` views; this file only knows what the state
-//! machines need and validates exactly what §9 asks the responder and
-//! completer to reject (length, opcode, pad, version, P_Key).
+//! The engine's view of one RoCE packet (BTH‥ICRC), on top of the wire
+//! module: [`parse`] flattens a checked [`RocePacket`] view into the fields
+//! the state machines read, [`emit`] builds a [`RoceRepr`] and writes its
+//! headers straight into the sink's buffer. What the engine adds is the
+//! role table ([`op_flags`]: which opcodes it speaks and what each one is
+//! to the requester/responder) and the checks §9 asks for beyond the
+//! wire's length/pad checks (transport version, P_Key, payload on
+//! payload-less opcodes).
 
-use rnic_core::{Psn, Qpn, Rkey};
+use rnic_core::{Iova, Psn, Qpn, Rkey};
+
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthPacket, BthRepr, DethRepr, Error as WireError,
+    IethRepr, ImmDtRepr, Opcode, RethRepr, RocePacket, RoceRepr, Syndrome,
+};
 
 /// Bytes of the BTH.
 pub(crate) const BTH_LEN: usize = 12;
 /// Bytes of the ICRC trailer.
-pub(crate) const ICRC_LEN: usize = 4;
-/// Bytes of the RETH.
-const RETH_LEN: usize = 16;
-/// Bytes of AETH / ImmDt / IETH.
-const WORD_LEN: usize = 4;
-/// Bytes of the AtomicETH.
-const ATOMIC_ETH_LEN: usize = 28;
-/// Bytes of the AtomicAckETH.
-const ATOMIC_ACK_LEN: usize = 8;
-/// Bytes of the DETH.
-const DETH_LEN: usize = 8;
-/// The default partition key rxe always sends.
-pub(crate) const PKEY_DEFAULT: u16 = 0xffff;
+pub(crate) const ICRC_LEN: usize = crate::wire::ICRC_LEN;
 
 /// Opcodes the engine speaks (IBA numbering).
 #[allow(missing_docs)]
@@ -136,32 +130,9 @@ pub(crate) const fn op_flags(opcode: u8) -> Option<u32> {
     Some(fl)
 }
 
-/// Bytes of BTH plus extension headers for an opcode's flags (IBA order:
-/// DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH).
-pub(crate) const fn header_len(flags: u32) -> usize {
-    let mut n = BTH_LEN;
-    if flags & f::DETH != 0 {
-        n += DETH_LEN;
-    }
-    if flags & f::RETH != 0 {
-        n += RETH_LEN;
-    }
-    if flags & f::ATOMIC != 0 {
-        n += ATOMIC_ETH_LEN;
-    }
-    if flags & f::AETH != 0 {
-        n += WORD_LEN;
-    }
-    if flags & f::ATOMIC_ACK != 0 {
-        n += ATOMIC_ACK_LEN;
-    }
-    if flags & f::IMM != 0 {
-        n += WORD_LEN;
-    }
-    if flags & f::IETH != 0 {
-        n += WORD_LEN;
-    }
-    n
+/// Bytes of BTH plus extension headers of `opcode` (the wire table's).
+pub(crate) fn header_len(opcode: u8) -> usize {
+    Opcode(opcode).info().map_or(BTH_LEN, |i| i.header_len())
 }
 
 /// Why a packet could not be parsed.
@@ -226,74 +197,46 @@ impl Pkt<'_> {
     }
 }
 
-fn be_u32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_be_bytes(w)
-}
-
-fn be_u64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        w.copy_from_slice(s);
-    }
-    u64::from_be_bytes(w)
-}
-
-fn be_u24(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 3) {
-        w[1..].copy_from_slice(s);
-    }
-    u32::from_be_bytes(w)
-}
-
 /// The BTH DestQP of a packet, for demultiplexing before [`parse`].
 pub(crate) fn dest_qpn(bytes: &[u8]) -> Option<Qpn> {
     if bytes.len() < BTH_LEN + ICRC_LEN {
         return None;
     }
-    Some(Qpn::from_wire(be_u24(bytes, 5)))
+    Some(BthPacket::new_unchecked(bytes).dest_qp())
 }
 
 /// Parse BTH‥ICRC. Never panics; rejects what no valid sender produces.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
-    if bytes.len() < BTH_LEN + ICRC_LEN {
-        return Err(ParseError::Truncated);
-    }
-    let opcode = bytes.first().copied().unwrap_or(0);
-    let b1 = bytes.get(1).copied().unwrap_or(0);
+    let view = RocePacket::new_checked(bytes).map_err(|e| match e {
+        WireError::UnknownOpcode(_) => ParseError::UnknownOpcode,
+        WireError::Truncated { .. } | WireError::BadPad { .. } => ParseError::Truncated,
+        _ => ParseError::BadHeader,
+    })?;
+    let bth = view.bth();
+    let opcode = bth.opcode().0;
+    // Opcodes the wire knows but the engine does not speak (UC, RD, CNP, …).
     let flags = op_flags(opcode).ok_or(ParseError::UnknownOpcode)?;
-    let pad = usize::from((b1 >> 4) & 3);
-    let tver = b1 & 0x0f;
-    let pkey = (be_u32(bytes, 0) & 0xffff) as u16;
-    if tver != 0 || pkey & 0x7fff != 0x7fff {
+    if bth.tver() != 0 || bth.pkey() & 0x7fff != 0x7fff {
         return Err(ParseError::BadHeader);
     }
-    let hlen = header_len(flags);
-    let tail = hlen + pad + ICRC_LEN;
-    if bytes.len() < tail {
-        return Err(ParseError::Truncated);
-    }
-    let paylen = bytes.len() - tail;
-    if flags & f::PAYLOAD == 0 && (paylen != 0 || pad != 0) {
+    let start = view.header_len();
+    let payload = bytes
+        .get(start..start + view.payload_len())
+        .ok_or(ParseError::Truncated)?;
+    let pad = usize::from(bth.pad_count());
+    if flags & f::PAYLOAD == 0 && (!payload.is_empty() || pad != 0) {
         return Err(ParseError::BadHeader);
     }
     // Pad makes the payload a multiple of 4; anything else is malformed.
-    if !(paylen + pad).is_multiple_of(4) {
+    if !(payload.len() + pad).is_multiple_of(4) {
         return Err(ParseError::BadHeader);
     }
-    let payload = bytes
-        .get(hlen..hlen + paylen)
-        .ok_or(ParseError::Truncated)?;
     let mut p = Pkt {
         opcode,
         flags,
-        dest_qp: Qpn::from_wire(be_u24(bytes, 5)),
-        ack_req: bytes.get(8).copied().unwrap_or(0) & 0x80 != 0,
-        psn: Psn::from_wire(be_u24(bytes, 9)),
+        dest_qp: bth.dest_qp(),
+        ack_req: bth.ack_req(),
+        psn: bth.psn(),
         reth: Reth::default(),
         aeth_syndrome: 0,
         aeth_msn: 0,
@@ -305,45 +248,37 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
         src_qp: Qpn::default(),
         payload,
     };
-    let mut at = BTH_LEN;
-    if flags & f::DETH != 0 {
-        p.qkey = be_u32(bytes, at);
-        p.src_qp = Qpn::from_wire(be_u24(bytes, at + 5));
-        at += DETH_LEN;
+    if let Some(d) = view.deth() {
+        p.qkey = d.qkey();
+        p.src_qp = d.src_qp();
     }
-    if flags & f::RETH != 0 {
+    if let Some(r) = view.reth() {
         p.reth = Reth {
-            va: be_u64(bytes, at),
-            rkey: Rkey(be_u32(bytes, at + 8)),
-            len: be_u32(bytes, at + 12),
+            va: r.va().get(),
+            rkey: r.rkey(),
+            len: r.dma_len(),
         };
-        at += RETH_LEN;
     }
-    if flags & f::ATOMIC != 0 {
+    if let Some(a) = view.atomic_eth() {
         p.atomic = AtomicEth {
-            va: be_u64(bytes, at),
-            rkey: Rkey(be_u32(bytes, at + 8)),
-            swap_add: be_u64(bytes, at + 12),
-            compare: be_u64(bytes, at + 20),
+            va: a.va().get(),
+            rkey: a.rkey(),
+            swap_add: a.swap_add(),
+            compare: a.compare(),
         };
-        at += ATOMIC_ETH_LEN;
     }
-    if flags & f::AETH != 0 {
-        let w = be_u32(bytes, at);
-        p.aeth_syndrome = (w >> 24) as u8;
-        p.aeth_msn = w & 0x00ff_ffff;
-        at += WORD_LEN;
+    if let Some(a) = view.aeth() {
+        p.aeth_syndrome = a.syndrome_raw();
+        p.aeth_msn = a.msn();
     }
-    if flags & f::ATOMIC_ACK != 0 {
-        p.atomic_orig = be_u64(bytes, at);
-        at += ATOMIC_ACK_LEN;
+    if let Some(a) = view.atomic_ack_eth() {
+        p.atomic_orig = a.orig();
     }
-    if flags & f::IMM != 0 {
-        p.imm = be_u32(bytes, at);
-        at += WORD_LEN;
+    if let Some(i) = view.immdt() {
+        p.imm = i.imm();
     }
-    if flags & f::IETH != 0 {
-        p.ieth = Rkey(be_u32(bytes, at));
+    if let Some(i) = view.ieth() {
+        p.ieth = i.rkey();
     }
     Ok(p)
 }
@@ -368,8 +303,7 @@ pub(crate) struct Out {
 
 /// Total bytes (BTH‥ICRC) of a packet with `payload` bytes.
 pub(crate) fn packet_len(opcode: u8, payload: usize) -> usize {
-    let hlen = header_len(op_flags(opcode).unwrap_or(0));
-    hlen + payload + pad_for(payload) + ICRC_LEN
+    header_len(opcode) + payload + pad_for(payload) + ICRC_LEN
 }
 
 /// Pad bytes after a payload of `len` bytes.
@@ -377,72 +311,55 @@ pub(crate) const fn pad_for(len: usize) -> usize {
     len.wrapping_neg() & 3
 }
 
-fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
-    if let Some(d) = buf.get_mut(at..at + bytes.len()) {
-        d.copy_from_slice(bytes);
-    }
-}
-
-fn put_u24(buf: &mut [u8], at: usize, v: u32) {
-    let b = v.to_be_bytes();
-    put(buf, at, &b[1..]);
-}
-
 /// Write BTH and extension headers for a packet carrying `paylen` bytes into
-/// `buf`; zero the pad and the ICRC. Returns the payload range start. `buf`
-/// must be at least [`packet_len`] long (shorter buffers get a truncated,
-/// never a panicking, write).
-pub(crate) fn emit(buf: &mut [u8], o: &Out, paylen: usize) -> usize {
-    let flags = op_flags(o.opcode).unwrap_or(0);
-    let pad = pad_for(paylen);
-    let b1 = (u8::from(o.se) << 7) | ((pad as u8) << 4);
-    put(buf, 0, &[o.opcode, b1]);
-    put(buf, 2, &PKEY_DEFAULT.to_be_bytes());
-    put(buf, 4, &[0]);
-    put_u24(buf, 5, o.dest_qp.get());
-    put(buf, 8, &[u8::from(o.ack_req) << 7]);
-    put_u24(buf, 9, o.psn.get());
-    let mut at = BTH_LEN;
+/// `buf`; zero the pad and the ICRC. Returns where the payload goes, or
+/// `None` when `buf` is shorter than [`packet_len`] (or the opcode is not
+/// one the engine speaks).
+pub(crate) fn emit(buf: &mut [u8], o: &Out, paylen: usize) -> Option<usize> {
+    let flags = op_flags(o.opcode)?;
+    let mut bth = BthRepr::new(Opcode(o.opcode), o.dest_qp, o.psn);
+    bth.solicited = o.se;
+    bth.ack_req = o.ack_req;
+    let mut r = RoceRepr::new(bth, paylen);
     if flags & f::DETH != 0 {
-        put(buf, at, &o.qkey.to_be_bytes());
-        put(buf, at + 4, &[0]);
-        put_u24(buf, at + 5, o.src_qp.get());
-        at += DETH_LEN;
+        r = r.with_deth(DethRepr {
+            qkey: o.qkey,
+            src_qp: o.src_qp,
+        });
     }
     if flags & f::RETH != 0 {
-        put(buf, at, &o.reth.va.to_be_bytes());
-        put(buf, at + 8, &o.reth.rkey.get().to_be_bytes());
-        put(buf, at + 12, &o.reth.len.to_be_bytes());
-        at += RETH_LEN;
+        r = r.with_reth(RethRepr {
+            va: Iova(o.reth.va),
+            rkey: o.reth.rkey,
+            dma_len: o.reth.len,
+        });
     }
     if flags & f::ATOMIC != 0 {
-        put(buf, at, &o.atomic.va.to_be_bytes());
-        put(buf, at + 8, &o.atomic.rkey.get().to_be_bytes());
-        put(buf, at + 12, &o.atomic.swap_add.to_be_bytes());
-        put(buf, at + 20, &o.atomic.compare.to_be_bytes());
-        at += ATOMIC_ETH_LEN;
+        r = r.with_atomic_eth(AtomicEthRepr {
+            va: Iova(o.atomic.va),
+            rkey: o.atomic.rkey,
+            swap_add: o.atomic.swap_add,
+            compare: o.atomic.compare,
+        });
     }
     if flags & f::AETH != 0 {
-        put(buf, at, &o.aeth.to_be_bytes());
-        at += WORD_LEN;
+        r = r.with_aeth(AethRepr {
+            syndrome: Syndrome::from_u8((o.aeth >> 24) as u8),
+            msn: o.aeth & 0x00ff_ffff,
+        });
     }
     if flags & f::ATOMIC_ACK != 0 {
-        put(buf, at, &o.atomic_orig.to_be_bytes());
-        at += ATOMIC_ACK_LEN;
+        r = r.with_atomic_ack_eth(AtomicAckEthRepr {
+            orig: o.atomic_orig,
+        });
     }
     if flags & f::IMM != 0 {
-        put(buf, at, &o.imm.to_be_bytes());
-        at += WORD_LEN;
+        r = r.with_immdt(ImmDtRepr { imm: o.imm });
     }
     if flags & f::IETH != 0 {
-        put(buf, at, &o.ieth.to_be_bytes());
-        at += WORD_LEN;
+        r = r.with_ieth(IethRepr { rkey: Rkey(o.ieth) });
     }
-    let end = at + paylen;
-    if let Some(t) = buf.get_mut(end..end + pad + ICRC_LEN) {
-        t.fill(0);
-    }
-    at
+    r.emit_headers(buf).ok()
 }
 
 /// AETH word from a syndrome and MSN.
@@ -456,13 +373,43 @@ mod tests {
 
     #[test]
     fn header_lengths_match_rxe_table() {
-        assert_eq!(header_len(op_flags(op::SEND_ONLY).unwrap_or(0)), 12);
-        assert_eq!(header_len(op_flags(op::WRITE_ONLY_IMM).unwrap_or(0)), 32);
-        assert_eq!(header_len(op_flags(op::CMP_SWAP).unwrap_or(0)), 40);
-        assert_eq!(header_len(op_flags(op::ATOMIC_ACK).unwrap_or(0)), 24);
-        assert_eq!(header_len(op_flags(op::UD_SEND_ONLY_IMM).unwrap_or(0)), 24);
-        assert_eq!(header_len(op_flags(op::SEND_ONLY_INV).unwrap_or(0)), 16);
-        assert_eq!(header_len(op_flags(op::READ_RESP_MIDDLE).unwrap_or(0)), 12);
+        assert_eq!(header_len(op::SEND_ONLY), 12);
+        assert_eq!(header_len(op::WRITE_ONLY_IMM), 32);
+        assert_eq!(header_len(op::CMP_SWAP), 40);
+        assert_eq!(header_len(op::ATOMIC_ACK), 24);
+        assert_eq!(header_len(op::UD_SEND_ONLY_IMM), 24);
+        assert_eq!(header_len(op::SEND_ONLY_INV), 16);
+        assert_eq!(header_len(op::READ_RESP_MIDDLE), 12);
+    }
+
+    /// The engine's role table agrees with the wire module's opcode table.
+    #[test]
+    fn role_table_matches_wire_table() {
+        use crate::wire::ExtHeader;
+        for raw in 0..=255u8 {
+            let Some(fl) = op_flags(raw) else { continue };
+            let info = Opcode(raw)
+                .info()
+                .expect("engine opcodes are known to the wire");
+            assert_eq!(
+                info.consumes_recv_wqe,
+                fl & f::NEEDS_RECV != 0,
+                "{}",
+                info.name
+            );
+            for (h, bit) in [
+                (ExtHeader::Reth, f::RETH),
+                (ExtHeader::Aeth, f::AETH),
+                (ExtHeader::ImmDt, f::IMM),
+                (ExtHeader::Ieth, f::IETH),
+                (ExtHeader::AtomicEth, f::ATOMIC),
+                (ExtHeader::AtomicAckEth, f::ATOMIC_ACK),
+                (ExtHeader::Deth, f::DETH),
+            ] {
+                assert_eq!(info.has(h), fl & bit != 0, "{} {h:?}", info.name);
+            }
+            assert_eq!(info.has_payload(), fl & f::PAYLOAD != 0, "{}", info.name);
+        }
     }
 
     #[test]
@@ -484,7 +431,7 @@ mod tests {
         let len = packet_len(o.opcode, 5);
         assert_eq!(len, 32 + 5 + 3 + 4);
         let mut buf = vec![0xaau8; len];
-        let at = emit(&mut buf, &o, 5);
+        let at = emit(&mut buf, &o, 5).expect("fits");
         buf[at..at + 5].copy_from_slice(b"hello");
         let p = parse(&buf).expect("parse");
         assert_eq!(p.opcode, op::WRITE_ONLY_IMM);

@@ -147,7 +147,9 @@ pub(crate) fn transmit(
     let Some(buf) = tx.buffer(len).and_then(|b| b.get_mut(..len)) else {
         return Tx::Full;
     };
-    let at = pkt::emit(buf, o, paylen);
+    let Some(at) = pkt::emit(buf, o, paylen) else {
+        return Tx::Fill;
+    };
     if paylen > 0 {
         let Some(p) = buf.get_mut(at..at + paylen) else {
             return Tx::Full;

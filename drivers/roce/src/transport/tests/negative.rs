@@ -82,7 +82,7 @@ fn req(opcode: u8, psn: u32, payload: &[u8], f: impl FnOnce(&mut Out)) -> Vec<u8
     f(&mut o);
     let len = pkt::packet_len(opcode, payload.len());
     let mut b = vec![0u8; len];
-    let at = pkt::emit(&mut b, &o, payload.len());
+    let at = pkt::emit(&mut b, &o, payload.len()).expect("fits");
     b[at..at + payload.len()].copy_from_slice(payload);
     b
 }
@@ -593,7 +593,7 @@ fn state_gates_packets() {
         };
         o.aeth = pkt::aeth(syndrome::ACK_UNLIMITED, 0);
         let mut b = vec![0u8; pkt::packet_len(op::ACK, 0)];
-        pkt::emit(&mut b, &o, 0);
+        pkt::emit(&mut b, &o, 0).expect("fits");
         b
     };
     let now = crate::transport::Instant::from_nanos(0);
