@@ -5,7 +5,7 @@ use rnic_core::{AccessFlags, Psn, Rkey, WcFlags, WcOpcode, WcStatus, WorkComplet
 
 use super::pkt::{Out, Pkt, aeth, f, op, syndrome};
 use super::qp::{MAX_MSG, Qp, Tx, transmit};
-use super::queue::sgl_write;
+use super::queue::{sgl_check, sgl_write};
 use super::{Access, AtomicOp, CqSide, Io, MemKey};
 
 /// The message the responder is in the middle of.
@@ -204,6 +204,12 @@ impl Qp {
             return Err(Refuse::InvalidRequest);
         };
         if p.is(f::FIRST) {
+            // The whole scatter list must be writable before the first byte lands.
+            let sges = self.rq.front_sges();
+            if sgl_check(&*io.mem, self.cfg.pd, sges, Access::LocalWrite).is_err() {
+                self.complete_recv(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, io);
+                return Err(Refuse::RemoteOp);
+            }
             self.resp.recv_in_use = true;
             self.resp.recv_off = 0;
         }

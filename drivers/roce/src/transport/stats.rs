@@ -94,7 +94,7 @@ pub struct QpStats {
     pub timeouts: u64,
     /// RNR NAKs received that made the requester wait.
     pub rnr_waits: u64,
-    /// ACKs sent (syndrome ACK, including READ responses' first packets? no: only opcode ACK).
+    /// ACKs (syndrome ACK) and atomic ACKs sent; READ responses are not counted here.
     pub acks_sent: u64,
     /// ACKs, atomic ACKs and READ responses received that moved the completer.
     pub acks_received: u64,

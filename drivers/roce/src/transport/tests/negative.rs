@@ -625,3 +625,26 @@ fn state_gates_packets() {
     assert_eq!(&ep.mem.bytes(w)[..8], &[1; 8]);
     assert_eq!(ep.tx.out.len(), 1);
 }
+
+#[test]
+fn send_into_partly_bad_scatter_list_touches_nothing() {
+    let mut r = rig(AccessFlags::ALL_REMOTE);
+    let sg = [
+        sge(r.recv, RECV_VA, 8),
+        sge(r.recv ^ 0x300, RECV_VA + 8, 64),
+    ];
+    let res = r.ep.with(|qp, io| {
+        qp.post_recv(
+            &RecvWr {
+                wr_id: 4,
+                sg_list: &sg,
+            },
+            io,
+        )
+    });
+    assert!(res.is_ok());
+    let p = req(op::SEND_ONLY, RQ_PSN, &[1; 16], |_| {});
+    let s = expect_nak(&mut r, &p, syndrome::NAK_REMOTE_OP, RQ_PSN);
+    assert_eq!(s.naks_sent.remote_op, 1);
+    assert_eq!(r.ep.cq.recv[0].status, WcStatus::LocProtErr);
+}
