@@ -14,6 +14,9 @@
 //!   endpoint exchange;
 //! * [`roce`] (`rnic-roce`): RoCEv2 as a sans-IO library — wire headers,
 //!   ICRC, and (as it lands) the RC/UD transport;
+//! * [`rxe`] (`rnic-rxe`, feature `rxe`, default): the Soft-RoCE-compatible
+//!   software backend;
+//! * [`open`]: a device from a spec string, as a `rnic_core::Context`;
 //! * [`spec`]: the device-spec strings (`rxe:<netdev|ip>`, `mlx5:<pci bdf>`)
 //!   users pick a backend with.
 //!
@@ -23,6 +26,11 @@
 
 pub mod spec;
 
+mod open;
+
+pub use open::{OpenError, open};
 pub use rnic_core as core;
 pub use rnic_roce as roce;
+#[cfg(feature = "rxe")]
+pub use rnic_rxe as rxe;
 pub use spec::{DeviceSpec, RxeTarget, SpecError};

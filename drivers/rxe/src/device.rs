@@ -1,0 +1,539 @@
+//! A device's state and its progress engine: receive, verify, demultiplex,
+//! run timers, flush.
+//!
+//! Everything mutable lives in one [`State`] behind the device's mutex: the
+//! key table, the PDs, MRs, CQs and QPs, and the transmit and receive
+//! buffers (preallocated at open: no allocation per packet). Progress is one
+//! call, [`State::progress`], made by whichever thread gets there: a poller
+//! in `poll_cq` (caller-driven mode) or the device's progress thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nix::sys::eventfd::EventFd;
+use rnic_core::{Mtu, QpAttr, QpCaps, QpType, WorkCompletion};
+use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp};
+use rnic_roce::wire::icrc;
+use rnic_roce::wire::roce::MIN_LEN;
+
+use crate::mem::{KeyAccess, Keys};
+use crate::port::Port;
+use crate::stats::DeviceStats;
+use crate::sys::{self, BATCH, RxMsg};
+use crate::tx::{Tx, TxCtx, gid_of};
+
+/// How a device makes progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Progress {
+    /// A thread per device waits on the sockets, a doorbell and the nearest
+    /// engine deadline (epoll) and runs the engine; `cq_event_fd` and
+    /// `wait_cq` work. Pollers also make progress when their CQ is empty.
+    #[default]
+    Thread,
+    /// No thread: progress happens only inside `poll_cq`, `post_*` and
+    /// `wait_cq`. Lowest latency for busy-polling applications, which must
+    /// then poll (every device they use) to keep the transport going.
+    Caller,
+}
+
+/// A slab of objects named by `index + 1` handles.
+#[derive(Debug)]
+pub struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Slab<T> {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    /// Insert; returns the handle.
+    pub fn insert(&mut self, t: T) -> u32 {
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.items[i] = Some(t);
+                i
+            }
+            None => {
+                self.items.push(Some(t));
+                self.items.len() - 1
+            }
+        };
+        (i + 1) as u32
+    }
+
+    /// The object named `h`.
+    pub fn get(&self, h: u32) -> Option<&T> {
+        self.items.get((h as usize).checked_sub(1)?)?.as_ref()
+    }
+
+    /// The object named `h`, mutably.
+    pub fn get_mut(&mut self, h: u32) -> Option<&mut T> {
+        self.items.get_mut((h as usize).checked_sub(1)?)?.as_mut()
+    }
+
+    /// Remove the object named `h`.
+    pub fn remove(&mut self, h: u32) -> Option<T> {
+        let i = (h as usize).checked_sub(1)?;
+        let t = self.items.get_mut(i)?.take()?;
+        self.free.push(i);
+        Some(t)
+    }
+
+    /// Live objects.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().flatten()
+    }
+
+    /// Live objects, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.items.iter_mut().flatten()
+    }
+}
+
+/// A completion queue: a ring sized to its depth plus the event channel.
+#[derive(Debug)]
+pub struct CqState {
+    /// Completions not yet polled.
+    pub ring: VecDeque<WorkCompletion>,
+    /// Entries it was created with.
+    pub depth: u32,
+    /// Armed by `req_notify_cq`: the next completion signals `event`.
+    pub armed: bool,
+    /// Signalled when an armed queue gets a completion.
+    pub event: Arc<EventFd>,
+    /// Completions pushed beyond `depth`.
+    pub overflows: u64,
+}
+
+/// A memory region's bookkeeping (the bytes are in the key table).
+#[derive(Debug)]
+pub struct MrEntry {
+    /// Its key (L_Key = R_Key).
+    pub key: u32,
+}
+
+/// A queue pair: the engine's QP and what the provider tracks around it.
+#[derive(Debug)]
+pub struct QpEntry {
+    /// The transport engine.
+    pub qp: Qp,
+    /// Send CQ handle.
+    pub send_cq: u32,
+    /// Receive CQ handle.
+    pub recv_cq: u32,
+    /// Type.
+    pub qp_type: QpType,
+    /// Capacities granted.
+    pub caps: QpCaps,
+    /// Attributes as last set (`query_qp`).
+    pub attr: QpAttr,
+}
+
+/// The receive buffers: [`BATCH`] slots, each big enough for a GRO datagram
+/// when GRO is on.
+#[derive(Debug)]
+pub struct Rx {
+    arena: Vec<u8>,
+    slot: usize,
+    msgs: [RxMsg; BATCH],
+}
+
+impl Rx {
+    fn new(gro: bool) -> Rx {
+        let slot = if gro { 65_536 } else { 8_192 };
+        Rx {
+            arena: vec![0; slot * BATCH],
+            slot,
+            msgs: [RxMsg::EMPTY; BATCH],
+        }
+    }
+}
+
+/// Everything mutable of a device (under [`Shared::state`]).
+#[derive(Debug)]
+pub struct State {
+    /// L_Key/R_Key → region.
+    pub keys: Keys,
+    /// Protection domains.
+    pub pds: Slab<()>,
+    /// Memory regions.
+    pub mrs: Slab<MrEntry>,
+    /// Completion queues.
+    pub cqs: Slab<CqState>,
+    /// Queue pairs.
+    pub qps: Slab<QpEntry>,
+    /// QPN → QP handle.
+    pub by_qpn: HashMap<u32, u32>,
+    /// The next QPN to hand out.
+    pub next_qpn: u32,
+    /// Transmit side.
+    pub tx: Tx,
+    rx: Rx,
+    /// Device counters.
+    pub stats: DeviceStats,
+    /// The nearest engine timer (the progress thread sleeps until it).
+    pub next_deadline: Option<Instant>,
+}
+
+/// The state every handle of a device shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The mutable state.
+    pub state: Mutex<State>,
+    /// The local addresses (GID index = position).
+    pub ports: Vec<Port>,
+    /// The UDP port RoCE listens on (4791).
+    pub roce_port: u16,
+    /// The path MTU the link allows.
+    pub active_mtu: Mtu,
+    /// How progress is made.
+    pub progress: Progress,
+    /// Wakes the progress thread.
+    pub doorbell: EventFd,
+    /// Tells the progress thread to exit.
+    pub stop: AtomicBool,
+    /// The engine's time zero.
+    pub epoch: std::time::Instant,
+}
+
+/// The sink that routes a QP's completions into its CQs.
+struct CqSink<'a> {
+    cqs: &'a mut Slab<CqState>,
+    send: u32,
+    recv: u32,
+}
+
+impl CompletionSink for CqSink<'_> {
+    fn complete(&mut self, side: CqSide, wc: WorkCompletion) {
+        let h = match side {
+            CqSide::Send => self.send,
+            CqSide::Recv => self.recv,
+        };
+        if let Some(cq) = self.cqs.get_mut(h) {
+            if cq.ring.len() >= cq.depth as usize {
+                cq.overflows += 1;
+            }
+            cq.ring.push_back(wc);
+            if cq.armed {
+                cq.armed = false;
+                let _ = cq.event.write(1);
+            }
+        }
+    }
+}
+
+/// The outcome of an ICRC check.
+enum IcrcCheck {
+    /// Verified with the expected identification (or IPv6).
+    Ok,
+    /// Verified after solving for the identification (15-bit check).
+    Recovered,
+    /// Bad: drop.
+    Bad,
+}
+
+fn check_icrc(local: IpAddr, dport: u16, src: &SocketAddr, index: u16, pkt: &[u8]) -> IcrcCheck {
+    match (src.ip(), local) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let sport = src.port();
+            if icrc::verify_v4(s, d, index, true, sport, dport, pkt).is_ok()
+                || (index != 0 && icrc::verify_v4(s, d, 0, true, sport, dport, pkt).is_ok())
+            {
+                IcrcCheck::Ok
+            } else if icrc::recover_v4_ident(s, d, sport, dport, pkt).is_ok() {
+                IcrcCheck::Recovered
+            } else {
+                IcrcCheck::Bad
+            }
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            if icrc::verify_v6(s, d, src.port(), dport, pkt).is_ok() {
+                IcrcCheck::Ok
+            } else {
+                IcrcCheck::Bad
+            }
+        }
+        _ => IcrcCheck::Bad,
+    }
+}
+
+impl State {
+    /// A fresh state; `gso`/`gro` say what the sockets support.
+    pub fn new(gso: bool, gro: bool, per_qp_sport: bool) -> State {
+        State {
+            keys: Keys::new(),
+            pds: Slab::default(),
+            mrs: Slab::default(),
+            cqs: Slab::default(),
+            qps: Slab::default(),
+            by_qpn: HashMap::new(),
+            next_qpn: 0x11,
+            tx: Tx::new(gso, per_qp_sport),
+            rx: Rx::new(gro),
+            stats: DeviceStats::default(),
+            next_deadline: None,
+        }
+    }
+
+    /// Run the engine for QP `h` with `f`, giving it memory, a packet sink and
+    /// its CQs. Returns `None` when there is no such QP.
+    pub fn with_qp<R>(
+        &mut self,
+        sh: &Shared,
+        h: u32,
+        f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
+    ) -> Option<R> {
+        let State {
+            keys,
+            cqs,
+            qps,
+            tx,
+            stats,
+            ..
+        } = self;
+        let e = qps.get_mut(h)?;
+        let ctx = TxCtx {
+            qpn: e.qp.qpn(),
+            qp_type: e.qp_type,
+        };
+        let mut mem = KeyAccess(keys);
+        let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
+        let mut cq = CqSink {
+            cqs,
+            send: e.send_cq,
+            recv: e.recv_cq,
+        };
+        let mut io = Io {
+            mem: &mut mem,
+            tx: &mut sink,
+            cq: &mut cq,
+        };
+        Some(f(&mut e.qp, &mut io))
+    }
+
+    /// Remove every completion of `qpn` still queued in CQ `h`.
+    pub fn purge_cq(&mut self, h: u32, qpn: rnic_core::Qpn) {
+        if let Some(cq) = self.cqs.get_mut(h) {
+            cq.ring.retain(|wc| wc.qp_num != qpn);
+        }
+    }
+
+    /// Send what is queued.
+    pub fn flush(&mut self, sh: &Shared) {
+        if self.tx.pending() > 0 {
+            self.tx.flush(&sh.ports, &mut self.stats);
+        }
+    }
+
+    /// One round of progress: drain the sockets (up to `budget` datagrams per
+    /// port), run due timers, flush. Returns the datagrams received.
+    pub fn progress(&mut self, sh: &Shared, budget: usize) -> usize {
+        let now = sh.now();
+        let mut total = 0;
+        for (pi, port) in sh.ports.iter().enumerate() {
+            let mut got_here = 0;
+            while got_here < budget {
+                let got = match sys::recv_batch(
+                    port.sock.as_fd(),
+                    &mut self.rx.arena,
+                    self.rx.slot,
+                    &mut self.rx.msgs,
+                ) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "recvmmsg failed");
+                        0
+                    }
+                };
+                if got == 0 {
+                    break;
+                }
+                self.stats.recvmmsg_calls += 1;
+                for i in 0..got {
+                    self.deliver(sh, pi, i, now);
+                }
+                got_here += got;
+                if got < BATCH {
+                    break;
+                }
+            }
+            total += got_here;
+        }
+        self.run_timers(sh, now);
+        self.flush(sh);
+        total
+    }
+
+    /// Hand datagram `i` of the receive batch (from port `pi`) to its QP(s).
+    fn deliver(&mut self, sh: &Shared, pi: usize, i: usize, now: Instant) {
+        let State {
+            keys,
+            cqs,
+            qps,
+            by_qpn,
+            tx,
+            rx,
+            stats,
+            ..
+        } = self;
+        let m = rx.msgs[i];
+        stats.rx_datagrams += 1;
+        let Some(port) = sh.ports.get(pi) else { return };
+        let (Some(src), false) = (m.src, m.truncated) else {
+            stats.rx_malformed += 1;
+            return;
+        };
+        let start = i * rx.slot;
+        let Some(data) = rx.arena.get(start..start + m.len) else {
+            stats.rx_malformed += 1;
+            return;
+        };
+        let seg = if m.gro > 0 {
+            usize::from(m.gro)
+        } else {
+            m.len.max(1)
+        };
+        let gro = m.len > seg;
+        if gro {
+            stats.gro_datagrams += 1;
+        }
+        let src_gid = gid_of(&src);
+        for (k, pkt) in data.chunks(seg).enumerate() {
+            stats.rx_packets += 1;
+            stats.rx_bytes += pkt.len() as u64;
+            if gro {
+                stats.gro_segments += 1;
+            }
+            if pkt.len() < MIN_LEN {
+                stats.rx_malformed += 1;
+                continue;
+            }
+            match check_icrc(port.ip, sh.roce_port, &src, k as u16, pkt) {
+                IcrcCheck::Ok => stats.icrc_ok += 1,
+                IcrcCheck::Recovered => stats.icrc_recovered += 1,
+                IcrcCheck::Bad => {
+                    stats.icrc_drops += 1;
+                    continue;
+                }
+            }
+            let Some(qpn) = transport::dest_qpn(pkt) else {
+                stats.rx_malformed += 1;
+                continue;
+            };
+            let Some(e) = by_qpn.get(&qpn.get()).and_then(|&h| qps.get_mut(h)) else {
+                stats.unknown_qpn += 1;
+                continue;
+            };
+            let ctx = TxCtx {
+                qpn: e.qp.qpn(),
+                qp_type: e.qp_type,
+            };
+            let mut mem = KeyAccess(keys);
+            let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
+            let mut cq = CqSink {
+                cqs,
+                send: e.send_cq,
+                recv: e.recv_cq,
+            };
+            let mut io = Io {
+                mem: &mut mem,
+                tx: &mut sink,
+                cq: &mut cq,
+            };
+            e.qp.receive(now, pkt, src_gid, &mut io);
+        }
+    }
+
+    /// Run the timers that are due and recompute the nearest deadline.
+    fn run_timers(&mut self, sh: &Shared, now: Instant) {
+        let State {
+            keys,
+            cqs,
+            qps,
+            tx,
+            stats,
+            next_deadline,
+            ..
+        } = self;
+        let mut next: Option<Instant> = None;
+        for e in qps.iter_mut() {
+            if e.qp.next_deadline().is_some_and(|d| d <= now) {
+                let ctx = TxCtx {
+                    qpn: e.qp.qpn(),
+                    qp_type: e.qp_type,
+                };
+                let mut mem = KeyAccess(keys);
+                let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
+                let mut cq = CqSink {
+                    cqs,
+                    send: e.send_cq,
+                    recv: e.recv_cq,
+                };
+                let mut io = Io {
+                    mem: &mut mem,
+                    tx: &mut sink,
+                    cq: &mut cq,
+                };
+                e.qp.on_timer(now, &mut io);
+            }
+            if let Some(d) = e.qp.next_deadline() {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        }
+        *next_deadline = next;
+    }
+
+    /// Note a QP's deadline; whether it is earlier than the one the progress
+    /// thread sleeps towards (so it must be woken).
+    pub fn note_deadline(&mut self, d: Option<Instant>) -> bool {
+        match (d, self.next_deadline) {
+            (Some(d), Some(n)) if d < n => {
+                self.next_deadline = Some(d);
+                true
+            }
+            (Some(d), None) => {
+                self.next_deadline = Some(d);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A copy of the device counters, with the CQ overflows summed in.
+    pub fn device_stats(&self) -> DeviceStats {
+        let mut s = self.stats;
+        s.cq_overflows = self.cqs.iter().map(|c| c.overflows).sum();
+        s
+    }
+}
+
+impl Shared {
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        let n = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        Instant::from_nanos(n)
+    }
+
+    /// Lock the state (a poisoned lock is taken over: the state is plain
+    /// data that no panic leaves half-updated in a way later calls trust).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wake the progress thread.
+    pub fn ring(&self) {
+        if self.progress == Progress::Thread {
+            let _ = self.doorbell.write(1);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! One local address of a device: its GID and its UDP/4791 socket.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use rnic_core::Gid;
+
+use crate::error::RxeError;
+use crate::gid::LocalAddr;
+use crate::sys;
+
+/// Socket buffer size asked for (`net.core.rmem_max` caps it unless root).
+const SOCK_BUF: usize = 8 << 20;
+
+/// A bound local address.
+#[derive(Debug)]
+pub struct Port {
+    /// The GID-table entry.
+    pub gid: Gid,
+    /// The address.
+    pub ip: IpAddr,
+    /// IPv6 scope for link-local addresses.
+    pub scope_id: u32,
+    /// The interface, when known.
+    pub netdev: Option<String>,
+    /// The receiving socket, bound to `ip`:RoCE port.
+    pub sock: UdpSocket,
+    /// `UDP_GRO` is on for `sock`.
+    pub gro: bool,
+}
+
+fn sockaddr(ip: IpAddr, scope_id: u32, port: u16) -> SocketAddr {
+    match ip {
+        IpAddr::V4(v4) => SocketAddr::from((v4, port)),
+        IpAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope_id)),
+    }
+}
+
+/// Who probably holds a UDP port: the kernel's rxe, or another process.
+fn holder(port: u16) -> String {
+    if port == 4791 && Path::new("/sys/module/rdma_rxe").exists() {
+        " — the kernel's rdma_rxe module is loaded and an rxe device binds UDP/4791 on every \
+         address (list: rdma link show; remove: rdma link delete rxe0, or modprobe -r rdma_rxe)"
+            .to_owned()
+    } else {
+        " — another process (or another rnic device in this one) holds it; find it with \
+         ss -uanp 'sport = :4791'"
+            .to_owned()
+    }
+}
+
+fn prepare(sock: &UdpSocket, ip: IpAddr, addr: SocketAddr) -> Result<(), RxeError> {
+    sys::set_pmtudisc_do(sock.as_fd(), sys::is_v6(&ip)).map_err(|source| RxeError::Socket {
+        what: "setting IP_MTU_DISCOVER=IP_PMTUDISC_DO",
+        addr,
+        source,
+    })?;
+    sys::set_buffers(sock, SOCK_BUF);
+    Ok(())
+}
+
+impl Port {
+    /// Bind `local` on `roce_port` and configure the socket (DF, buffers,
+    /// GRO when `want_gro` and the kernel has it).
+    pub fn bind(local: &LocalAddr, roce_port: u16, want_gro: bool) -> Result<Port, RxeError> {
+        let addr = sockaddr(local.ip, local.scope_id, roce_port);
+        let sock = UdpSocket::bind(addr).map_err(|source| {
+            if source.kind() == io::ErrorKind::AddrInUse {
+                RxeError::PortInUse {
+                    addr,
+                    holder: holder(roce_port),
+                }
+            } else {
+                RxeError::Socket {
+                    what: "binding the RoCE socket",
+                    addr,
+                    source,
+                }
+            }
+        })?;
+        prepare(&sock, local.ip, addr)?;
+        let gro = want_gro && sys::enable_gro(&sock);
+        Ok(Port {
+            gid: local.gid,
+            ip: local.ip,
+            scope_id: local.scope_id,
+            netdev: local.netdev.clone(),
+            sock,
+            gro,
+        })
+    }
+
+    /// A send-only socket from this address and UDP port `sport` (rxe's
+    /// per-QP source port), DF set.
+    pub fn bind_sender(&self, sport: u16) -> Result<UdpSocket, RxeError> {
+        let addr = sockaddr(self.ip, self.scope_id, sport);
+        let sock = UdpSocket::bind(addr).map_err(|source| RxeError::Socket {
+            what: "binding a source-port socket",
+            addr,
+            source,
+        })?;
+        prepare(&sock, self.ip, addr)?;
+        // It never receives: keep its receive buffer small.
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &4096);
+        Ok(sock)
+    }
+}

@@ -1,0 +1,142 @@
+//! Counters: per device (sockets, ICRC, demultiplexing, GSO/GRO) and per QP
+//! (the engine's [`QpStats`]).
+
+use std::fmt;
+
+use rnic_core::Qpn;
+use rnic_roce::transport::QpStats;
+
+/// What one device counts. Every received datagram and every packet moves
+/// exactly one of the `rx_*`/`icrc_*`/`unknown_qpn` outcome counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// RoCE packets handed to the socket layer.
+    pub tx_packets: u64,
+    /// Their bytes (BTH‥ICRC).
+    pub tx_bytes: u64,
+    /// Datagrams (plain or GSO) the kernel took.
+    pub tx_datagrams: u64,
+    /// `sendmmsg` calls.
+    pub sendmmsg_calls: u64,
+    /// GSO sends (each carrying `gso_segments / gso_sends` packets on average).
+    pub gso_sends: u64,
+    /// Packets that left inside GSO sends.
+    pub gso_segments: u64,
+    /// Times the kernel refused GSO and the device fell back to plain sends.
+    pub gso_fallbacks: u64,
+    /// Sends that failed (the transport retransmits).
+    pub tx_errors: u64,
+    /// Of which: larger than the path allows with DF set (EMSGSIZE): lower
+    /// the QP's path MTU or raise the interface MTU.
+    pub tx_too_big: u64,
+    /// Packets whose address vector named a GID index the device lacks, or
+    /// mixed IPv4 and IPv6.
+    pub tx_bad_sgid: u64,
+    /// QP source ports that could not be bound (sent from the RoCE port).
+    pub sport_fallbacks: u64,
+    /// Datagrams received.
+    pub rx_datagrams: u64,
+    /// `recvmmsg` calls that returned data.
+    pub recvmmsg_calls: u64,
+    /// RoCE packets received (a GRO datagram carries several).
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// GRO datagrams (carrying more than one packet).
+    pub gro_datagrams: u64,
+    /// Packets that arrived inside GRO datagrams.
+    pub gro_segments: u64,
+    /// Packets too short for BTH + ICRC, or truncated by the socket.
+    pub rx_malformed: u64,
+    /// ICRC verified with the identification the sender was expected to use
+    /// (IPv4: 0, or the GRO segment index; IPv6: always).
+    pub icrc_ok: u64,
+    /// IPv4 ICRC verified only after solving for the sender's identification
+    /// (kernel rxe peers use a counter). Such a check keeps only 15 of the 32
+    /// ICRC bits: a corrupted packet passes with probability 2^-15.
+    pub icrc_recovered: u64,
+    /// Packets dropped for a bad ICRC.
+    pub icrc_drops: u64,
+    /// Packets for a QPN the device does not have (dropped).
+    pub unknown_qpn: u64,
+    /// Completions pushed beyond a CQ's depth (never with core's credit
+    /// accounting in place).
+    pub cq_overflows: u64,
+}
+
+/// A device's counters and those of each live QP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RxeStats {
+    /// Device-wide counters.
+    pub device: DeviceStats,
+    /// Each QP's engine counters, by QPN.
+    pub qps: Vec<(Qpn, QpStats)>,
+}
+
+impl RxeStats {
+    /// One QP's counters.
+    pub fn qp(&self, qpn: Qpn) -> Option<&QpStats> {
+        self.qps.iter().find(|(q, _)| *q == qpn).map(|(_, s)| s)
+    }
+}
+
+impl fmt::Display for RxeStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.device;
+        writeln!(
+            f,
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
+            d.tx_packets,
+            d.tx_bytes,
+            d.tx_datagrams,
+            d.sendmmsg_calls,
+            d.gso_sends,
+            d.gso_segments,
+            d.gso_fallbacks,
+            d.tx_errors,
+            d.tx_too_big,
+            d.tx_bad_sgid
+        )?;
+        writeln!(
+            f,
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN",
+            d.rx_packets,
+            d.rx_bytes,
+            d.rx_datagrams,
+            d.recvmmsg_calls,
+            d.gro_datagrams,
+            d.gro_segments,
+            d.rx_malformed,
+            d.unknown_qpn
+        )?;
+        writeln!(
+            f,
+            "icrc: {} ok, {} recovered (15-bit check), {} dropped",
+            d.icrc_ok, d.icrc_recovered, d.icrc_drops
+        )?;
+        for (qpn, s) in &self.qps {
+            writeln!(
+                f,
+                "qp {qpn}: tx {} pkts {} B, rx {} pkts {} B, retransmits {}, timeouts {}, rnr waits {}, naks sent {} (seq {} inv {} acc {} op {} rnr {}), naks received {}, dup req {}, dup resp {}, drops {}",
+                s.tx_packets,
+                s.tx_bytes,
+                s.rx_packets,
+                s.rx_bytes,
+                s.retransmits,
+                s.timeouts,
+                s.rnr_waits,
+                s.naks_sent.total(),
+                s.naks_sent.psn_seq,
+                s.naks_sent.invalid_request,
+                s.naks_sent.remote_access,
+                s.naks_sent.remote_op,
+                s.naks_sent.rnr,
+                s.naks_received.total(),
+                s.duplicate_requests,
+                s.duplicate_responses,
+                s.drops.total()
+            )?;
+        }
+        Ok(())
+    }
+}

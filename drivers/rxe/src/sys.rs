@@ -1,0 +1,352 @@
+//! Every socket system call of the crate, one function each.
+//!
+//! Socket options go through nix. Three calls do not: `IP_MTU_DISCOVER`
+//! (nix has no option for it), and `sendmmsg` / `recvmmsg`, because nix's
+//! wrappers either allocate per call or keep raw-pointer headers that are not
+//! `Send`. Here the `mmsghdr`/`iovec`/address/control arrays live on the
+//! stack of the call and point into the caller's preallocated buffers, so a
+//! batch allocates nothing. Control messages (`UDP_SEGMENT`, `UDP_GRO`) are
+//! written and parsed as bytes in safe code. These are the crate's only
+//! `unsafe` blocks.
+
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use nix::sys::socket::{setsockopt, sockopt};
+
+/// Messages per `sendmmsg` / `recvmmsg` call.
+pub const BATCH: usize = 32;
+
+/// `UDP_SEGMENT` (linux/udp.h): a GSO send's segment size.
+const UDP_SEGMENT: i32 = 103;
+/// `UDP_GRO` (linux/udp.h): a GRO receive's segment size.
+const UDP_GRO: i32 = 104;
+
+/// `CMSG_ALIGN`: control data is aligned to `size_t`.
+const fn cmsg_align(n: usize) -> usize {
+    (n + size_of::<usize>() - 1) & !(size_of::<usize>() - 1)
+}
+/// Bytes of a `cmsghdr` before its data (`CMSG_LEN(0)`).
+const CMSG_HDR: usize = cmsg_align(size_of::<libc::cmsghdr>());
+/// Room for one control message with up to 8 data bytes.
+const CMSG_ROOM: usize = CMSG_HDR + cmsg_align(8);
+
+/// A control-message buffer with `cmsghdr` alignment.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Cmsg([u8; CMSG_ROOM]);
+
+/// A socket address buffer big enough for `sockaddr_in6`, aligned for it.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct AddrBuf([u8; 32]);
+
+impl AddrBuf {
+    const EMPTY: AddrBuf = AddrBuf([0; 32]);
+
+    /// Encode `a` as a `sockaddr_in` / `sockaddr_in6`; returns its length.
+    fn encode(&mut self, a: &SocketAddr) -> usize {
+        let b = &mut self.0;
+        b.fill(0);
+        match a {
+            SocketAddr::V4(v4) => {
+                b[0..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+                b[2..4].copy_from_slice(&v4.port().to_be_bytes());
+                b[4..8].copy_from_slice(&v4.ip().octets());
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(v6) => {
+                b[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+                b[2..4].copy_from_slice(&v6.port().to_be_bytes());
+                b[4..8].copy_from_slice(&v6.flowinfo().to_be_bytes());
+                b[8..24].copy_from_slice(&v6.ip().octets());
+                b[24..28].copy_from_slice(&v6.scope_id().to_ne_bytes());
+                size_of::<libc::sockaddr_in6>()
+            }
+        }
+    }
+
+    /// Decode what the kernel wrote.
+    fn decode(&self) -> Option<SocketAddr> {
+        let b = &self.0;
+        let family = i32::from(u16::from_ne_bytes([b[0], b[1]]));
+        let port = u16::from_be_bytes([b[2], b[3]]);
+        if family == libc::AF_INET {
+            let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, port)))
+        } else if family == libc::AF_INET6 {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[8..24]);
+            let scope = u32::from_ne_bytes([b[24], b[25], b[26], b[27]]);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(o),
+                port,
+                0,
+                scope,
+            )))
+        } else {
+            None
+        }
+    }
+}
+
+/// Set `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (IPv4) or `IPV6_MTU_DISCOVER =
+/// IPV6_PMTUDISC_DO` (IPv6): DF is set and the kernel never fragments; on an
+/// unconnected IPv4 socket it then sends identification 0.
+pub fn set_pmtudisc_do(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    let (level, name, value) = if ipv6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    };
+    let value: libc::c_int = value;
+    // SAFETY: `fd` is a live socket (borrowed for the call); the option value
+    // points at a c_int on our stack whose size we pass; the kernel only
+    // reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Ask for `bytes` of send and receive buffer (the `*_FORCE` variants first,
+/// which root may use beyond `net.core.[rw]mem_max`). Best effort.
+pub fn set_buffers(fd: &impl AsFd, bytes: usize) {
+    if setsockopt(fd, sockopt::RcvBufForce, &bytes).is_err() {
+        let _ = setsockopt(fd, sockopt::RcvBuf, &bytes);
+    }
+    if setsockopt(fd, sockopt::SndBufForce, &bytes).is_err() {
+        let _ = setsockopt(fd, sockopt::SndBuf, &bytes);
+    }
+}
+
+/// Whether the kernel takes `UDP_SEGMENT` (probe: set the socket default to 0).
+pub fn probe_gso(fd: &impl AsFd) -> bool {
+    setsockopt(fd, sockopt::UdpGsoSegment, &0).is_ok()
+}
+
+/// Turn on `UDP_GRO`; whether the kernel took it.
+pub fn enable_gro(fd: &impl AsFd) -> bool {
+    setsockopt(fd, sockopt::UdpGroSegment, &true).is_ok()
+}
+
+/// One datagram to send: `len` bytes of the arena at `off` to `dst`; with
+/// `gso` > 0 the kernel cuts it into `gso`-byte UDP datagrams (the last may
+/// be shorter).
+#[derive(Clone, Copy, Debug)]
+pub struct TxMsg {
+    /// Offset in the arena.
+    pub off: usize,
+    /// Bytes.
+    pub len: usize,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// GSO segment size, 0 for a plain datagram.
+    pub gso: u16,
+}
+
+/// Send up to [`BATCH`] datagrams from `arena` with one `sendmmsg`; returns
+/// how many the kernel took (the rest were not sent).
+pub fn send_batch(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
+    let n = msgs.len().min(BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut addrs = [AddrBuf::EMPTY; BATCH];
+    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); BATCH];
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; BATCH];
+    // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
+    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for (i, m) in msgs.iter().take(n).enumerate() {
+        let Some(bytes) = arena.get(m.off..m.off.saturating_add(m.len)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "datagram outside the arena",
+            ));
+        };
+        iovs[i].iov_base = bytes.as_ptr().cast_mut().cast();
+        iovs[i].iov_len = bytes.len();
+        let alen = addrs[i].encode(&m.dst);
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = addrs[i].0.as_mut_ptr().cast();
+        h.msg_namelen = alen as libc::socklen_t;
+        h.msg_iov = &raw mut iovs[i];
+        h.msg_iovlen = 1;
+        if m.gso > 0 {
+            let c = &mut cmsgs[i].0;
+            let len = CMSG_HDR + size_of::<u16>();
+            c[..size_of::<usize>()].copy_from_slice(&len.to_ne_bytes());
+            let lvl = size_of::<usize>();
+            c[lvl..lvl + 4].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+            c[lvl + 4..lvl + 8].copy_from_slice(&UDP_SEGMENT.to_ne_bytes());
+            c[CMSG_HDR..CMSG_HDR + 2].copy_from_slice(&m.gso.to_ne_bytes());
+            h.msg_control = c.as_mut_ptr().cast();
+            h.msg_controllen = CMSG_HDR + cmsg_align(size_of::<u16>());
+        }
+    }
+    // SAFETY: the first `n` headers point at live stack arrays (addresses,
+    // iovecs, control bytes) and at `arena`, which the kernel only reads;
+    // all of it outlives the call; `n` <= BATCH.
+    let rc = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// One received datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct RxMsg {
+    /// Bytes received (in the message's slot of the arena).
+    pub len: usize,
+    /// Sender.
+    pub src: Option<SocketAddr>,
+    /// GRO segment size (0: a single datagram).
+    pub gro: u16,
+    /// The datagram did not fit its slot.
+    pub truncated: bool,
+}
+
+impl RxMsg {
+    /// An empty message.
+    pub const EMPTY: RxMsg = RxMsg {
+        len: 0,
+        src: None,
+        gro: 0,
+        truncated: false,
+    };
+}
+
+/// Receive up to `out.len()` (<= [`BATCH`]) datagrams without blocking into
+/// `arena`, slot `i` being `arena[i * slot..(i + 1) * slot]`. Returns how many
+/// arrived (0 when none were waiting).
+pub fn recv_batch(
+    fd: BorrowedFd<'_>,
+    arena: &mut [u8],
+    slot: usize,
+    out: &mut [RxMsg],
+) -> io::Result<usize> {
+    let n = out.len().min(BATCH).min(arena.len() / slot.max(1));
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut addrs = [AddrBuf::EMPTY; BATCH];
+    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); BATCH];
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; BATCH];
+    // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
+    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for (i, chunk) in arena.chunks_exact_mut(slot).take(n).enumerate() {
+        iovs[i].iov_base = chunk.as_mut_ptr().cast();
+        iovs[i].iov_len = chunk.len();
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = addrs[i].0.as_mut_ptr().cast();
+        h.msg_namelen = size_of::<AddrBuf>() as libc::socklen_t;
+        h.msg_iov = &raw mut iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+        h.msg_controllen = CMSG_ROOM;
+    }
+    // SAFETY: the first `n` headers point at live, writable stack arrays and
+    // at disjoint `slot`-byte chunks of `arena`, with their true sizes; all
+    // of it outlives the call; `n` <= BATCH; no timeout pointer.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let got = rc as usize;
+    for i in 0..got {
+        let h = &hdrs[i];
+        let ctl = h.msg_hdr.msg_controllen.min(CMSG_ROOM);
+        out[i] = RxMsg {
+            len: (h.msg_len as usize).min(slot),
+            src: addrs[i].decode(),
+            gro: parse_gro(&cmsgs[i].0[..ctl]),
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+    }
+    Ok(got)
+}
+
+/// The `UDP_GRO` segment size in a control buffer (0 when absent).
+fn parse_gro(ctl: &[u8]) -> u16 {
+    let w = size_of::<usize>();
+    let mut at = 0;
+    while at + CMSG_HDR <= ctl.len() {
+        let mut lenb = [0u8; size_of::<usize>()];
+        lenb.copy_from_slice(&ctl[at..at + w]);
+        let len = usize::from_ne_bytes(lenb);
+        let level = i32::from_ne_bytes([
+            ctl[at + w],
+            ctl[at + w + 1],
+            ctl[at + w + 2],
+            ctl[at + w + 3],
+        ]);
+        let ty = i32::from_ne_bytes([
+            ctl[at + w + 4],
+            ctl[at + w + 5],
+            ctl[at + w + 6],
+            ctl[at + w + 7],
+        ]);
+        if len < CMSG_HDR {
+            break;
+        }
+        if level == libc::SOL_UDP && ty == UDP_GRO && at + CMSG_HDR + 4 <= ctl.len() {
+            let d = &ctl[at + CMSG_HDR..at + CMSG_HDR + 4];
+            let v = i32::from_ne_bytes([d[0], d[1], d[2], d[3]]);
+            return u16::try_from(v).unwrap_or(0);
+        }
+        at += cmsg_align(len);
+    }
+    0
+}
+
+/// Whether `ip` is IPv6 (and not IPv4-mapped).
+pub fn is_v6(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(_))
+}

@@ -1,0 +1,393 @@
+//! The transmit side: the engine's [`PacketSink`] over a preallocated arena,
+//! ICRC filling, UDP GSO grouping and batched `sendmmsg` flushes.
+//!
+//! Packets are written back to back into one arena. A packet that follows
+//! one of the same size to the same destination from the same socket joins
+//! its *group*; a group of n > 1 packets leaves as one GSO datagram (one
+//! `UDP_SEGMENT` send the kernel cuts into n datagrams, each a complete
+//! RoCE packet with its own ICRC). The MIDDLE packets of a large message all
+//! have the path-MTU size, so a 1 MiB WRITE leaves in a few dozen sends.
+//!
+//! **IPv4 identification.** The ICRC covers the IPv4 identification, which
+//! the kernel picks. Every socket sets `IP_PMTUDISC_DO` (DF) and stays
+//! unconnected; Linux then sends identification 0 for a datagram
+//! (`ip_select_ident_segs`), and the segments of a GSO send get 0, 1, 2, …
+//! So packet `i` of a group is filled with identification `i`. (The crate's
+//! tests capture the packets on the wire and check this.)
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::AsFd;
+
+use rnic_core::{Gid, QpType, Qpn};
+use rnic_roce::transport::{PacketDest, PacketSink};
+use rnic_roce::wire::icrc;
+
+use crate::gid::{qp_udp_sport, rc_udp_sport};
+use crate::port::Port;
+use crate::stats::DeviceStats;
+use crate::sys::{self, BATCH, TxMsg};
+
+/// Arena bytes: room for a full GSO group (64 KiB) several times over.
+const ARENA: usize = 512 * 1024;
+/// Largest GSO datagram payload (the kernel's limit is 65507 for IPv4).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Largest GSO segment count (the kernel's `UDP_MAX_SEGMENTS` is 64 or 128).
+const GSO_MAX_SEGS: usize = 64;
+/// Datagrams (groups) queued before a flush.
+const MAX_MSGS: usize = 256;
+
+/// A socket that sends from one (address, UDP source port).
+#[derive(Debug)]
+struct SendSock {
+    sock: UdpSocket,
+    port: u16,
+}
+
+/// One queued datagram or GSO group.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    sock: usize,
+    msg: TxMsg,
+    segs: usize,
+    seg_len: usize,
+    /// Another equal-sized packet may still join.
+    open: bool,
+}
+
+/// The sending state of a device (under the device lock).
+#[derive(Debug)]
+pub struct Tx {
+    arena: Vec<u8>,
+    used: usize,
+    groups: Vec<Group>,
+    socks: Vec<SendSock>,
+    by_port: HashMap<(usize, u16), usize>,
+    /// The kernel takes `UDP_SEGMENT`.
+    pub gso: bool,
+    /// Send from rxe's per-QP UDP source ports (else from the listening port).
+    pub per_qp_sport: bool,
+}
+
+/// Which QP the engine is emitting for (the source port depends on it).
+#[derive(Clone, Copy, Debug)]
+pub struct TxCtx {
+    /// The emitting QP.
+    pub qpn: Qpn,
+    /// Its type.
+    pub qp_type: QpType,
+}
+
+impl Tx {
+    /// An empty transmit state.
+    pub fn new(gso: bool, per_qp_sport: bool) -> Tx {
+        Tx {
+            arena: vec![0; ARENA],
+            used: 0,
+            groups: Vec::with_capacity(MAX_MSGS),
+            socks: Vec::new(),
+            by_port: HashMap::new(),
+            gso,
+            per_qp_sport,
+        }
+    }
+
+    /// Datagrams waiting for [`Tx::flush`].
+    pub fn pending(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The socket sending from (`ports[port]`, `sport`), opened on first use.
+    /// When the source port cannot be bound (taken by someone else) the
+    /// listening socket sends instead, from the RoCE port.
+    fn sock_for(
+        &mut self,
+        ports: &[Port],
+        port: usize,
+        sport: u16,
+        stats: &mut DeviceStats,
+    ) -> Option<usize> {
+        let want = if self.per_qp_sport { sport } else { 0 };
+        if let Some(&i) = self.by_port.get(&(port, want)) {
+            return Some(i);
+        }
+        let p = ports.get(port)?;
+        let sock = if want == 0 {
+            p.sock.try_clone().ok()
+        } else {
+            match p.bind_sender(want) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    stats.sport_fallbacks += 1;
+                    p.sock.try_clone().ok()
+                }
+            }
+        }?;
+        let local = sock.local_addr().ok()?.port();
+        self.socks.push(SendSock { sock, port: local });
+        let i = self.socks.len() - 1;
+        self.by_port.insert((port, want), i);
+        Some(i)
+    }
+
+    /// The engine's sink for packets of `ctx` (flushes to `ports` when the
+    /// arena fills).
+    pub fn sink<'a>(
+        &'a mut self,
+        ports: &'a [Port],
+        roce_port: u16,
+        stats: &'a mut DeviceStats,
+        ctx: TxCtx,
+    ) -> Sink<'a> {
+        Sink {
+            tx: self,
+            ports,
+            roce_port,
+            stats,
+            ctx,
+        }
+    }
+
+    /// Send everything queued. Errors are counted, never returned: a lost
+    /// packet is the transport's to retransmit.
+    pub fn flush(&mut self, ports: &[Port], stats: &mut DeviceStats) {
+        let mut at = 0;
+        while at < self.groups.len() {
+            // A run of groups from the same socket goes in one sendmmsg.
+            let sock = self.groups[at].sock;
+            let mut end = at;
+            let mut msgs = [TxMsg {
+                off: 0,
+                len: 0,
+                dst: SocketAddr::from(([0, 0, 0, 0], 0)),
+                gso: 0,
+            }; BATCH];
+            while end < self.groups.len() && end - at < BATCH && self.groups[end].sock == sock {
+                msgs[end - at] = self.groups[end].msg;
+                end += 1;
+            }
+            let Some(s) = self.socks.get(sock) else {
+                at = end;
+                continue;
+            };
+            stats.sendmmsg_calls += 1;
+            match sys::send_batch(s.sock.as_fd(), &self.arena, &msgs[..end - at]) {
+                Ok(0) => {
+                    stats.tx_errors += 1;
+                    at += 1;
+                }
+                Ok(n) => {
+                    for g in &self.groups[at..at + n] {
+                        stats.tx_datagrams += 1;
+                        if g.segs > 1 {
+                            stats.gso_sends += 1;
+                            stats.gso_segments += g.segs as u64;
+                        }
+                    }
+                    at += n;
+                }
+                Err(e) => {
+                    let g = self.groups[at];
+                    if g.segs > 1 && gso_unsupported(&e) {
+                        // The kernel refused GSO: turn it off and send this
+                        // group's packets one by one (identification 0 each).
+                        self.gso = false;
+                        stats.gso_fallbacks += 1;
+                        self.split_group(at, ports);
+                        continue;
+                    }
+                    tracing::debug!(error = %e, dst = %g.msg.dst, "send failed");
+                    stats.tx_errors += 1;
+                    if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                        stats.tx_too_big += 1;
+                    }
+                    at += 1;
+                }
+            }
+        }
+        self.groups.clear();
+        self.used = 0;
+    }
+
+    /// Replace the GSO group at `i` by its single packets, re-filling their
+    /// ICRCs for identification 0.
+    fn split_group(&mut self, i: usize, ports: &[Port]) {
+        let g = self.groups[i];
+        let mut singles = Vec::with_capacity(g.segs);
+        let mut off = g.msg.off;
+        let end = g.msg.off + g.msg.len;
+        let sport = self.socks.get(g.sock).map_or(0, |s| s.port);
+        while off < end {
+            let len = g.seg_len.min(end - off);
+            if let Some(pkt) = self.arena.get_mut(off..off + len) {
+                let local = ports.iter().find(|p| same_family(p.ip, g.msg.dst.ip()));
+                if let Some(p) = local {
+                    fill_icrc(p.ip, g.msg.dst, sport, 0, pkt);
+                }
+            }
+            singles.push(Group {
+                sock: g.sock,
+                msg: TxMsg {
+                    off,
+                    len,
+                    dst: g.msg.dst,
+                    gso: 0,
+                },
+                segs: 1,
+                seg_len: len,
+                open: false,
+            });
+            off += len;
+        }
+        self.groups.splice(i..=i, singles);
+    }
+}
+
+fn gso_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+    )
+}
+
+fn same_family(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4()
+}
+
+/// Fill the ICRC of `pkt` (BTH..ICRC) sent from `src`:`sport` to `dst` with
+/// IPv4 identification `ip_id` (DF set).
+fn fill_icrc(src: IpAddr, dst: SocketAddr, sport: u16, ip_id: u16, pkt: &mut [u8]) -> bool {
+    match (src, dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            icrc::fill_v4(s, d, ip_id, true, sport, dst.port(), pkt).is_ok()
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => icrc::fill_v6(s, d, sport, dst.port(), pkt).is_ok(),
+        _ => false,
+    }
+}
+
+/// The engine's packet sink for one call on one QP.
+#[derive(Debug)]
+pub struct Sink<'a> {
+    tx: &'a mut Tx,
+    ports: &'a [Port],
+    roce_port: u16,
+    stats: &'a mut DeviceStats,
+    ctx: TxCtx,
+}
+
+impl Sink<'_> {
+    /// Where `dest` goes: (local port index, socket address).
+    fn route(&mut self, dest: &PacketDest) -> Option<(usize, SocketAddr)> {
+        let port = usize::from(dest.av.sgid_index);
+        let Some(local) = self.ports.get(port) else {
+            self.stats.tx_bad_sgid += 1;
+            return None;
+        };
+        let dip = dest.av.dgid.to_ip();
+        if !same_family(local.ip, dip) {
+            self.stats.tx_bad_sgid += 1;
+            return None;
+        }
+        let dst = match dip {
+            IpAddr::V4(v4) => SocketAddr::from((v4, self.roce_port)),
+            IpAddr::V6(v6) => {
+                let scope = if local.scope_id != 0 && (v6.segments()[0] & 0xffc0) == 0xfe80 {
+                    local.scope_id
+                } else {
+                    0
+                };
+                SocketAddr::V6(SocketAddrV6::new(v6, self.roce_port, 0, scope))
+            }
+        };
+        Some((port, dst))
+    }
+}
+
+impl PacketSink for Sink<'_> {
+    fn buffer(&mut self, len: usize) -> Option<&mut [u8]> {
+        if len > ARENA {
+            return None;
+        }
+        if self.tx.used + len > ARENA || self.tx.groups.len() >= MAX_MSGS {
+            self.tx.flush(self.ports, self.stats);
+        }
+        let start = self.tx.used;
+        self.tx.arena.get_mut(start..start + len)
+    }
+
+    fn commit(&mut self, len: usize, dest: &PacketDest) {
+        let start = self.tx.used;
+        let Some((port, dst)) = self.route(dest) else {
+            return;
+        };
+        let sport = match (dest.av.udp_sport, self.ctx.qp_type) {
+            (Some(p), _) => p,
+            (None, QpType::Ud) => qp_udp_sport(self.ctx.qpn),
+            (None, _) => rc_udp_sport(self.ctx.qpn, dest.qpn),
+        };
+        let Some(sock) = self.tx.sock_for(self.ports, port, sport, self.stats) else {
+            self.stats.tx_errors += 1;
+            return;
+        };
+        let sport = self.tx.socks.get(sock).map_or(0, |s| s.port);
+        // Join the open group when the packet continues it.
+        let gso = self.tx.gso;
+        let join = match self.tx.groups.last() {
+            Some(g) => {
+                gso && g.open
+                    && g.sock == sock
+                    && g.msg.dst == dst
+                    && len <= g.seg_len
+                    && g.segs < GSO_MAX_SEGS
+                    && g.msg.len + len <= GSO_MAX_BYTES
+                    && g.msg.off + g.msg.len == start
+            }
+            None => false,
+        };
+        let ip_id = if join {
+            self.tx.groups.last().map_or(0, |g| g.segs as u16)
+        } else {
+            0
+        };
+        let local_ip = self.ports.get(port).map(|p| p.ip);
+        let filled = match (local_ip, self.tx.arena.get_mut(start..start + len)) {
+            (Some(ip), Some(pkt)) => fill_icrc(ip, dst, sport, ip_id, pkt),
+            _ => false,
+        };
+        if !filled {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        self.tx.used += len;
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += len as u64;
+        if join {
+            if let Some(g) = self.tx.groups.last_mut() {
+                g.msg.len += len;
+                g.segs += 1;
+                g.msg.gso = g.seg_len as u16;
+                g.open = len == g.seg_len;
+            }
+        } else {
+            self.tx.groups.push(Group {
+                sock,
+                msg: TxMsg {
+                    off: start,
+                    len,
+                    dst,
+                    gso: 0,
+                },
+                segs: 1,
+                seg_len: len,
+                open: true,
+            });
+        }
+    }
+}
+
+/// The GID a datagram from `src` carries.
+pub fn gid_of(src: &SocketAddr) -> Gid {
+    Gid::from_ip(src.ip())
+}
