@@ -1,0 +1,177 @@
+//! Shared helpers for the loopback tests: endpoint pairs on distinct
+//! 127.x.y.z addresses, connected RC/UD QPs, completion waiting.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rnic_core::{
+    AccessFlags, CompletionQueue, Context, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
+    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
+    WorkCompletion,
+};
+use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
+
+/// A fresh pair of loopback addresses (127.<pid-derived>.<n>.1/.2) so tests
+/// running in parallel threads (and processes) never share UDP/4791.
+pub fn ip_pair() -> (IpAddr, IpAddr) {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let b = 16 + (std::process::id() % 200) as u8;
+    let c = (n % 250) as u8;
+    (
+        IpAddr::V4(Ipv4Addr::new(127, b, c, 1)),
+        IpAddr::V4(Ipv4Addr::new(127, b, c, 2)),
+    )
+}
+
+pub const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+pub fn open(ip: IpAddr, progress: Progress) -> RxeDevice {
+    RxeDevice::open(&RxeConfig::new(Target::Ip(ip)).with_progress(progress)).expect("open rxe")
+}
+
+/// One side: device, PD, CQ, a buffer with its MR, and QPs.
+pub struct Side {
+    pub dev: RxeDevice,
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub cq: CompletionQueue,
+    pub mem: Arc<HeapMemory>,
+    pub mr: MemoryRegion,
+}
+
+impl Side {
+    pub fn new(dev: RxeDevice, buf: usize, cq_depth: u32) -> Side {
+        let ctx = dev.context();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(cq_depth).unwrap();
+        let mem = Arc::new(HeapMemory::new(buf));
+        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
+        Side {
+            dev,
+            ctx,
+            pd,
+            cq,
+            mem,
+            mr,
+        }
+    }
+
+    pub fn qp(&self, qp_type: QpType) -> QueuePair {
+        let caps = QpCaps {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        self.pd
+            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(qp_type, caps))
+            .unwrap()
+    }
+
+    pub fn gid(&self) -> rnic_core::Gid {
+        self.dev.gids()[0]
+    }
+
+    pub fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mem.read(off, &mut v).unwrap();
+        v
+    }
+
+    pub fn fill(&self, off: usize, data: &[u8]) {
+        self.mem.write(off, data).unwrap();
+    }
+}
+
+pub fn rtr(mtu: Mtu) -> RtrParams {
+    RtrParams {
+        path_mtu: mtu,
+        max_dest_rd_atomic: 16,
+        ..RtrParams::default()
+    }
+}
+
+pub fn rts() -> RtsParams {
+    RtsParams {
+        max_rd_atomic: 16,
+        ..RtsParams::default()
+    }
+}
+
+/// Bring `qa` (on `a`) and `qb` (on `b`) up as a connected RC pair.
+pub fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, mtu: Mtu) {
+    connect_with(a, qa, b, qb, rtr(mtu), rts(), ALL);
+}
+
+pub fn connect_with(
+    a: &Side,
+    qa: &mut QueuePair,
+    b: &Side,
+    qb: &mut QueuePair,
+    rtr: RtrParams,
+    rts: RtsParams,
+    access: AccessFlags,
+) {
+    let init = InitParams {
+        access,
+        ..InitParams::default()
+    };
+    let (pa, pb) = (Psn::from_wire(0x1000), Psn::from_wire(0xabcdef));
+    qa.to_init(&init).unwrap();
+    qb.to_init(&init).unwrap();
+    qb.to_rtr(qa.qpn(), pa, a.gid(), &rtr).unwrap();
+    qb.to_rts(pb, &rts).unwrap();
+    qa.to_rtr(qb.qpn(), pb, b.gid(), &rtr).unwrap();
+    qa.to_rts(pa, &rts).unwrap();
+}
+
+/// Two sides on fresh loopback addresses with `buf` bytes each.
+pub fn sides(buf: usize, progress: Progress) -> (Side, Side) {
+    let (ia, ib) = ip_pair();
+    (
+        Side::new(open(ia, progress), buf, 512),
+        Side::new(open(ib, progress), buf, 512),
+    )
+}
+
+/// Poll `cq` until `n` completions arrived (panics after 20 s). Also kicks
+/// `others` (caller-driven peers) while waiting.
+pub fn wait(cq: &CompletionQueue, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 16];
+    let start = Instant::now();
+    while out.len() < n {
+        let got = cq.poll(&mut wcs).unwrap();
+        out.extend_from_slice(&wcs[..got]);
+        for d in others {
+            d.progress();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out with {} of {n} completions: {out:?}",
+            out.len()
+        );
+    }
+    out
+}
+
+/// A deterministic byte pattern.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
