@@ -183,6 +183,8 @@ pub struct State {
     pub stats: DeviceStats,
     /// The nearest engine timer (the progress thread sleeps until it).
     pub next_deadline: Option<Instant>,
+    /// The last IPv4 identification received, and from whom.
+    last_ident: LastIdent,
 }
 
 /// The state every handle of a device shares.
@@ -234,7 +236,7 @@ impl CompletionSink for CqSink<'_> {
 
 /// The outcome of an ICRC check.
 enum IcrcCheck {
-    /// Verified with the expected identification (or IPv6).
+    /// Verified with a predicted identification (or IPv6): all 32 bits.
     Ok,
     /// Verified after solving for the identification (15-bit check).
     Recovered,
@@ -242,18 +244,47 @@ enum IcrcCheck {
     Bad,
 }
 
-fn check_icrc(local: IpAddr, dport: u16, src: &SocketAddr, index: u16, pkt: &[u8]) -> IcrcCheck {
+/// The last IPv4 identification seen from a sender, to predict the next
+/// (kernel rxe and kernel-segmented GSO count upwards per packet).
+type LastIdent = Option<(SocketAddr, u16)>;
+
+/// Check the ICRC of `pkt` (GRO segment `index`) from `src` to `local`.
+/// IPv4 candidates in order: the segment index, the sender's last
+/// identification + 1, 0; then solve for it.
+fn check_icrc(
+    local: IpAddr,
+    dport: u16,
+    src: &SocketAddr,
+    index: u16,
+    pkt: &[u8],
+    last: &mut LastIdent,
+) -> IcrcCheck {
     match (src.ip(), local) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let sport = src.port();
-            if icrc::verify_v4(s, d, index, true, sport, dport, pkt).is_ok()
-                || (index != 0 && icrc::verify_v4(s, d, 0, true, sport, dport, pkt).is_ok())
-            {
-                IcrcCheck::Ok
-            } else if icrc::recover_v4_ident(s, d, sport, dport, pkt).is_ok() {
-                IcrcCheck::Recovered
-            } else {
-                IcrcCheck::Bad
+            let next = match *last {
+                Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
+                _ => None,
+            };
+            let candidates = [Some(index), next, Some(0)];
+            let mut tried = [None::<u16>; 3];
+            for (i, c) in candidates.into_iter().enumerate() {
+                let Some(id) = c else { continue };
+                if tried.contains(&Some(id)) {
+                    continue;
+                }
+                tried[i] = Some(id);
+                if icrc::verify_v4(s, d, id, true, sport, dport, pkt).is_ok() {
+                    *last = Some((*src, id));
+                    return IcrcCheck::Ok;
+                }
+            }
+            match icrc::recover_v4_ident(s, d, sport, dport, pkt) {
+                Ok((id, _df)) => {
+                    *last = Some((*src, id));
+                    IcrcCheck::Recovered
+                }
+                Err(_) => IcrcCheck::Bad,
             }
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -282,6 +313,7 @@ impl State {
             rx: Rx::new(gro),
             stats: DeviceStats::default(),
             next_deadline: None,
+            last_ident: None,
         }
     }
 
@@ -384,6 +416,7 @@ impl State {
             tx,
             rx,
             stats,
+            last_ident,
             ..
         } = self;
         let m = rx.msgs[i];
@@ -418,7 +451,7 @@ impl State {
                 stats.rx_malformed += 1;
                 continue;
             }
-            match check_icrc(port.ip, sh.roce_port, &src, k as u16, pkt) {
+            match check_icrc(port.ip, sh.roce_port, &src, k as u16, pkt, last_ident) {
                 IcrcCheck::Ok => stats.icrc_ok += 1,
                 IcrcCheck::Recovered => stats.icrc_recovered += 1,
                 IcrcCheck::Bad => {

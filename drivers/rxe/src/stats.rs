@@ -48,8 +48,9 @@ pub struct DeviceStats {
     pub gro_segments: u64,
     /// Packets too short for BTH + ICRC, or truncated by the socket.
     pub rx_malformed: u64,
-    /// ICRC verified with the identification the sender was expected to use
-    /// (IPv4: 0, or the GRO segment index; IPv6: always).
+    /// ICRC verified, all 32 bits, with a predicted identification (IPv4:
+    /// the GRO segment index, the sender's previous identification + 1, or
+    /// 0; IPv6 has none).
     pub icrc_ok: u64,
     /// IPv4 ICRC verified only after solving for the sender's identification
     /// (kernel rxe peers use a counter). Such a check keeps only 15 of the 32
