@@ -34,7 +34,14 @@ trap 'rm -rf "$W"' EXIT
 
 # 1. kernel: download the concrete package and unpack it.
 KV=${KPKG#linux-image-}
-(cd "$W" && apt-get -o APT::Sandbox::User=root download -qq "$KPKG=$KVER" >&2)
+if ! (cd "$W" && apt-get -o APT::Sandbox::User=root download -qq "$KPKG=$KVER" >&2); then
+  # stale apt lists name a kernel the mirror no longer has: refresh once, start over
+  [ -z "${RNIC_VM_REFRESHED:-}" ] || exit 1
+  log "kernel download failed; refreshing the apt lists and starting over"
+  rm -rf "$W"
+  apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+  RNIC_VM_REFRESHED=1 exec "$0" "$@"
+fi
 dpkg -x "$W"/"${KPKG}"_*.deb "$W/kroot"
 log "kernel $KV unpacked: $((SECONDS - t0))s"
 
