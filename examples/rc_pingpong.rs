@@ -251,10 +251,8 @@ fn run(args: &Args) -> Result<(), String> {
             let n = cq
                 .poll(&mut wcs)
                 .map_err(|e| format!("poll CQ failed: {e}"))?;
-            if n == 0 {
-                if let Some(d) = &dev {
-                    d.progress();
-                }
+            if let Some(d) = dev.as_ref().filter(|_| n == 0) {
+                d.progress();
             }
             n
         };

@@ -75,6 +75,7 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -87,10 +87,8 @@ fn reap(cq: &CompletionQueue, n: usize, other: Option<&RxeDevice>) {
             assert_eq!(w.status, WcStatus::Success);
         }
         got += k;
-        if k == 0 {
-            if let Some(o) = other {
-                o.progress();
-            }
+        if let Some(o) = other.filter(|_| k == 0) {
+            o.progress();
         }
     }
 }
@@ -205,7 +203,7 @@ fn latency(c: &mut Criterion) {
     g.bench_function("write", |bch| {
         bch.iter(|| {
             seq += 1;
-            let sig = seq % 64 == 0;
+            let sig = seq.is_multiple_of(64);
             a.mr.memory().write(0, &seq.to_le_bytes()).unwrap();
             let w = SendWr::rdma_write(1, &src, b.mr.addr(), b.mr.rkey());
             a.qp.post_send(&[if sig { w.signaled() } else { w }])
@@ -229,7 +227,7 @@ fn latency(c: &mut Criterion) {
     g.bench_function("send", |bch| {
         bch.iter(|| {
             n += 1;
-            let sig = n % 64 == 0;
+            let sig = n.is_multiple_of(64);
             b.qp.post_recv(&[RecvWr::new(1, &rs)]).unwrap();
             a.qp.post_recv(&[RecvWr::new(1, &ra)]).unwrap();
             let w = SendWr::send(1, &src);

@@ -171,6 +171,7 @@ pub fn qp_udp_sport(qpn: Qpn) -> u16 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;

@@ -43,14 +43,14 @@ fn mem_err(e: MemoryError) -> MemError {
     }
 }
 
-fn find<'t>(
-    keys: &'t Keys,
+fn find(
+    keys: &Keys,
     pd: PdHandle,
     key: MemKey,
     addr: u64,
     len: u64,
     access: Access,
-) -> Result<(&'t Arc<dyn Memory>, usize), MemError> {
+) -> Result<(&Arc<dyn Memory>, usize), MemError> {
     let flags = need(access);
     let (region, off) = match key {
         MemKey::Local(l) => keys.lookup(l, pd, addr, len, flags),

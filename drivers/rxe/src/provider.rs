@@ -472,7 +472,7 @@ impl Provider for Inner {
             return Err(err(no_such("completion queue")));
         }
         let mut n = st.next_qpn;
-        while st.by_qpn.contains_key(&n) || n < 0x11 || n > 0xFF_FFFF {
+        while st.by_qpn.contains_key(&n) || !(0x11..=0xFF_FFFF).contains(&n) {
             n = if n >= 0xFF_FFFF { 0x11 } else { n + 1 };
         }
         st.next_qpn = n + 1;
@@ -524,11 +524,15 @@ impl Provider for Inner {
         if let Some(e) = st.qps.get_mut(qp.0) {
             apply_attr(&mut e.attr, attr, mask);
         }
-        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
-            if let Some((s, r)) = st.qps.get(qp.0).map(|e| (e.send_cq, e.recv_cq)) {
-                st.purge_cq(s, qpn);
-                st.purge_cq(r, qpn);
-            }
+        let reset = mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset;
+        if let Some((s, r)) = st
+            .qps
+            .get(qp.0)
+            .filter(|_| reset)
+            .map(|e| (e.send_cq, e.recv_cq))
+        {
+            st.purge_cq(s, qpn);
+            st.purge_cq(r, qpn);
         }
         st.flush(sh);
         if st.note_deadline(deadline) {
@@ -737,7 +741,8 @@ impl Provider for Inner {
 
 /// Record the attributes `mask` names (for `query_qp`).
 fn apply_attr(a: &mut QpAttr, attr: &QpAttr, mask: QpAttrMask) {
-    let pairs: [(QpAttrMask, &dyn Fn(&mut QpAttr)); 15] = [
+    type Setter<'a> = &'a dyn Fn(&mut QpAttr);
+    let pairs: [(QpAttrMask, Setter<'_>); 15] = [
         (QpAttrMask::STATE, &|a| a.qp_state = attr.qp_state),
         (QpAttrMask::ACCESS_FLAGS, &|a| {
             a.qp_access_flags = attr.qp_access_flags;
