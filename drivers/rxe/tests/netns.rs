@@ -1,0 +1,166 @@
+//! The loopback conformance checks across two network namespaces joined by
+//! a veth pair (real IPv4 routing, a 1500/9000-byte MTU, the veth's
+//! GSO/GRO). Needs root and `ip`; prints SKIP otherwise. The namespaces are
+//! removed by a guard, also when the test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+
+use common::*;
+use nix::sched::{CloneFlags, setns};
+use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
+use rnic_rxe::{Progress, RxeDevice};
+
+struct Netns {
+    names: [String; 2],
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Two namespaces with a veth pair of `mtu` bytes, 10.213.<k>.1 and .2.
+fn setup(tag: &str, k: u8, mtu: u32) -> Option<(Netns, [IpAddr; 2])> {
+    if !nix::unistd::geteuid().is_root() {
+        println!("SKIP: creating network namespaces needs root");
+        return None;
+    }
+    let pid = std::process::id();
+    let names = [format!("rnic-{tag}a-{pid}"), format!("rnic-{tag}b-{pid}")];
+    let guard = Netns {
+        names: names.clone(),
+    };
+    let (va, vb) = (
+        format!("v{tag}a{}", pid % 100_000),
+        format!("v{tag}b{}", pid % 100_000),
+    );
+    let addrs = [
+        IpAddr::V4(Ipv4Addr::new(10, 213, k, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 213, k, 2)),
+    ];
+    let mtu = mtu.to_string();
+    let ok = ip(&["netns", "add", &names[0]])
+        && ip(&["netns", "add", &names[1]])
+        && ip(&[
+            "link", "add", &va, "netns", &names[0], "type", "veth", "peer", "name", &vb, "netns",
+            &names[1],
+        ]);
+    if !ok {
+        println!("SKIP: `ip netns` / veth not available here");
+        return None;
+    }
+    for (ns, dev, a) in [(&names[0], &va, addrs[0]), (&names[1], &vb, addrs[1])] {
+        let cidr = format!("{a}/24");
+        assert!(ip(&["-n", ns, "link", "set", dev, "mtu", &mtu]));
+        assert!(ip(&["-n", ns, "addr", "add", &cidr, "dev", dev]));
+        assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
+        assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
+    }
+    Some((guard, addrs))
+}
+
+/// Open a device from inside namespace `ns` (its sockets stay there).
+fn open_in(ns: &str, addr: IpAddr) -> RxeDevice {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        setns(f, CloneFlags::CLONE_NEWNET).unwrap();
+        open(addr, Progress::Thread)
+    })
+    .join()
+    .unwrap()
+}
+
+fn across(tag: &str, k: u8, link_mtu: u32, mtu: Mtu) {
+    let Some((ns, addrs)) = setup(tag, k, link_mtu) else {
+        return;
+    };
+    let a = Side::new(open_in(&ns.names[0], addrs[0]), 4 << 20, 256);
+    let b = Side::new(open_in(&ns.names[1], addrs[1]), 4 << 20, 256);
+    // (active_mtu reads /sys/class/net, which shows the namespace sysfs was
+    // mounted in, not the socket's: not checked here.)
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, mtu);
+    let m = mtu.bytes() as usize;
+    for (i, len) in [0usize, 1, m - 1, m, m + 1, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, 77 + i as u32);
+        a.fill(0, &data);
+        let src = [a.mr.sge(0, len as u32).unwrap()];
+        let src: &[rnic_core::Sge] = if len == 0 { &[] } else { &src };
+        // WRITE
+        qa.post_send(&[SendWr::rdma_write(1, src, b.mr.addr(), b.mr.rkey()).signaled()])
+            .unwrap();
+        assert_eq!(
+            wait(&a.cq, 1, &[])[0].status,
+            WcStatus::Success,
+            "WRITE {len}"
+        );
+        assert_eq!(b.bytes(0, len), data, "WRITE {len}");
+        // SEND with immediate
+        let rsge = [b.mr.sge(2 << 20, (len + 1) as u32).unwrap()];
+        qb.post_recv(&[RecvWr::new(2, &rsge)]).unwrap();
+        qa.post_send(&[SendWr::send_with_imm(3, src, 42).signaled()])
+            .unwrap();
+        assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
+        let wb = wait(&b.cq, 1, &[]);
+        assert_eq!(
+            (wb[0].status, wb[0].imm_data),
+            (WcStatus::Success, Some(42))
+        );
+        assert_eq!(b.bytes(2 << 20, len), data, "SEND {len}");
+        // READ back into a at 1 MiB
+        let dst = [a.mr.sge(1 << 20, len as u32).unwrap()];
+        let dst: &[rnic_core::Sge] = if len == 0 { &[] } else { &dst };
+        qa.post_send(&[SendWr::rdma_read(4, dst, b.mr.addr(), b.mr.rkey()).signaled()])
+            .unwrap();
+        assert_eq!(
+            wait(&a.cq, 1, &[])[0].status,
+            WcStatus::Success,
+            "READ {len}"
+        );
+        assert_eq!(a.bytes(1 << 20, len), data, "READ {len}");
+    }
+    // Atomics across the namespaces.
+    b.fill(3 << 20, &5u64.to_ne_bytes());
+    let res = [a.mr.sge(2 << 20, 8).unwrap()];
+    qa.post_send(&[
+        SendWr::atomic_fetch_add(5, &res, b.mr.addr() + (3 << 20), b.mr.rkey(), 10).signaled(),
+    ])
+    .unwrap();
+    assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
+    assert_eq!(a.bytes(2 << 20, 8), 5u64.to_ne_bytes());
+    assert_eq!(b.bytes(3 << 20, 8), 15u64.to_ne_bytes());
+    let s = b.dev.stats().device;
+    println!("{tag}: receiver {s:?}");
+    assert_eq!(s.icrc_drops, 0);
+    assert_eq!(a.dev.stats().device.tx_too_big, 0);
+    drop((qa, qb, a, b));
+    drop(ns);
+}
+
+#[test]
+fn veth_mtu_1500_path_mtu_1024() {
+    across("x", 1, 1500, Mtu::Mtu1024);
+}
+
+#[test]
+fn veth_mtu_9000_path_mtu_4096() {
+    across("y", 2, 9000, Mtu::Mtu4096);
+}
