@@ -234,10 +234,25 @@ impl CompletionSink for CqSink<'_> {
     }
 }
 
+/// Which prediction verified an IPv4 ICRC (all 32 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Predicted {
+    /// Identification 0 (rnic senders: DF on an unconnected socket), which
+    /// is also segment index 0 of a datagram.
+    Zero,
+    /// The GRO segment index (kernel-segmented GSO counts 0, 1, 2, …).
+    GroIndex,
+    /// The sender's previous identification + 1 (kernel rxe's counter).
+    Next,
+    /// IPv6: nothing to predict.
+    V6,
+}
+
 /// The outcome of an ICRC check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IcrcCheck {
     /// Verified with a predicted identification (or IPv6): all 32 bits.
-    Ok,
+    Ok(Predicted),
     /// Verified after solving for the identification (15-bit check).
     Recovered,
     /// Bad: drop.
@@ -266,9 +281,18 @@ fn check_icrc(
                 Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
                 _ => None,
             };
-            let candidates = [Some(index), next, Some(0)];
+            let index_path = if index == 0 {
+                Predicted::Zero
+            } else {
+                Predicted::GroIndex
+            };
+            let candidates = [
+                (Some(index), index_path),
+                (next, Predicted::Next),
+                (Some(0), Predicted::Zero),
+            ];
             let mut tried = [None::<u16>; 3];
-            for (i, c) in candidates.into_iter().enumerate() {
+            for (i, (c, path)) in candidates.into_iter().enumerate() {
                 let Some(id) = c else { continue };
                 if tried.contains(&Some(id)) {
                     continue;
@@ -276,7 +300,7 @@ fn check_icrc(
                 tried[i] = Some(id);
                 if icrc::verify_v4(s, d, id, true, sport, dport, pkt).is_ok() {
                     *last = Some((*src, id));
-                    return IcrcCheck::Ok;
+                    return IcrcCheck::Ok(path);
                 }
             }
             match icrc::recover_v4_ident(s, d, sport, dport, pkt) {
@@ -289,7 +313,7 @@ fn check_icrc(
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             if icrc::verify_v6(s, d, src.port(), dport, pkt).is_ok() {
-                IcrcCheck::Ok
+                IcrcCheck::Ok(Predicted::V6)
             } else {
                 IcrcCheck::Bad
             }
@@ -452,7 +476,15 @@ impl State {
                 continue;
             }
             match check_icrc(port.ip, sh.roce_port, &src, k as u16, pkt, last_ident) {
-                IcrcCheck::Ok => stats.icrc_ok += 1,
+                IcrcCheck::Ok(path) => {
+                    stats.icrc_ok += 1;
+                    match path {
+                        Predicted::Zero => stats.icrc_ident_zero += 1,
+                        Predicted::GroIndex => stats.icrc_ident_gro += 1,
+                        Predicted::Next => stats.icrc_ident_next += 1,
+                        Predicted::V6 => {}
+                    }
+                }
                 IcrcCheck::Recovered => stats.icrc_recovered += 1,
                 IcrcCheck::Bad => {
                     stats.icrc_drops += 1;
@@ -568,5 +600,58 @@ impl Shared {
         if self.progress == Progress::Thread {
             let _ = self.doorbell.write(1);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// A 12-byte BTH + 4 bytes of payload + ICRC, filled for `ident`.
+    fn packet(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, ident: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 20];
+        p[0] = 0x04; // RC SEND_ONLY
+        p[5..8].copy_from_slice(&[0, 0, 0x11]);
+        p[12..16].copy_from_slice(b"data");
+        icrc::fill_v4(src, dst, ident, true, sport, 4791, &mut p).unwrap();
+        p
+    }
+
+    /// Kernel rxe numbers its IPv4 packets from a per-destination counter
+    /// (seen in the interop runs): the first packet from a peer is solved
+    /// for, every following one verifies with all 32 bits as previous + 1.
+    /// rnic peers send identification 0.
+    #[test]
+    fn icrc_paths_for_a_kernel_counter_and_for_ident_zero() {
+        let (s, d) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+        let src = SocketAddr::new(IpAddr::V4(s), 0xC123);
+        let local = IpAddr::V4(d);
+        let mut last = None;
+        let r = |id, last: &mut LastIdent| {
+            check_icrc(local, 4791, &src, 0, &packet(s, d, 0xC123, id), last)
+        };
+        assert_eq!(r(0x7e12, &mut last), IcrcCheck::Recovered);
+        assert_eq!(r(0x7e13, &mut last), IcrcCheck::Ok(Predicted::Next));
+        assert_eq!(r(0x7e14, &mut last), IcrcCheck::Ok(Predicted::Next));
+        // A gap (a packet lost on the way) costs one solve.
+        assert_eq!(r(0x7e20, &mut last), IcrcCheck::Recovered);
+        assert_eq!(r(0x7e21, &mut last), IcrcCheck::Ok(Predicted::Next));
+        assert_eq!(r(0, &mut last), IcrcCheck::Ok(Predicted::Zero));
+        // GRO: segment 3 of a kernel-segmented GSO send carries ident 3.
+        let p = packet(s, d, 0xC123, 3);
+        let mut fresh = None;
+        assert_eq!(
+            check_icrc(local, 4791, &src, 3, &p, &mut fresh),
+            IcrcCheck::Ok(Predicted::GroIndex)
+        );
+        // A corrupted payload: dropped (or, with probability 2^-15, solved).
+        let mut bad = packet(s, d, 0xC123, 0x7e22);
+        bad[13] ^= 0x40;
+        assert_eq!(
+            check_icrc(local, 4791, &src, 0, &bad, &mut last),
+            IcrcCheck::Bad
+        );
     }
 }

@@ -52,6 +52,14 @@ pub struct DeviceStats {
     /// the GRO segment index, the sender's previous identification + 1, or
     /// 0; IPv6 has none).
     pub icrc_ok: u64,
+    /// Of `icrc_ok`: IPv4 verified with identification 0 (rnic peers; also
+    /// a datagram's first segment).
+    pub icrc_ident_zero: u64,
+    /// Of `icrc_ok`: IPv4 verified with the GRO segment index (> 0).
+    pub icrc_ident_gro: u64,
+    /// Of `icrc_ok`: IPv4 verified with the sender's previous
+    /// identification + 1 (kernel rxe peers, after their first packet).
+    pub icrc_ident_next: u64,
     /// IPv4 ICRC verified only after solving for the sender's identification
     /// (kernel rxe peers use a counter). Such a check keeps only 15 of the 32
     /// ICRC bits: a corrupted packet passes with probability 2^-15.
@@ -112,8 +120,13 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "icrc: {} ok, {} recovered (15-bit check), {} dropped",
-            d.icrc_ok, d.icrc_recovered, d.icrc_drops
+            "icrc: {} ok (ident 0: {}, GRO index: {}, previous + 1: {}), {} recovered (15-bit check), {} dropped",
+            d.icrc_ok,
+            d.icrc_ident_zero,
+            d.icrc_ident_gro,
+            d.icrc_ident_next,
+            d.icrc_recovered,
+            d.icrc_drops
         )?;
         for (qpn, s) in &self.qps {
             writeln!(
