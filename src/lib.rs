@@ -30,6 +30,7 @@ mod open;
 
 pub use open::{OpenError, open};
 pub use rnic_core as core;
+pub use rnic_dma as dma;
 pub use rnic_roce as roce;
 #[cfg(feature = "rxe")]
 pub use rnic_rxe as rxe;
