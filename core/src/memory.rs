@@ -152,6 +152,119 @@ pub fn check_atomic(offset: usize, region_len: usize) -> Result<(), MemoryError>
     check_range(MemAccess::Atomic, offset, 8, region_len)
 }
 
+/// The error for a word range a caller failed to check (never expected:
+/// callers run [`check_range`] first).
+fn words_out_of_range(access: MemAccess, offset: usize, len: usize, words: usize) -> MemoryError {
+    MemoryError::OutOfRange {
+        access,
+        offset,
+        len,
+        region_len: words.saturating_mul(8),
+    }
+}
+
+/// Copy `dst.len()` bytes starting at byte `offset` of `words` (byte `i` is
+/// byte `i % 8`, in memory order, of word `i / 8`) into `dst`.
+///
+/// The bulk copy behind [`HeapMemory`] and rnic-dma's regions: a partial
+/// head and tail word byte-wise, every whole word in between as one relaxed
+/// 64-bit load written to `dst` with a fixed-size store — a tight loop
+/// without per-word bounds checks or `memcpy` calls. Relaxed atomic loads
+/// keep it free of data races with concurrent writers.
+pub fn read_words(words: &[AtomicU64], offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
+    let (len, nwords) = (dst.len(), words.len());
+    let oor = move || words_out_of_range(MemAccess::Read, offset, len, nwords);
+    let end = offset.checked_add(len).ok_or_else(oor)?;
+    if end > nwords.saturating_mul(8) {
+        return Err(oor());
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let lane = offset % 8;
+    let mut w = offset / 8;
+    let mut rest = dst;
+    if lane != 0 {
+        let take = (8 - lane).min(rest.len());
+        let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
+        let (head, tail) = rest.split_at_mut(take);
+        for (d, s) in head.iter_mut().zip(&bytes[lane..]) {
+            *d = *s;
+        }
+        rest = tail;
+        w += 1;
+    }
+    let whole = rest.len() / 8;
+    let (body, tail) = rest.split_at_mut(whole * 8);
+    for (d, s) in body.chunks_exact_mut(8).zip(&words[w..w + whole]) {
+        let v: &mut [u8; 8] = d.try_into().map_err(|_| oor())?;
+        *v = s.load(Ordering::Relaxed).to_ne_bytes();
+    }
+    if !tail.is_empty() {
+        let bytes = words[w + whole].load(Ordering::Relaxed).to_ne_bytes();
+        for (d, s) in tail.iter_mut().zip(&bytes) {
+            *d = *s;
+        }
+    }
+    Ok(())
+}
+
+/// Merge `n` bytes of `src` into lanes `lane..lane + n` of `word` with a
+/// compare-and-swap loop (neighbouring bytes stay as concurrent writers
+/// leave them).
+fn merge_word(word: &AtomicU64, lane: usize, src: &[u8]) {
+    let mut bytes = [0u8; 8];
+    let mut mask = [0u8; 8];
+    for (i, b) in src.iter().enumerate().take(8 - lane) {
+        bytes[lane + i] = *b;
+        mask[lane + i] = 0xFF;
+    }
+    let (value, mask) = (u64::from_ne_bytes(bytes), u64::from_ne_bytes(mask));
+    let mut old = word.load(Ordering::Relaxed);
+    loop {
+        let new = (old & !mask) | value;
+        match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(actual) => old = actual,
+        }
+    }
+}
+
+/// Copy `src` into `words` starting at byte `offset` (layout as in
+/// [`read_words`]): whole words are relaxed 64-bit stores in a tight loop,
+/// a partial head or tail word merges with a compare-and-swap so concurrent
+/// writers to neighbouring bytes never clobber each other.
+pub fn write_words(words: &[AtomicU64], offset: usize, src: &[u8]) -> Result<(), MemoryError> {
+    let (len, nwords) = (src.len(), words.len());
+    let oor = move || words_out_of_range(MemAccess::Write, offset, len, nwords);
+    let end = offset.checked_add(len).ok_or_else(oor)?;
+    if end > nwords.saturating_mul(8) {
+        return Err(oor());
+    }
+    if src.is_empty() {
+        return Ok(());
+    }
+    let lane = offset % 8;
+    let mut w = offset / 8;
+    let mut rest = src;
+    if lane != 0 {
+        let take = (8 - lane).min(rest.len());
+        merge_word(&words[w], lane, &rest[..take]);
+        rest = &rest[take..];
+        w += 1;
+    }
+    let whole = rest.len() / 8;
+    let (body, tail) = rest.split_at(whole * 8);
+    for (s, d) in body.chunks_exact(8).zip(&words[w..w + whole]) {
+        let v: [u8; 8] = s.try_into().map_err(|_| oor())?;
+        d.store(u64::from_ne_bytes(v), Ordering::Relaxed);
+    }
+    if !tail.is_empty() {
+        merge_word(&words[w + whole], 0, tail);
+    }
+    Ok(())
+}
+
 /// Heap memory as `Box<[AtomicU64]>`: a safe [`Memory`] for tests and for
 /// the software backend.
 ///
@@ -217,15 +330,6 @@ impl fmt::Debug for HeapMemory {
     }
 }
 
-/// Byte-lane mask for lanes `lane..lane + n` of a word, in memory order.
-fn lane_mask(lane: usize, n: usize) -> u64 {
-    let mut mask = [0u8; 8];
-    for b in mask.iter_mut().skip(lane).take(n) {
-        *b = 0xFF;
-    }
-    u64::from_ne_bytes(mask)
-}
-
 impl Memory for HeapMemory {
     fn len(&self) -> usize {
         self.len
@@ -237,49 +341,12 @@ impl Memory for HeapMemory {
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
         check_range(MemAccess::Read, offset, dst.len(), self.len)?;
-        let mut pos = offset;
-        let mut rest = dst;
-        while !rest.is_empty() {
-            let lane = pos % 8;
-            let take = (8 - lane).min(rest.len());
-            let bytes = self.word(pos / 8)?.load(Ordering::Relaxed).to_ne_bytes();
-            let (head, tail) = rest.split_at_mut(take);
-            head.copy_from_slice(&bytes[lane..lane + take]);
-            rest = tail;
-            pos += take;
-        }
-        Ok(())
+        read_words(&self.words, offset, dst)
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
         check_range(MemAccess::Write, offset, src.len(), self.len)?;
-        let mut pos = offset;
-        let mut rest = src;
-        while !rest.is_empty() {
-            let lane = pos % 8;
-            let take = (8 - lane).min(rest.len());
-            let word = self.word(pos / 8)?;
-            let mut bytes = [0u8; 8];
-            bytes[lane..lane + take].copy_from_slice(&rest[..take]);
-            let value = u64::from_ne_bytes(bytes);
-            if take == 8 {
-                word.store(value, Ordering::Relaxed);
-            } else {
-                let mask = lane_mask(lane, take);
-                let mut old = word.load(Ordering::Relaxed);
-                loop {
-                    let new = (old & !mask) | value;
-                    match word.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
-                    {
-                        Ok(_) => break,
-                        Err(actual) => old = actual,
-                    }
-                }
-            }
-            rest = &rest[take..];
-            pos += take;
-        }
-        Ok(())
+        write_words(&self.words, offset, src)
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {

@@ -37,7 +37,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rnic_core::memory::{check_atomic, check_range};
+use rnic_core::memory::{check_atomic, check_range, read_words, write_words};
 use rnic_core::{Iova, MemAccess, Memory, MemoryError};
 use tracing::{error, info_span};
 
@@ -315,6 +315,20 @@ impl DmaRegion {
         // `&AtomicU64`s, which assume nothing about the value.
         unsafe { AtomicU64::from_ptr(ptr) }
     }
+
+    /// Every word holding a byte of the region (`len.div_ceil(8)` of them),
+    /// for the bulk copies ([`read_words`] / [`write_words`]: relaxed word
+    /// loads and stores, compare-and-swap merges for partial words).
+    fn words(&self) -> &[AtomicU64] {
+        let n = self.len.div_ceil(8);
+        // SAFETY: the mapping starts at the page-aligned (so 8-aligned)
+        // `base` and is `mapped_bytes` long, a multiple of the page size, so
+        // it holds `len.div_ceil(8)` whole words; it lives as long as `self`,
+        // which bounds the slice. As with `word`, the only references into
+        // the region are these `&AtomicU64`s, which assume nothing about the
+        // values (the device may change them at any time).
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), n) }
+    }
 }
 
 impl Memory for DmaRegion {
@@ -328,43 +342,12 @@ impl Memory for DmaRegion {
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
         check_range(MemAccess::Read, offset, dst.len(), self.len)?;
-        let mut pos = offset;
-        for chunk in chunks(offset, dst) {
-            let lane = pos % 8;
-            let bytes = self.word(pos).load(Ordering::Relaxed).to_ne_bytes();
-            chunk.copy_from_slice(&bytes[lane..lane + chunk.len()]);
-            pos += chunk.len();
-        }
-        Ok(())
+        read_words(self.words(), offset, dst)
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
         check_range(MemAccess::Write, offset, src.len(), self.len)?;
-        let mut pos = offset;
-        let mut rest = src;
-        while !rest.is_empty() {
-            let lane = pos % 8;
-            let take = (8 - lane).min(rest.len());
-            let word = self.word(pos);
-            let mut bytes = [0u8; 8];
-            bytes[lane..lane + take].copy_from_slice(&rest[..take]);
-            let value = u64::from_ne_bytes(bytes);
-            if take == 8 {
-                word.store(value, Ordering::Relaxed);
-            } else {
-                let mut mask = [0u8; 8];
-                mask[lane..lane + take].fill(0xFF);
-                let mask = u64::from_ne_bytes(mask);
-                // fetch_update retries the CAS until no one raced with it;
-                // the closure never returns None, so it cannot fail.
-                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    Some((old & !mask) | value)
-                });
-            }
-            rest = &rest[take..];
-            pos += take;
-        }
-        Ok(())
+        write_words(self.words(), offset, src)
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
@@ -394,15 +377,6 @@ impl Memory for DmaRegion {
     fn iova(&self) -> Option<Iova> {
         (!self.res.domain.is_identity()).then_some(self.iova)
     }
-}
-
-/// Split `buf` (which starts at region offset `offset`) at word boundaries.
-fn chunks(offset: usize, buf: &mut [u8]) -> impl Iterator<Item = &mut [u8]> {
-    let head = ((8 - offset % 8) % 8).min(buf.len());
-    let (first, rest) = buf.split_at_mut(head);
-    std::iter::once(first)
-        .filter(|c| !c.is_empty())
-        .chain(rest.chunks_mut(8))
 }
 
 #[cfg(test)]
