@@ -19,6 +19,7 @@ use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp};
 use rnic_roce::wire::icrc;
 use rnic_roce::wire::roce::MIN_LEN;
 
+use crate::fault::{FaultConfig, Faults, Verdict};
 use crate::mem::{KeyAccess, Keys};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -185,6 +186,8 @@ pub struct State {
     pub next_deadline: Option<Instant>,
     /// The last IPv4 identification received, and from whom.
     last_ident: LastIdent,
+    /// Injected receive-path faults (off by default).
+    faults: Faults,
 }
 
 /// The state every handle of a device shares.
@@ -324,7 +327,7 @@ fn check_icrc(
 
 impl State {
     /// A fresh state; `gso`/`gro` say what the sockets support.
-    pub fn new(gso: bool, gro: bool, per_qp_sport: bool) -> State {
+    pub fn new(gso: bool, gro: bool, per_qp_sport: bool, faults: FaultConfig) -> State {
         State {
             keys: Keys::new(),
             pds: Slab::default(),
@@ -338,6 +341,7 @@ impl State {
             stats: DeviceStats::default(),
             next_deadline: None,
             last_ident: None,
+            faults: Faults::new(faults),
         }
     }
 
@@ -425,6 +429,10 @@ impl State {
             }
             total += got_here;
         }
+        // A packet held back for reordering never waits past its round.
+        if let Some((pkt, src)) = self.faults.take_held() {
+            self.dispatch_held(sh, &pkt, src, now);
+        }
         self.run_timers(sh, now);
         self.flush(sh);
         total
@@ -441,6 +449,7 @@ impl State {
             rx,
             stats,
             last_ident,
+            faults,
             ..
         } = self;
         let m = rx.msgs[i];
@@ -491,32 +500,53 @@ impl State {
                     continue;
                 }
             }
-            let Some(qpn) = transport::dest_qpn(pkt) else {
-                stats.rx_malformed += 1;
-                continue;
-            };
-            let Some(e) = by_qpn.get(&qpn.get()).and_then(|&h| qps.get_mut(h)) else {
-                stats.unknown_qpn += 1;
-                continue;
-            };
-            let ctx = TxCtx {
-                qpn: e.qp.qpn(),
-                qp_type: e.qp_type,
-            };
-            let mut mem = KeyAccess(keys);
-            let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
-            let mut cq = CqSink {
+            match faults.judge() {
+                Verdict::Deliver => {}
+                Verdict::Drop => {
+                    stats.fault_drops += 1;
+                    continue;
+                }
+                Verdict::Hold => {
+                    stats.fault_reordered += 1;
+                    faults.hold(pkt, src_gid);
+                    continue;
+                }
+            }
+            let mut d = Dispatch {
+                keys,
                 cqs,
-                send: e.send_cq,
-                recv: e.recv_cq,
+                qps,
+                by_qpn,
+                tx,
+                stats,
             };
-            let mut io = Io {
-                mem: &mut mem,
-                tx: &mut sink,
-                cq: &mut cq,
-            };
-            e.qp.receive(now, pkt, src_gid, &mut io);
+            d.packet(sh, pkt, src_gid, now);
+            if let Some((held, held_src)) = faults.take_held() {
+                d.packet(sh, &held, held_src, now);
+            }
         }
+    }
+
+    /// Hand over a packet the fault injector held back.
+    fn dispatch_held(&mut self, sh: &Shared, pkt: &[u8], src: rnic_core::Gid, now: Instant) {
+        let State {
+            keys,
+            cqs,
+            qps,
+            by_qpn,
+            tx,
+            stats,
+            ..
+        } = self;
+        Dispatch {
+            keys,
+            cqs,
+            qps,
+            by_qpn,
+            tx,
+            stats,
+        }
+        .packet(sh, pkt, src, now);
     }
 
     /// Run the timers that are due and recompute the nearest deadline.
@@ -579,6 +609,51 @@ impl State {
         let mut s = self.stats;
         s.cq_overflows = self.cqs.iter().map(|c| c.overflows).sum();
         s
+    }
+}
+
+/// The parts of [`State`] a verified packet needs to reach its QP.
+struct Dispatch<'a> {
+    keys: &'a mut Keys,
+    cqs: &'a mut Slab<CqState>,
+    qps: &'a mut Slab<QpEntry>,
+    by_qpn: &'a HashMap<u32, u32>,
+    tx: &'a mut Tx,
+    stats: &'a mut DeviceStats,
+}
+
+impl Dispatch<'_> {
+    /// Demultiplex a verified packet by BTH DestQP and run its QP's engine.
+    fn packet(&mut self, sh: &Shared, pkt: &[u8], src_gid: rnic_core::Gid, now: Instant) {
+        let Some(qpn) = transport::dest_qpn(pkt) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Some(e) = self
+            .by_qpn
+            .get(&qpn.get())
+            .and_then(|&h| self.qps.get_mut(h))
+        else {
+            self.stats.unknown_qpn += 1;
+            return;
+        };
+        let ctx = TxCtx {
+            qpn: e.qp.qpn(),
+            qp_type: e.qp_type,
+        };
+        let mut mem = KeyAccess(self.keys);
+        let mut sink = self.tx.sink(&sh.ports, sh.roce_port, self.stats, ctx);
+        let mut cq = CqSink {
+            cqs: self.cqs,
+            send: e.send_cq,
+            recv: e.recv_cq,
+        };
+        let mut io = Io {
+            mem: &mut mem,
+            tx: &mut sink,
+            cq: &mut cq,
+        };
+        e.qp.receive(now, pkt, src_gid, &mut io);
     }
 }
 

@@ -27,6 +27,8 @@
 //!   The solved path checks only 15 of the 32 ICRC bits; both paths and the
 //!   drops are counted ([`DeviceStats`]).
 //! * **Demultiplexing** by BTH DestQP; unknown QPNs are dropped and counted.
+//! * **Fault injection** ([`FaultConfig`], off by default): seeded loss and
+//!   reordering of verified packets before demultiplexing, counted.
 //!
 //! # Invariants
 //!
@@ -54,6 +56,7 @@
 
 mod device;
 mod error;
+mod fault;
 mod gid;
 mod mem;
 mod port;
@@ -64,6 +67,7 @@ mod tx;
 
 pub use device::Progress;
 pub use error::RxeError;
+pub use fault::FaultConfig;
 pub use gid::{Target, active_mtu, qp_udp_sport, rc_udp_sport};
 pub use provider::{RxeConfig, RxeDevice};
 pub use stats::{DeviceStats, RxeStats};

@@ -21,6 +21,7 @@ use rnic_roce::transport::{CqSide, Qp, QpConfig, TransportError};
 
 use crate::device::{CqState, MrEntry, Progress, QpEntry, Shared, State};
 use crate::error::RxeError;
+use crate::fault::FaultConfig;
 use crate::gid::{self, Target};
 use crate::port::Port;
 use crate::stats::RxeStats;
@@ -43,6 +44,8 @@ pub struct RxeConfig {
     /// Send each connection from rxe's per-QP UDP source port (else from
     /// the RoCE port itself).
     pub per_qp_sport: bool,
+    /// Seeded loss/reordering on the receive path (off by default).
+    pub faults: FaultConfig,
 }
 
 impl RxeConfig {
@@ -56,6 +59,7 @@ impl RxeConfig {
             gso: true,
             gro: true,
             per_qp_sport: true,
+            faults: FaultConfig::default(),
         }
     }
 
@@ -63,6 +67,13 @@ impl RxeConfig {
     #[must_use]
     pub fn with_progress(mut self, progress: Progress) -> RxeConfig {
         self.progress = progress;
+        self
+    }
+
+    /// The same, with receive-path fault injection `faults`.
+    #[must_use]
+    pub fn with_faults(mut self, faults: FaultConfig) -> RxeConfig {
+        self.faults = faults;
         self
     }
 }
@@ -111,7 +122,7 @@ impl RxeDevice {
                     source,
                 })?;
         let sh = Arc::new(Shared {
-            state: Mutex::new(State::new(gso, gro, cfg.per_qp_sport)),
+            state: Mutex::new(State::new(gso, gro, cfg.per_qp_sport, cfg.faults)),
             ports,
             roce_port: cfg.roce_port,
             active_mtu,

@@ -68,6 +68,10 @@ pub struct DeviceStats {
     pub icrc_drops: u64,
     /// Packets for a QPN the device does not have (dropped).
     pub unknown_qpn: u64,
+    /// Verified packets the fault injector dropped ([`crate::FaultConfig`]).
+    pub fault_drops: u64,
+    /// Verified packets the fault injector delivered after their successor.
+    pub fault_reordered: u64,
     /// Completions pushed beyond a CQ's depth (never with core's credit
     /// accounting in place).
     pub cq_overflows: u64,
@@ -128,6 +132,13 @@ impl fmt::Display for RxeStats {
             d.icrc_recovered,
             d.icrc_drops
         )?;
+        if d.fault_drops > 0 || d.fault_reordered > 0 {
+            writeln!(
+                f,
+                "faults injected: {} dropped, {} reordered",
+                d.fault_drops, d.fault_reordered
+            )?;
+        }
         for (qpn, s) in &self.qps {
             writeln!(
                 f,
