@@ -1,0 +1,387 @@
+//! Every system call of rnic-vfio: one function per VFIO ioctl (numbers
+//! computed with nix's `request_code_none!`, as `<linux/vfio.h>` defines them
+//! with `_IO(VFIO_TYPE, VFIO_BASE + n)`), plus the file, mmap, pread/pwrite
+//! and eventfd calls around them. Typed results; each `unsafe` block says why
+//! it is sound. `ioctls_fake.rs` has the same signatures for `cargo test`.
+
+use std::ffi::CString;
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, open};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+use nix::sys::stat::Mode;
+use nix::sys::uio::{pread, pwrite};
+use nix::{
+    ioctl_none_bad, ioctl_readwrite_bad, ioctl_write_int_bad, ioctl_write_ptr_bad,
+    request_code_none,
+};
+use vfio_bindings::bindings::vfio as b;
+
+use crate::info::{DeviceInfo, IrqInfo, IrqSet, RegionInfo};
+
+const T: u8 = b::VFIO_TYPE;
+const BASE: u32 = b::VFIO_BASE;
+
+ioctl_none_bad!(vfio_get_api_version, request_code_none!(T, BASE));
+ioctl_write_int_bad!(vfio_check_extension, request_code_none!(T, BASE + 1));
+ioctl_write_int_bad!(vfio_set_iommu, request_code_none!(T, BASE + 2));
+ioctl_readwrite_bad!(
+    vfio_group_get_status,
+    request_code_none!(T, BASE + 3),
+    b::vfio_group_status
+);
+ioctl_write_ptr_bad!(
+    vfio_group_set_container,
+    request_code_none!(T, BASE + 4),
+    libc::c_int
+);
+ioctl_none_bad!(vfio_group_unset_container, request_code_none!(T, BASE + 5));
+ioctl_write_ptr_bad!(
+    vfio_group_get_device_fd,
+    request_code_none!(T, BASE + 6),
+    libc::c_char
+);
+ioctl_readwrite_bad!(
+    vfio_device_get_info,
+    request_code_none!(T, BASE + 7),
+    b::vfio_device_info
+);
+ioctl_readwrite_bad!(
+    vfio_device_get_region_info,
+    request_code_none!(T, BASE + 8),
+    b::vfio_region_info
+);
+ioctl_readwrite_bad!(
+    vfio_device_get_irq_info,
+    request_code_none!(T, BASE + 9),
+    b::vfio_irq_info
+);
+ioctl_write_ptr_bad!(
+    vfio_device_set_irqs,
+    request_code_none!(T, BASE + 10),
+    b::vfio_irq_set
+);
+ioctl_none_bad!(vfio_device_reset, request_code_none!(T, BASE + 11));
+// On a container fd, BASE + 12 is VFIO_IOMMU_GET_INFO (on a device fd the same
+// number is VFIO_DEVICE_GET_PCI_HOT_RESET_INFO).
+ioctl_readwrite_bad!(
+    vfio_iommu_get_info,
+    request_code_none!(T, BASE + 12),
+    b::vfio_iommu_type1_info
+);
+ioctl_write_ptr_bad!(
+    vfio_iommu_map_dma,
+    request_code_none!(T, BASE + 13),
+    b::vfio_iommu_type1_dma_map
+);
+ioctl_readwrite_bad!(
+    vfio_iommu_unmap_dma,
+    request_code_none!(T, BASE + 14),
+    b::vfio_iommu_type1_dma_unmap
+);
+
+fn io(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+/// `open(path, O_RDWR | O_CLOEXEC)`: the container, a group or an iommufd cdev.
+pub(crate) fn open_rw(path: &Path) -> io::Result<OwnedFd> {
+    open(path, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(io)
+}
+
+/// `VFIO_GET_API_VERSION` (`VFIO_API_VERSION` = 0 on every kernel so far).
+pub(crate) fn get_api_version(container: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: the ioctl takes no argument and only returns an int.
+    unsafe { vfio_get_api_version(container.as_raw_fd()) }.map_err(io)
+}
+
+/// `VFIO_CHECK_EXTENSION(ext)`: whether the container supports `ext`.
+pub(crate) fn check_extension(container: BorrowedFd<'_>, ext: u32) -> io::Result<bool> {
+    // SAFETY: the argument is an integer, passed by value; no memory is shared.
+    unsafe { vfio_check_extension(container.as_raw_fd(), ext as libc::c_int) }
+        .map(|r| r > 0)
+        .map_err(io)
+}
+
+/// `VFIO_SET_IOMMU(ty)`: pick the IOMMU model once a group is attached.
+pub(crate) fn set_iommu(container: BorrowedFd<'_>, ty: u32) -> io::Result<()> {
+    // SAFETY: the argument is an integer, passed by value.
+    unsafe { vfio_set_iommu(container.as_raw_fd(), ty as libc::c_int) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_GROUP_GET_STATUS`: the group's flags (`VIABLE`, `CONTAINER_SET`).
+pub(crate) fn group_get_status(group: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut st = b::vfio_group_status {
+        argsz: size_of::<b::vfio_group_status>() as u32,
+        flags: 0,
+    };
+    // SAFETY: `st` is a valid, writable vfio_group_status whose argsz is its size.
+    unsafe { vfio_group_get_status(group.as_raw_fd(), &mut st) }.map_err(io)?;
+    Ok(st.flags)
+}
+
+/// `VFIO_GROUP_SET_CONTAINER`: attach the group to the container.
+pub(crate) fn group_set_container(
+    group: BorrowedFd<'_>,
+    container: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let fd: libc::c_int = container.as_raw_fd();
+    // SAFETY: the kernel reads one int (the container fd) through the pointer,
+    // which is valid for the call.
+    unsafe { vfio_group_set_container(group.as_raw_fd(), &fd) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_GROUP_UNSET_CONTAINER`: detach the group (its devices must be closed).
+pub(crate) fn group_unset_container(group: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: no argument.
+    unsafe { vfio_group_unset_container(group.as_raw_fd()) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_GROUP_GET_DEVICE_FD(name)`: a device fd for `name` (`0000:00:02.0`).
+pub(crate) fn group_get_device_fd(group: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: the kernel reads a NUL-terminated string through the pointer,
+    // which `name` keeps valid for the call.
+    let fd = unsafe { vfio_group_get_device_fd(group.as_raw_fd(), name.as_ptr()) }.map_err(io)?;
+    // SAFETY: on success the ioctl returns a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `VFIO_DEVICE_GET_INFO`.
+pub(crate) fn device_get_info(dev: BorrowedFd<'_>) -> io::Result<DeviceInfo> {
+    let mut info = b::vfio_device_info {
+        argsz: size_of::<b::vfio_device_info>() as u32,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a valid, writable vfio_device_info; argsz is its size,
+    // so the kernel writes no capability chain past it.
+    unsafe { vfio_device_get_info(dev.as_raw_fd(), &mut info) }.map_err(io)?;
+    Ok(DeviceInfo {
+        flags: info.flags,
+        num_regions: info.num_regions,
+        num_irqs: info.num_irqs,
+    })
+}
+
+/// `VFIO_DEVICE_GET_REGION_INFO(index)` (without capabilities).
+pub(crate) fn device_get_region_info(dev: BorrowedFd<'_>, index: u32) -> io::Result<RegionInfo> {
+    let mut info = b::vfio_region_info {
+        argsz: size_of::<b::vfio_region_info>() as u32,
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is valid and writable; argsz is its size, so the kernel
+    // writes at most that much (it reports a larger argsz for capabilities).
+    unsafe { vfio_device_get_region_info(dev.as_raw_fd(), &mut info) }.map_err(io)?;
+    Ok(RegionInfo {
+        index,
+        flags: info.flags,
+        size: info.size,
+        offset: info.offset,
+    })
+}
+
+/// `VFIO_DEVICE_GET_IRQ_INFO(index)`.
+pub(crate) fn device_get_irq_info(dev: BorrowedFd<'_>, index: u32) -> io::Result<IrqInfo> {
+    let mut info = b::vfio_irq_info {
+        argsz: size_of::<b::vfio_irq_info>() as u32,
+        index,
+        ..Default::default()
+    };
+    // SAFETY: `info` is a valid, writable vfio_irq_info of the size in argsz.
+    unsafe { vfio_device_get_irq_info(dev.as_raw_fd(), &mut info) }.map_err(io)?;
+    Ok(IrqInfo {
+        index,
+        flags: info.flags,
+        count: info.count,
+    })
+}
+
+/// `VFIO_DEVICE_SET_IRQS` with a prepared [`IrqSet`].
+pub(crate) fn device_set_irqs(dev: BorrowedFd<'_>, set: &IrqSet) -> io::Result<()> {
+    let words = set.words();
+    // SAFETY: `words` is a u32 buffer (4-aligned, as vfio_irq_set needs) laid
+    // out as struct vfio_irq_set plus its data, `argsz` bytes long; the kernel
+    // only reads it. The eventfds in it are kept open by the caller.
+    unsafe { vfio_device_set_irqs(dev.as_raw_fd(), words.as_ptr().cast()) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_DEVICE_RESET`.
+pub(crate) fn device_reset(dev: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: no argument.
+    unsafe { vfio_device_reset(dev.as_raw_fd()) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_IOMMU_GET_INFO` with its capability chain: the raw bytes, for
+/// [`crate::info::parse_iommu_info`]. Asks again with the size the kernel
+/// reports when the chain does not fit.
+pub(crate) fn iommu_get_info(container: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let mut argsz = size_of::<b::vfio_iommu_type1_info>();
+    for _ in 0..4 {
+        // u64 words: vfio_iommu_type1_info is 8-aligned.
+        let mut buf = vec![0u64; argsz.div_ceil(8)];
+        let bytes = buf.len() * 8;
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&(bytes as u32).to_ne_bytes()); // argsz
+        buf[0] = u64::from_ne_bytes(head);
+        let ptr = buf.as_mut_ptr().cast::<b::vfio_iommu_type1_info>();
+        // SAFETY: `ptr` points at `bytes` writable, 8-aligned bytes that start
+        // with a vfio_iommu_type1_info whose argsz says `bytes`; the kernel
+        // writes at most argsz bytes.
+        unsafe { vfio_iommu_get_info(container.as_raw_fd(), ptr) }.map_err(io)?;
+        let out: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let reported = u32::from_ne_bytes([out[0], out[1], out[2], out[3]]) as usize;
+        if reported <= bytes {
+            return Ok(out);
+        }
+        argsz = reported;
+    }
+    Err(io::Error::other(
+        "VFIO_IOMMU_GET_INFO kept growing its argsz",
+    ))
+}
+
+/// `VFIO_IOMMU_MAP_DMA`: map `[vaddr, vaddr + size)` at `iova`, read/write.
+///
+/// # Safety
+///
+/// From now until the matching [`iommu_unmap_dma`] returned, the device may
+/// read and write `[vaddr, vaddr + size)` at any moment: the caller keeps it
+/// mapped and holds no Rust reference into it.
+pub(crate) unsafe fn iommu_map_dma(
+    container: BorrowedFd<'_>,
+    vaddr: usize,
+    iova: u64,
+    size: u64,
+) -> io::Result<()> {
+    let map = b::vfio_iommu_type1_dma_map {
+        argsz: size_of::<b::vfio_iommu_type1_dma_map>() as u32,
+        flags: b::VFIO_DMA_MAP_FLAG_READ | b::VFIO_DMA_MAP_FLAG_WRITE,
+        vaddr: vaddr as u64,
+        iova,
+        size,
+    };
+    // SAFETY: `map` is a valid vfio_iommu_type1_dma_map the kernel only reads;
+    // the memory it names is the caller's responsibility (see # Safety).
+    unsafe { vfio_iommu_map_dma(container.as_raw_fd(), &map) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_IOMMU_UNMAP_DMA`: returns the bytes the kernel unmapped.
+pub(crate) fn iommu_unmap_dma(container: BorrowedFd<'_>, iova: u64, size: u64) -> io::Result<u64> {
+    let mut unmap = b::vfio_iommu_type1_dma_unmap {
+        argsz: size_of::<b::vfio_iommu_type1_dma_unmap>() as u32,
+        iova,
+        size,
+        ..Default::default()
+    };
+    // SAFETY: `unmap` is valid and writable (the kernel writes back `size`);
+    // no dirty bitmap is requested, so nothing past it is touched.
+    unsafe { vfio_iommu_unmap_dma(container.as_raw_fd(), &mut unmap) }.map_err(io)?;
+    Ok(unmap.size)
+}
+
+/// `pread` of exactly `buf.len()` bytes at `offset` of a device fd.
+pub(crate) fn region_read(dev: BorrowedFd<'_>, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let n = pread(dev, buf, offset as libc::off_t).map_err(io)?;
+    if n != buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("pread at {offset:#x}: {n} of {} bytes", buf.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// `pwrite` of exactly `buf.len()` bytes at `offset` of a device fd.
+pub(crate) fn region_write(dev: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> io::Result<()> {
+    let n = pwrite(dev, buf, offset as libc::off_t).map_err(io)?;
+    if n != buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("pwrite at {offset:#x}: {n} of {} bytes", buf.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// `mmap(len, PROT_READ | PROT_WRITE, MAP_SHARED, dev, offset)`: a BAR.
+pub(crate) fn mmap_region(dev: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<NonNull<u8>> {
+    let n = NonZeroUsize::new(len)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "mmap of 0 bytes"))?;
+    // SAFETY: a fresh shared mapping chosen by the kernel (no address hint),
+    // so no existing memory is replaced.
+    let p = unsafe {
+        mmap(
+            None,
+            n,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_SHARED,
+            dev,
+            offset as libc::off_t,
+        )
+    }
+    .map_err(io)?;
+    Ok(p.cast())
+}
+
+/// `munmap` of a mapping made by [`mmap_region`].
+///
+/// # Safety
+///
+/// `[ptr, ptr + len)` is exactly one mapping from [`mmap_region`] and nothing
+/// uses it afterwards.
+pub(crate) unsafe fn munmap_region(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller passes a whole mapping that is no longer used.
+    unsafe { munmap(ptr.cast(), len) }.map_err(io)
+}
+
+/// A non-blocking, close-on-exec eventfd.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+        .map_err(io)?;
+    Ok(efd.into())
+}
+
+/// Wait up to `timeout_ms` for the eventfd to fire; its counter (reset to 0),
+/// or `None` on timeout.
+pub(crate) fn eventfd_wait(fd: BorrowedFd<'_>, timeout_ms: u16) -> io::Result<Option<u64>> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let n = poll(&mut fds, PollTimeout::from(timeout_ms)).map_err(io)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut v = [0u8; 8];
+    match nix::unistd::read(fd, &mut v) {
+        Ok(8) => Ok(Some(u64::from_ne_bytes(v))),
+        Ok(n) => Err(io::Error::other(format!("eventfd read returned {n} bytes"))),
+        Err(Errno::EAGAIN) => Ok(None),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK` in bytes (`u64::MAX`: unlimited), for the
+/// advice in [`crate::VfioError::Memlock`].
+pub(crate) fn memlock_limit() -> io::Result<u64> {
+    let (soft, _hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).map_err(io)?;
+    Ok(soft)
+}
