@@ -65,6 +65,9 @@ struct Args {
     /// Validate received buffer.
     #[arg(short = 'c', long = "chk")]
     check: bool,
+    /// Print the rxe device's counters at the end (rnic only).
+    #[arg(long = "stats")]
+    stats: bool,
     /// Server to connect to (none: be the server).
     servername: Option<String>,
 }
@@ -301,6 +304,9 @@ fn run(args: &Args) -> Result<(), String> {
         args.iters,
         secs * 1_000_000.0 / f64::from(args.iters)
     );
+    if let Some(d) = dev.as_ref().filter(|_| args.stats) {
+        print!("{}", d.stats());
+    }
     Ok(())
 }
 

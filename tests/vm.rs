@@ -209,8 +209,77 @@ impl Checks {
     }
 }
 
-/// Runs `tests/vm/run-scenario <name> <args> --timeout <timeout_s>`; None when skipped.
-fn run(name: &str, args: &[&str], timeout_s: u64) -> Option<Run> {
+/// Builds `examples/<name>.rs` (dev profile) for a scenario's host side and returns the
+/// binary. Uses the same cargo and target folder as this test, so a clean clone works.
+fn host_example(name: &str) -> Result<PathBuf, String> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
+    let log = results_root().join(format!("build-{name}.log"));
+    let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--example", name, "--manifest-path"])
+        .arg(repo().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("run cargo: {e}"))?;
+    let bin = target.join("debug/examples").join(name);
+    if !status.success() || !bin.is_file() {
+        return Err(format!(
+            "cargo build --example {name} failed (log: {})",
+            log.display()
+        ));
+    }
+    say(&format!(
+        "vm: built {} in {:.1}s",
+        bin.display(),
+        t0.elapsed().as_secs_f64()
+    ));
+    Ok(bin)
+}
+
+/// Runs a scenario whose host side is `examples/<example>`: builds it (once the harness
+/// is known to be usable, under the scenario lock) and passes its path in `env_var`.
+fn run_with_example(
+    name: &str,
+    (example, env_var): (&str, &str),
+    env: &[(&str, &str)],
+    args: &[&str],
+    timeout_s: u64,
+) -> Option<Run> {
+    run_prepared(name, args, timeout_s, || {
+        let bin = host_example(example).unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
+        let mut all = vec![(env_var.to_string(), bin.display().to_string())];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        all
+    })
+}
+
+/// Runs `tests/vm/run-scenario <name> <args> --timeout <timeout_s>` with `env` added to its
+/// environment; None when skipped.
+fn run(name: &str, args: &[&str], timeout_s: u64, env: &[(&str, &str)]) -> Option<Run> {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    run_prepared(name, args, timeout_s, || env)
+}
+
+/// [`run`], with the environment from `prepare`, called only when the harness can run.
+fn run_prepared(
+    name: &str,
+    args: &[&str],
+    timeout_s: u64,
+    prepare: impl FnOnce() -> Vec<(String, String)>,
+) -> Option<Run> {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -226,15 +295,22 @@ fn run(name: &str, args: &[&str], timeout_s: u64) -> Option<Run> {
         }
         Ready::Broken(reason) => panic!("FAIL {name}: {reason}"),
     }
-    let dir = results_root().join(name);
-    let stdout = results_root().join(format!("{name}.stdout"));
+    let env = prepare();
+    // "<scenario>@<variant>": one scenario run in several ways, each with its own results.
+    let (scenario, label) = match name.split_once('@') {
+        Some((s, v)) => (s, format!("{s}-{v}")),
+        None => (name, name.to_string()),
+    };
+    let dir = results_root().join(&label);
+    let stdout = results_root().join(format!("{label}.stdout"));
     let out = std::fs::File::create(&stdout).expect("create the scenario's stdout file");
     let t0 = Instant::now();
     let mut child = Command::new(repo().join("tests/vm/run-scenario"))
-        .arg(name)
+        .arg(scenario)
         .args(args)
         .args(["--timeout", &timeout_s.to_string(), "--results"])
         .arg(&dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("dup stdout file"))
         .stderr(out)
@@ -351,6 +427,34 @@ fn verify_roce_capture(path: &Path) -> Result<Capture, String> {
     Ok(cap)
 }
 
+/// Every RoCEv2 packet of `path` verified, in both directions between `a` and `b`; a
+/// summary line for the test's output, or what is wrong.
+fn verify_both_directions(path: &Path, a: Ipv4Addr, b: Ipv4Addr) -> Result<String, String> {
+    let cap = verify_roce_capture(path)?;
+    let want: BTreeSet<_> = [(a, b), (b, a)].into();
+    if cap.flows != want {
+        return Err(format!("flows {:?}, want both of {want:?}", cap.flows));
+    }
+    Ok(format!(
+        "{} RoCEv2 packets in both directions, all ICRCs verified; {:?}",
+        cap.packets, cap.opcodes
+    ))
+}
+
+/// rnic-rxe's ICRC counter line (`--stats`): "icrc: N ok (ident 0: …), M recovered …".
+fn icrc_line(out: &str) -> Option<&str> {
+    out.lines().find(|l| l.starts_with("icrc: "))
+}
+
+/// "N dropped" at the end of the ICRC counter line.
+fn icrc_drops(line: &str) -> Option<u64> {
+    line.rsplit(", ")
+        .next()?
+        .strip_suffix(" dropped")?
+        .parse()
+        .ok()
+}
+
 /// The whitespace-separated fields of the first line whose fields satisfy `pred`.
 fn find_fields(text: &str, pred: impl Fn(&[&str]) -> bool) -> Option<Vec<&str>> {
     text.lines()
@@ -390,7 +494,7 @@ fn netem_drops(out: &str) -> Option<u64> {
 
 #[test]
 fn tap_peer_kernel_rxe_to_host_packets_verify() {
-    let Some(run) = run("tap-peer", &[], 150) else {
+    let Some(run) = run("tap-peer", &[], 150, &[]) else {
         return;
     };
     let mut c = Checks::default();
@@ -452,7 +556,7 @@ fn tap_peer_kernel_rxe_to_host_packets_verify() {
 
 #[test]
 fn two_guests_rxe_pingpong_and_write_bw_under_netem_loss() {
-    let Some(run) = run("two-guests", &["--netem", "loss 1%"], 420) else {
+    let Some(run) = run("two-guests", &["--netem", "loss 1%"], 420, &[]) else {
         return;
     };
     let mut c = Checks::default();
@@ -504,7 +608,7 @@ fn two_guests_rxe_pingpong_and_write_bw_under_netem_loss() {
 
 #[test]
 fn vfio_edu_dma_through_viommu_with_two_numa_nodes() {
-    let Some(run) = run("vfio", &[], 200) else {
+    let Some(run) = run("vfio", &[], 200, &[]) else {
         return;
     };
     let mut c = Checks::default();
@@ -549,7 +653,7 @@ fn vfio_edu_dma_through_viommu_with_two_numa_nodes() {
 #[test]
 fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
     let timeout = 25;
-    let Some(run) = run("hang", &[], timeout) else {
+    let Some(run) = run("hang", &[], timeout, &[]) else {
         return;
     };
     let mut c = Checks::default();
@@ -575,4 +679,89 @@ fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
     );
     check_leftovers(&run, &mut c);
     run.finish(c);
+}
+
+/// Stock `ibv_rc_pingpong` on the guest's kernel rxe against rnic's `rc_pingpong` on the
+/// host, `-s 64` and `-s 5000` at `-m 1024` (one and five packets per message), 200
+/// iterations each; `server` says which side listens.
+fn interop_pingpong(server: &str) {
+    const SIZES: [u64; 2] = [64, 5000];
+    const ITERS: u64 = 200;
+    let name = format!("interop-pingpong@{server}-server");
+    let Some(run) = run_with_example(
+        &name,
+        ("rc_pingpong", "RNIC_RC_PINGPONG"),
+        &[
+            ("RNIC_INTEROP_SERVER", server),
+            ("RNIC_INTEROP_SIZES", "64 5000"),
+            ("RNIC_INTEROP_ITERS", "200"),
+        ],
+        &[],
+        150,
+    ) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let guest = run.file("share/interop-pingpong.out");
+    c.that(
+        guest.contains("GID[  1]:\t\t::ffff:10.50.0.2, RoCE v2"),
+        "guest rxe0 has no IPv4 GID at index 1",
+    );
+    for size in SIZES {
+        let kernel = run.file(&format!("share/kernel-{size}.txt"));
+        let rnic = run.file(&format!("rnic-{size}.log"));
+        c.that(
+            pingpong_ok(&kernel, ITERS, size),
+            format!("kernel ibv_rc_pingpong -s {size}: no result lines for {ITERS} iters"),
+        );
+        c.that(
+            guest
+                .lines()
+                .any(|l| l == format!("kernel rc_pingpong size={size} rc=0")),
+            format!("kernel ibv_rc_pingpong -s {size} did not exit 0"),
+        );
+        c.that(
+            !kernel.contains("invalid data"),
+            format!("kernel ibv_rc_pingpong -s {size} -c found invalid data"),
+        );
+        c.that(
+            pingpong_ok(&rnic, ITERS, size),
+            format!("rnic rc_pingpong -s {size}: no result lines for {ITERS} iters"),
+        );
+        c.that(
+            rnic.lines().any(|l| l == "rc=0"),
+            format!("rnic rc_pingpong -s {size} did not exit 0"),
+        );
+        match icrc_line(&rnic) {
+            Some(line) => {
+                say(&format!("{name} -s {size}: rnic {line}"));
+                c.that(
+                    icrc_drops(line) == Some(0),
+                    format!("rnic dropped packets of the kernel for their ICRC: {line}"),
+                );
+            }
+            None => c.that(false, format!("rnic -s {size}: no icrc counter line")),
+        }
+    }
+    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
+        Ok(summary) => say(&format!("{name}: {summary}")),
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+#[test]
+fn interop_kernel_rc_pingpong_server_rnic_client() {
+    interop_pingpong("kernel");
+}
+
+#[test]
+fn interop_rnic_rc_pingpong_server_kernel_client() {
+    interop_pingpong("rnic");
 }

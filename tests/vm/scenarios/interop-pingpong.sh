@@ -1,0 +1,69 @@
+# Interop: guest kernel rxe (stock ibv_rc_pingpong) <-> rnic's examples/rc_pingpong on the
+# host, in a host netns behind the tap (10.50.0.2 guest, 10.50.0.1 host).
+# RNIC_INTEROP_SERVER=kernel (default): the guest's tool is the server, rnic the client;
+# =rnic: the other way round. One run per size in RNIC_INTEROP_SIZES (default "64 5000"),
+# -m 1024, -n RNIC_INTEROP_ITERS (default 200), TCP port 18515 + run index.
+# RNIC_RC_PINGPONG: the host binary (tests/vm.rs builds it). The guest's tool runs with -c
+# and -g 1 (its IPv4 GID); rnic uses -e (progress thread) and -g 0 on rxe:10.50.0.1.
+# Results: capture.pcap (tap, both directions), rnic-<size>.log, share/kernel-<size>.txt.
+SCENARIO_TIMEOUT=120
+NS=rnicvm-$ID TAP=rnvtap0
+SERVER=${RNIC_INTEROP_SERVER:-kernel}
+SIZES=${RNIC_INTEROP_SIZES:-64 5000}
+ITERS=${RNIC_INTEROP_ITERS:-200}
+
+scenario_prepare() {
+  [ -x "${RNIC_RC_PINGPONG:-}" ] || { say "RNIC_RC_PINGPONG is not an executable: '${RNIC_RC_PINGPONG:-}'"; return 1; }
+  printf 'SERVER=%s\nSIZES="%s"\nITERS=%s\n' "$SERVER" "$SIZES" "$ITERS" >> "$SHARE/env.sh"
+}
+
+# rnic_pp <size> <port> [server]: one rnic rc_pingpong run in the netns; a client retries
+# while the guest's server is not listening yet.
+rnic_pp() {
+  local size=$1 port=$2 log=$RESULTS/rnic-$1.log rc
+  shift 2
+  for _ in $(seq 1 60); do
+    rc=0
+    ip netns exec "$NS" timeout -k 5 60 "$RNIC_RC_PINGPONG" -d rxe:10.50.0.1 -g 0 -e --stats \
+      -p "$port" -s "$size" -m 1024 -n "$ITERS" "$@" > "$log" 2>&1 < /dev/null || rc=$?
+    [ "$rc" -ne 0 ] && [ $# -gt 0 ] && grep -q 'Connection refused\|No route\|unreachable' "$log" || break
+    sleep 1
+  done
+  echo "rc=$rc" >> "$log"
+  say "rnic rc_pingpong -s $size ($SERVER server): rc=$rc; $(grep -E 'bytes in|iters in|^[A-Z]' "$log" | paste -sd'|')"
+  return "$rc"
+}
+
+scenario_main() {
+  netns_add "$NS"
+  tap_add "$NS" "$TAP" 10.50.0.1/24
+  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"
+  host_bg capture "$NS" tcpdump -i "$TAP" -n -U -s 0 -w "$RESULTS/capture.pcap" udp port 4791
+  local cap=$BG_PID
+  VM_NETNS=$NS vm_start interop-pingpong \
+    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+  local ok=0 i=0 size
+  for size in $SIZES; do
+    if [ "$SERVER" = kernel ]; then
+      rnic_pp "$size" $((18515 + i)) 10.50.0.2 || ok=1
+    else
+      rnic_pp "$size" $((18515 + i)) || ok=1
+    fi
+    i=$((i + 1))
+  done
+  vm_wait interop-pingpong || ok=1
+  sleep 1; kill -INT "$cap"; wait "$cap" || true
+  say "host capture: $(grep -E 'captured' "$RESULTS/capture.log")"
+  guest_ok interop-pingpong && return "$ok"
+}
+
+scenario_check() {
+  local ok=0 size
+  for size in $SIZES; do
+    expect "$RESULTS/rnic-$size.log" '^[0-9]+ iters in ' "rnic rc_pingpong -s $size result line" || ok=1
+    expect "$SHARE/interop-pingpong.out" "^kernel rc_pingpong size=$size rc=0" "kernel rc_pingpong -s $size exit 0" || ok=1
+  done
+  expect "$RESULTS/capture.log" '^[1-9][0-9]* packets captured' "tap capture has RoCEv2 packets" || ok=1
+  return $ok
+}
