@@ -27,9 +27,20 @@ struct Ep {
     qp: QueuePair,
 }
 
+/// The requester window both ends use: `RNIC_BENCH_WINDOW` PSNs, else 1024
+/// (rnic to rnic; rxe's default of 128 is for kernel rxe peers).
+fn window() -> u32 {
+    std::env::var("RNIC_BENCH_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+}
+
 fn ep(ip: [u8; 4], buf: usize, progress: Progress) -> Ep {
     let dev = RxeDevice::open(
-        &RxeConfig::new(Target::Ip(IpAddr::V4(Ipv4Addr::from(ip)))).with_progress(progress),
+        &RxeConfig::new(Target::Ip(IpAddr::V4(Ipv4Addr::from(ip))))
+            .with_progress(progress)
+            .with_max_unacked_psns(window()),
     )
     .unwrap();
     let ctx = dev.context();

@@ -203,6 +203,8 @@ pub struct Shared {
     pub active_mtu: Mtu,
     /// How progress is made.
     pub progress: Progress,
+    /// The requester window every new QP gets.
+    pub max_unacked_psns: u32,
     /// Wakes the progress thread.
     pub doorbell: EventFd,
     /// Tells the progress thread to exit.

@@ -17,7 +17,7 @@ use rnic_core::{
     Provider, QpAttr, QpAttrMask, QpHandle, QpInfo, QpInitAttr, QpState, RecvWr, SendWr,
     VerbsError, WorkCompletion, WrError,
 };
-use rnic_roce::transport::{CqSide, Qp, QpConfig, TransportError};
+use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
 
 use crate::device::{CqState, MrEntry, Progress, QpEntry, Shared, State};
 use crate::error::RxeError;
@@ -46,6 +46,11 @@ pub struct RxeConfig {
     pub per_qp_sport: bool,
     /// Seeded loss/reordering on the receive path (off by default).
     pub faults: FaultConfig,
+    /// Each RC QP's requester window in PSNs (see
+    /// [`QpConfig::max_unacked_psns`]). The default, rxe's 128, is what a
+    /// kernel rxe peer expects; between rnic devices with large socket
+    /// buffers 1024 (4 MiB at MTU 4096) keeps a fast link busy.
+    pub max_unacked_psns: u32,
 }
 
 impl RxeConfig {
@@ -60,6 +65,7 @@ impl RxeConfig {
             gro: true,
             per_qp_sport: true,
             faults: FaultConfig::default(),
+            max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
         }
     }
 
@@ -67,6 +73,14 @@ impl RxeConfig {
     #[must_use]
     pub fn with_progress(mut self, progress: Progress) -> RxeConfig {
         self.progress = progress;
+        self
+    }
+
+    /// The same, with a requester window of `psns` per RC QP (see
+    /// [`RxeConfig::max_unacked_psns`]).
+    #[must_use]
+    pub fn with_max_unacked_psns(mut self, psns: u32) -> RxeConfig {
+        self.max_unacked_psns = psns;
         self
     }
 
@@ -127,6 +141,7 @@ impl RxeDevice {
             roce_port: cfg.roce_port,
             active_mtu,
             progress: cfg.progress,
+            max_unacked_psns: cfg.max_unacked_psns,
             doorbell,
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
@@ -489,8 +504,11 @@ impl Provider for Inner {
         st.next_qpn = n + 1;
         let qpn = rnic_core::Qpn::from_wire(n);
         let local_gid = self.sh().ports.first().map_or(Gid::ZERO, |p| p.gid);
-        let qp = Qp::new(QpConfig::from_init(qpn, pd, init, local_gid))
-            .map_err(|e| err(e.to_string()))?;
+        let qp = Qp::new(
+            QpConfig::from_init(qpn, pd, init, local_gid)
+                .with_max_unacked_psns(self.sh().max_unacked_psns),
+        )
+        .map_err(|e| err(e.to_string()))?;
         let h = st.qps.insert(QpEntry {
             qp,
             send_cq: send_cq.0,

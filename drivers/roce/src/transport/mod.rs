@@ -104,6 +104,7 @@ use core::time::Duration;
 use rnic_core::{AddressVector, Lkey, PdHandle, QpState, QpType, Qpn, Rkey, WorkCompletion};
 
 pub use qp::{Qp, QpConfig};
+pub use requester::DEFAULT_MAX_UNACKED_PSNS;
 pub use stats::{DropCounts, NakCounts, QpStats};
 pub use ud::GRH_LEN;
 

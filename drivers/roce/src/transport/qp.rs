@@ -10,7 +10,7 @@ use rnic_core::{
 use super::completer::Completer;
 use super::pkt::{self, Out, ParseError};
 use super::queue::{RecvQueue, RecvWqe, SendQueue, SendWqe, WqeStatus, sgl_len, sgl_read};
-use super::requester::Requester;
+use super::requester::{DEFAULT_MAX_UNACKED_PSNS, Requester};
 use super::responder::Responder;
 use super::stats::QpStats;
 use super::{CqSide, Instant, Io, MemError, PacketDest, PacketSink, TransportError};
@@ -44,9 +44,23 @@ pub struct QpConfig {
     /// Treat `retry_cnt` = 7 as infinite, as rxe does (the IBTA spec only
     /// makes `rnr_retry` = 7 infinite).
     pub retry_cnt_7_infinite: bool,
+    /// The requester's window: at most this many PSNs sent and not yet
+    /// acknowledged. rxe's `RXE_MAX_UNACKED_PSNS` (128, the default) keeps
+    /// a kernel rxe peer's receive queue from overflowing; between rnic
+    /// peers with large socket buffers a bigger window keeps the pipe full
+    /// (128 packets are only 512 KiB at MTU 4096). Clamped to 1..=2^22.
+    pub max_unacked_psns: u32,
 }
 
 impl QpConfig {
+    /// The same configuration with a requester window of `psns` (see
+    /// [`QpConfig::max_unacked_psns`]).
+    #[must_use]
+    pub fn with_max_unacked_psns(mut self, psns: u32) -> QpConfig {
+        self.max_unacked_psns = psns;
+        self
+    }
+
     /// The configuration of a QP created with `attr` (ring sizes from its caps).
     pub fn from_init(qpn: Qpn, pd: PdHandle, attr: &QpInitAttr, local_gid: Gid) -> QpConfig {
         QpConfig {
@@ -61,6 +75,7 @@ impl QpConfig {
             sq_sig_all: attr.sq_sig_all,
             local_gid,
             retry_cnt_7_infinite: true,
+            max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
         }
     }
 
@@ -78,6 +93,7 @@ impl QpConfig {
             sq_sig_all: false,
             local_gid: Gid::ZERO,
             retry_cnt_7_infinite: true,
+            max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
         }
     }
 

@@ -12,8 +12,13 @@ use super::qp::{MAX_MSG, Qp, Tx, transmit};
 use super::queue::{SendWqe, WqeStatus, sgl_check, sgl_len};
 use super::{Access, Instant, Io};
 
-/// At most this many PSNs unacknowledged (`RXE_MAX_UNACKED_PSNS`).
-pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
+/// At most this many PSNs unacknowledged by default (`RXE_MAX_UNACKED_PSNS`);
+/// [`QpConfig::max_unacked_psns`](super::QpConfig::max_unacked_psns) sets it
+/// per QP.
+pub const DEFAULT_MAX_UNACKED_PSNS: u32 = 128;
+/// The largest window a QP may ask for (a quarter of the 24-bit PSN space,
+/// so windowed PSN comparisons stay unambiguous).
+const MAX_WINDOW: u32 = 1 << 22;
 /// AckReq at least every this many packets (`RXE_MAX_PKT_PER_ACK`).
 pub(crate) const MAX_PKT_PER_ACK: u32 = 64;
 
@@ -38,6 +43,7 @@ impl Qp {
     /// Send as much as the window, `max_rd_atomic`, fences and the sink allow.
     pub(crate) fn request(&mut self, now: Instant, io: &mut Io<'_>) {
         let mtu = u64::from(self.a.path_mtu.bytes());
+        let window = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW) as i32;
         loop {
             if self.comp.rnr_until.is_some() {
                 return;
@@ -67,7 +73,7 @@ impl Qp {
                         self.retire_failed_head(io);
                         return;
                     }
-                    if self.comp.psn.distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS {
+                    if self.comp.psn.distance_to(self.req.next_psn) >= window {
                         return;
                     }
                     let npkts = if w.is_atomic() {
@@ -92,7 +98,7 @@ impl Qp {
                 }
             };
             let psn = w.first_psn.wrapping_add(self.req.pkt);
-            if self.comp.psn.distance_to(psn) >= MAX_UNACKED_PSNS {
+            if self.comp.psn.distance_to(psn) >= window {
                 return;
             }
             let (out, paylen, off) = self.build_request(&w, mtu);

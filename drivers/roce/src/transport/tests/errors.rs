@@ -374,6 +374,40 @@ fn window_and_ack_request_spacing() {
     assert_eq!(sim.ep[1].qp.stats().acks_sent, 4096 / 64);
 }
 
+/// A QP configured with a larger window (rnic to rnic) keeps that many
+/// PSNs in flight, still asks for an ACK every 64 packets, and completes.
+#[test]
+fn configured_window_is_honoured() {
+    let c = Conn {
+        mtu: Mtu::Mtu256,
+        ..Conn::default()
+    };
+    let mut sim = rc_pair(&c, 7);
+    sim.ep[0].qp.cfg.max_unacked_psns = 1000;
+    let (ka, kb) = keys(&mut sim);
+    let sgl = [sge(ka, 0x1000_0000, 1 << 20)];
+    let wr = SendWr {
+        ud: None,
+        wr_id: 1,
+        sg_list: &sgl,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x1000_0000,
+            rkey: Rkey(kb),
+        },
+        flags: SendFlags::SIGNALED,
+    };
+    assert!(sim.ep[0].with(|qp, io| qp.post_send(&wr, io)).is_ok());
+    let now = sim.instant();
+    sim.ep[0].with(|qp, io| qp.run(now, io));
+    let pkts = a_packets(&sim);
+    assert_eq!(pkts.len(), 1000);
+    assert_eq!(pkts.iter().filter(|p| p.1).count(), 1000 / 64);
+    sim.drain(0);
+    sim.run(1_000_000);
+    assert_eq!(statuses(&sim.ep[0].cq.send), vec![(1, WcStatus::Success)]);
+    assert_eq!(sim.ep[0].qp.stats().tx_packets, 4096);
+}
+
 /// max_rd_atomic bounds outstanding READ/atomics; a fence waits for all
 /// earlier work.
 #[test]
