@@ -765,3 +765,134 @@ fn interop_kernel_rc_pingpong_server_rnic_client() {
 fn interop_rnic_rc_pingpong_server_kernel_client() {
     interop_pingpong("rnic");
 }
+
+/// Builds rnic-vfio's `edu` example (dev profile, this test's cargo and target folder).
+fn vfio_edu_binary() -> Result<PathBuf, String> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
+    let log = results_root().join("build-vfio-edu.log");
+    let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-p",
+            "rnic-vfio",
+            "--example",
+            "edu",
+            "--manifest-path",
+        ])
+        .arg(repo().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("run cargo: {e}"))?;
+    let bin = target.join("debug/examples/edu");
+    if !status.success() || !bin.is_file() {
+        return Err(format!(
+            "cargo build -p rnic-vfio --example edu failed (log: {})",
+            log.display()
+        ));
+    }
+    say(&format!(
+        "vm: built {} in {:.1}s",
+        bin.display(),
+        t0.elapsed().as_secs_f64()
+    ));
+    Ok(bin)
+}
+
+/// The Rust edu driver (rnic-vfio + rnic-dma) against the guest kernel's real VFIO.
+#[test]
+fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
+    let Some(run) = run_prepared("vfio-rust", &[], 240, || {
+        let bin = vfio_edu_binary().unwrap_or_else(|e| panic!("FAIL vfio-rust: {e}"));
+        vec![("RNIC_VFIO_EDU".into(), bin.display().to_string())]
+    }) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let out = run.file("share/vfio-rust.out");
+    let check = |name: &str| {
+        let head = format!("CHECK {name}: PASS ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(head.as_str()))
+            .map(str::to_owned)
+    };
+    c.that(
+        out.lines().any(|l| l == "NUMA nodes: 2"),
+        "guest does not see 2 NUMA nodes",
+    );
+    let expect: &[(&str, &str)] = &[
+        ("bind", "was unbound, now vfio-pci"),
+        ("open", "VFIO_TYPE1v2_IOMMU"),
+        ("bar0", "as Mmio"),
+        ("mmio", "id=0x010000ed, wrote 0x12345678 read 0xedcba987"),
+        ("bus-master", "PCI_COMMAND=0x"),
+        ("msi", "1 MSI vector on an eventfd"),
+        ("hugepages", "in 2 MiB hugetlb pages"),
+        ("dma-roundtrip", "2048 bytes RAM(IOVA"),
+        ("irq", "edu status 0x100"),
+        ("unmapped-iova", "blocked, memory untouched"),
+        ("numa-node0", "2 MiB hugetlb pages on node 0 by move_pages"),
+        ("numa-node1", "2 MiB hugetlb pages on node 1 by move_pages"),
+        ("teardown", "Some(0)"),
+        ("restore", "driver now none (before bind: none)"),
+    ];
+    for (name, needle) in expect {
+        match check(name) {
+            Some(detail) => c.that(
+                detail.contains(needle),
+                format!("CHECK {name}: '{detail}' lacks '{needle}'"),
+            ),
+            None => c.that(false, format!("no 'CHECK {name}: PASS' line")),
+        }
+    }
+    c.that(
+        check("dma-roundtrip").is_some_and(|d| d.contains("byte-exact MATCH")),
+        "DMA round trip not byte-exact",
+    );
+    c.that(
+        check("open").is_some_and(|d| d.contains("IOVA ranges [0..=")),
+        "no IOVA ranges from the capability",
+    );
+    // The blocked DMA must show up as a DMAR fault at exactly that IOVA.
+    let hole = check("unmapped-iova").and_then(|d| {
+        let at = d.split("to IOVA ").nth(1)?;
+        at.split_whitespace().next().map(str::to_owned)
+    });
+    c.that(
+        hole.as_ref().is_some_and(|h| {
+            out.lines()
+                .any(|l| l.contains("DMAR: [DMA Write") && l.contains(&format!("fault addr {h} ")))
+        }),
+        format!("no DMAR write fault at the unmapped IOVA {hole:?}"),
+    );
+    c.that(
+        !out.lines()
+            .any(|l| l.starts_with("CHECK ") && l.contains(": FAIL")),
+        "a CHECK failed",
+    );
+    c.that(
+        out.lines().any(|l| l == "RESULT: PASS"),
+        "edu driver did not pass",
+    );
+    c.that(
+        out.lines().any(|l| l.ends_with("driver after: none")),
+        "edu not back to no driver",
+    );
+    let passes = out
+        .lines()
+        .filter(|l| l.starts_with("CHECK ") && l.contains(": PASS "))
+        .count();
+    say(&format!("vfio-rust: {passes} CHECK lines PASS"));
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}

@@ -1,13 +1,16 @@
 # Scenario vfio-rust: the machine of `vfio` (q35 + intel-iommu with caching mode and
 # interrupt remapping + edu, 2 NUMA nodes of 1 GiB) running the Rust edu driver
 # (drivers/vfio/examples/edu.rs on rnic-vfio + rnic-dma), host-built, from the share.
-# tests/vm.rs builds it and passes it with --share-file; by hand, this builds it.
+# tests/vm.rs builds it and passes its path in RNIC_VFIO_EDU; by hand, this builds it.
 SCENARIO_TIMEOUT=240
 
 scenario_prepare() {
-  [ -x "$SHARE/edu" ] && return 0
-  (cd "$REPO" && cargo build -q -p rnic-vfio --example edu) &&
-    cp "$REPO/target/debug/examples/edu" "$SHARE/edu"
+  local bin=${RNIC_VFIO_EDU:-}
+  if [ -z "$bin" ]; then
+    (cd "$REPO" && cargo build -q -p rnic-vfio --example edu) || return 1
+    bin=${CARGO_TARGET_DIR:-$REPO/target}/debug/examples/edu
+  fi
+  cp "$bin" "$SHARE/edu"
 }
 
 scenario_main() {
