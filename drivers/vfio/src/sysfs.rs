@@ -281,6 +281,26 @@ impl Sysfs {
         Ok(binding)
     }
 
+    /// Unbind `addr` from its driver and leave it unbound (clearing
+    /// `driver_override`); returns the driver it had, to pass to
+    /// [`Sysfs::bind`] later.
+    pub fn unbind(&self, addr: &PciAddr) -> Result<Option<String>, VfioError> {
+        self.check_exists(addr)?;
+        let previous = self.driver(addr);
+        self.unbind_current(addr)?;
+        self.set_override(addr, None)?;
+        if let Some(now) = self.driver(addr) {
+            return Err(VfioError::Bind {
+                addr: *addr,
+                wanted: "no driver".into(),
+                now: Some(now),
+                hint: "the unbind did not take; check `dmesg | tail`".into(),
+            });
+        }
+        info!(%addr, ?previous, "unbound");
+        Ok(previous)
+    }
+
     /// Put the device back to the driver it had before [`Sysfs::bind`]
     /// (or leave it unbound if it had none), and clear `driver_override`.
     pub fn restore(&self, binding: Binding) -> Result<Option<String>, VfioError> {
@@ -474,6 +494,24 @@ pub(crate) mod tests {
         );
         assert_eq!(s.restore(b).unwrap(), None);
         assert_eq!(s.driver(&a(EDU)), None);
+    }
+
+    #[test]
+    fn unbind_leaves_the_device_unbound_and_reports_the_old_driver() {
+        let t = Tree::new(&[(NIC, Some(3), Some("e1000e"), 0x8086, 0x10d3)]);
+        let s = t.sysfs();
+        assert_eq!(s.unbind(&a(NIC)).unwrap().as_deref(), Some("e1000e"));
+        assert_eq!(s.driver(&a(NIC)), None);
+        assert_eq!(
+            s.unbind(&a(NIC)).unwrap(),
+            None,
+            "unbinding an unbound device is a no-op"
+        );
+        let b = s.bind(&a(NIC), "e1000e").unwrap();
+        assert_eq!(
+            (b.previous, s.driver(&a(NIC)).as_deref()),
+            (None, Some("e1000e"))
+        );
     }
 
     #[test]
