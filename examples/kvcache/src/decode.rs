@@ -370,7 +370,7 @@ fn receive_rdma(
                 .post_recv(&[RecvWr::new(wc.wr_id, &[])])
                 .map_err(KvError::verbs("post_recv"))?;
             last_progress = Instant::now();
-            if o.verbose && got.count % plan.per_layer() == 0 {
+            if o.verbose && got.count.is_multiple_of(plan.per_layer()) {
                 eprintln!(
                     "decode: layer {}/{} landed",
                     got.count / plan.per_layer(),

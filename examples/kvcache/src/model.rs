@@ -66,13 +66,13 @@ impl ModelConfig {
         if self.layers == 0 || self.layers > 4096 {
             return bad("layers must be 1..=4096");
         }
-        if self.heads == 0 || self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.heads == 0 || self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad("heads must be >= 1 and head_dim even and >= 2");
         }
-        if self.head_dim % 8 != 0 {
+        if !self.head_dim.is_multiple_of(8) {
             return bad("head_dim must be a multiple of 8");
         }
-        if self.ffn == 0 || self.ffn % 8 != 0 {
+        if self.ffn == 0 || !self.ffn.is_multiple_of(8) {
             return bad("ffn must be a positive multiple of 8");
         }
         if self.vocab < 2 || self.vocab > 65_536 {
