@@ -1,0 +1,382 @@
+//! `rnicctl doctor`: one line per check — OK / WARN / FAIL — with a fix.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::ExitCode;
+
+use nix::sys::resource::{Resource, getrlimit};
+use serde_json::json;
+
+use crate::error::CtlError;
+use crate::pci;
+
+/// A check's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Fine.
+    Ok,
+    /// Works, but something is missing for part of rnic.
+    Warn,
+    /// A first run will fail.
+    Fail,
+}
+
+/// One check's result.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// Short name.
+    pub name: String,
+    /// Verdict.
+    pub level: Level,
+    /// What was found.
+    pub detail: String,
+    /// What to do (empty when OK).
+    pub fix: String,
+}
+
+fn check(name: &str, level: Level, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        level,
+        detail: detail.into(),
+        fix: fix.into(),
+    }
+}
+
+fn count_dir(p: &Path) -> usize {
+    std::fs::read_dir(p).map(|r| r.count()).unwrap_or(0)
+}
+
+/// Run every check.
+pub fn checks() -> Vec<Check> {
+    let sys = Path::new("/sys");
+    let mut v = Vec::new();
+    let mlx5 = pci::scan_mlx5(sys);
+    let need_vfio = if mlx5.is_empty() {
+        Level::Warn
+    } else {
+        Level::Fail
+    };
+
+    // IOMMU.
+    let groups = count_dir(&sys.join("kernel/iommu_groups"));
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let flags: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|w| w.contains("iommu"))
+        .collect();
+    v.push(if groups > 0 {
+        check("iommu", Level::Ok, format!("{groups} IOMMU groups; cmdline {}", flags.join(" ")), "")
+    } else {
+        check(
+            "iommu",
+            need_vfio,
+            format!("no IOMMU groups (cmdline: {})", if flags.is_empty() { "no iommu flags".to_owned() } else { flags.join(" ") }),
+            "enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on iommu=pt (or amd_iommu=on); needed for mlx5 via VFIO only",
+        )
+    });
+
+    // vfio-pci.
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let loaded = sys.join("bus/pci/drivers/vfio-pci").exists();
+    let builtin = std::fs::read_to_string(format!("/lib/modules/{release}/modules.builtin"))
+        .map(|s| s.contains("vfio-pci.ko") || s.contains("vfio_pci.ko"))
+        .unwrap_or(false);
+    let available = std::fs::read_to_string(format!("/lib/modules/{release}/modules.dep"))
+        .map(|s| s.contains("vfio-pci.ko") || s.contains("vfio_pci.ko"))
+        .unwrap_or(false);
+    v.push(if loaded || builtin {
+        check("vfio-pci", Level::Ok, if loaded { "driver registered" } else { "built in" }, "")
+    } else if available {
+        check("vfio-pci", Level::Warn, "module present, not loaded", "modprobe vfio-pci")
+    } else {
+        check(
+            "vfio-pci",
+            need_vfio,
+            format!("no vfio-pci module for kernel {release}"),
+            "install the kernel's modules package (Debian: linux-image-$(uname -r)) and modprobe vfio-pci",
+        )
+    });
+
+    // Group viability per mlx5 function.
+    if mlx5.is_empty() {
+        v.push(check(
+            "mlx5",
+            Level::Warn,
+            "no mlx5 PCI functions; the rxe backend works without one",
+            "none needed for rxe:<netdev>; for hardware install a ConnectX NIC",
+        ));
+    }
+    for f in &mlx5 {
+        let name = format!("group {}", f.bdf);
+        v.push(match f.iommu_group {
+            None => check(
+                &name,
+                need_vfio,
+                "no IOMMU group",
+                "enable the IOMMU (see the iommu check)",
+            ),
+            Some(g) => {
+                let blockers = pci::group_blockers(sys, g, Some(&f.bdf));
+                if blockers.is_empty() {
+                    check(
+                        &name,
+                        Level::Ok,
+                        format!(
+                            "group {g} viable ({} on {})",
+                            f.bdf,
+                            f.driver.as_deref().unwrap_or("no driver")
+                        ),
+                        "",
+                    )
+                } else {
+                    let list: Vec<String> = blockers
+                        .iter()
+                        .map(|(b, d)| format!("{b} on {d}"))
+                        .collect();
+                    check(
+                        &name,
+                        Level::Warn,
+                        format!("group {g} not viable: {}", list.join(", ")),
+                        format!(
+                            "rnicctl bind each of: {}",
+                            blockers
+                                .iter()
+                                .map(|(b, _)| b.as_str())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        ),
+                    )
+                }
+            }
+        });
+    }
+
+    // /dev/vfio.
+    let vfio = Path::new("/dev/vfio/vfio");
+    v.push(if vfio.exists() {
+        match nix::unistd::access(
+            vfio,
+            nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK,
+        ) {
+            Ok(()) => check("/dev/vfio", Level::Ok, "/dev/vfio/vfio read-write", ""),
+            Err(e) => check(
+                "/dev/vfio",
+                need_vfio,
+                format!("/dev/vfio/vfio: {e}"),
+                "run as root or chown the group's /dev/vfio/<group> to your user",
+            ),
+        }
+    } else {
+        check(
+            "/dev/vfio",
+            need_vfio,
+            "/dev/vfio/vfio missing",
+            "modprobe vfio-pci (creates it)",
+        )
+    });
+
+    // RLIMIT_MEMLOCK.
+    v.push(match getrlimit(Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => {
+            check("memlock", Level::Ok, "RLIMIT_MEMLOCK unlimited", "")
+        }
+        Ok((soft, hard)) if soft >= 64 << 20 => check("memlock", Level::Ok, format!("RLIMIT_MEMLOCK {soft} bytes (hard {hard})"), ""),
+        Ok((soft, hard)) => check(
+            "memlock",
+            Level::Warn,
+            format!("RLIMIT_MEMLOCK {soft} bytes (hard {hard}): pinning large regions fails"),
+            "ulimit -l unlimited (or memlock in /etc/security/limits.conf; LimitMEMLOCK=infinity for services)",
+        ),
+        Err(e) => check("memlock", Level::Warn, format!("getrlimit: {e}"), ""),
+    });
+
+    // Hugepages per node and NUMA topology.
+    let nodes = rnic::dma::numa::online_nodes();
+    let mut hp = Vec::new();
+    let mut total = 0u64;
+    for n in &nodes {
+        for (dir, label) in [("hugepages-2048kB", "2M"), ("hugepages-1048576kB", "1G")] {
+            let p = format!(
+                "/sys/devices/system/node/node{}/hugepages/{dir}/nr_hugepages",
+                n.0
+            );
+            if let Some(c) = std::fs::read_to_string(&p)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                total += c;
+                hp.push(format!("node{} {label}:{c}", n.0));
+            }
+        }
+    }
+    v.push(if total > 0 {
+        check("hugepages", Level::Ok, hp.join(" "), "")
+    } else {
+        check(
+            "hugepages",
+            Level::Warn,
+            format!("none reserved ({}); regions fall back to THP/4K pages", if hp.is_empty() { "no per-node counters".to_owned() } else { hp.join(" ") }),
+            "echo 1024 | sudo tee /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages (per node)",
+        )
+    });
+    let cpus: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let c =
+                std::fs::read_to_string(format!("/sys/devices/system/node/node{}/cpulist", n.0))
+                    .unwrap_or_default();
+            format!("node{}: cpus {}", n.0, c.trim())
+        })
+        .collect();
+    v.push(check(
+        "numa",
+        Level::Ok,
+        format!("{} node(s): {}", nodes.len(), cpus.join("; ")),
+        "",
+    ));
+
+    // CUDA (no dlopen: look for the files).
+    let nvidia = Path::new("/proc/driver/nvidia").exists();
+    let libdirs = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/cuda/lib64",
+        "/usr/lib/wsl/lib",
+    ];
+    let lib = libdirs.iter().find_map(|d| {
+        std::fs::read_dir(d)
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().starts_with("libcuda.so"))
+            .map(|e| e.path())
+    });
+    v.push(match (nvidia, lib) {
+        (true, Some(l)) => check(
+            "cuda",
+            Level::Ok,
+            format!("/proc/driver/nvidia and {}", l.display()),
+            "",
+        ),
+        (n, l) => check(
+            "cuda",
+            Level::Warn,
+            format!(
+                "{}{}",
+                if n {
+                    "nvidia driver loaded"
+                } else {
+                    "no /proc/driver/nvidia"
+                },
+                if l.is_some() { "" } else { ", no libcuda.so" }
+            ),
+            "GPU memory features are off; install the NVIDIA driver (libcuda.so) to use them",
+        ),
+    });
+
+    // UDP 4791.
+    v.push(match UdpSocket::bind(("0.0.0.0", 4791)) {
+        Ok(_) => check("udp/4791", Level::Ok, "free (bound and released 0.0.0.0:4791)", ""),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => check(
+            "udp/4791",
+            Level::Fail,
+            "in use: kernel rdma_rxe or another rnic process owns RoCEv2's port",
+            "remove kernel rxe links (rdma link delete rxe0; modprobe -r rdma_rxe) or stop the other rnic process; rnic's rxe needs UDP 4791",
+        ),
+        Err(e) => check("udp/4791", Level::Fail, format!("bind: {e}"), "check that IPv4 is available"),
+    });
+
+    // AF_PACKET, GSO, GRO.
+    let packet = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Packet,
+        nix::sys::socket::SockType::Raw,
+        nix::sys::socket::SockFlag::empty(),
+        None,
+    );
+    v.push(match packet {
+        Ok(_) => check(
+            "af_packet",
+            Level::Ok,
+            "raw AF_PACKET sockets available",
+            "",
+        ),
+        Err(e) => check(
+            "af_packet",
+            Level::Warn,
+            format!("AF_PACKET: {e}"),
+            "capture tests need CAP_NET_RAW (run as root); rnic itself does not",
+        ),
+    });
+    match UdpSocket::bind(("127.0.0.1", 0)) {
+        Ok(s) => {
+            let gso = rnic::rxe::sys::probe_gso(&s);
+            let gro = rnic::rxe::sys::enable_gro(&s);
+            v.push(if gso {
+                check("udp-gso", Level::Ok, "UDP_SEGMENT accepted", "")
+            } else {
+                check(
+                    "udp-gso",
+                    Level::Warn,
+                    "UDP_SEGMENT refused: one sendmmsg entry per packet",
+                    "a kernel >= 4.18 batches sends with GSO",
+                )
+            });
+            v.push(if gro {
+                check("udp-gro", Level::Ok, "UDP_GRO accepted", "")
+            } else {
+                check(
+                    "udp-gro",
+                    Level::Warn,
+                    "UDP_GRO refused: one datagram per packet",
+                    "a kernel >= 5.0 coalesces receives with GRO",
+                )
+            });
+        }
+        Err(e) => v.push(check(
+            "udp-gso",
+            Level::Warn,
+            format!("UDP socket: {e}"),
+            "",
+        )),
+    }
+    v
+}
+
+/// `rnicctl doctor`.
+pub fn main(json_out: bool) -> Result<ExitCode, CtlError> {
+    let v = checks();
+    let fails = v.iter().filter(|c| c.level == Level::Fail).count();
+    if json_out {
+        let j = json!({
+            "checks": v.iter().map(|c| json!({
+                "name": c.name,
+                "level": match c.level { Level::Ok => "OK", Level::Warn => "WARN", Level::Fail => "FAIL" },
+                "detail": c.detail,
+                "fix": c.fix,
+            })).collect::<Vec<_>>(),
+            "failures": fails,
+        });
+        println!("{j}");
+    } else {
+        for c in &v {
+            let lvl = match c.level {
+                Level::Ok => "OK  ",
+                Level::Warn => "WARN",
+                Level::Fail => "FAIL",
+            };
+            if c.fix.is_empty() {
+                println!("{lvl} {:<12} {}", c.name, c.detail);
+            } else {
+                println!("{lvl} {:<12} {} — fix: {}", c.name, c.detail, c.fix);
+            }
+        }
+    }
+    if fails > 0 {
+        eprintln!("rnicctl: {}", CtlError::DoctorFailed(fails));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,158 @@
+//! `rnicctl`: the operator's tool for rnic.
+//!
+//! * `list` — every RDMA-capable function: mlx5 PCI functions (driver, IOMMU
+//!   group, NUMA node, link) and the rxe backend's endpoints (interfaces,
+//!   GIDs, MTU).
+//! * `bind` / `unbind` — move an mlx5 function to vfio-pci and back.
+//! * `doctor` — check what a first run needs; one line per check with a fix.
+//! * `info <spec>` — device attributes, ports, GID table, limits.
+//! * `stats` — counters (of a perf run; live IPC is future work).
+//! * `perf <test>` — perftest-compatible bandwidth/latency tests.
+#![forbid(unsafe_code)]
+
+mod doctor;
+mod error;
+mod info;
+mod list;
+mod pci;
+mod perf;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use error::CtlError;
+
+/// Drive RDMA NICs from userspace: inspect, bind, check and measure.
+#[derive(Parser, Debug)]
+#[command(name = "rnicctl", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// List RDMA-capable functions: mlx5 PCI functions and rxe endpoints.
+    ///
+    /// mlx5 functions are found by vendor 0x15b3 and the ConnectX device ids;
+    /// each shows its driver, IOMMU group, NUMA node and PCIe link. rxe
+    /// endpoints are the network interfaces with their GIDs (IPv4 as
+    /// ::ffff:a.b.c.d) and the path MTU their interface MTU allows.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Root of the sysfs tree to read (tests use a synthetic one).
+        #[arg(long, default_value = "/sys", hide = true)]
+        sysfs_root: PathBuf,
+    },
+    /// Bind a PCI function to vfio-pci (remembering its driver for unbind).
+    ///
+    /// Shows the other members of its IOMMU group (all must leave their host
+    /// drivers for VFIO to open the group) and refuses when the function —
+    /// or a group member — carries the interface with the default route,
+    /// unless --force.
+    Bind {
+        /// PCI address, e.g. 0000:3b:00.1.
+        bdf: String,
+        /// Say what would be done, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Bind even if it takes down the default-route interface.
+        #[arg(long)]
+        force: bool,
+        /// Root of the sysfs tree (tests use a synthetic one).
+        #[arg(long, default_value = "/sys", hide = true)]
+        sysfs_root: PathBuf,
+        /// The routing table to check (tests use a synthetic one).
+        #[arg(long, default_value = "/proc/net/route", hide = true)]
+        route_table: PathBuf,
+    },
+    /// Give a function back to the driver it had before `bind`.
+    Unbind {
+        /// PCI address.
+        bdf: String,
+        /// Say what would be done, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Driver to restore when none was remembered (default mlx5_core).
+        #[arg(long)]
+        driver: Option<String>,
+        /// Root of the sysfs tree.
+        #[arg(long, default_value = "/sys", hide = true)]
+        sysfs_root: PathBuf,
+    },
+    /// Check everything a first run needs; prints a fix for each failure.
+    ///
+    /// Exit status 1 when a check FAILs (WARNs do not fail).
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Device attributes, ports, GID table, MTU and limits of a device spec.
+    Info {
+        /// rxe:<netdev|ip>, mlx5:<bdf>, or a bare netdev name.
+        spec: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counters: of a saved `perf --stats --json` run, or of a device spec.
+    ///
+    /// A running process's counters are not reachable from outside yet (no
+    /// stats socket); `rnicctl perf … --stats` prints them at the end of a run.
+    Stats {
+        /// A JSON file from `rnicctl perf … --stats --json`, or a device spec.
+        target: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// perftest-compatible tests: write/read/send/atomic, bw/lat.
+    ///
+    /// Server: `rnicctl perf write-bw -d rxe:10.0.0.1`; client: `rnicctl perf
+    /// write-bw -d rxe:10.0.0.2 10.0.0.1`. The TCP exchange is perftest
+    /// 4.5-0.17's (Debian bookworm), so either side may be a stock
+    /// ib_write_bw / ib_send_lat / … on a kernel rxe device.
+    Perf(perf::PerfArgs),
+}
+
+fn run(cli: Cli) -> Result<ExitCode, CtlError> {
+    match cli.cmd {
+        Cmd::List { json, sysfs_root } => list::main(&sysfs_root, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Bind {
+            bdf,
+            dry_run,
+            force,
+            sysfs_root,
+            route_table,
+        } => pci::bind_main(&sysfs_root, &route_table, &bdf, dry_run, force)
+            .map(|()| ExitCode::SUCCESS),
+        Cmd::Unbind {
+            bdf,
+            dry_run,
+            driver,
+            sysfs_root,
+        } => pci::unbind_main(&sysfs_root, &bdf, dry_run, driver.as_deref())
+            .map(|()| ExitCode::SUCCESS),
+        Cmd::Doctor { json } => doctor::main(json),
+        Cmd::Info { spec, json } => info::main(&spec, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Stats { target, json } => stats::main(&target, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Perf(a) => perf::main(&a).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rnicctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
