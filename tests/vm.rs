@@ -684,10 +684,15 @@ fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
 /// Stock `ibv_rc_pingpong` on the guest's kernel rxe against rnic's `rc_pingpong` on the
 /// host, `-s 64` and `-s 5000` at `-m 1024` (one and five packets per message), 200
 /// iterations each; `server` says which side listens.
-fn interop_pingpong(server: &str) {
+/// With `netem`, the guest's NIC drops or delays what the kernel sends (`--netem`).
+fn interop_pingpong(server: &str, netem: Option<&str>) {
     const SIZES: [u64; 2] = [64, 5000];
     const ITERS: u64 = 200;
-    let name = format!("interop-pingpong@{server}-server");
+    let name = match netem {
+        None => format!("interop-pingpong@{server}-server"),
+        Some(_) => format!("interop-pingpong@{server}-server-netem"),
+    };
+    let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
     let Some(run) = run_with_example(
         &name,
         ("rc_pingpong", "RNIC_RC_PINGPONG"),
@@ -696,7 +701,7 @@ fn interop_pingpong(server: &str) {
             ("RNIC_INTEROP_SIZES", "64 5000"),
             ("RNIC_INTEROP_ITERS", "200"),
         ],
-        &[],
+        &args,
         150,
     ) else {
         return;
@@ -736,6 +741,9 @@ fn interop_pingpong(server: &str) {
             rnic.lines().any(|l| l == "rc=0"),
             format!("rnic rc_pingpong -s {size} did not exit 0"),
         );
+        if let Some(qp) = rnic.lines().find(|l| l.starts_with("qp 0x")) {
+            say(&format!("{name} -s {size}: rnic {qp}"));
+        }
         match icrc_line(&rnic) {
             Some(line) => {
                 say(&format!("{name} -s {size}: rnic {line}"));
@@ -746,6 +754,16 @@ fn interop_pingpong(server: &str) {
             }
             None => c.that(false, format!("rnic -s {size}: no icrc counter line")),
         }
+    }
+    if netem.is_some() {
+        let drops = netem_drops(&guest);
+        say(&format!(
+            "{name}: netem dropped {drops:?} of the kernel's packets"
+        ));
+        c.that(
+            drops.is_some_and(|d| d > 0),
+            format!("netem dropped nothing ({drops:?})"),
+        );
     }
     let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
     match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
@@ -758,12 +776,119 @@ fn interop_pingpong(server: &str) {
 
 #[test]
 fn interop_kernel_rc_pingpong_server_rnic_client() {
-    interop_pingpong("kernel");
+    interop_pingpong("kernel", None);
 }
 
 #[test]
 fn interop_rnic_rc_pingpong_server_kernel_client() {
-    interop_pingpong("rnic");
+    interop_pingpong("rnic", None);
+}
+
+/// netem drops 2% of what the guest sends: kernel requests, ACKs and NAKs vanish, so
+/// rnic's NAKs/timeouts meet the kernel's retransmissions and both must still finish.
+#[test]
+fn interop_rc_pingpong_under_netem_loss_on_the_kernel_side() {
+    interop_pingpong("rnic", Some("loss 2%"));
+}
+
+/// The "RW VERDICT: <what>: <n> bytes MATCH" line for `what`, if it matched.
+fn rw_match(out: &str, what: &str, len: u64) -> bool {
+    out.lines()
+        .any(|l| l == format!("RW VERDICT: {what}: {len} bytes MATCH"))
+}
+
+/// RDMA WRITE and READ in both directions between rnic (examples/interop_rw) and kernel
+/// rxe (pyverbs, tests/vm/guest/interop_rw.py), 20000 bytes each (20 packets at MTU
+/// 1024), every byte checked by the side that owns the memory.
+#[test]
+fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
+    const LEN: u64 = 20000;
+    let name = "interop-rw";
+    let Some(run) = run_with_example(
+        name,
+        ("interop_rw", "RNIC_INTEROP_RW"),
+        &[("RNIC_INTEROP_RW_LEN", "20000")],
+        &[],
+        150,
+    ) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let guest = run.file("share/interop-rw.out");
+    let rnic = run.file("rnic.log");
+    for (out, side, what) in [
+        (
+            &guest,
+            "kernel",
+            "rnic WRITE into kernel memory (pattern 1)",
+        ),
+        (
+            &guest,
+            "kernel",
+            "kernel READ source left intact (pattern 2)",
+        ),
+        (&guest, "kernel", "kernel READ of rnic memory (pattern 4)"),
+        (&rnic, "rnic", "rnic READ of kernel memory (pattern 2)"),
+        (&rnic, "rnic", "kernel WRITE into rnic memory (pattern 3)"),
+        (&rnic, "rnic", "rnic READ source left intact (pattern 4)"),
+    ] {
+        c.that(
+            rw_match(out, what, LEN),
+            format!("{side} side: no '{what}: {LEN} bytes MATCH'"),
+        );
+    }
+    c.that(
+        guest.lines().any(|l| l == "interop_rw rc=0"),
+        "the guest's interop_rw.py did not exit 0",
+    );
+    for l in rnic
+        .lines()
+        .chain(guest.lines())
+        .filter(|l| l.contains(" completed in "))
+    {
+        say(&format!("{name}: {l}"));
+    }
+    match icrc_line(&rnic) {
+        Some(line) => {
+            say(&format!("{name}: rnic {line}"));
+            c.that(
+                icrc_drops(line) == Some(0),
+                format!("rnic dropped kernel packets for their ICRC: {line}"),
+            );
+        }
+        None => c.that(false, "rnic: no icrc counter line"),
+    }
+    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+    match verify_roce_capture(&run.dir.join("capture.pcap")) {
+        Ok(cap) => {
+            say(&format!(
+                "{name}: {} RoCEv2 packets, all ICRCs verified; {:?}",
+                cap.packets, cap.opcodes
+            ));
+            let both: BTreeSet<_> = [(guest_ip, host_ip), (host_ip, guest_ip)].into();
+            c.that(cap.flows == both, format!("flows {:?}", cap.flows));
+            for op in [
+                "RC_RDMA_WRITE_FIRST",
+                "RC_RDMA_WRITE_LAST",
+                "RC_RDMA_READ_REQUEST",
+                "RC_RDMA_READ_RESPONSE_FIRST",
+                "RC_RDMA_READ_RESPONSE_LAST",
+                "RC_ACKNOWLEDGE",
+            ] {
+                c.that(
+                    cap.opcodes.contains_key(op),
+                    format!("no {op} in the capture: {:?}", cap.opcodes),
+                );
+            }
+        }
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
 }
 
 /// Builds rnic-vfio's `edu` example (dev profile, this test's cargo and target folder).
