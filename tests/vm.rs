@@ -891,8 +891,9 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
     run.finish(c);
 }
 
-/// Builds rnic-vfio's `edu` example (dev profile, this test's cargo and target folder).
-fn vfio_edu_binary() -> Result<PathBuf, String> {
+/// Builds rnic-vfio's `edu` and `e1000e_msix` examples (dev profile, this test's cargo and
+/// target folder); returns their folder.
+fn vfio_examples() -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
@@ -915,27 +916,27 @@ fn vfio_edu_binary() -> Result<PathBuf, String> {
         .stderr(out)
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
-    let bin = target.join("debug/examples/edu");
-    if !status.success() || !bin.is_file() {
+    let dir = target.join("debug/examples");
+    if !status.success() || !dir.join("edu").is_file() || !dir.join("e1000e_msix").is_file() {
         return Err(format!(
-            "cargo build -p rnic-vfio --example edu failed (log: {})",
+            "cargo build -p rnic-vfio --example edu --example e1000e_msix failed (log: {})",
             log.display()
         ));
     }
     say(&format!(
-        "vm: built {} in {:.1}s",
-        bin.display(),
+        "vm: built rnic-vfio's edu and e1000e_msix in {:.1}s",
         t0.elapsed().as_secs_f64()
     ));
-    Ok(bin)
+    Ok(dir)
 }
 
-/// The Rust edu driver (rnic-vfio + rnic-dma) against the guest kernel's real VFIO.
+/// The Rust edu driver (rnic-vfio + rnic-dma) and MSI-X on an e1000e, against the guest
+/// kernel's real VFIO.
 #[test]
 fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
     let Some(run) = run_prepared("vfio-rust", &[], 240, || {
-        let bin = vfio_edu_binary().unwrap_or_else(|e| panic!("FAIL vfio-rust: {e}"));
-        vec![("RNIC_VFIO_EDU".into(), bin.display().to_string())]
+        let dir = vfio_examples().unwrap_or_else(|e| panic!("FAIL vfio-rust: {e}"));
+        vec![("RNIC_VFIO_EXAMPLES".into(), dir.display().to_string())]
     }) else {
         return;
     };
@@ -944,13 +945,18 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
         run.code == Some(0),
         format!("run-scenario exit {:?}", run.code),
     );
-    let out = run.file("share/vfio-rust.out");
-    let check = |name: &str| {
+    let all = run.file("share/vfio-rust.out");
+    // The edu driver's lines come first; the e1000e part starts at "e1000e <bdf> driver before".
+    let (out, nic) = all
+        .split_once("\ne1000e ")
+        .map_or((all.as_str(), ""), |(a, _)| (a, &all[a.len()..]));
+    let pass = |text: &str, name: &str| {
         let head = format!("CHECK {name}: PASS ");
-        out.lines()
+        text.lines()
             .find_map(|l| l.strip_prefix(head.as_str()))
             .map(str::to_owned)
     };
+    let check = |name: &str| pass(out, name);
     c.that(
         out.lines().any(|l| l == "NUMA nodes: 2"),
         "guest does not see 2 NUMA nodes",
@@ -1001,19 +1007,63 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
         format!("no DMAR write fault at the unmapped IOVA {hole:?}"),
     );
     c.that(
-        !out.lines()
+        !all.lines()
             .any(|l| l.starts_with("CHECK ") && l.contains(": FAIL")),
         "a CHECK failed",
     );
     c.that(
-        out.lines().any(|l| l == "RESULT: PASS"),
+        out.lines().any(|l| l == "edu rc=0"),
         "edu driver did not pass",
     );
     c.that(
         out.lines().any(|l| l.ends_with("driver after: none")),
         "edu not back to no driver",
     );
-    let passes = out
+    // MSI-X: each of the e1000e's 5 vectors arrives on its own eventfd and no other; the
+    // function is taken from the kernel's e1000e driver and given back to it.
+    let nic_expect: &[(&str, &str)] = &[
+        ("bind", "was e1000e, now vfio-pci"),
+        ("open", "5 MSI-X vectors offered"),
+        (
+            "msix-vector0",
+            "eventfd count Some(1), other vectors fired []",
+        ),
+        (
+            "msix-vector1",
+            "eventfd count Some(1), other vectors fired []",
+        ),
+        (
+            "msix-vector2",
+            "eventfd count Some(1), other vectors fired []",
+        ),
+        (
+            "msix-vector3",
+            "eventfd count Some(1), other vectors fired []",
+        ),
+        (
+            "msix-vector4",
+            "eventfd count Some(1), other vectors fired []",
+        ),
+        ("restore", "driver now e1000e (before bind: e1000e)"),
+    ];
+    for (name, needle) in nic_expect {
+        match pass(nic, name) {
+            Some(detail) => c.that(
+                detail.contains(needle),
+                format!("e1000e CHECK {name}: '{detail}' lacks '{needle}'"),
+            ),
+            None => c.that(false, format!("no e1000e 'CHECK {name}: PASS' line")),
+        }
+    }
+    c.that(
+        nic.lines().any(|l| l == "e1000e_msix rc=0"),
+        "e1000e_msix did not pass",
+    );
+    c.that(
+        nic.lines().any(|l| l.ends_with("driver after: e1000e")),
+        "e1000e not back on its kernel driver",
+    );
+    let passes = all
         .lines()
         .filter(|l| l.starts_with("CHECK ") && l.contains(": PASS "))
         .count();

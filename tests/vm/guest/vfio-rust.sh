@@ -18,6 +18,14 @@ step "edu" timeout 150 "$S/edu" "$BDF"
 echo "edu $BDF driver after: $(drv)"
 echo "DMAR faults: $(dmesg | grep -c 'DMAR: \[DMA')"
 dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -3
+# MSI-X, reset and restoring a real driver: an e1000e bound to the kernel's e1000e first.
+NIC_BDF=$(lspci -D -n -d 8086:10d3 | cut -d' ' -f1)
+[ -n "$NIC_BDF" ] || { echo "no e1000e (8086:10d3)"; exit 1; }
+modprobe e1000e || exit 1
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -e "/sys/bus/pci/devices/$NIC_BDF/driver" ] && break; sleep 0.5; done
+echo "e1000e $NIC_BDF driver before: $(BDF=$NIC_BDF drv)"
+step "e1000e_msix" timeout 120 "$S/e1000e_msix" "$NIC_BDF"
+echo "e1000e $NIC_BDF driver after: $(BDF=$NIC_BDF drv)"
 export BDF
 run_extra || exit 1
 [ "$nodes" -eq 2 ] || { echo "expected 2 NUMA nodes"; exit 1; }

@@ -1,16 +1,17 @@
 # Scenario vfio-rust: the machine of `vfio` (q35 + intel-iommu with caching mode and
-# interrupt remapping + edu, 2 NUMA nodes of 1 GiB) running the Rust edu driver
-# (drivers/vfio/examples/edu.rs on rnic-vfio + rnic-dma), host-built, from the share.
-# tests/vm.rs builds it and passes its path in RNIC_VFIO_EDU; by hand, this builds it.
+# interrupt remapping + edu, 2 NUMA nodes of 1 GiB) plus an e1000e, running rnic-vfio's
+# examples host-built from the share: the edu driver (drivers/vfio/examples/edu.rs) and the
+# MSI-X check on the e1000e (e1000e_msix.rs), which the guest first binds to its kernel driver.
+# tests/vm.rs builds them and passes their folder in RNIC_VFIO_EXAMPLES; by hand, this builds them.
 SCENARIO_TIMEOUT=240
 
 scenario_prepare() {
-  local bin=${RNIC_VFIO_EDU:-}
-  if [ -z "$bin" ]; then
-    (cd "$REPO" && cargo build -q -p rnic-vfio --example edu) || return 1
-    bin=${CARGO_TARGET_DIR:-$REPO/target}/debug/examples/edu
+  local dir=${RNIC_VFIO_EXAMPLES:-}
+  if [ -z "$dir" ]; then
+    (cd "$REPO" && cargo build -q -p rnic-vfio --example edu --example e1000e_msix) || return 1
+    dir=${CARGO_TARGET_DIR:-$REPO/target}/debug/examples
   fi
-  cp "$bin" "$SHARE/edu"
+  cp "$dir/edu" "$dir/e1000e_msix" "$SHARE/"
 }
 
 scenario_main() {
@@ -18,7 +19,7 @@ scenario_main() {
     -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on \
     -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
     -numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
-    -device edu
+    -device edu -device e1000e
   vm_wait vfio-rust
   guest_ok vfio-rust
 }
@@ -27,6 +28,7 @@ scenario_check() {
   local ok=0 o=$SHARE/vfio-rust.out
   expect "$o" '^NUMA nodes: 2$' "guest sees 2 NUMA nodes" || ok=1
   expect "$o" '^CHECK dma-roundtrip: PASS' "DMA round trip through the vIOMMU" || ok=1
-  expect "$o" '^RESULT: PASS$' "Rust edu driver" || ok=1
+  expect "$o" '^edu rc=0$' "Rust edu driver" || ok=1
+  expect "$o" '^e1000e_msix rc=0$' "MSI-X on the e1000e" || ok=1
   return $ok
 }
