@@ -355,6 +355,19 @@ impl Bench {
         Ok(())
     }
 
+    /// Keep driving the backend for `d` (busy poll mode; events mode has
+    /// its progress thread).
+    fn linger(&mut self, d: Duration) -> Result<(), CtlError> {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            self.reap(|_, _| {})?;
+            if self.events {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn byte(&self, off: usize) -> u8 {
         let mut b = [0u8; 1];
         let _ = self.mem.read(off, &mut b);
@@ -609,6 +622,11 @@ fn run_lat(
     }
     bar.finish();
     b.drain_sends()?;
+    if role == Role::Client {
+        // The server's last message is ours to acknowledge: keep the
+        // backend running a moment so the ACK leaves before we stop polling.
+        b.linger(Duration::from_millis(100))?;
+    }
     Ok(samples)
 }
 
