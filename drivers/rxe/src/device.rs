@@ -399,7 +399,16 @@ impl State {
 
     /// One round of progress: drain the sockets (up to `budget` datagrams per
     /// port), run due timers, flush. Returns the datagrams received.
-    pub fn progress(&mut self, sh: &Shared, budget: usize) -> usize {
+    ///
+    /// With `defer_acks` (caller-driven mode, busy polling) a round that
+    /// received packets and produced nothing but ACKs leaves them queued:
+    /// the caller's next call into the device (a send post, a poll, the
+    /// next round, or a wait, which flushes before it sleeps) sends them, usually
+    /// in the same `sendmmsg` as that call's own packets. A round that finds
+    /// ACKs carried over from the previous one always flushes, so an ACK
+    /// waits at most one call.
+    pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
+        let carried = self.tx.pending() > 0;
         let now = sh.now();
         let mut total = 0;
         for (pi, port) in sh.ports.iter().enumerate() {
@@ -436,7 +445,11 @@ impl State {
             self.dispatch_held(sh, &pkt, src, now);
         }
         self.run_timers(sh, now);
-        self.flush(sh);
+        if defer_acks && !carried && total > 0 && self.tx.only_acks() {
+            self.stats.acks_deferred += 1;
+        } else {
+            self.flush(sh);
+        }
         total
     }
 

@@ -234,10 +234,15 @@ impl RxeDevice {
 
     /// Run one round of progress now (receive, timers, flush); returns the
     /// datagrams received. Caller-driven applications that do not poll a
-    /// CQ of this device call it to keep its responder going.
+    /// CQ of this device call it to keep its responder going. In
+    /// caller-driven mode a round whose only output is ACKs leaves them for
+    /// the next call into the device (progress, poll, send post or wait),
+    /// which sends them with its own packets; keep calling while peers
+    /// wait for ACKs.
     pub fn progress(&self) -> usize {
         let sh = &self.inner.sh;
-        sh.lock().progress(sh, 1024)
+        sh.lock()
+            .progress(sh, 1024, sh.progress == Progress::Caller)
     }
 }
 
@@ -262,7 +267,7 @@ fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
         if sh.stop.load(Ordering::Acquire) {
             break;
         }
-        sh.lock().progress(sh, 256);
+        sh.lock().progress(sh, 256, false);
     }
 }
 
@@ -676,9 +681,9 @@ impl Provider for Inner {
                 });
             }
             Some(true) => {
-                st.progress(sh, 256);
+                st.progress(sh, 256, sh.progress == Progress::Caller);
             }
-            Some(false) => {}
+            Some(false) => st.flush(sh),
         }
         let Some(c) = st.cqs.get_mut(cq.0) else {
             return Ok(0);
@@ -727,7 +732,7 @@ impl Provider for Inner {
         loop {
             let deadline = if sh.progress == Progress::Caller {
                 let mut st = sh.lock();
-                st.progress(sh, 256);
+                st.progress(sh, 256, false);
                 st.next_deadline
             } else {
                 None

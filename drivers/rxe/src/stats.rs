@@ -18,6 +18,9 @@ pub struct DeviceStats {
     pub tx_datagrams: u64,
     /// `sendmmsg` calls.
     pub sendmmsg_calls: u64,
+    /// Caller-driven progress rounds whose output was only ACKs, left queued
+    /// for the next call into the device (to leave with its packets).
+    pub acks_deferred: u64,
     /// GSO sends (each carrying `gso_segments / gso_sends` packets on average).
     pub gso_sends: u64,
     /// Packets that left inside GSO sends.
@@ -98,11 +101,12 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
             d.sendmmsg_calls,
+            d.acks_deferred,
             d.gso_sends,
             d.gso_segments,
             d.gso_fallbacks,

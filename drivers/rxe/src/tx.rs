@@ -37,6 +37,8 @@ const GSO_MAX_BYTES: usize = 65_000;
 const GSO_MAX_SEGS: usize = 64;
 /// Datagrams (groups) queued before a flush.
 const MAX_MSGS: usize = 256;
+/// BTH opcode of an RC ACKNOWLEDGE (ACK or NAK).
+const OP_ACKNOWLEDGE: u8 = 0x11;
 
 /// A socket that sends from one (address, UDP source port).
 #[derive(Debug)]
@@ -68,6 +70,8 @@ pub struct Tx {
     pub gso: bool,
     /// Send from rxe's per-QP UDP source ports (else from the listening port).
     pub per_qp_sport: bool,
+    /// Every packet queued since the last flush is an ACKNOWLEDGE.
+    only_acks: bool,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -90,12 +94,18 @@ impl Tx {
             by_port: HashMap::new(),
             gso,
             per_qp_sport,
+            only_acks: true,
         }
     }
 
     /// Datagrams waiting for [`Tx::flush`].
     pub fn pending(&self) -> usize {
         self.groups.len()
+    }
+
+    /// Something is queued and all of it is ACKs/NAKs.
+    pub fn only_acks(&self) -> bool {
+        self.only_acks && !self.groups.is_empty()
     }
 
     /// The socket sending from (`ports[port]`, `sport`), opened on first use.
@@ -208,6 +218,7 @@ impl Tx {
         }
         self.groups.clear();
         self.used = 0;
+        self.only_acks = true;
     }
 
     /// Replace the GSO group at `i` by its single packets, re-filling their
@@ -359,6 +370,9 @@ impl PacketSink for Sink<'_> {
         if !filled {
             self.stats.tx_errors += 1;
             return;
+        }
+        if self.tx.arena.get(start) != Some(&OP_ACKNOWLEDGE) {
+            self.tx.only_acks = false;
         }
         self.tx.used += len;
         self.stats.tx_packets += 1;
