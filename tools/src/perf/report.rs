@@ -217,7 +217,8 @@ mod tests {
             b.line(),
             " 65536      5000             1.50               1.25   \t\t   0.020000"
         );
-        let f: Vec<&str> = b.line().split_whitespace().collect();
+        let line = b.line();
+        let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f, ["65536", "5000", "1.50", "1.25", "0.020000"]);
     }
 

@@ -159,7 +159,7 @@ pub enum WireError {
 
 impl Dest {
     /// The message perftest writes for this endpoint.
-    pub fn to_wire(&self) -> Vec<u8> {
+    pub fn to_wire(self) -> Vec<u8> {
         let mut s = format!(
             "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
             self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr

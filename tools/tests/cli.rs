@@ -1,0 +1,477 @@
+//! rnicctl as a user runs it: list/doctor on this machine's real sysfs,
+//! bind/unbind/list against a synthetic sysfs tree, and perf client↔server
+//! over loopback as two processes.
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rnicctl");
+
+fn rnicctl(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn json_of(o: &Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+#[test]
+fn help_explains_every_command() {
+    let o = rnicctl(&["--help"]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    for c in ["list", "bind", "unbind", "doctor", "info", "stats", "perf"] {
+        assert!(s.contains(c), "{s}");
+    }
+    let o = rnicctl(&["perf", "--help"]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    for opt in [
+        "--size",
+        "--iters",
+        "--duration",
+        "--all",
+        "--qp",
+        "--tx-depth",
+        "--mtu",
+        "--gid-index",
+        "--inline_size",
+        "--report_gbits",
+        "--ib-dev",
+        "--port",
+        "--events",
+        "--json",
+    ] {
+        assert!(s.contains(opt), "{opt} missing: {s}");
+    }
+}
+
+#[test]
+fn list_shows_loopback_and_eth0_with_their_gids() {
+    let o = rnicctl(&["list", "--json"]);
+    assert!(o.status.success());
+    let j = json_of(&o);
+    let rxe = j["rxe"].as_array().unwrap();
+    let lo = rxe.iter().find(|e| e["netdev"] == "lo").expect("lo listed");
+    let gids: Vec<&str> = lo["gids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    assert!(gids.contains(&"::ffff:127.0.0.1"), "{gids:?}");
+    assert_eq!(
+        lo["active_mtu"], 4096,
+        "lo's 65536 MTU allows the largest path MTU"
+    );
+    // eth0, when this machine has one with IPv4, appears with that address's GID.
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs.filter(|a| a.interface_name == "eth0") {
+            if let Some(v4) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+                let e = rxe
+                    .iter()
+                    .find(|e| e["netdev"] == "eth0")
+                    .expect("eth0 listed");
+                let want = format!("::ffff:{}", v4.ip());
+                assert!(
+                    e["gids"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|g| g == want.as_str()),
+                    "{e}"
+                );
+                let mtu: u64 = fs::read_to_string("/sys/class/net/eth0/mtu")
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                assert_eq!(e["mtu"], mtu);
+            }
+        }
+    }
+    let text = rnicctl(&["list"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("rxe:lo"));
+}
+
+#[test]
+fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
+    let _g = UDP_4791
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let o = rnicctl(&["doctor", "--json"]);
+    let j = json_of(&o);
+    let checks = j["checks"].as_array().unwrap();
+    let get = |n: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("{n} missing"))
+    };
+    // memlock: the value getrlimit gives this (child-identical) process.
+    let (soft, _) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).unwrap();
+    let m = get("memlock")["detail"].as_str().unwrap();
+    if soft == nix::sys::resource::RLIM_INFINITY {
+        assert!(m.contains("unlimited"), "{m}");
+    } else {
+        assert!(m.contains(&format!("RLIMIT_MEMLOCK {soft} bytes")), "{m}");
+    }
+    // udp/4791: OK exactly when the port could be bound; FAIL carries a fix.
+    let u = get("udp/4791");
+    if u["level"] == "FAIL" {
+        assert!(
+            u["fix"].as_str().unwrap().contains("rdma link delete"),
+            "{u}"
+        );
+    } else {
+        assert_eq!(u["level"], "OK");
+    }
+    // IOMMU: OK exactly when /sys/kernel/iommu_groups has entries.
+    let groups = fs::read_dir("/sys/kernel/iommu_groups")
+        .map(|r| r.count())
+        .unwrap_or(0);
+    assert_eq!(get("iommu")["level"] == "OK", groups > 0);
+    for n in [
+        "vfio-pci",
+        "/dev/vfio",
+        "hugepages",
+        "numa",
+        "cuda",
+        "af_packet",
+        "udp-gso",
+        "udp-gro",
+    ] {
+        get(n);
+    }
+    let fails = checks.iter().filter(|c| c["level"] == "FAIL").count();
+    assert_eq!(j["failures"], fails);
+    assert_eq!(o.status.success(), fails == 0);
+    for c in checks.iter().filter(|c| c["level"] != "OK") {
+        assert!(!c["fix"].as_str().unwrap().is_empty(), "{c}");
+    }
+    let text = rnicctl(&["doctor"]);
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        t.lines()
+            .all(|l| l.starts_with("OK") || l.starts_with("WARN") || l.starts_with("FAIL")),
+        "{t}"
+    );
+}
+
+/// A synthetic /sys: two ConnectX-5 functions in IOMMU group 7, on mlx5_core,
+/// with netdevs ens1f0 / ens1f1.
+fn fake_sys(root: &Path) {
+    for d in [
+        "bus/pci/drivers/mlx5_core",
+        "bus/pci/drivers/vfio-pci",
+        "kernel/iommu_groups/7/devices",
+    ] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    fs::write(root.join("bus/pci/drivers_probe"), "").unwrap();
+    for d in ["mlx5_core", "vfio-pci"] {
+        for f in ["bind", "unbind"] {
+            fs::write(root.join("bus/pci/drivers").join(d).join(f), "").unwrap();
+        }
+    }
+    for (bdf, ifname) in [("0000:3b:00.0", "ens1f0"), ("0000:3b:00.1", "ens1f1")] {
+        let d = root.join("bus/pci/devices").join(bdf);
+        fs::create_dir_all(d.join("net").join(ifname)).unwrap();
+        fs::write(d.join("vendor"), "0x15b3\n").unwrap();
+        fs::write(d.join("device"), "0x1017\n").unwrap();
+        fs::write(d.join("numa_node"), "1\n").unwrap();
+        fs::write(d.join("current_link_speed"), "8.0 GT/s PCIe\n").unwrap();
+        fs::write(d.join("current_link_width"), "16\n").unwrap();
+        fs::write(d.join("driver_override"), "(null)\n").unwrap();
+        symlink(root.join("bus/pci/drivers/mlx5_core"), d.join("driver")).unwrap();
+        symlink(root.join("kernel/iommu_groups/7"), d.join("iommu_group")).unwrap();
+        symlink(&d, root.join("kernel/iommu_groups/7/devices").join(bdf)).unwrap();
+    }
+    // A non-Mellanox function that list must skip.
+    let other = root.join("bus/pci/devices/0000:00:1f.0");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(other.join("vendor"), "0x8086\n").unwrap();
+    fs::write(other.join("device"), "0x1017\n").unwrap();
+}
+
+fn route_table(dir: &Path, default_if: &str) -> String {
+    let p = dir.join("route");
+    fs::write(
+        &p,
+        format!("Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n{default_if}\t00000000\t0102A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n ens1f0\t0002A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"),
+    )
+    .unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p).unwrap()
+}
+
+#[test]
+fn synthetic_sysfs_list_bind_refusal_bind_and_restore() {
+    let t = tempfile::tempdir().unwrap();
+    let sys = t.path().join("sys");
+    fake_sys(&sys);
+    let state = t.path().join("state");
+    let root = sys.to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("RNICCTL_STATE_DIR", &state)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    // list
+    let j = json_of(&run(&["list", "--json", "--sysfs-root", &root]));
+    let m = j["mlx5"].as_array().unwrap();
+    assert_eq!(m.len(), 2, "{j}");
+    assert_eq!(m[0]["bdf"], "0000:3b:00.0");
+    assert_eq!(m[0]["part"], "ConnectX-5");
+    assert_eq!(m[0]["driver"], "mlx5_core");
+    assert_eq!(m[0]["iommu_group"], 7);
+    assert_eq!(m[0]["numa_node"], 1);
+    assert_eq!(m[0]["link_speed"], "8.0 GT/s PCIe");
+    assert_eq!(m[0]["link_width"], "16");
+    assert_eq!(m[0]["netdevs"][0], "ens1f0");
+
+    let dev0 = sys.join("bus/pci/devices/0000:3b:00.0");
+    // Refusal: the group's other member carries the default route.
+    let routes = route_table(t.path(), "ens1f1");
+    let o = run(&[
+        "bind",
+        "0000:3b:00.0",
+        "--sysfs-root",
+        &root,
+        "--route-table",
+        &routes,
+    ]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.contains("0000:3b:00.1 driver mlx5_core"),
+        "group preview: {out}"
+    );
+    assert!(
+        err.contains("ens1f1") && err.contains("default route") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        read(&dev0.join("driver_override")),
+        "(null)\n",
+        "nothing written"
+    );
+
+    // Dry run: the plan, nothing written.
+    let routes = route_table(t.path(), "eth9");
+    let o = run(&[
+        "bind",
+        "0000:3b:00.0",
+        "--dry-run",
+        "--sysfs-root",
+        &root,
+        "--route-table",
+        &routes,
+    ]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("write vfio-pci to"));
+    assert_eq!(read(&dev0.join("driver_override")), "(null)\n");
+    assert_eq!(read(&sys.join("bus/pci/drivers_probe")), "");
+
+    // Bind: override, unbind through the current driver, probe; driver remembered.
+    let o = run(&[
+        "bind",
+        "0000:3b:00.0",
+        "--sysfs-root",
+        &root,
+        "--route-table",
+        &routes,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read(&dev0.join("driver_override")), "vfio-pci");
+    assert_eq!(
+        read(&sys.join("bus/pci/drivers/mlx5_core/unbind")),
+        "0000:3b:00.0"
+    );
+    assert_eq!(read(&sys.join("bus/pci/drivers_probe")), "0000:3b:00.0");
+    assert_eq!(read(&state.join("0000:3b:00.0.driver")), "mlx5_core");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("group 7 is not viable yet: 0000:3b:00.1 is on mlx5_core"),
+        "{out}"
+    );
+
+    // --force overrides the refusal.
+    let routes_hit = route_table(t.path(), "ens1f1");
+    let o = run(&[
+        "bind",
+        "0000:3b:00.1",
+        "--force",
+        "--dry-run",
+        "--sysfs-root",
+        &root,
+        "--route-table",
+        &routes_hit,
+    ]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning (--force)"));
+
+    // The kernel would now show vfio-pci as the driver.
+    fs::remove_file(dev0.join("driver")).unwrap();
+    symlink(sys.join("bus/pci/drivers/vfio-pci"), dev0.join("driver")).unwrap();
+    let j = json_of(&run(&["list", "--json", "--sysfs-root", &root]));
+    assert_eq!(j["mlx5"][0]["driver"], "vfio-pci");
+
+    // Unbind restores the remembered driver.
+    let o = run(&["unbind", "0000:3b:00.0", "--sysfs-root", &root]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        read(&sys.join("bus/pci/drivers/vfio-pci/unbind")),
+        "0000:3b:00.0"
+    );
+    assert_eq!(
+        read(&dev0.join("driver_override")),
+        "\n",
+        "override cleared"
+    );
+    assert_eq!(
+        read(&sys.join("bus/pci/drivers/mlx5_core/bind")),
+        "0000:3b:00.0"
+    );
+    assert!(!state.join("0000:3b:00.0.driver").exists());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("given back to mlx5_core"));
+
+    // Bad addresses are explained.
+    let o = run(&["bind", "3b:00", "--sysfs-root", &root]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected a PCI address"));
+}
+
+/// Perf tests and the doctor's 0.0.0.0:4791 probe must not overlap.
+static UDP_4791: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn perf_pair(test: &str, port: u16, extra: &[&str]) -> (String, String) {
+    let _g = UDP_4791
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = port.to_string();
+    let mut sargs = vec!["perf", test, "-d", "rxe:127.0.0.6", "-p", &p];
+    sargs.extend_from_slice(extra);
+    let server = Command::new(BIN)
+        .args(&sargs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut cargs = vec!["perf", test, "-d", "rxe:127.0.0.7", "-p", &p];
+    cargs.extend_from_slice(extra);
+    cargs.push("127.0.0.1");
+    let c = Command::new(BIN).args(&cargs).output().unwrap();
+    let s = server.wait_with_output().unwrap();
+    let (cs, ss) = (
+        String::from_utf8_lossy(&c.stdout).into_owned(),
+        String::from_utf8_lossy(&s.stdout).into_owned(),
+    );
+    assert!(
+        c.status.success(),
+        "client: {cs}\n{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(
+        s.status.success(),
+        "server: {ss}\n{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    (cs, ss)
+}
+
+/// The numeric row after a perftest header line.
+fn row_after<'a>(out: &'a str, header: &str) -> Vec<&'a str> {
+    let mut lines = out.lines();
+    lines
+        .find(|l| l.contains(header))
+        .unwrap_or_else(|| panic!("{header} missing: {out}"));
+    lines.next().unwrap().split_whitespace().collect()
+}
+
+#[test]
+fn perf_write_bw_two_processes_over_loopback() {
+    let (c, s) = perf_pair("write-bw", 19321, &["-s", "8192", "-n", "300"]);
+    for out in [&c, &s] {
+        let r = row_after(
+            out,
+            "#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+        );
+        assert_eq!(r[0], "8192");
+        assert_eq!(r[1], "300");
+        let (peak, avg, rate): (f64, f64, f64) = (
+            r[2].parse().unwrap(),
+            r[3].parse().unwrap(),
+            r[4].parse().unwrap(),
+        );
+        assert!(avg > 0.0 && peak >= avg && rate > 0.0, "{r:?}");
+    }
+}
+
+#[test]
+fn perf_send_lat_two_processes_percentiles_ordered() {
+    let (c, _) = perf_pair("send-lat", 19322, &["-s", "64", "-n", "200"]);
+    let r = row_after(&c, "t_min[usec]");
+    assert_eq!(r[0], "64");
+    assert_eq!(r[1], "200");
+    let v: Vec<f64> = r[2..].iter().map(|x| x.parse().unwrap()).collect();
+    let (min, max, typ, _avg, _sd, p99, p999) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+    assert!(
+        min > 0.0 && min <= typ && typ <= p99 && p99 <= p999 && p999 <= max,
+        "{v:?}"
+    );
+}
+
+#[test]
+fn perf_read_bw_json_and_stats() {
+    let (c, s) = perf_pair(
+        "read-bw",
+        19323,
+        &["-s", "4096", "-n", "100", "-q", "2", "--json", "--stats"],
+    );
+    let j: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
+    assert_eq!(j["test"], "ib_read_bw");
+    assert_eq!(j["role"], "client");
+    assert_eq!(j["results"][0]["bytes"], 4096);
+    assert_eq!(j["results"][0]["iterations"], 100, "per QP, as perftest");
+    let qps = j["stats"]["device"]["qps"].as_array().unwrap();
+    assert_eq!(qps.len(), 2);
+    assert!(qps.iter().all(|q| q["rx_packets"].as_u64().unwrap() >= 100));
+    assert!(j["stats"]["cq"]["high_water_mark"].as_u64().unwrap() >= 1);
+    let js: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
+    assert_eq!(js["role"], "server");
+    assert_eq!(js["results"][0]["iterations"], 100);
+    // `rnicctl stats` reads the saved run.
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("run.json");
+    fs::write(&f, &c).unwrap();
+    let o = rnicctl(&["stats", f.to_str().unwrap()]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("retransmits") && text.contains("high_water_mark"),
+        "{text}"
+    );
+}
+
+#[test]
+fn info_lists_limits_and_gids() {
+    let _g = UDP_4791.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let o = rnicctl(&["info", "rxe:127.0.0.8", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = json_of(&o);
+    assert!(j["limits"]["max_qp"].as_u64().unwrap() > 0);
+    assert!(j["limits"]["max_sge"].as_u64().unwrap() > 0);
+    assert_eq!(j["ports"][0]["gids"][0]["gid"], "::ffff:127.0.0.8");
+    assert_eq!(j["ports"][0]["active_mtu"], 4096);
+}
