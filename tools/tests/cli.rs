@@ -466,7 +466,9 @@ fn perf_read_bw_json_and_stats() {
 
 #[test]
 fn info_lists_limits_and_gids() {
-    let _g = UDP_4791.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = UDP_4791
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let o = rnicctl(&["info", "rxe:127.0.0.8", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = json_of(&o);
