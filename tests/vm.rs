@@ -1071,3 +1071,122 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
     check_leftovers(&run, &mut c);
     run.finish(c);
 }
+
+/// Builds the `rnicctl` binary (tools/) for a scenario's host side.
+fn host_rnicctl() -> Result<PathBuf, String> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
+    let log = results_root().join("build-rnicctl.log");
+    let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "rnicctl", "--manifest-path"])
+        .arg(repo().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("run cargo: {e}"))?;
+    let bin = target.join("debug/rnicctl");
+    if !status.success() || !bin.is_file() {
+        return Err(format!(
+            "cargo build -p rnicctl failed (log: {})",
+            log.display()
+        ));
+    }
+    Ok(bin)
+}
+
+/// ib_send_lat's / rnicctl's latency row: "<bytes> <iters>" then seven numbers.
+fn lat_row<'a>(out: &'a str, size: &str, iters: &str) -> Option<Vec<&'a str>> {
+    find_fields(out, |f| {
+        f.len() == 9
+            && f[0] == size
+            && f[1] == iters
+            && f[2..].iter().all(|x| x.parse::<f64>().is_ok())
+    })
+}
+
+/// `rnicctl perf write-bw` and `send-lat` against stock perftest (the guest's
+/// ib_write_bw / ib_send_lat on kernel rxe) over perftest's TCP exchange;
+/// `server` says which side listens.
+fn interop_perftest(server: &str) {
+    let name = format!("interop-perftest@{server}-server");
+    let Some(run) = run_prepared(&name, &[], 180, || {
+        let bin = host_rnicctl().unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
+        vec![
+            ("RNICCTL".into(), bin.display().to_string()),
+            ("RNIC_INTEROP_SERVER".into(), server.into()),
+            ("RNIC_PERF_TESTS".into(), "write-bw send-lat".into()),
+            ("RNIC_PERF_ITERS".into(), "200".into()),
+        ]
+    }) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(0),
+        format!("run-scenario exit {:?}", run.code),
+    );
+    let guest = run.file("share/interop-perftest.out");
+    for t in ["write-bw", "send-lat"] {
+        let kernel = run.file(&format!("share/kernel-{t}.txt"));
+        let rnic = run.file(&format!("rnic-{t}.log"));
+        c.that(
+            guest
+                .lines()
+                .any(|l| l == format!("kernel perftest {t} rc=0")),
+            format!("stock perftest {t} did not exit 0"),
+        );
+        c.that(
+            rnic.lines().any(|l| l == "rc=0"),
+            format!("rnicctl perf {t} did not exit 0"),
+        );
+        if t == "write-bw" {
+            // Both sides print the client's result row.
+            c.that(
+                write_bw_row(&kernel, "4096", "200").is_some(),
+                "ib_write_bw: no 4096/200 result row",
+            );
+            c.that(
+                write_bw_row(&rnic, "4096", "200").is_some(),
+                "rnicctl perf write-bw: no 4096/200 result row",
+            );
+        } else {
+            // Each client measures; rnicctl's server prints no latency row.
+            let (client, who) = if server == "kernel" {
+                (&rnic, "rnicctl")
+            } else {
+                (&kernel, "ib_send_lat")
+            };
+            c.that(
+                lat_row(client, "64", "200").is_some(),
+                format!("{who} send-lat client: no 64/200 latency row"),
+            );
+        }
+        if let Some(line) = icrc_line(&rnic) {
+            say(&format!("{name} {t}: rnic {line}"));
+            c.that(
+                icrc_drops(line) == Some(0),
+                format!("rnic dropped kernel packets for their ICRC: {line}"),
+            );
+        }
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+#[test]
+fn interop_perftest_kernel_servers_rnicctl_clients() {
+    interop_perftest("kernel");
+}
+
+#[test]
+fn interop_perftest_rnicctl_servers_kernel_clients() {
+    interop_perftest("rnic");
+}
