@@ -891,8 +891,8 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
     run.finish(c);
 }
 
-/// Builds rnic-vfio's `edu` and `e1000e_msix` examples (dev profile, this test's cargo and
-/// target folder); returns their folder.
+/// Builds rnic-vfio's `edu`, `e1000e_msix` and `vfio_open` examples (dev profile, this
+/// test's cargo and target folder); returns their folder.
 fn vfio_examples() -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
@@ -901,14 +901,16 @@ fn vfio_examples() -> Result<PathBuf, String> {
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "rnic-vfio"])
         .args([
-            "build",
-            "-p",
-            "rnic-vfio",
             "--example",
             "edu",
-            "--manifest-path",
+            "--example",
+            "e1000e_msix",
+            "--example",
+            "vfio_open",
         ])
+        .arg("--manifest-path")
         .arg(repo().join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .stdin(Stdio::null())
@@ -917,14 +919,16 @@ fn vfio_examples() -> Result<PathBuf, String> {
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
     let dir = target.join("debug/examples");
-    if !status.success() || !dir.join("edu").is_file() || !dir.join("e1000e_msix").is_file() {
+    let built = ["edu", "e1000e_msix", "vfio_open"].map(|b| dir.join(b).is_file());
+    if !status.success() || built.contains(&false) {
         return Err(format!(
-            "cargo build -p rnic-vfio --example edu --example e1000e_msix failed (log: {})",
+            "cargo build -p rnic-vfio --example edu --example e1000e_msix --example vfio_open \
+             failed (log: {})",
             log.display()
         ));
     }
     say(&format!(
-        "vm: built rnic-vfio's edu and e1000e_msix in {:.1}s",
+        "vm: built rnic-vfio's edu, e1000e_msix and vfio_open in {:.1}s",
         t0.elapsed().as_secs_f64()
     ));
     Ok(dir)
@@ -1063,6 +1067,51 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
         nic.lines().any(|l| l.ends_with("driver after: e1000e")),
         "e1000e not back on its kernel driver",
     );
+    // The real kernel's answers on the error paths, as rnic-vfio words them (vfio_open).
+    let line_with = |needles: &[&str]| all.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    let errors: &[(&[&str], &str)] = &[
+        (
+            &["OPEN ERROR: ", "is not viable: ", "is bound to virtio-pci"],
+            "non-viable group naming the virtio-net and its driver",
+        ),
+        (
+            &[
+                "OPEN ERROR: ",
+                "it is bound to e1000e, not vfio-pci; bind it with `rnicctl bind ",
+            ],
+            "not bound to vfio-pci, with the bind commands",
+        ),
+        (
+            &[
+                "OPEN ERROR: ",
+                "0000:0e:1f.7: no such device",
+                "devices present: 0000:00:00.0",
+            ],
+            "wrong address, listing the devices present",
+        ),
+        (
+            &[
+                "OPEN ERROR: open /dev/vfio/",
+                "permission denied (owner uid 0, gid 0, mode 600)",
+            ],
+            "permission, naming the owner and mode",
+        ),
+        (
+            &[
+                "MAP ERROR: ",
+                "RLIMIT_MEMLOCK (now 1048576 bytes)",
+                "ulimit -l unlimited",
+            ],
+            "RLIMIT_MEMLOCK, naming the limit and the fix",
+        ),
+        (&["MAP OK 64 MiB at IOVA"], "the same 64 MiB map as root"),
+    ];
+    for (needles, what) in errors {
+        c.that(
+            line_with(needles),
+            format!("error path: no {what} ({needles:?})"),
+        );
+    }
     let passes = all
         .lines()
         .filter(|l| l.starts_with("CHECK ") && l.contains(": PASS "))

@@ -9,7 +9,7 @@ echo 16 > /proc/sys/vm/nr_hugepages
 for n in /sys/devices/system/node/node[0-9]*; do
   echo "${n##*/}: cpus $(cat "$n/cpulist"), 2 MiB hugepages $(cat "$n/hugepages/hugepages-2048kB/nr_hugepages")"
 done
-BDF=$(lspci -D -n -d 1234:11e8 | cut -d' ' -f1)
+BDF=$(lspci -D -n -d 1234:11e8 | cut -d' ' -f1 | head -1)
 [ -n "$BDF" ] || { echo "no edu device (1234:11e8)"; exit 1; }
 drv() { l=$(readlink "/sys/bus/pci/devices/$BDF/driver") && basename "$l" || echo none; }
 echo "edu $BDF driver before: $(drv)"
@@ -19,13 +19,34 @@ echo "edu $BDF driver after: $(drv)"
 echo "DMAR faults: $(dmesg | grep -c 'DMAR: \[DMA')"
 dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -3
 # MSI-X, reset and restoring a real driver: an e1000e bound to the kernel's e1000e first.
-NIC_BDF=$(lspci -D -n -d 8086:10d3 | cut -d' ' -f1)
+NIC_BDF=$(lspci -D -n -d 8086:10d3 | cut -d' ' -f1 | head -1)
 [ -n "$NIC_BDF" ] || { echo "no e1000e (8086:10d3)"; exit 1; }
 modprobe e1000e || exit 1
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -e "/sys/bus/pci/devices/$NIC_BDF/driver" ] && break; sleep 0.5; done
 echo "e1000e $NIC_BDF driver before: $(BDF=$NIC_BDF drv)"
 step "e1000e_msix" timeout 120 "$S/e1000e_msix" "$NIC_BDF"
 echo "e1000e $NIC_BDF driver after: $(BDF=$NIC_BDF drv)"
+# The real kernel's error paths, through rnic-vfio's messages.
+group() { basename "$(readlink "/sys/bus/pci/devices/$1/iommu_group")"; }
+EDU2=$(lspci -D -n -d 1234:11e8 | cut -d' ' -f1 | sed -n 2p)
+NIC2=$(lspci -D -n -d 1af4:1000 | cut -d' ' -f1 | head -1)
+echo "behind the bridge: edu $EDU2 group $(group "$EDU2"), virtio-net $NIC2 group $(group "$NIC2") driver $(BDF=$NIC2 drv)"
+echo vfio-pci > "/sys/bus/pci/devices/$EDU2/driver_override"
+echo "$EDU2" > /sys/bus/pci/drivers_probe
+echo "errors: non-viable group"; "$S/vfio_open" "$EDU2"
+echo "errors: bound to a host driver"; "$S/vfio_open" "$NIC_BDF"
+echo "errors: no such device"; "$S/vfio_open" 0000:0e:1f.7
+echo "errors: the bridge's edu once its group is viable"
+echo "$NIC2" > "/sys/bus/pci/devices/$NIC2/driver/unbind"
+"$S/vfio_open" "$EDU2"
+echo "errors: permission (uid 65534)"
+setpriv --reuid=65534 --regid=65534 --clear-groups "$S/vfio_open" "$EDU2"
+echo "errors: RLIMIT_MEMLOCK (uid 65534 owning the group, limit 1 MiB, 64 MiB mapped)"
+chown 65534 "/dev/vfio/$(group "$EDU2")"
+(ulimit -l 1024 && setpriv --reuid=65534 --regid=65534 --clear-groups "$S/vfio_open" "$EDU2" --map 64)
+echo "errors: the same as root"
+"$S/vfio_open" "$EDU2" --map 64
+chown 0 "/dev/vfio/$(group "$EDU2")"
 export BDF
 run_extra || exit 1
 [ "$nodes" -eq 2 ] || { echo "expected 2 NUMA nodes"; exit 1; }
