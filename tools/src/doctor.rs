@@ -109,48 +109,32 @@ pub fn checks() -> Vec<Check> {
             "none needed for rxe:<netdev>; for hardware install a ConnectX NIC",
         ));
     }
+    // Group viability, as rnic-vfio judges it when opening the function.
+    let vs = rnic_vfio::Sysfs::system();
     for f in &mlx5 {
         let name = format!("group {}", f.bdf);
-        v.push(match f.iommu_group {
-            None => check(
+        let Ok(addr) = f.bdf.parse::<rnic::core::PciAddr>() else {
+            continue;
+        };
+        v.push(match vs.check_viable(&addr) {
+            Ok(g) => check(
+                &name,
+                Level::Ok,
+                format!("group {g} viable, {} on vfio-pci", f.bdf),
+                "",
+            ),
+            Err(e @ rnic_vfio::VfioError::NoIommu { .. }) => check(
                 &name,
                 need_vfio,
-                "no IOMMU group",
+                e.to_string(),
                 "enable the IOMMU (see the iommu check)",
             ),
-            Some(g) => {
-                let blockers = pci::group_blockers(sys, g, Some(&f.bdf));
-                if blockers.is_empty() {
-                    check(
-                        &name,
-                        Level::Ok,
-                        format!(
-                            "group {g} viable ({} on {})",
-                            f.bdf,
-                            f.driver.as_deref().unwrap_or("no driver")
-                        ),
-                        "",
-                    )
-                } else {
-                    let list: Vec<String> = blockers
-                        .iter()
-                        .map(|(b, d)| format!("{b} on {d}"))
-                        .collect();
-                    check(
-                        &name,
-                        Level::Warn,
-                        format!("group {g} not viable: {}", list.join(", ")),
-                        format!(
-                            "rnicctl bind each of: {}",
-                            blockers
-                                .iter()
-                                .map(|(b, _)| b.as_str())
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        ),
-                    )
-                }
-            }
+            Err(e) => check(
+                &name,
+                Level::Warn,
+                e.to_string(),
+                format!("rnicctl bind {} (and every group member it names)", f.bdf),
+            ),
         });
     }
 

@@ -103,6 +103,9 @@ pub enum CtlError {
         /// Why, and how to override.
         why: String,
     },
+    /// A VFIO/sysfs step failed (rnic-vfio's message says what to do).
+    #[error(transparent)]
+    Vfio(#[from] rnic_vfio::VfioError),
     /// `doctor` found failures.
     #[error("{0} check(s) failed; apply the fixes above")]
     DoctorFailed(usize),

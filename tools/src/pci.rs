@@ -1,22 +1,22 @@
-//! PCI functions in sysfs: the mlx5 scan, IOMMU groups, and moving a
-//! function to vfio-pci and back.
+//! PCI functions in sysfs: the mlx5 scan for `list`, and `bind`/`unbind`.
 //!
-//! Everything takes the sysfs root as a parameter so tests run against a
-//! synthetic tree. The sysfs protocol (what the kernel documents for
-//! `driver_override`): write `vfio-pci` to `devices/<bdf>/driver_override`,
-//! the BDF to `devices/<bdf>/driver/unbind`, then the BDF to
-//! `bus/pci/drivers_probe`; to give it back, unbind, write `\n` to
-//! `driver_override` (clears it) and bind the remembered driver
-//! (`drivers/<name>/bind`) or, without one, probe.
+//! Reading (vendor/device, driver, IOMMU group, NUMA node, link, netdevs)
+//! is done here; the sysfs writes — `driver_override`, `unbind`,
+//! `drivers_probe`, the restore — and group viability are rnic-vfio's
+//! ([`rnic_vfio::Sysfs`]), which also checks that the kernel moved the
+//! function. What this module adds is the operator's view: the group
+//! preview, the default-route refusal, `--dry-run`, and remembering the
+//! previous driver across processes in `<state dir>/<bdf>.driver` (default
+//! `/run/rnic/bind`, `RNICCTL_STATE_DIR` overrides).
 //!
-//! The remembered driver lives in `<state dir>/<bdf>.driver` (default
-//! `/run/rnic/bind`). The VFIO crate (rnic-vfio) grows the same bind/unbind
-//! for programs; once it is committed this module should call it.
+//! Every path is under a sysfs root (`/sys`; tests pass a synthetic tree
+//! whose directory is also named `sys`).
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
+use rnic::core::PciAddr;
+use rnic_vfio::{Binding, Sysfs};
 use serde_json::{Value, json};
 
 use crate::error::CtlError;
@@ -46,10 +46,6 @@ pub const MLX5_IDS: &[(u16, &str)] = &[
     (0x1025, "ConnectX-9"),
     (0x1027, "ConnectX-10"),
 ];
-
-/// Drivers a VFIO group member may have (the kernel's allow-list) besides
-/// vfio-pci itself; "none" means unbound.
-pub const VIABLE_DRIVERS: &[&str] = &["vfio-pci", "pci-stub", "pcieport"];
 
 /// One PCI function as sysfs shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,33 +138,6 @@ pub fn scan_mlx5(root: &Path) -> Vec<Function> {
     v
 }
 
-/// The BDFs in an IOMMU group.
-pub fn group_members(root: &Path, group: u32) -> Vec<String> {
-    let mut v: Vec<String> =
-        fs::read_dir(root.join(format!("kernel/iommu_groups/{group}/devices")))
-            .map(|r| {
-                r.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// Whether VFIO can use the group: every member on vfio-pci, an
-/// allow-listed driver, or none. Returns the members in the way.
-pub fn group_blockers(root: &Path, group: u32, except: Option<&str>) -> Vec<(String, String)> {
-    group_members(root, group)
-        .into_iter()
-        .filter(|b| Some(b.as_str()) != except)
-        .filter_map(|b| {
-            let drv = function(root, &b).and_then(|f| f.driver)?;
-            (!VIABLE_DRIVERS.contains(&drv.as_str())).then_some((b, drv))
-        })
-        .collect()
-}
-
 /// Interfaces that carry a default route (`/proc/net/route` destination 0).
 pub fn default_route_ifaces(route_table: &Path) -> Vec<String> {
     let text = fs::read_to_string(route_table).unwrap_or_default();
@@ -197,16 +166,6 @@ pub fn function_json(f: &Function) -> Value {
     })
 }
 
-fn write(path: &Path, val: &str, hint: &'static str) -> Result<(), CtlError> {
-    fs::write(path, val).map_err(|source| CtlError::Sysfs {
-        path: path.to_owned(),
-        source,
-        hint,
-    })
-}
-
-const ROOT_HINT: &str = " (run as root; sysfs PCI files are root-only)";
-
 /// Where the remembered drivers live.
 pub fn state_dir() -> PathBuf {
     std::env::var_os("RNICCTL_STATE_DIR")
@@ -214,12 +173,27 @@ pub fn state_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/run/rnic/bind"))
 }
 
-fn check_bdf(bdf: &str) -> Result<(), CtlError> {
-    bdf.parse::<rnic::core::PciAddr>().map(|_| ()).map_err(|e| {
+fn parse_bdf(bdf: &str) -> Result<PciAddr, CtlError> {
+    bdf.parse::<PciAddr>().map_err(|e| {
         CtlError::Usage(format!(
             "{bdf}: {e} (expected a PCI address such as 0000:3b:00.1; `rnicctl list` shows them)"
         ))
     })
+}
+
+/// rnic-vfio's view of the tree: it takes the directory that holds `sys/`.
+pub fn vfio_sysfs(sysfs_root: &Path) -> Result<Sysfs, CtlError> {
+    match (sysfs_root.file_name(), sysfs_root.parent()) {
+        (Some(n), Some(parent)) if n == "sys" => Ok(Sysfs::at(parent)),
+        _ => Err(CtlError::Usage(format!(
+            "--sysfs-root {}: must be a directory named sys",
+            sysfs_root.display()
+        ))),
+    }
+}
+
+fn saved_driver(bdf: &str) -> PathBuf {
+    state_dir().join(format!("{bdf}.driver"))
 }
 
 /// `rnicctl bind`.
@@ -230,10 +204,12 @@ pub fn bind_main(
     dry_run: bool,
     force: bool,
 ) -> Result<(), CtlError> {
-    check_bdf(bdf)?;
+    let addr = parse_bdf(bdf)?;
+    let vs = vfio_sysfs(root)?;
+    vs.check_exists(&addr)?;
     let f = function(root, bdf).ok_or_else(|| {
         CtlError::Usage(format!(
-            "{bdf}: no such PCI function under {} (`rnicctl list` shows the mlx5 ones)",
+            "{bdf}: no such PCI function under {}",
             devices_dir(root).display()
         ))
     })?;
@@ -247,29 +223,25 @@ pub fn bind_main(
             f.vendor, f.device
         );
     }
-    let group = f.iommu_group.ok_or_else(|| CtlError::Refused {
-        bdf: bdf.to_owned(),
-        why: "it has no IOMMU group: enable the IOMMU (intel_iommu=on or amd_iommu=on on the kernel command line; `rnicctl doctor` checks)".into(),
-    })?;
-    let members = group_members(root, group);
+    let group = vs.iommu_group(&addr)?;
+    let members = vs.group_devices(group);
     println!(
-        "{bdf}: {} driver {}, IOMMU group {group}",
+        "{bdf}: {} on {}, IOMMU group {group}",
         mlx5_name(f.device).unwrap_or("PCI function"),
-        f.driver.as_deref().unwrap_or("(none)")
+        f.driver.as_deref().unwrap_or("no driver")
     );
-    let others: Vec<&String> = members.iter().filter(|m| *m != bdf).collect();
+    let others: Vec<&(String, Option<String>)> = members.iter().filter(|(m, _)| m != bdf).collect();
     if others.is_empty() {
         println!("  group {group} has no other members");
     } else {
         println!("  group {group} also holds (VFIO needs every member off its host driver):");
-        for m in &others {
-            let d = function(root, m).and_then(|x| x.driver);
+        for (m, d) in &others {
             println!("    {m} driver {}", d.as_deref().unwrap_or("(none)"));
         }
     }
     let routes = default_route_ifaces(route_table);
     let mut hit = Vec::new();
-    for m in &members {
+    for (m, _) in &members {
         if let Some(mf) = function(root, m) {
             for n in mf.netdevs.iter().filter(|n| routes.contains(n)) {
                 hit.push(format!("{n} (on {m})"));
@@ -278,7 +250,7 @@ pub fn bind_main(
     }
     if !hit.is_empty() {
         let why = format!(
-            "binding takes down {} which carries the default route; you would lose connectivity. Use another function, or --force if you have console access",
+            "binding takes down {}, which carries the default route; you would lose connectivity. Use another function, or --force if you have console access",
             hit.join(", ")
         );
         if !force {
@@ -291,64 +263,46 @@ pub fn bind_main(
     }
     let dev = devices_dir(root).join(bdf);
     let prev = f.driver.clone();
-    let plan = [
-        format!(
-            "remember driver {} in {}",
-            prev.as_deref().unwrap_or("(none)"),
-            state_dir().join(format!("{bdf}.driver")).display()
-        ),
-        format!(
-            "write vfio-pci to {}",
-            dev.join("driver_override").display()
-        ),
-        match &prev {
-            Some(_) => format!("write {bdf} to {}", dev.join("driver/unbind").display()),
-            None => "(not bound: nothing to unbind)".into(),
-        },
-        format!(
-            "write {bdf} to {}",
-            root.join("bus/pci/drivers_probe").display()
-        ),
-    ];
     if dry_run {
         println!("dry run; would:");
-        for s in &plan {
-            println!("  {s}");
+        println!(
+            "  remember driver {} in {}",
+            prev.as_deref().unwrap_or("(none)"),
+            saved_driver(bdf).display()
+        );
+        println!(
+            "  write vfio-pci to {}",
+            dev.join("driver_override").display()
+        );
+        if let Some(p) = &prev {
+            println!(
+                "  write {bdf} to {}",
+                root.join(format!("bus/pci/drivers/{p}/unbind")).display()
+            );
         }
+        println!(
+            "  write {bdf} to {}",
+            root.join("bus/pci/drivers_probe").display()
+        );
         return Ok(());
     }
     if let Some(p) = &prev {
         let sd = state_dir();
         fs::create_dir_all(&sd)
-            .and_then(|()| fs::write(sd.join(format!("{bdf}.driver")), p))
+            .and_then(|()| fs::write(saved_driver(bdf), p))
             .map_err(|source| CtlError::Sysfs {
                 path: sd.clone(),
                 source,
                 hint: " (set RNICCTL_STATE_DIR to a writable directory)",
             })?;
     }
-    write(&dev.join("driver_override"), "vfio-pci", ROOT_HINT)?;
-    if prev.is_some() {
-        write(&dev.join("driver/unbind"), bdf, ROOT_HINT)?;
-    }
-    write(&root.join("bus/pci/drivers_probe"), bdf, ROOT_HINT)?;
-    let now = function(root, bdf).and_then(|x| x.driver);
-    if root == Path::new("/sys") && now.as_deref() != Some("vfio-pci") {
-        return Err(CtlError::Sysfs {
-            path: dev.join("driver"),
-            source: io::Error::other("vfio-pci did not take the function"),
-            hint: " (load the module: modprobe vfio-pci; then rerun)",
-        });
-    }
+    let b = vs.bind(&addr, "vfio-pci")?;
     println!(
-        "{bdf}: bound to vfio-pci (was {})",
-        prev.as_deref().unwrap_or("unbound")
+        "{bdf}: bound to vfio-pci (was {}; `rnicctl unbind {bdf}` gives it back)",
+        b.previous.as_deref().unwrap_or("unbound")
     );
-    let blockers = group_blockers(root, group, Some(bdf));
-    for (b, d) in &blockers {
-        println!(
-            "  note: group {group} is not viable yet: {b} is on {d}; bind it too (rnicctl bind {b})"
-        );
+    if let Err(e) = vs.check_viable(&addr) {
+        println!("  note: {e}");
     }
     Ok(())
 }
@@ -360,59 +314,42 @@ pub fn unbind_main(
     dry_run: bool,
     driver: Option<&str>,
 ) -> Result<(), CtlError> {
-    check_bdf(bdf)?;
-    let f = function(root, bdf).ok_or_else(|| {
-        CtlError::Usage(format!(
-            "{bdf}: no such PCI function under {}",
-            devices_dir(root).display()
-        ))
-    })?;
-    let saved = state_dir().join(format!("{bdf}.driver"));
+    let addr = parse_bdf(bdf)?;
+    let vs = vfio_sysfs(root)?;
+    vs.check_exists(&addr)?;
+    let saved = saved_driver(bdf);
     let remembered = read_trim(&saved);
     let target = driver
         .map(str::to_owned)
         .or(remembered)
         .unwrap_or_else(|| "mlx5_core".to_owned());
-    let dev = devices_dir(root).join(bdf);
-    let bind_file = root.join(format!("bus/pci/drivers/{target}/bind"));
-    let plan = [
-        match &f.driver {
-            Some(d) => format!(
-                "write {bdf} to {} (leave {d})",
-                dev.join("driver/unbind").display()
-            ),
-            None => "(not bound: nothing to unbind)".into(),
-        },
-        format!(
-            "write \\n to {} (clear the override)",
-            dev.join("driver_override").display()
-        ),
-        if bind_file.exists() {
-            format!("write {bdf} to {}", bind_file.display())
-        } else {
-            format!(
-                "write {bdf} to {} ({target} not loaded: let the kernel pick)",
-                root.join("bus/pci/drivers_probe").display()
-            )
-        },
-    ];
+    let now = vs.driver(&addr);
     if dry_run {
         println!("dry run; would:");
-        for s in &plan {
-            println!("  {s}");
+        if let Some(d) = &now {
+            println!(
+                "  write {bdf} to {}",
+                root.join(format!("bus/pci/drivers/{d}/unbind")).display()
+            );
         }
+        let ovr = devices_dir(root).join(bdf).join("driver_override");
+        println!("  write {target} to {}", ovr.display());
+        println!(
+            "  write {bdf} to {}",
+            root.join("bus/pci/drivers_probe").display()
+        );
+        println!("  write \\n to {} (clear the override)", ovr.display());
         return Ok(());
     }
-    if f.driver.is_some() {
-        write(&dev.join("driver/unbind"), bdf, ROOT_HINT)?;
-    }
-    write(&dev.join("driver_override"), "\n", ROOT_HINT)?;
-    if bind_file.exists() {
-        write(&bind_file, bdf, ROOT_HINT)?;
-    } else {
-        write(&root.join("bus/pci/drivers_probe"), bdf, ROOT_HINT)?;
-    }
+    let restored = vs.restore(Binding {
+        addr,
+        previous: Some(target.clone()),
+        driver: now.unwrap_or_else(|| "vfio-pci".into()),
+    })?;
     let _ = fs::remove_file(&saved);
-    println!("{bdf}: given back to {target}");
+    println!(
+        "{bdf}: given back to {}",
+        restored.as_deref().unwrap_or(&target)
+    );
     Ok(())
 }
