@@ -219,9 +219,33 @@ fn injected_garbage_is_dropped_and_counted() {
     let q = *b.dev.stats().qp(qb.qpn()).unwrap();
     assert_eq!(q.rx_packets, 0, "the QP never saw a bad packet");
 
-    // The valid-ICRC packet to the right QP and PSN is a real SEND.
-    let good = send_only(me, target, qb.qpn().get(), 0x1000, b"hello!!!");
-    inj.send_to(&good, target).unwrap();
+    // A valid-ICRC SEND to the right QP and PSN, but from a third host
+    // (x.y.z.3, not the connected peer): dropped by the QP like kernel rxe's
+    // check_addr does, counted, nothing completes, no byte lands.
+    let forged = send_only(me, target, qb.qpn().get(), 0x1000, b"hello!!!");
+    inj.send_to(&forged, target).unwrap();
+    let t = Instant::now();
+    while b.dev.stats().qp(qb.qpn()).unwrap().drops.wrong_source == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "forged SEND not dropped"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0, "no completion");
+    assert_eq!(b.bytes(0, 8), vec![0; 8], "memory untouched");
+
+    // The same packet from the peer's address is a real SEND.
+    let peer = UdpSocket::bind((a.dev.gids()[0].to_ip(), 0)).unwrap();
+    rnic_rxe::sys::set_pmtudisc_do(peer.as_fd(), false).unwrap();
+    let good = send_only(
+        peer.local_addr().unwrap(),
+        target,
+        qb.qpn().get(),
+        0x1000,
+        b"hello!!!",
+    );
+    peer.send_to(&good, target).unwrap();
     let wc = wait(&b.cq, 1, &[]);
     assert_eq!(wc[0].status, WcStatus::Success);
     assert_eq!(b.bytes(0, 8), b"hello!!!");

@@ -475,6 +475,15 @@ impl Qp {
             }
             return;
         }
+        // Kernel rxe's check_addr (rxe_recv.c): a connected QP (RTR on, its
+        // address vector set) takes requests and responses only from the
+        // peer that address vector names; anyone else's are dropped before
+        // the PSN check, so they cannot complete receives, move the PSN or
+        // touch memory.
+        if self.responder_on() && src != self.a.av.dgid {
+            self.stats.drops.wrong_source += 1;
+            return;
+        }
         if p.any(pkt::f::RESPONSE) {
             if self.sender_on() {
                 self.complete_response(now, &p, io);

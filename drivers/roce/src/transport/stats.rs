@@ -34,6 +34,9 @@ pub struct DropCounts {
     pub bad_header: u64,
     /// BTH DestQP is not this QP.
     pub wrong_qpn: u64,
+    /// RC packet whose source GID is not the connected peer's (the address
+    /// vector's DGID): kernel rxe's `check_addr` drops these too.
+    pub wrong_source: u64,
     /// The QP state does not accept packets (RESET, INIT, ERR; responses before RTS).
     pub bad_state: u64,
     /// Request PSN ahead of the expected PSN (after the one sequence NAK per gap).
@@ -63,6 +66,7 @@ impl DropCounts {
             + self.bad_opcode
             + self.bad_header
             + self.wrong_qpn
+            + self.wrong_source
             + self.bad_state
             + self.psn_out_of_window
             + self.bad_response_psn

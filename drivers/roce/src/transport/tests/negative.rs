@@ -127,6 +127,13 @@ impl Rig {
         self.ep.mem.clone()
     }
 
+    /// Feed one packet as if it came from `src`; what B emitted.
+    fn inject_from(&mut self, src: Gid, bytes: &[u8]) -> usize {
+        let now = crate::transport::Instant::from_nanos(0);
+        self.ep.with(|qp, io| qp.receive(now, bytes, src, io));
+        std::mem::take(&mut self.ep.tx.out).len()
+    }
+
     fn stats(&self) -> QpStats {
         *self.ep.qp.stats()
     }
@@ -604,12 +611,14 @@ fn state_gates_packets() {
                 qp_access_flags: AccessFlags::ALL_REMOTE,
                 rq_psn: Psn::from_wire(0),
                 dest_qp_num: Qpn::from_wire(QPN_A),
+                ah_attr: AddressVector::new(gid(1)),
                 ..QpAttr::default()
             };
             let mask = QpAttrMask::STATE
                 | QpAttrMask::ACCESS_FLAGS
                 | QpAttrMask::RQ_PSN
-                | QpAttrMask::DEST_QPN;
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::AV;
             assert!(ep.qp.modify(&attr, mask, &mut ep.cq).is_ok());
         }
         ep.with(|qp, io| qp.receive(now, &ack, gid(1), io));
@@ -647,4 +656,35 @@ fn send_into_partly_bad_scatter_list_touches_nothing() {
     let s = expect_nak(&mut r, &p, syndrome::NAK_REMOTE_OP, RQ_PSN);
     assert_eq!(s.naks_sent.remote_op, 1);
     assert_eq!(r.ep.cq.recv[0].status, WcStatus::LocProtErr);
+}
+
+/// A third host that learns the QPN and PSN cannot inject into a connected RC
+/// QP: a valid SEND, WRITE or READ from a GID other than the peer's is dropped
+/// (counted as `wrong_source`) with no response, no completion, no memory
+/// change and no PSN movement; the peer's own packet at that PSN then works.
+#[test]
+fn packets_from_a_third_host_are_dropped() {
+    let mut r = rig(AccessFlags::ALL_REMOTE);
+    r.post_recv(4096);
+    let intruder = gid(3);
+    let before = r.mem();
+    let send = req(op::SEND_ONLY, RQ_PSN, &[9; 16], |_| {});
+    let write = req(op::WRITE_ONLY, RQ_PSN, &[9; 8], reth(W_VA, r.w, 8));
+    let read = req(op::READ_REQUEST, RQ_PSN, &[], reth(R_VA, r.r, 64));
+    for p in [&send, &write, &read] {
+        assert_eq!(r.inject_from(intruder, p), 0, "no response to an intruder");
+    }
+    // An IPv6 GID, and the peer's address behind another prefix, are others too.
+    let v6 = Gid::from_ipv6("fe80::1".parse().expect("ip"));
+    assert_eq!(r.inject_from(v6, &send), 0);
+    assert_eq!(r.stats().drops.wrong_source, 4);
+    assert_eq!(r.stats().drops.total(), 4);
+    assert!(r.ep.cq.recv.is_empty());
+    same_memory(&before, &r.ep.mem);
+    assert_eq!(r.ep.qp.state(), QpState::Rts);
+    // The real peer's SEND at the same PSN is accepted: the PSN did not move.
+    let out = r.inject(&req(op::SEND_ONLY, RQ_PSN, &[5; 16], |_| {}));
+    assert_eq!(out, vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]);
+    assert_eq!(r.ep.cq.recv.len(), 1);
+    assert_eq!(r.ep.cq.recv[0].status, WcStatus::Success);
 }
