@@ -101,13 +101,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Counters: of a saved `perf --stats --json` run, or of a device spec.
+    /// Counters: live (of processes serving /run/rnic/<pid>.sock), or saved.
     ///
-    /// A running process's counters are not reachable from outside yet (no
-    /// stats socket); `rnicctl perf … --stats` prints them at the end of a run.
+    /// Without an argument: every live process (`rnicctl perf … --stats-socket`
+    /// serves one). With a PID: that process. With a file: the JSON of
+    /// `rnicctl perf … --stats --json`. With a device spec: a device this
+    /// command opens. Per device: packets, bytes, ICRC drops; per QP:
+    /// retransmits, NAKs by code, RNR waits, duplicates; per CQ: high-water
+    /// mark and credit stalls.
     Stats {
-        /// A JSON file from `rnicctl perf … --stats --json`, or a device spec.
-        target: String,
+        /// PID, saved JSON file, or device spec.
+        target: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -141,7 +145,9 @@ fn run(cli: Cli) -> Result<ExitCode, CtlError> {
             .map(|()| ExitCode::SUCCESS),
         Cmd::Doctor { json } => doctor::main(json),
         Cmd::Info { spec, json } => info::main(&spec, json).map(|()| ExitCode::SUCCESS),
-        Cmd::Stats { target, json } => stats::main(&target, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Stats { target, json } => {
+            stats::main(target.as_deref(), json).map(|()| ExitCode::SUCCESS)
+        }
         Cmd::Perf(a) => perf::main(&a).map(|()| ExitCode::SUCCESS),
     }
 }

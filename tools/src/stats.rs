@@ -1,14 +1,27 @@
 //! `rnicctl stats`: counters as JSON/text.
 //!
-//! A running rnic process keeps its counters in memory; there is no stats
-//! socket yet, so another process cannot read them live. What this command
-//! shows: the counters a perf run saved (`rnicctl perf … --stats --json >
+//! Live counters: `rnicctl perf … --stats-socket` serves its device's and
+//! CQ's counters on `/run/rnic/<pid>.sock` (`RNIC_RUN_DIR` overrides the
+//! directory): each connection gets one JSON line. `rnicctl stats` reads
+//! every such socket, `rnicctl stats <pid>` one. Other rnic programs do not
+//! serve one yet — [`StatsServer`] is the piece they would embed (it needs
+//! only a cloned `RxeDevice` and `CompletionQueue`); moving it into rnic-rxe
+//! is the clean next step.
+//!
+//! Offline: the counters a perf run saved (`rnicctl perf … --stats --json >
 //! run.json`, then `rnicctl stats run.json`), or, for a device spec, the
-//! counters of a device this process opens (all zero at first — useful to
-//! check the device opens). Live per-process counters need an IPC channel
-//! (a `/run/rnic/<pid>.sock` the rxe device would serve); that is future work.
+//! counters of a device this command opens itself (zero at first).
 
-use std::path::Path;
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rnic::core::CompletionQueue;
+use rnic::rxe::RxeDevice;
 
 use rnic::dma::RegionStats;
 use rnic::roce::transport::QpStats;
@@ -94,9 +107,136 @@ pub fn registry_json(r: &[RegionStats]) -> Value {
     )
 }
 
-/// `rnicctl stats <file.json | spec>`.
-pub fn main(target: &str, json_out: bool) -> Result<(), CtlError> {
-    let v = if Path::new(target).is_file() {
+/// Where live processes put their stats sockets.
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("RNIC_RUN_DIR").map_or_else(|| PathBuf::from("/run/rnic"), PathBuf::from)
+}
+
+/// A CQ's counters as JSON.
+pub fn cq_json(cq: &CompletionQueue) -> Value {
+    let s = cq.stats();
+    json!({
+        "depth": s.depth,
+        "in_flight": s.in_flight,
+        "high_water_mark": s.credits.max_in_flight,
+        "credit_stalls": s.credits.stalls,
+        "unmatched_completions": s.unmatched_completions,
+    })
+}
+
+/// Serves `<run dir>/<pid>.sock` until dropped: one JSON line of counters
+/// per connection.
+#[derive(Debug)]
+pub struct StatsServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StatsServer {
+    /// Start serving the counters of `dev` and `cq`.
+    pub fn start(
+        dev: RxeDevice,
+        cq: CompletionQueue,
+        label: String,
+    ) -> Result<StatsServer, CtlError> {
+        let dir = run_dir();
+        let path = dir.join(format!("{}.sock", std::process::id()));
+        let io = |what| move |source| CtlError::Io { what, source };
+        std::fs::create_dir_all(&dir)
+            .map_err(io("creating the stats socket directory (set RNIC_RUN_DIR)"))?;
+        let _ = std::fs::remove_file(&path);
+        let l = UnixListener::bind(&path).map_err(io("binding the stats socket"))?;
+        l.set_nonblocking(true).map_err(io("stats socket"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Acquire) {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        let v = json!({
+                            "pid": std::process::id(),
+                            "what": label,
+                            "device": rxe_json(&dev.stats()),
+                            "cq": cq_json(&cq),
+                            "dma_registry": registry_json(&rnic::dma::registry::snapshot()),
+                        });
+                        let _ = s.set_nonblocking(false);
+                        let _ = writeln!(s, "{v}");
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(StatsServer {
+            path,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for StatsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn read_socket(path: &Path) -> Result<Value, CtlError> {
+    let s = UnixStream::connect(path).map_err(|source| CtlError::Io {
+        what: "connecting to the stats socket (is that process still running with --stats-socket?)",
+        source,
+    })?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|source| CtlError::Io {
+            what: "reading the stats socket",
+            source,
+        })?;
+    serde_json::from_str(line.trim())
+        .map_err(|e| CtlError::Usage(format!("{}: not a stats line: {e}", path.display())))
+}
+
+/// `rnicctl stats [<pid> | <file.json> | <spec>]`.
+pub fn main(target: Option<&str>, json_out: bool) -> Result<(), CtlError> {
+    let Some(target) = target else {
+        let mut socks: Vec<PathBuf> = std::fs::read_dir(run_dir())
+            .map(|r| {
+                r.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        socks.sort();
+        if socks.is_empty() {
+            return Err(CtlError::Usage(format!(
+                "no live rnic process serves counters under {} (start one with `rnicctl perf … --stats-socket`, or pass a saved run's JSON)",
+                run_dir().display()
+            )));
+        }
+        let all: Vec<Value> = socks.iter().filter_map(|p| read_socket(p).ok()).collect();
+        if json_out {
+            println!("{}", Value::Array(all));
+        } else {
+            for v in &all {
+                print_tree(v, 0);
+            }
+        }
+        return Ok(());
+    };
+    let v = if let Ok(pid) = target.parse::<u32>() {
+        read_socket(&run_dir().join(format!("{pid}.sock")))?
+    } else if Path::new(target).is_file() {
         let text = std::fs::read_to_string(target).map_err(|source| CtlError::Io {
             what: "reading the saved perf output",
             source,

@@ -504,3 +504,80 @@ fn info_lists_limits_and_gids() {
     assert_eq!(j["ports"][0]["gids"][0]["gid"], "::ffff:127.0.0.8");
     assert_eq!(j["ports"][0]["active_mtu"], 4096);
 }
+
+#[test]
+fn live_counters_from_a_running_perf_server() {
+    let _g = UDP_4791
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let t = tempfile::tempdir().unwrap();
+    let server = Command::new(BIN)
+        .args([
+            "perf",
+            "write-bw",
+            "-d",
+            "rxe:127.0.0.6",
+            "-p",
+            "19324",
+            "-D",
+            "3",
+            "--stats-socket",
+        ])
+        .env("RNIC_RUN_DIR", t.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new(BIN)
+        .args([
+            "perf",
+            "write-bw",
+            "-d",
+            "rxe:127.0.0.7",
+            "-p",
+            "19324",
+            "-D",
+            "3",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sock = t.path().join(format!("{}.sock", server.id()));
+    let t0 = std::time::Instant::now();
+    while !sock.exists() && t0.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "no stats socket {}", sock.display());
+    // Mid-run: the server's QP has received WRITEs.
+    let mut rx = 0;
+    while rx == 0 && t0.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let o = Command::new(BIN)
+            .args(["stats", &server.id().to_string(), "--json"])
+            .env("RNIC_RUN_DIR", t.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = json_of(&o);
+        assert_eq!(j["pid"], server.id());
+        assert!(j["cq"]["depth"].as_u64().unwrap() > 0);
+        rx = j["device"]["qps"][0]["rx_packets"].as_u64().unwrap_or(0);
+    }
+    assert!(rx > 0, "the live counters never showed received packets");
+    let all = Command::new(BIN)
+        .args(["stats", "--json"])
+        .env("RNIC_RUN_DIR", t.path())
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&all).as_array().unwrap().len(), 1);
+    let c = client.wait_with_output().unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(
+        c.status.success() && s.status.success(),
+        "{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert!(!sock.exists(), "the socket is removed at exit");
+}

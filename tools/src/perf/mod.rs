@@ -146,6 +146,9 @@ pub struct PerfArgs {
     /// Print the device's, the CQ's and the DMA registry's counters after the run.
     #[arg(long = "stats")]
     pub stats: bool,
+    /// Serve live counters on /run/rnic/<pid>.sock during the run (`rnicctl stats`).
+    #[arg(long = "stats-socket")]
+    pub stats_socket: bool,
     /// Machine-readable output on stdout.
     #[arg(long = "json")]
     pub json: bool,

@@ -396,13 +396,7 @@ impl Bench {
         ));
         let j = json!({
             "device": dev_json,
-            "cq": {
-                "depth": cq.depth,
-                "in_flight": cq.in_flight,
-                "high_water_mark": cq.credits.max_in_flight,
-                "credit_stalls": cq.credits.stalls,
-                "unmatched_completions": cq.unmatched_completions,
-            },
+            "cq": crate::stats::cq_json(&self.cq),
             "dma_registry": crate::stats::registry_json(&regions),
         });
         (j, text)
@@ -632,6 +626,14 @@ fn run_lat(
 pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<Outcome, CtlError> {
     let role = sess.role;
     let mut b = Bench::new(args, p, CYCLE_BUFFER)?;
+    let _live = match (&b.dev, args.stats_socket) {
+        (Some(d), true) => Some(crate::stats::StatsServer::start(
+            d.clone(),
+            b.cq.clone(),
+            format!("rnicctl perf {}", p.test.perftest_name()),
+        )?),
+        _ => None,
+    };
     let port = b.ctx.query_port(1).map_err(verbs("querying port 1"))?;
     let want = match args.mtu {
         Some(m) => Mtu::from_bytes(m).map_err(|e| CtlError::Usage(format!("-m {m}: {e}")))?,
