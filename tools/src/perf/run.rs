@@ -554,6 +554,9 @@ fn run_lat(
     let verb = p.test.verb();
     let n = b.qps.len();
     let mut samples = Vec::with_capacity(p.iters as usize);
+    // The server measures from its reply to the next request (a round trip
+    // seen from its side), so it has one sample fewer than iterations.
+    let mut replied: Option<Instant> = None;
     let inline = size as u32 <= p.inline;
     let poll_off = n * b.slot + size - 1;
     let mut bar = Bar::new(p.iters > 200_000);
@@ -574,7 +577,11 @@ fn run_lat(
             }
             (Verb::Write, Role::Server) => {
                 spin_until(b, |b| b.byte(poll_off) == c)?;
+                if let Some(t) = replied {
+                    samples.push(t.elapsed().as_nanos() as u64);
+                }
                 let _ = b.mem.write(size - 1, &[c]);
+                replied = Some(Instant::now());
                 b.post(0, verb, size, rem, inline)?;
             }
             (Verb::Send, _) => {
@@ -592,6 +599,10 @@ fn run_lat(
                 }
                 b.post_recvs(size)?;
                 if role == Role::Server {
+                    if let Some(t) = replied {
+                        samples.push(t.elapsed().as_nanos() as u64);
+                    }
+                    replied = Some(Instant::now());
                     b.post(0, verb, size, rem, inline)?;
                 } else {
                     samples.push(t0.elapsed().as_nanos() as u64);
@@ -746,9 +757,7 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
             sess.hand_shake(&my0)?;
             for s in &p.sizes {
                 let mut t = run_lat(&mut b, p, role, *s as usize, &rem[0])?;
-                if role == Role::Client {
-                    out.lat.push(LatRow::from_samples(*s, &mut t, lat_div));
-                }
+                out.lat.push(lat_row(*s, &mut t, lat_div, p.iters));
             }
             // ib_write_lat closes without a final exchange.
         }
@@ -761,9 +770,7 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
                 b.post_recvs(*s as usize)?;
                 sess.hand_shake(&my0)?;
                 let mut t = run_lat(&mut b, p, role, *s as usize, &rem[0])?;
-                if role == Role::Client {
-                    out.lat.push(LatRow::from_samples(*s, &mut t, lat_div));
-                }
+                out.lat.push(lat_row(*s, &mut t, lat_div, p.iters));
             }
             sess.close(&my0)?;
         }
@@ -793,6 +800,14 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
     }
     drain_socket(&mut sess.stream);
     Ok(out)
+}
+
+/// A latency row reporting the iterations run (the server's samples are one fewer).
+fn lat_row(size: u64, samples: &mut [u64], div: f64, iters: u64) -> LatRow {
+    LatRow {
+        iters,
+        ..LatRow::from_samples(size, samples, div)
+    }
 }
 
 /// Read what the peer still sends ("done") so closing does not reset the
