@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rnic_core::Iova;
+use rnic_dma::iova::X86_MSI_WINDOW;
 use rnic_dma::{DmaDomain, IovaAllocator, Mapper};
 use tracing::{debug, error};
 
@@ -21,6 +22,9 @@ use crate::ioctls;
 /// The aperture assumed when the kernel reports no IOVA-range capability
 /// (before Linux 5.4): the low 4 GiB, which every IOMMU and device reaches.
 pub const FALLBACK_APERTURE: RangeInclusive<u64> = 0..=0xFFFF_FFFF;
+
+/// The first 4 KiB of IOVA space, never allocated.
+pub const ZERO_PAGE: RangeInclusive<u64> = 0..=0xFFF;
 
 /// Which kernel interface owns the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,7 +142,9 @@ impl Container {
     }
 
     /// An allocator over [`Container::iova_ranges`], clipped to
-    /// `[0, limit]` (a device's DMA mask) and minus the x86 MSI window.
+    /// `[0, limit]` (a device's DMA mask), minus the x86 MSI window and
+    /// minus [`ZERO_PAGE`]: IOVA 0 is never handed out, since devices and
+    /// drivers commonly read address 0 as "none".
     pub fn iova_allocator(&self, limit: u64) -> IovaAllocator {
         let clipped: Vec<_> = self
             .iova_ranges()
@@ -146,7 +152,7 @@ impl Container {
             .filter(|r| *r.start() <= limit)
             .map(|r| *r.start()..=(*r.end()).min(limit))
             .collect();
-        IovaAllocator::new(&clipped)
+        IovaAllocator::with_reserved(&clipped, &[ZERO_PAGE, X86_MSI_WINDOW])
     }
 
     /// The live mappings (IOVA, length), lowest first.

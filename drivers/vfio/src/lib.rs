@@ -72,7 +72,7 @@ mod ioctls;
 #[path = "ioctls_fake.rs"]
 mod ioctls;
 
-pub use container::{Backend, Container, FALLBACK_APERTURE, VfioMapper};
+pub use container::{Backend, Container, FALLBACK_APERTURE, VfioMapper, ZERO_PAGE};
 pub use device::{Interrupt, PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, VfioDevice};
 pub use error::VfioError;
 pub use info::{DeviceInfo, IommuInfo, IrqInfo, IrqSet, RegionInfo};
