@@ -28,7 +28,15 @@
 //! client → server: "client-done\n"  after the client checked pattern 1 in its [0, len),
 //!                  WROTE pattern 3 into the server's [0, len) and READ the server's
 //!                  [len, 2·len) (pattern 4) and checked it; the server then checks pattern 3
+//! server → client: "rnr-send\n", then SENDs 3000 bytes of pattern 5 at once; the
+//!                  client posts its receive 300 ms later (RNR NAKs meanwhile) and checks
+//! client → server: "rnr-recv-done\n", then SENDs 3000 bytes of pattern 6 at once; the
+//!                  server posts its receive 300 ms later and checks
+//! server → client: "rnr-done\n"
 //! ```
+//!
+//! Both QPs advertise `min_rnr_timer` 24 (40.96 ms), so a requester must wait
+//! that long after each RNR NAK before it retries.
 //!
 //! Each check prints `RW VERDICT: <what>: MATCH` or `… MISMATCH at byte <n>`, and
 //! the process exits non-zero on any mismatch. rnic is the server here:
@@ -46,10 +54,17 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rnic::core::{
     AccessFlags, CompletionQueue, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu, Psn,
-    QpCaps, QpInitAttr, QpType, Qpn, QueuePair, Rkey, RtrParams, RtsParams, SendWr, WcStatus,
-    WorkCompletion,
+    QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, Rkey, RtrParams, RtsParams, SendWr,
+    WcStatus, WorkCompletion,
 };
 use rnic::rxe::{Progress, RxeConfig, RxeDevice, Target};
+
+/// Bytes of each phase-3 SEND (3 packets at MTU 1024).
+const RNR_LEN: usize = 3000;
+/// How late each side posts its phase-3 receive.
+const RNR_DELAY: Duration = Duration::from_millis(300);
+/// The RNR timer both sides advertise: code 24, 40.96 ms.
+const MIN_RNR_TIMER: u8 = 24;
 
 /// RDMA WRITE/READ with byte checks against a peer (server side).
 #[derive(Parser, Debug)]
@@ -136,26 +151,24 @@ fn parse_remote(line: &str) -> Result<Remote, String> {
     })
 }
 
-/// Posts one signalled WR and waits for its completion.
-fn post_and_wait(
-    qp: &mut QueuePair,
-    cq: &CompletionQueue,
-    wr: SendWr<'_>,
-    timeout: Duration,
-) -> Result<(), String> {
-    qp.post_send(&[wr]).map_err(|e| format!("post_send: {e}"))?;
+/// Waits for one completion (any queue of `cq`), which must be a success.
+fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
     let deadline = Instant::now() + timeout;
     let mut wc = [WorkCompletion::default(); 1];
+    let ok = |wc: WorkCompletion| {
+        if wc.status == WcStatus::Success {
+            Ok(wc)
+        } else {
+            Err(format!(
+                "completion status {} for wr_id {}",
+                wc.status.as_str(),
+                wc.wr_id
+            ))
+        }
+    };
     loop {
         if cq.poll(&mut wc).map_err(|e| format!("poll: {e}"))? == 1 {
-            if wc[0].status != WcStatus::Success {
-                return Err(format!(
-                    "completion status {} for wr_id {}",
-                    wc[0].status.as_str(),
-                    wc[0].wr_id
-                ));
-            }
-            return Ok(());
+            return ok(wc[0]);
         }
         if Instant::now() > deadline {
             return Err("no completion in time".into());
@@ -165,18 +178,22 @@ fn post_and_wait(
         cq.req_notify(false)
             .map_err(|e| format!("req_notify: {e}"))?;
         if cq.poll(&mut wc).map_err(|e| format!("poll: {e}"))? == 1 {
-            if wc[0].status != WcStatus::Success {
-                return Err(format!(
-                    "completion status {} for wr_id {}",
-                    wc[0].status.as_str(),
-                    wc[0].wr_id
-                ));
-            }
-            return Ok(());
+            return ok(wc[0]);
         }
         cq.wait(Some(Duration::from_millis(100)))
             .map_err(|e| format!("wait: {e}"))?;
     }
+}
+
+/// Posts one signalled WR and waits for its completion.
+fn post_and_wait(
+    qp: &mut QueuePair,
+    cq: &CompletionQueue,
+    wr: SendWr<'_>,
+    timeout: Duration,
+) -> Result<(), String> {
+    qp.post_send(&[wr]).map_err(|e| format!("post_send: {e}"))?;
+    wait_wc(cq, timeout).map(|_| ())
 }
 
 fn read_line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
@@ -262,6 +279,7 @@ fn run(args: &Args) -> Result<bool, String> {
         path_mtu: mtu,
         sgid_index: args.gid_idx,
         max_dest_rd_atomic: 4,
+        min_rnr_timer: MIN_RNR_TIMER,
         ..RtrParams::default()
     };
     qp.to_rtr(remote.qpn, remote.psn, remote.gid, &rtr)
@@ -326,6 +344,44 @@ fn run(args: &Args) -> Result<bool, String> {
         len,
         &pattern(4, len),
     );
+
+    // Phase 3, RNR both ways (receives posted RNR_DELAY late; both QPs
+    // advertise min_rnr_timer 24 = 40.96 ms): rnic SENDs pattern 5 before
+    // the client has a receive, then the client SENDs pattern 6 before we do.
+    writeln!(w, "rnr-send").map_err(|e| format!("send: {e}"))?;
+    mem.write(2 * len, &pattern(5, RNR_LEN))
+        .map_err(|e| format!("fill: {e}"))?;
+    let t2 = Instant::now();
+    let rnr_sge = [mr.sge(2 * len, RNR_LEN as u32).map_err(|e| e.to_string())?];
+    post_and_wait(&mut qp, &cq, SendWr::send(3, &rnr_sge).signaled(), timeout)
+        .map_err(|e| format!("SEND into RNR: {e}"))?;
+    let waits = dev.stats().qp(qp.qpn()).map_or(0, |s| s.rnr_waits);
+    println!(
+        "rnic SEND of {RNR_LEN} bytes completed in {:?} after {waits} RNR waits",
+        t2.elapsed()
+    );
+    let line = read_line(&mut r)?;
+    if line != "rnr-recv-done" {
+        return Err(format!("expected rnr-recv-done, got {line:?}"));
+    }
+    mem.write(2 * len, &vec![0; RNR_LEN])
+        .map_err(|e| format!("clear: {e}"))?;
+    std::thread::sleep(RNR_DELAY);
+    let naks_before = dev.stats().qp(qp.qpn()).map_or(0, |s| s.naks_sent.rnr);
+    qp.post_recv(&[RecvWr::new(4, &rnr_sge)])
+        .map_err(|e| format!("post_recv: {e}"))?;
+    let wc = wait_wc(&cq, timeout).map_err(|e| format!("receive after RNR: {e}"))?;
+    println!(
+        "rnic received {} bytes after sending {naks_before} RNR NAKs",
+        wc.byte_len
+    );
+    ok &= verdict(
+        "kernel SEND into rnic memory after RNR (pattern 6)",
+        &mem,
+        2 * len,
+        &pattern(6, RNR_LEN),
+    );
+    writeln!(w, "rnr-done").map_err(|e| format!("send: {e}"))?;
     print!("{}", dev.stats());
     Ok(ok)
 }

@@ -441,6 +441,64 @@ fn verify_both_directions(path: &Path, a: Ipv4Addr, b: Ipv4Addr) -> Result<Strin
     ))
 }
 
+/// One RNR NAK in a capture and the wait before its PSN came again.
+#[derive(Debug)]
+struct RnrWait {
+    /// Who sent the NAK (the responder without a receive).
+    from: Ipv4Addr,
+    /// The timer the NAK asked for.
+    micros: u32,
+    /// From the NAK to the next request packet with its PSN from the other side.
+    waited: Duration,
+}
+
+/// Every RNR NAK of a capture with the requester's wait before retrying; NAKs that were
+/// never followed by a retry are left out.
+fn rnr_waits(path: &Path) -> Result<Vec<RnrWait>, String> {
+    use rnic::roce::wire::aeth::Syndrome;
+    let file = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let reader = pcap::Reader::new(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+    let link = reader.header().link_type;
+    // (time, src, is_request, psn, RNR timer in µs for RNR NAKs)
+    let mut pkts = Vec::new();
+    for (i, rec) in reader.enumerate() {
+        let rec = rec.map_err(|e| format!("record {i}: {e}"))?;
+        let (_, ip) =
+            pcap::network_layer(link, rec.data).ok_or(format!("record {i}: no IP packet"))?;
+        let d = Datagram::parse(ip).map_err(|e| format!("record {i}: {e}"))?;
+        let rnic::roce::wire::IpRepr::V4(v4) = d.ip else {
+            continue;
+        };
+        let rnr = match d.roce.aeth().map(|a| a.syndrome()) {
+            Some(Syndrome::RnrNak(t)) => Some(t.micros()),
+            _ => None,
+        };
+        let request = d.roce.info().is_some_and(|i| i.is_request());
+        pkts.push((
+            rec.timestamp(),
+            v4.src_addr,
+            request,
+            d.roce.bth().psn().get(),
+            rnr,
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, &(t, from, _, psn, rnr)) in pkts.iter().enumerate() {
+        let Some(micros) = rnr else { continue };
+        let retry = pkts[i + 1..]
+            .iter()
+            .find(|&&(_, src, request, p, _)| src != from && request && p == psn);
+        if let Some(&(t2, ..)) = retry {
+            out.push(RnrWait {
+                from,
+                micros,
+                waited: t2.saturating_sub(t),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// rnic-rxe's ICRC counter line (`--stats`): "icrc: N ok (ident 0: …), M recovered …".
 fn icrc_line(out: &str) -> Option<&str> {
     out.lines().find(|l| l.starts_with("icrc: "))
@@ -820,6 +878,7 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
     );
     let guest = run.file("share/interop-rw.out");
     let rnic = run.file("rnic.log");
+    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
     for (out, side, what) in [
         (
             &guest,
@@ -841,10 +900,64 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
             format!("{side} side: no '{what}: {LEN} bytes MATCH'"),
         );
     }
+    for (out, side, what, len) in [
+        (
+            &guest,
+            "kernel",
+            "rnic SEND into kernel memory after RNR (pattern 5)",
+            3000,
+        ),
+        (
+            &rnic,
+            "rnic",
+            "kernel SEND into rnic memory after RNR (pattern 6)",
+            3000,
+        ),
+    ] {
+        c.that(
+            rw_match(out, what, len),
+            format!("{side} side: no '{what}: {len} bytes MATCH'"),
+        );
+    }
     c.that(
         guest.lines().any(|l| l == "interop_rw rc=0"),
         "the guest's interop_rw.py did not exit 0",
     );
+    // Both requesters honour the other's RNR timer (code 24, 40.96 ms): the capture is
+    // taken on the host tap, so each wait is measured from the NAK on the wire to the
+    // retry on the wire (1 ms allowed for capture timestamps).
+    match rnr_waits(&run.dir.join("capture.pcap")) {
+        Ok(waits) => {
+            for (who, nak_from) in [("rnic", guest_ip), ("kernel", host_ip)] {
+                let mine: Vec<&RnrWait> = waits.iter().filter(|w| w.from == nak_from).collect();
+                let ms: Vec<String> = mine
+                    .iter()
+                    .map(|w| format!("{:.1}", w.waited.as_secs_f64() * 1e3))
+                    .collect();
+                say(&format!(
+                    "{name}: {who} retried after {} RNR NAKs after [{}] ms",
+                    mine.len(),
+                    ms.join(", ")
+                ));
+                c.that(
+                    !mine.is_empty(),
+                    format!("no RNR NAK from {nak_from} followed by {who}'s retry"),
+                );
+                for w in mine {
+                    c.that(
+                        w.micros == 40_960
+                            && w.waited + Duration::from_millis(1)
+                                >= Duration::from_micros(u64::from(w.micros)),
+                        format!(
+                            "{who} retried {:?} after an RNR NAK asking {} us",
+                            w.waited, w.micros
+                        ),
+                    );
+                }
+            }
+        }
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
     for l in rnic
         .lines()
         .chain(guest.lines())
@@ -862,7 +975,6 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
         }
         None => c.that(false, "rnic: no icrc counter line"),
     }
-    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
     match verify_roce_capture(&run.dir.join("capture.pcap")) {
         Ok(cap) => {
             say(&format!(

@@ -7,7 +7,10 @@ Pattern k, byte i: (37*k + 13*i + i//256) % 256. Exchange (one text line each wa
 client first): "qpn=<hex> psn=<hex> gid=<IPv6> rkey=<hex> va=<hex> len=<dec>"; the client
 says "client-ready" once its QP is in RTS. Then the server WRITEs pattern 1 and READs pattern 2 and sends "server-done"; we check pattern 1,
 WRITE pattern 3 into the server's [0, len), READ its [len, 2*len) (pattern 4), check it,
-and send "client-done". Every check prints "RW VERDICT: <what>: <n> bytes MATCH" or
+and send "client-done". Phase 3 (RNR both ways, min_rnr_timer 24 = 40.96 ms): after
+"rnr-send" the server SENDs 3000 bytes of pattern 5 and we post our receive 300 ms late;
+we say "rnr-recv-done" and SEND pattern 6, which the server receives 300 ms late; it ends
+with "rnr-done". Every check prints "RW VERDICT: <what>: <n> bytes MATCH" or
 "... MISMATCH at byte <n>"; the exit status is 0 only if all match.
 usage: interop_rw.py <server-ip> <port> <len> [device] [gid-index]"""
 import ipaddress
@@ -22,7 +25,7 @@ from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from pyverbs.wr import SGE, SendWR
+from pyverbs.wr import SGE, RecvWR, SendWR
 
 server, port, length = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 dev = sys.argv[4] if len(sys.argv) > 4 else "rxe0"
@@ -81,7 +84,7 @@ attr.path_mtu = e.IBV_MTU_1024
 attr.dest_qp_num = int(f["qpn"], 16)
 attr.rq_psn = int(f["psn"], 16)
 attr.max_dest_rd_atomic = 4
-attr.min_rnr_timer = 12
+attr.min_rnr_timer = 24  # 40.96 ms: the RNR phase checks the wait
 gr = GlobalRoute(dgid=GID(ipaddress.IPv6Address(f["gid"]).exploded), sgid_index=gid_index,
                  hop_limit=64)
 attr.ah_attr = AHAttr(is_global=1, port_num=1, gr=gr)
@@ -95,21 +98,26 @@ qp.to_rts(attr)
 sock.sendall(b"client-ready\n")  # the server may send only now (our QP left INIT)
 
 
-def post_and_wait(opcode, wr_id, remote):
-    wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=1,
-                sg=[SGE(mr.buf + 2 * length, length, mr.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.set_wr_rdma(r_rkey, remote)
-    qp.post_send(wr)
+def wait_wc(wr_id):
     deadline = time.time() + 60
     while time.time() < deadline:
         n, wcs = cq.poll()
         if n:
-            if wcs[0].status != e.IBV_WC_SUCCESS:
-                sys.exit(f"wr {wr_id}: completion status {wcs[0].status}")
-            return
+            if wcs[0].status != e.IBV_WC_SUCCESS or wcs[0].wr_id != wr_id:
+                sys.exit(f"wr {wr_id}: completion status {wcs[0].status} wr_id {wcs[0].wr_id}")
+            return wcs[0]
         time.sleep(0.001)
     sys.exit(f"wr {wr_id}: no completion")
+
+
+def post_and_wait(opcode, wr_id, remote, n=None):
+    wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=1,
+                sg=[SGE(mr.buf + 2 * length, n or length, mr.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    if remote is not None:
+        wr.set_wr_rdma(r_rkey, remote)
+    qp.post_send(wr)
+    return wait_wc(wr_id)
 
 
 line = rf.readline().strip()
@@ -129,5 +137,25 @@ print(f"kernel RDMA READ of {length} bytes completed in {time.time() - t0:.3f}s"
 ok &= verdict("kernel READ of rnic memory (pattern 4)", mr.read(length, 2 * length),
               pattern(4, length))
 sock.sendall(b"client-done\n")
+
+# Phase 3, RNR both ways: the server SENDs pattern 5 before we have a receive (we post it
+# 300 ms late), then we SEND pattern 6 before the server has one.
+RNR_LEN = 3000
+line = rf.readline().strip()
+assert line == "rnr-send", line
+mr.write(bytes(RNR_LEN), RNR_LEN, 2 * length)
+time.sleep(0.3)
+qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(mr.buf + 2 * length, RNR_LEN, mr.lkey)]))
+wc = wait_wc(3)
+print(f"kernel received {wc.byte_len} bytes after RNR", flush=True)
+ok &= verdict("rnic SEND into kernel memory after RNR (pattern 5)",
+              mr.read(RNR_LEN, 2 * length), pattern(5, RNR_LEN))
+mr.write(pattern(6, RNR_LEN), RNR_LEN, 2 * length)
+sock.sendall(b"rnr-recv-done\n")
+t0 = time.time()
+post_and_wait(e.IBV_WR_SEND, 4, None, RNR_LEN)
+print(f"kernel SEND of {RNR_LEN} bytes after RNR completed in {time.time() - t0:.3f}s", flush=True)
+line = rf.readline().strip()
+assert line == "rnr-done", line
 sock.close()
 sys.exit(0 if ok else 1)
