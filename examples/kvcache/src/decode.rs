@@ -84,7 +84,8 @@ pub struct DecodeReport {
     pub tokens: Vec<u32>,
     /// Time to first token: hello → first generated token.
     pub ttft: Duration,
-    /// Hello → accept sent (region allocation, registration, QP bring-up).
+    /// Hello → prefill compute start: region allocation, registration, QP
+    /// bring-up on both nodes (the prefill node's share from its KVSTATS).
     pub handshake: Duration,
     /// The prefill node's compute time (from its KVSTATS).
     pub prefill_compute: Duration,
@@ -229,6 +230,9 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
 
     let stats = Msg::recv(&mut reader, "KVSTATS")?;
     let prefill_compute = Duration::from_nanos(stats.u64("compute_ns")?);
+    // The prefill node's time from our accept to its first layer (parsing,
+    // QP connect) belongs to the handshake.
+    let handshake = handshake + Duration::from_nanos(stats.u64("start_ns").unwrap_or(0));
     let prefill_stalls = stats.u64("stalls").unwrap_or(0);
     let list = out.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     Msg::new("KVDONE").with("tokens", list).send(&mut ctl_w)?;

@@ -118,7 +118,7 @@ pub enum KvError {
         theirs: String,
     },
     /// The peer refused our layout.
-    #[error("the peer refused the connection: {reason}")]
+    #[error("the peer refused the connection; it says: {reason}")]
     Refused {
         /// The peer's reason.
         reason: String,

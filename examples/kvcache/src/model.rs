@@ -225,6 +225,29 @@ fn matvec(w: &[f32], x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out[t][o] = dot(w[o], xs[t])` for every row `t` of `xs` (width `n`;
+/// `out` rows of width `m`): the same dot products as [`matvec`] per row,
+/// tiled so each weight row is reused across a block of positions.
+fn matmul(w: &[f32], xs: &[f32], n: usize, out: &mut [f32], m: usize) {
+    const TILE: usize = 16;
+    let rows = xs.len() / n;
+    for t0 in (0..rows).step_by(TILE) {
+        let t1 = (t0 + TILE).min(rows);
+        for (o, wr) in w.chunks_exact(n).enumerate() {
+            for t in t0..t1 {
+                out[t * m + o] = dot(wr, &xs[t * n..(t + 1) * n]);
+            }
+        }
+    }
+}
+
+/// `x += y`, element-wise.
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
 fn rmsnorm(x: &[f32], w: &[f32], out: &mut [f32]) {
     let ss = dot(x, x) / x.len() as f32;
     let inv = 1.0 / (ss + 1e-5).sqrt();
@@ -359,48 +382,70 @@ impl Model {
         for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
             self.embed_row(tok, row)?;
         }
-        let mut h = vec![0f32; d];
+        let ffn = self.cfg.ffn as usize;
+        let mut hs = vec![0f32; t * d];
         let mut qs = vec![0f32; t * d];
         let mut ks = vec![0f32; t * d];
         let mut vs = vec![0f32; t * d];
-        let mut att = vec![0f32; d];
-        let mut o = vec![0f32; d];
-        let mut f1 = vec![0f32; self.cfg.ffn as usize];
+        let mut atts = vec![0f32; t * d];
+        let mut os = vec![0f32; t * d];
+        let mut f1s = vec![0f32; t * ffn];
         let mut scores = vec![0f32; t];
+        let mut kh = vec![0f32; t * hd];
+        let mut vh = vec![0f32; t * hd];
         let scale = 1.0 / (hd as f32).sqrt();
         for (li, layer) in self.layers.iter().enumerate() {
-            for p in 0..t {
-                rmsnorm(&x[p * d..(p + 1) * d], &layer.attn_norm, &mut h);
-                let q = &mut qs[p * d..(p + 1) * d];
-                matvec(&layer.wq, &h, q);
+            for (xp, hp) in x.chunks_exact(d).zip(hs.chunks_exact_mut(d)) {
+                rmsnorm(xp, &layer.attn_norm, hp);
+            }
+            matmul(&layer.wq, &hs, d, &mut qs, d);
+            matmul(&layer.wk, &hs, d, &mut ks, d);
+            matmul(&layer.wv, &hs, d, &mut vs, d);
+            for (p, (q, k)) in qs
+                .chunks_exact_mut(d)
+                .zip(ks.chunks_exact_mut(d))
+                .enumerate()
+            {
                 rope(q, hd, p);
-                let k = &mut ks[p * d..(p + 1) * d];
-                matvec(&layer.wk, &h, k);
                 rope(k, hd, p);
-                matvec(&layer.wv, &h, &mut vs[p * d..(p + 1) * d]);
             }
             on_layer(li, &ks, &vs)?;
-            for p in 0..t {
-                let q = &qs[p * d..(p + 1) * d];
-                for head in 0..nh {
-                    let hs = head * hd..(head + 1) * hd;
-                    let qh = &q[hs.clone()];
-                    for (s, sc) in scores[..=p].iter_mut().enumerate() {
-                        *sc = dot(qh, &ks[s * d + head * hd..s * d + (head + 1) * hd]) * scale;
+            // Attention, one head at a time over head-major copies of K and
+            // V (contiguous rows: the same dot products, cache-friendly).
+            for head in 0..nh {
+                let hr = head * hd..(head + 1) * hd;
+                for (p, (kr, vr)) in ks.chunks_exact(d).zip(vs.chunks_exact(d)).enumerate() {
+                    kh[p * hd..(p + 1) * hd].copy_from_slice(&kr[hr.clone()]);
+                    vh[p * hd..(p + 1) * hd].copy_from_slice(&vr[hr.clone()]);
+                }
+                for p in 0..t {
+                    let qh = &qs[p * d + head * hd..p * d + (head + 1) * hd];
+                    for (sc, kr) in scores[..=p].iter_mut().zip(kh.chunks_exact(hd)) {
+                        *sc = dot(qh, kr) * scale;
                     }
                     softmax(&mut scores[..=p]);
-                    let out = &mut att[hs];
+                    let out = &mut atts[p * d + head * hd..p * d + (head + 1) * hd];
                     out.fill(0.0);
-                    for (s, &w) in scores[..=p].iter().enumerate() {
-                        let vr = &vs[s * d + head * hd..s * d + (head + 1) * hd];
+                    for (&w, vr) in scores[..=p].iter().zip(vh.chunks_exact(hd)) {
                         for (oi, vi) in out.iter_mut().zip(vr) {
                             *oi += w * vi;
                         }
                     }
                 }
-                let xp = &mut x[p * d..(p + 1) * d];
-                self.finish_layer(layer, xp, &att, &mut o, &mut h, &mut f1);
             }
+            // The rest of the layer, batched over positions (the same
+            // per-position arithmetic as `finish_layer`).
+            matmul(&layer.wo, &atts, d, &mut os, d);
+            add(&mut x, &os);
+            for (xp, hp) in x.chunks_exact(d).zip(hs.chunks_exact_mut(d)) {
+                rmsnorm(xp, &layer.mlp_norm, hp);
+            }
+            matmul(&layer.w1, &hs, d, &mut f1s, ffn);
+            for f in f1s.iter_mut() {
+                *f = silu(*f);
+            }
+            matmul(&layer.w2, &f1s, ffn, &mut os, d);
+            add(&mut x, &os);
         }
         Ok(())
     }

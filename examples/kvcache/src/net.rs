@@ -221,10 +221,16 @@ impl Rc {
         self.qp
             .to_rtr(remote.qpn, remote.psn, remote.gid, &rtr)
             .map_err(KvError::verbs("modify_qp to RTR"))?;
-        // Retry budget: 7 retries of a ~67 ms timer — a dead peer is
-        // noticed in about a second.
+        // Retry budget: 6 retries of a ~268 ms ACK timer (7 would mean
+        // "forever", as in rxe) — a dead peer fails the stream in under
+        // two seconds, while loss with progress never exhausts it.
+        let rts = RtsParams {
+            timeout: 16,
+            retry_cnt: 6,
+            ..RtsParams::default()
+        };
         self.qp
-            .to_rts(self.local.psn, &RtsParams::default())
+            .to_rts(self.local.psn, &rts)
             .map_err(KvError::verbs("modify_qp to RTS"))
     }
 }

@@ -485,6 +485,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
     hello.send(&mut ctl)?;
     let mut reader = BufReader::new(ctl.try_clone().map_err(KvError::io("cloning the socket"))?);
     let reply = Msg::recv(&mut reader, "KVACCEPT")?;
+    let accepted = started.elapsed();
     match reply.kind.as_str() {
         "KVACCEPT" => {}
         "KVREFUSE" => {
@@ -587,6 +588,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
     };
 
     Msg::new("KVSTATS")
+        .with("start_ns", handshake.saturating_sub(accepted).as_nanos())
         .with("compute_ns", compute.as_nanos())
         .with("chunks", shipped)
         .with("stalls", stalls)
