@@ -600,7 +600,12 @@ impl Provider for Inner {
     }
 
     fn destroy_qp(&self, qp: QpHandle) -> Result<(), VerbsError> {
-        let mut st = self.sh().lock();
+        let sh = self.sh();
+        let mut st = sh.lock();
+        // ACKs a caller-driven round deferred to the next call leave now: an
+        // application that polled its last completion and tears down makes no
+        // next call, and its peer would retry into a dead QP.
+        st.flush(sh);
         let e = st.qps.remove(qp.0).ok_or_else(|| VerbsError::DestroyQp {
             qp,
             reason: no_such("queue pair"),
