@@ -742,13 +742,15 @@ fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
 /// Stock `ibv_rc_pingpong` on the guest's kernel rxe against rnic's `rc_pingpong` on the
 /// host, `-s 64` and `-s 5000` at `-m 1024` (one and five packets per message), 200
 /// iterations each; `server` says which side listens.
-/// With `netem`, the guest's NIC drops or delays what the kernel sends (`--netem`).
-fn interop_pingpong(server: &str, netem: Option<&str>) {
+/// With `netem`, the guest's NIC drops or delays what the kernel sends (`--netem`);
+/// `progress` is rnic's: "events" (`-e`, its progress thread) or "poll" (busy polling).
+fn interop_pingpong(server: &str, netem: Option<&str>, progress: &str) {
     const SIZES: [u64; 2] = [64, 5000];
     const ITERS: u64 = 200;
-    let name = match netem {
-        None => format!("interop-pingpong@{server}-server"),
-        Some(_) => format!("interop-pingpong@{server}-server-netem"),
+    let name = match (netem, progress) {
+        (None, "events") => format!("interop-pingpong@{server}-server"),
+        (None, _) => format!("interop-pingpong@{server}-server-{progress}"),
+        (Some(_), _) => format!("interop-pingpong@{server}-server-netem"),
     };
     let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
     let Some(run) = run_with_example(
@@ -758,6 +760,7 @@ fn interop_pingpong(server: &str, netem: Option<&str>) {
             ("RNIC_INTEROP_SERVER", server),
             ("RNIC_INTEROP_SIZES", "64 5000"),
             ("RNIC_INTEROP_ITERS", "200"),
+            ("RNIC_INTEROP_PROGRESS", progress),
         ],
         &args,
         150,
@@ -834,19 +837,26 @@ fn interop_pingpong(server: &str, netem: Option<&str>) {
 
 #[test]
 fn interop_kernel_rc_pingpong_server_rnic_client() {
-    interop_pingpong("kernel", None);
+    interop_pingpong("kernel", None, "events");
 }
 
 #[test]
 fn interop_rnic_rc_pingpong_server_kernel_client() {
-    interop_pingpong("rnic", None);
+    interop_pingpong("rnic", None, "events");
+}
+
+/// rnic busy-polls (caller-driven progress, no thread) as the stock tool does: the ACK of
+/// the kernel's last SEND must still leave when rnic stops polling and tears down.
+#[test]
+fn interop_kernel_rc_pingpong_server_rnic_busy_polling_client() {
+    interop_pingpong("kernel", None, "poll");
 }
 
 /// netem drops 2% of what the guest sends: kernel requests, ACKs and NAKs vanish, so
 /// rnic's NAKs/timeouts meet the kernel's retransmissions and both must still finish.
 #[test]
 fn interop_rc_pingpong_under_netem_loss_on_the_kernel_side() {
-    interop_pingpong("rnic", Some("loss 2%"));
+    interop_pingpong("rnic", Some("loss 2%"), "events");
 }
 
 /// The "RW VERDICT: <what>: <n> bytes MATCH" line for `what`, if it matched.

@@ -4,13 +4,17 @@
 # =rnic: the other way round. One run per size in RNIC_INTEROP_SIZES (default "64 5000"),
 # -m 1024, -n RNIC_INTEROP_ITERS (default 200), TCP port 18515 + run index.
 # RNIC_RC_PINGPONG: the host binary (tests/vm.rs builds it). The guest's tool runs with -c
-# and -g 1 (its IPv4 GID); rnic uses -e (progress thread) and -g 0 on rxe:10.50.0.1.
+# and -g 1 (its IPv4 GID); rnic uses -g 0 on rxe:10.50.0.1 and -e (progress thread) unless
+# RNIC_INTEROP_PROGRESS=poll.
 # Results: capture.pcap (tap, both directions), rnic-<size>.log, share/kernel-<size>.txt.
 SCENARIO_TIMEOUT=120
 NS=rnicvm-$ID TAP=rnvtap0
 SERVER=${RNIC_INTEROP_SERVER:-kernel}
 SIZES=${RNIC_INTEROP_SIZES:-64 5000}
 ITERS=${RNIC_INTEROP_ITERS:-200}
+# rnic's progress: "events" (-e: progress thread + completion channel) or "poll"
+# (caller-driven busy polling, as the stock tool's default).
+PROGRESS=${RNIC_INTEROP_PROGRESS:-events}
 
 scenario_prepare() {
   [ -x "${RNIC_RC_PINGPONG:-}" ] || { say "RNIC_RC_PINGPONG is not an executable: '${RNIC_RC_PINGPONG:-}'"; return 1; }
@@ -24,7 +28,9 @@ rnic_pp() {
   shift 2
   for _ in $(seq 1 60); do
     rc=0
-    ip netns exec "$NS" timeout -k 5 60 "$RNIC_RC_PINGPONG" -d rxe:10.50.0.1 -g 0 -e --stats \
+    local ev=-e
+    [ "$PROGRESS" = events ] || ev=
+    ip netns exec "$NS" timeout -k 5 60 "$RNIC_RC_PINGPONG" -d rxe:10.50.0.1 -g 0 $ev --stats \
       -p "$port" -s "$size" -m 1024 -n "$ITERS" "$@" > "$log" 2>&1 < /dev/null || rc=$?
     [ "$rc" -ne 0 ] && [ $# -gt 0 ] && grep -q 'Connection refused\|No route\|unreachable' "$log" || break
     sleep 1
