@@ -13,7 +13,9 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rnic::core::{AccessFlags, Memory, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use rnic::core::{
+    AccessFlags, Memory, MemoryRegion, ProtectionDomain, RecvWr, WcOpcode, WcStatus, WorkCompletion,
+};
 use rnic::rxe::FaultConfig;
 
 use crate::KvError;
@@ -45,6 +47,11 @@ pub struct DecodeOptions {
     pub digest: bool,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// Positions to allocate and register a KV region for before any
+    /// prefill node connects (0: allocate per request, sized to it). A
+    /// request that fits uses the prepared region, so its handshake skips
+    /// allocation, pinning and registration.
+    pub prealloc_positions: u32,
     /// Test hook: vanish right after accepting (the prefill's writes then
     /// go unanswered).
     pub die_after_accept: bool,
@@ -62,6 +69,7 @@ impl DecodeOptions {
             numa_node: None,
             digest: true,
             verbose: false,
+            prealloc_positions: 0,
             die_after_accept: false,
         }
     }
@@ -115,6 +123,10 @@ pub struct DecodeReport {
 pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, KvError> {
     let cfg = o.model;
     let model = Model::new(cfg)?;
+    let prepared = match o.prealloc_positions {
+        0 => None,
+        cap => Some(Prepared::new(o, cap)?),
+    };
     let ctl = accept_within(listener, o.accept_timeout)?;
     let t0 = Instant::now();
     ctl.set_read_timeout(Some(o.timeout))
@@ -148,9 +160,21 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
             reason: "KVHELLO names no cached positions or a token outside the vocabulary".into(),
         });
     }
-    let g = KvGeometry::new(&cfg, tokens, tokens + generate);
+    let need = tokens.saturating_add(generate);
+    let (g, mem, placement, pre_rdma) = match prepared.filter(|p| p.cap >= need) {
+        Some(p) => (
+            KvGeometry::new(&cfg, tokens, p.cap),
+            p.mem,
+            p.placement,
+            p.rdma,
+        ),
+        None => {
+            let g = KvGeometry::new(&cfg, tokens, need);
+            let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
+            (g, mem, placement, None)
+        }
+    };
     let plan = ChunkPlan::new(g, chunk)?;
-    let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
 
     let mut accept = model_fields(Msg::new("KVACCEPT").with("v", VERSION), &cfg)
         .with("tokens", g.tokens)
@@ -161,14 +185,10 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
         .with("len", mem.len());
     let mut rdma = None;
     let dev = if transport == Transport::Rdma {
-        let dev = Device::open(&o.device, o.faults)?;
-        let pd = dev.ctx.alloc_pd().map_err(KvError::verbs("alloc_pd"))?;
-        let mr = pd
-            .reg_mr(
-                Arc::clone(&mem),
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            )
-            .map_err(KvError::verbs("reg_mr (KV region)"))?;
+        let (dev, pd, mr) = match pre_rdma {
+            Some(r) => r,
+            None => register(o, &mem)?,
+        };
         let mut rc = Rc::new(&dev, &pd, 1, window + 1, AccessFlags::REMOTE_WRITE)?;
         rc.qp.retain_region(&mr);
         for i in 0..=window {
@@ -261,6 +281,44 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
         digest,
         placement: Some(placement),
     })
+}
+
+/// Open the device and register `mem` for the prefill node's writes.
+fn register(
+    o: &DecodeOptions,
+    mem: &Arc<dyn Memory>,
+) -> Result<(Device, ProtectionDomain, MemoryRegion), KvError> {
+    let dev = Device::open(&o.device, o.faults)?;
+    let pd = dev.ctx.alloc_pd().map_err(KvError::verbs("alloc_pd"))?;
+    let mr = pd
+        .reg_mr(
+            Arc::clone(mem),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .map_err(KvError::verbs("reg_mr (KV region)"))?;
+    Ok((dev, pd, mr))
+}
+
+/// A KV region allocated and registered ahead of the request.
+struct Prepared {
+    cap: u32,
+    mem: Arc<dyn Memory>,
+    placement: Placement,
+    rdma: Option<(Device, ProtectionDomain, MemoryRegion)>,
+}
+
+impl Prepared {
+    fn new(o: &DecodeOptions, cap: u32) -> Result<Prepared, KvError> {
+        let g = KvGeometry::new(&o.model, 0, cap);
+        let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
+        let rdma = Some(register(o, &mem)?);
+        Ok(Prepared {
+            cap,
+            mem,
+            placement,
+            rdma,
+        })
+    }
 }
 
 /// Which chunks have landed.

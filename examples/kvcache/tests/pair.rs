@@ -58,6 +58,13 @@ fn rdma_pair_matches_reference_at_16_128_512() {
 }
 
 #[test]
+fn preregistered_region_matches_reference() {
+    let (p, mut d) = options(128, Transport::Rdma);
+    d.prealloc_positions = 1024;
+    check_against_reference(p, d);
+}
+
+#[test]
 fn tcp_baseline_matches_reference() {
     let (p, d) = options(128, Transport::Tcp);
     check_against_reference(p, d);

@@ -35,6 +35,11 @@ struct Args {
     /// Seconds without progress (a control message or a chunk) before giving up.
     #[arg(long, default_value = "30", value_parser = secs)]
     timeout: Duration,
+    /// Allocate and register a KV region for this many positions before
+    /// the prefill node connects (0: per request). Requests that fit skip
+    /// allocation and registration in their handshake.
+    #[arg(long, default_value_t = 0)]
+    prealloc: u32,
     /// NUMA node for the KV region (default: where this process runs).
     #[arg(long)]
     numa_node: Option<u32>,
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
     o.accept_timeout = a.accept_timeout;
     o.timeout = a.timeout;
     o.numa_node = a.numa_node;
+    o.prealloc_positions = a.prealloc;
     o.faults = a.faults.config(0);
     o.verbose = !a.quiet;
     let listener = match TcpListener::bind((a.bind.as_str(), a.listen)) {

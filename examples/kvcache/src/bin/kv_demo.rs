@@ -52,6 +52,10 @@ struct Args {
     timeout: Duration,
     #[command(flatten)]
     faults: FaultArgs,
+    /// Register the decode node's KV region before the prefill connects
+    /// (a pre-registered pool of one), instead of per request.
+    #[arg(long)]
+    prealloc: bool,
     /// Run only the single-node reference.
     #[arg(long)]
     reference: bool,
@@ -138,6 +142,9 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
         d.accept_timeout = a.timeout;
         d.faults = a.faults.config(2);
         d.verbose = !a.quiet;
+        if a.prealloc {
+            d.prealloc_positions = a.prompt.saturating_add(a.generate);
+        }
         let (pr, dr) = run_pair(p, d)?.into_result()?;
         let verdict = reference
             .as_ref()
