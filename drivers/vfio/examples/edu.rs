@@ -236,7 +236,9 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Option<usize> {
     if src.page_size() != PageSize::Huge2M {
         r.check("hugepages-obtained", false, "see above");
     }
-    let dst = region(&domain, None).ok()?;
+    let dst = r.must("dst-region", region(&domain, None), |d| {
+        format!("{} pages at IOVA {}", d.page_size(), d.iova())
+    })?;
     for i in 0..LEN {
         src.write(i, &[pattern(i)]).ok()?;
     }
@@ -277,10 +279,14 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Option<usize> {
     };
 
     // A DMA to an IOVA that was mapped and then unmapped must be blocked.
-    let victim = DmaRegion::builder(4096)
-        .pages(PagePolicy::Require(PageSize::Base))
-        .build()
-        .ok()?;
+    let victim = r.must(
+        "victim-region",
+        DmaRegion::builder(4096)
+            .pages(PagePolicy::Require(PageSize::Base))
+            .build()
+            .map_err(Into::into),
+        |_| "4 KiB of host memory, not mapped for the device".to_string(),
+    )?;
     victim.write(0, &[0xAA; 4096]).ok()?;
     let hole = (1u64 << 27) + 0x1000; // far from the regions above
     let host = std::ptr::NonNull::new(victim.as_ptr())?;
