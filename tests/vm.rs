@@ -1283,17 +1283,29 @@ fn lat_row<'a>(out: &'a str, size: &str, iters: &str) -> Option<Vec<&'a str>> {
     })
 }
 
-/// `rnicctl perf write-bw` and `send-lat` against stock perftest (the guest's
-/// ib_write_bw / ib_send_lat on kernel rxe) over perftest's TCP exchange;
-/// `server` says which side listens.
+/// The eight perftest tests, as `rnicctl perf` names them.
+const PERF_TESTS: [&str; 8] = [
+    "write-bw",
+    "read-bw",
+    "send-bw",
+    "atomic-bw",
+    "write-lat",
+    "read-lat",
+    "send-lat",
+    "atomic-lat",
+];
+
+/// `rnicctl perf` against stock perftest (the guest's ib_write_bw, ib_read_bw,
+/// ib_send_bw, ib_atomic_bw and the four _lat tools on kernel rxe) over
+/// perftest's TCP exchange, 200 iterations each; `server` says which side listens.
 fn interop_perftest(server: &str) {
     let name = format!("interop-perftest@{server}-server");
-    let Some(run) = run_prepared(&name, &[], 180, || {
+    let Some(run) = run_prepared(&name, &[], 300, || {
         let bin = host_rnicctl().unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
         vec![
             ("RNICCTL".into(), bin.display().to_string()),
             ("RNIC_INTEROP_SERVER".into(), server.into()),
-            ("RNIC_PERF_TESTS".into(), "write-bw send-lat".into()),
+            ("RNIC_PERF_TESTS".into(), PERF_TESTS.join(" ")),
             ("RNIC_PERF_ITERS".into(), "200".into()),
         ]
     }) else {
@@ -1305,7 +1317,7 @@ fn interop_perftest(server: &str) {
         format!("run-scenario exit {:?}", run.code),
     );
     let guest = run.file("share/interop-perftest.out");
-    for t in ["write-bw", "send-lat"] {
+    for t in PERF_TESTS {
         let kernel = run.file(&format!("share/kernel-{t}.txt"));
         let rnic = run.file(&format!("rnic-{t}.log"));
         c.that(
@@ -1318,26 +1330,31 @@ fn interop_perftest(server: &str) {
             rnic.lines().any(|l| l == "rc=0"),
             format!("rnicctl perf {t} did not exit 0"),
         );
-        if t == "write-bw" {
-            // Both sides print the client's result row.
+        let size = match t {
+            "atomic-bw" | "atomic-lat" => "8",
+            _ if t.ends_with("-bw") => "4096",
+            _ => "64",
+        };
+        if t.ends_with("-bw") {
+            // Both sides print a row: the client's own, the server the
+            // client's report (send-bw: its own count).
             c.that(
-                write_bw_row(&kernel, "4096", "200").is_some(),
-                "ib_write_bw: no 4096/200 result row",
+                write_bw_row(&kernel, size, "200").is_some(),
+                format!("stock {t}: no {size}/200 result row"),
             );
             c.that(
-                write_bw_row(&rnic, "4096", "200").is_some(),
-                "rnicctl perf write-bw: no 4096/200 result row",
+                write_bw_row(&rnic, size, "200").is_some(),
+                format!("rnicctl perf {t}: no {size}/200 result row"),
             );
         } else {
-            // Each client measures; rnicctl's server prints no latency row.
             let (client, who) = if server == "kernel" {
                 (&rnic, "rnicctl")
             } else {
-                (&kernel, "ib_send_lat")
+                (&kernel, "stock")
             };
             c.that(
-                lat_row(client, "64", "200").is_some(),
-                format!("{who} send-lat client: no 64/200 latency row"),
+                lat_row(client, size, "200").is_some(),
+                format!("{who} {t} client: no {size}/200 latency row"),
             );
         }
         if let Some(line) = icrc_line(&rnic) {

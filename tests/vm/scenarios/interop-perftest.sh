@@ -1,13 +1,13 @@
-# Interop: guest kernel rxe running stock perftest 4.5-0.17 (ib_write_bw, ib_send_lat)
+# Interop: guest kernel rxe running stock perftest 4.5-0.17 (ib_{write,read,send,atomic}_{bw,lat})
 # <-> `rnicctl perf` on the host, in a host netns behind the tap (10.50.0.2 guest,
 # 10.50.0.1 host). RNIC_INTEROP_SERVER=kernel (default): the guest's tools are the
 # servers, rnicctl the clients; =rnic: the other way round. Tests in RNIC_PERF_TESTS
-# (default "write-bw send-lat"), each at -s RNIC_PERF_SIZE_<test> -n RNIC_PERF_ITERS
-# (default 200) -m 1024, TCP port 18515 + run index. RNICCTL: the host binary
+# (default "write-bw send-lat"), each at -s 4096 (bw) / 64 (lat) / none (atomics: 8),
+# -n RNIC_PERF_ITERS (default 200) -m 1024, TCP port 18515 + run index. RNICCTL: the host binary
 # (tests/vm.rs builds it). The guest uses -x 1 (its IPv4 GID); rnicctl -x 0 on
 # rxe:10.50.0.1 with -e (progress thread: leaves the CPU to QEMU).
 # Results: capture.pcap (tap), rnic-<test>.log, share/kernel-<test>.txt.
-SCENARIO_TIMEOUT=150
+SCENARIO_TIMEOUT=280
 NS=rnicvm-$ID TAP=rnvtap0
 SERVER=${RNIC_INTEROP_SERVER:-kernel}
 TESTS=${RNIC_PERF_TESTS:-write-bw send-lat}

@@ -226,7 +226,17 @@ impl Bench {
     /// Poll once; drive the backend when nothing completed (busy poll) or
     /// sleep on the channel (events). Returns the number of completions in
     /// `self.wcs`.
-    fn poll(&mut self) -> Result<usize, CtlError> {
+    fn poll(&mut self, wait: bool) -> Result<usize, CtlError> {
+        if self.events && !wait {
+            let n = self
+                .cq
+                .poll(&mut self.wcs)
+                .map_err(verbs("polling the CQ"))?;
+            if n == 0 {
+                std::thread::yield_now();
+            }
+            return Ok(n);
+        }
         if self.events {
             let n = self
                 .cq
@@ -260,17 +270,21 @@ impl Bench {
             .unwrap_or(0)
     }
 
+    /// Top the receive queues up; each receive takes a whole slot, so
+    /// receives left from a smaller size (`-a`) still fit larger messages.
     fn post_recvs(&mut self, size: usize) -> Result<(), CtlError> {
         let n = self.qps.len();
+        let len = self.slot.max(size) as u32;
         for q in 0..n {
             let want = self.qps[q].caps().max_recv_wr;
             while self.recvs[q] < want {
-                let sge = [self.mr.sge((n + q) * self.slot, size as u32).map_err(|e| {
-                    CtlError::Verbs {
+                let sge = [self
+                    .mr
+                    .sge((n + q) * self.slot, len)
+                    .map_err(|e| CtlError::Verbs {
                         what: "building a receive SGE",
                         why: e.to_string(),
-                    }
-                })?];
+                    })?];
                 self.qps[q]
                     .post_recv(&[RecvWr::new(q as u64, &sge)])
                     .map_err(verbs("posting a receive"))?;
@@ -318,8 +332,18 @@ impl Bench {
 
     /// Poll once and account completions; returns (sends, receives) done
     /// per call through the callback.
-    fn reap(&mut self, mut on: impl FnMut(usize, bool)) -> Result<usize, CtlError> {
-        let n = self.poll()?;
+    fn reap(&mut self, on: impl FnMut(usize, bool)) -> Result<usize, CtlError> {
+        self.reap_with(true, on)
+    }
+
+    /// [`Bench::reap`] that never sleeps on the completion channel (for
+    /// loops that watch memory rather than completions).
+    fn reap_with(
+        &mut self,
+        wait: bool,
+        mut on: impl FnMut(usize, bool),
+    ) -> Result<usize, CtlError> {
+        let n = self.poll(wait)?;
         for i in 0..n {
             let wc = self.wcs[i];
             if wc.status != WcStatus::Success {
@@ -521,12 +545,76 @@ fn run_bw(b: &mut Bench, p: &Params, size: usize, rem: &[Dest]) -> Result<BwRow,
     })
 }
 
-/// Passive SEND receiver: keep receives posted until the peer's next
-/// exchange message.
-fn serve_sends(sess: &mut Session<TcpStream>, b: &mut Bench, size: usize) -> Result<(), CtlError> {
-    wait_peer(sess, b, |b| {
-        b.reap(|_, _| {})?;
+/// Receives counted by [`serve_sends`].
+struct RxCount {
+    got: u64,
+    times: Vec<u64>,
+    start: Option<Instant>,
+}
+
+impl RxCount {
+    fn tick(&mut self, b: &mut Bench, size: usize) -> Result<(), CtlError> {
+        let (got, times, start) = (&mut self.got, &mut self.times, &mut self.start);
+        b.reap(|_, recv| {
+            if recv {
+                let t0 = *start.get_or_insert_with(Instant::now);
+                *got += 1;
+                if times.len() < times.capacity() {
+                    times.push(t0.elapsed().as_nanos() as u64);
+                }
+            }
+        })?;
         b.post_recvs(size)
+    }
+}
+
+/// The SEND receiver (ib_send_bw's server): counts `-n` receives per QP
+/// (or, with `-D`, receives until the peer's next exchange message), keeps
+/// the receive queues full, and measures its own bandwidth.
+fn serve_sends(
+    sess: &mut Session<TcpStream>,
+    b: &mut Bench,
+    p: &Params,
+    size: usize,
+) -> Result<BwRow, CtlError> {
+    let n = b.qps.len();
+    let want = p.iters * n as u64;
+    let mut rx = RxCount {
+        got: 0,
+        times: Vec::with_capacity((want as usize).min(1 << 22)),
+        start: None,
+    };
+    if p.duration.is_some() {
+        wait_peer(sess, b, |b| rx.tick(b, size))?;
+    } else {
+        let mut last = Instant::now();
+        let mut seen = 0;
+        while rx.got < want {
+            rx.tick(b, size)?;
+            if rx.got != seen {
+                seen = rx.got;
+                last = Instant::now();
+            } else if last.elapsed() > Duration::from_secs(30) {
+                return Err(CtlError::Stalled(
+                    "receiving SENDs (same -n and -q on both sides?)",
+                ));
+            }
+        }
+    }
+    let RxCount { got, times, .. } = rx;
+    let secs = times.last().map_or(0.0, |t| *t as f64 / 1e9);
+    let avg = report::bw_unit((got * size as u64) as f64, secs, p.gbits);
+    let peak = report::peak_bytes_per_sec(&times, size as u64, p.tx_depth as usize);
+    Ok(BwRow {
+        bytes: size as u64,
+        iters: got / n as u64,
+        bw_peak: report::bw_unit(peak, 1.0, p.gbits).max(avg),
+        bw_avg: avg,
+        msg_rate: if secs > 0.0 {
+            got as f64 / secs / 1e6
+        } else {
+            0.0
+        },
     })
 }
 
@@ -534,7 +622,7 @@ fn spin_until(b: &mut Bench, mut cond: impl FnMut(&Bench) -> bool) -> Result<(),
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut spins = 0u32;
     while !cond(b) {
-        b.reap(|_, _| {})?;
+        b.reap_with(false, |_, _| {})?;
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(1024) && Instant::now() > deadline {
             return Err(CtlError::Stalled("waiting for the peer's message"));
@@ -554,8 +642,8 @@ fn run_lat(
     let verb = p.test.verb();
     let n = b.qps.len();
     let mut samples = Vec::with_capacity(p.iters as usize);
-    // The server measures from its reply to the next request (a round trip
-    // seen from its side), so it has one sample fewer than iterations.
+    // The answering side measures from its reply to the next request (a
+    // round trip seen from its side), so it has one sample fewer.
     let mut replied: Option<Instant> = None;
     let inline = size as u32 <= p.inline;
     let poll_off = n * b.slot + size - 1;
@@ -568,14 +656,18 @@ fn run_lat(
             b.reap(|_, _| {})?;
         }
         match (verb, role) {
-            (Verb::Write, Role::Client) => {
+            // ib_write_lat: the server writes first, the client answers
+            // (perftest_resources.c run_iter_lat_write: only a server skips
+            // the first wait). Each side's sample: its write to the peer's
+            // next write landing.
+            (Verb::Write, Role::Server) => {
                 let _ = b.mem.write(size - 1, &[c]);
                 let t0 = Instant::now();
                 b.post(0, verb, size, rem, inline)?;
                 spin_until(b, |b| b.byte(poll_off) == c)?;
                 samples.push(t0.elapsed().as_nanos() as u64);
             }
-            (Verb::Write, Role::Server) => {
+            (Verb::Write, Role::Client) => {
                 spin_until(b, |b| b.byte(poll_off) == c)?;
                 if let Some(t) = replied {
                     samples.push(t.elapsed().as_nanos() as u64);
@@ -625,9 +717,14 @@ fn run_lat(
     }
     bar.finish();
     b.drain_sends()?;
-    if role == Role::Client {
-        // The server's last message is ours to acknowledge: keep the
-        // backend running a moment so the ACK leaves before we stop polling.
+    // The peer's last message is ours to acknowledge (the server's in
+    // send-lat, the client's in write-lat): keep the backend running a
+    // moment so the ACK leaves before we stop polling.
+    let last_receiver = match verb {
+        Verb::Write => Role::Server,
+        _ => Role::Client,
+    };
+    if role == last_receiver {
         b.linger(Duration::from_millis(100))?;
     }
     Ok(samples)
@@ -712,10 +809,14 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
             sess.close(&my0)?;
         }
         Test::SendBw => {
+            // ib_send_bw: both sides measure; no reports are exchanged.
+            // A sync before each size (after the server posted its
+            // receives) and, with -a, one after it.
             let rem = sess.hand_shake_all(&my)?;
             b.connect(&my, &rem, mtu, p)?;
             sess.hand_shake(&my0)?;
             sess.hand_shake_all(&my)?;
+            let all = p.sizes.len() > 1;
             for s in &p.sizes {
                 let s = *s as usize;
                 if role == Role::Server {
@@ -725,27 +826,20 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
                 if role == Role::Client {
                     out.bw.push(run_bw(&mut b, p, s, &rem)?);
                 } else {
-                    serve_sends(&mut sess, &mut b, s)?;
+                    out.bw.push(serve_sends(&mut sess, &mut b, p, s)?);
                 }
-                sess.hand_shake(&my0)?;
+                if all {
+                    if role == Role::Server {
+                        // The client waits for our ACKs before it syncs.
+                        wait_peer(&mut sess, &mut b, idle_progress)?;
+                    }
+                    sess.hand_shake(&my0)?;
+                }
             }
-            let last = out.bw.last().copied();
-            let rep = last.map_or(BwReport::default(), |r| BwReport {
-                size: r.bytes,
-                iters: r.iters,
-                bw_peak: r.bw_peak,
-                bw_avg: r.bw_avg,
-                msg_rate: r.msg_rate,
-            });
-            let theirs = sess.bw_reports(&rep)?;
             if role == Role::Server {
-                out.bw.push(BwRow {
-                    bytes: theirs.size,
-                    iters: theirs.iters,
-                    bw_peak: theirs.bw_peak,
-                    bw_avg: theirs.bw_avg,
-                    msg_rate: theirs.msg_rate,
-                });
+                // The client's last SENDs are acknowledged once it stops
+                // waiting; keep answering until its closing line arrives.
+                wait_peer(&mut sess, &mut b, idle_progress)?;
             }
             sess.close(&my0)?;
         }
