@@ -309,3 +309,104 @@ fn stock_server_bytes_against_rnicctl_client() {
     let q = st.qp(qp.qpn()).unwrap();
     assert!(q.rx_packets >= 20 * 4, "{q:?}");
 }
+
+/// ib_send_bw's shape differs from ib_write_bw's: after the endpoint rounds
+/// (per QP, connect, one, per QP) there is one line once the server has
+/// posted its receives, then the SENDs, then only the closing line and
+/// "done" — no bandwidth reports.
+#[test]
+fn stock_send_bw_server_bytes_against_rnicctl_client() {
+    let port = 19313;
+    let dev = RxeDevice::open(
+        &RxeConfig::new(Target::Ip("127.0.0.9".parse().unwrap())).with_progress(Progress::Thread),
+    )
+    .unwrap();
+    let ctx = dev.context();
+    let pd = ctx.alloc_pd().unwrap();
+    let mem = Arc::new(HeapMemory::new(65536));
+    let mr = pd.reg_mr(mem.clone(), AccessFlags::LOCAL_WRITE).unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let caps = QpCaps {
+        max_recv_wr: 32,
+        ..QpCaps::default()
+    };
+    let mut qp = pd
+        .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+        .unwrap();
+    qp.to_init(&InitParams::default()).unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let child = Command::new(BIN)
+        .args(["perf", "send-bw", "-d", "rxe:127.0.0.10", "-p"])
+        .arg(port.to_string())
+        .args(["-s", "1024", "-n", "16", "-t", "4", "--json", "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut v = [0u8; 16];
+    xchg_server(&mut s, &version_field(), &mut v);
+    let mut b4 = [0u8; 4];
+    xchg_server(&mut s, &4096u32.to_be_bytes(), &mut b4);
+    xchg_server(&mut s, &64u32.to_be_bytes(), &mut b4);
+    let mut m = [0u8; 2];
+    xchg_server(&mut s, b"3\0", &mut m);
+    let mine = dest_line(
+        qp.qpn().get(),
+        0x000123,
+        mr.rkey().get(),
+        mr.addr(),
+        &v4_gid(127, 0, 0, 9),
+    );
+    let mut theirs = [0u8; 108];
+    xchg_server(&mut s, &mine, &mut theirs);
+    let (rqpn, rpsn, _, _, rgid) = parse_line(&theirs);
+    qp.to_rtr(
+        Qpn::from_wire(rqpn),
+        Psn::from_wire(rpsn),
+        Gid::from_ipv6(Ipv6Addr::from(rgid)),
+        &RtrParams {
+            path_mtu: Mtu::Mtu1024,
+            hop_limit: 1,
+            ..RtrParams::default()
+        },
+    )
+    .unwrap();
+    qp.to_rts(Psn::from_wire(0x000123), &RtsParams::default())
+        .unwrap();
+    xchg_server(&mut s, &mine, &mut theirs);
+    xchg_server(&mut s, &mine, &mut theirs);
+    // ctx_set_recv_wqes, then the sync that lets the client send.
+    for i in 0..16u64 {
+        let sge = [mr.sge(0, 1024).unwrap()];
+        qp.post_recv(&[rnic::core::RecvWr::new(i, &sge)]).unwrap();
+    }
+    xchg_server(&mut s, &mine, &mut theirs);
+    // run_iter_bw_server: 16 receives.
+    let mut wcs = [rnic::core::WorkCompletion::default(); 16];
+    let mut got = 0;
+    let t0 = Instant::now();
+    while got < 16 && t0.elapsed() < Duration::from_secs(30) {
+        got += cq.poll(&mut wcs).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(got, 16, "the client's SENDs arrived");
+    // ctx_close_connection: the next bytes are the client's closing line.
+    xchg_server(&mut s, &mine, &mut theirs);
+    parse_line(&theirs);
+    let mut d = [0u8; 5];
+    s.read_exact(&mut d).unwrap();
+    assert_eq!(&d, b"done\0", "no reports in ib_send_bw");
+    s.write_all(b"done\0").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(j["results"][0]["bytes"], 1024);
+    assert_eq!(j["results"][0]["iterations"], 16);
+}
