@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draw docs/kvcache/ttft_breakdown.png from kv_demo --json results.
 
-usage: plot_ttft.py results.json out.png
+usage: plot_ttft.py results.json out.png [results_prealloc.json]
 
 Also prints the markdown TTFT table docs/kvcache.md quotes.
 
@@ -81,6 +81,10 @@ def main():
     fig.savefig(out, dpi=110)
     print(f"wrote {out}", file=sys.stderr)
     table(docs)
+    if len(sys.argv) > 3:
+        with open(sys.argv[3]) as f:
+            print()
+            table(json.load(f))
 
 
 def table(docs):
