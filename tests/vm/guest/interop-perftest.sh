@@ -14,12 +14,12 @@ for t in $TESTS; do
   tool=ib_$(echo $t | tr - _)
   out=$S/kernel-$t.txt
   if [ "$SERVER" = kernel ]; then
-    timeout 90 $tool -d rxe0 -x 1 -F -p $port $sz -m 1024 -n $ITERS > $out 2>&1
+    timeout 90 $tool -d rxe0 -x 1 -F -p $port $sz -m 1024 -n $ITERS $EXTRA > $out 2>&1
     rc=$?
   else
     # The host's server may not listen yet: retry while the connection is refused.
     for _ in $(seq 1 60); do
-      timeout 90 $tool -d rxe0 -x 1 -F -p $port $sz -m 1024 -n $ITERS 10.50.0.1 > $out 2>&1
+      timeout 90 $tool -d rxe0 -x 1 -F -p $port $sz -m 1024 -n $ITERS $EXTRA 10.50.0.1 > $out 2>&1
       rc=$?
       grep -q "Couldn't connect\|Unable to open file descriptor" $out || break
       sleep 1

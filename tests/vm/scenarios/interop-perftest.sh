@@ -12,12 +12,13 @@ NS=rnicvm-$ID TAP=rnvtap0
 SERVER=${RNIC_INTEROP_SERVER:-kernel}
 TESTS=${RNIC_PERF_TESTS:-write-bw send-lat}
 ITERS=${RNIC_PERF_ITERS:-200}
+EXTRA=${RNIC_PERF_EXTRA:-}   # options for both sides, e.g. "-q 2"
 
 size_of() { case $1 in *-bw) echo 4096 ;; *) echo 64 ;; esac; }
 
 scenario_prepare() {
   [ -x "${RNICCTL:-}" ] || { say "RNICCTL is not an executable: '${RNICCTL:-}'"; return 1; }
-  printf 'SERVER=%s\nTESTS="%s"\nITERS=%s\n' "$SERVER" "$TESTS" "$ITERS" >> "$SHARE/env.sh"
+  printf 'SERVER=%s\nTESTS="%s"\nITERS=%s\nEXTRA="%s"\n' "$SERVER" "$TESTS" "$ITERS" "$EXTRA" >> "$SHARE/env.sh"
 }
 
 # rnic_perf <test> <port> [host]: one rnicctl perf run in the netns; a client retries
@@ -29,7 +30,7 @@ rnic_perf() {
   for _ in $(seq 1 60); do
     rc=0
     ip netns exec "$NS" timeout -k 5 90 "$RNICCTL" perf "$t" -d rxe:10.50.0.1 -x 0 -e --stats \
-      -p "$port" -s "$size" -m 1024 -n "$ITERS" "$@" > "$log" 2>&1 < /dev/null || rc=$?
+      -p "$port" -s "$size" -m 1024 -n "$ITERS" $EXTRA "$@" > "$log" 2>&1 < /dev/null || rc=$?
     [ "$rc" -ne 0 ] && [ $# -gt 0 ] && grep -q "couldn't connect" "$log" || break
     sleep 1
   done
