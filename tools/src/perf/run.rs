@@ -483,7 +483,13 @@ fn run_bw(b: &mut Bench, p: &Params, size: usize, rem: &[Dest]) -> Result<BwRow,
     let n = b.qps.len();
     let mut posted = vec![0u64; n];
     let mut done = vec![0u64; n];
-    let mut times: Vec<u64> = Vec::with_capacity((p.iters as usize * n).min(1 << 22));
+    let cap = if p.duration.is_some() {
+        1 << 20
+    } else {
+        (p.iters as usize * n).min(1 << 22)
+    };
+    let mut times: Vec<u64> = Vec::with_capacity(cap);
+    let mut last_ns = 0u64;
     let start = Instant::now();
     let deadline = p.duration.map(|d| start + d);
     let mut bar = Bar::new(deadline.is_some() || p.iters * size as u64 > (1 << 30));
@@ -503,8 +509,9 @@ fn run_bw(b: &mut Bench, p: &Params, size: usize, rem: &[Dest]) -> Result<BwRow,
         b.reap(|q, recv| {
             if !recv {
                 done[q] += 1;
+                last_ns = start.elapsed().as_nanos() as u64;
                 if times.len() < times.capacity() {
-                    times.push(start.elapsed().as_nanos() as u64);
+                    times.push(last_ns);
                 }
             }
         })?;
@@ -525,9 +532,13 @@ fn run_bw(b: &mut Bench, p: &Params, size: usize, rem: &[Dest]) -> Result<BwRow,
     }
     bar.finish();
     let total: u64 = done.iter().sum();
-    let secs = times
-        .last()
-        .map_or(start.elapsed().as_secs_f64(), |t| *t as f64 / 1e9);
+    // The time of the last completion (the samples for the peak may stop
+    // earlier: they are capped).
+    let secs = if last_ns > 0 {
+        last_ns as f64 / 1e9
+    } else {
+        start.elapsed().as_secs_f64()
+    };
     let bytes = (total * size as u64) as f64;
     let peak = report::peak_bytes_per_sec(&times, size as u64, p.tx_depth as usize);
     let avg = report::bw_unit(bytes, secs, p.gbits);
@@ -550,17 +561,25 @@ struct RxCount {
     got: u64,
     times: Vec<u64>,
     start: Option<Instant>,
+    /// When the last receive completed (ns after the first).
+    last_ns: u64,
 }
 
 impl RxCount {
     fn tick(&mut self, b: &mut Bench, size: usize) -> Result<(), CtlError> {
-        let (got, times, start) = (&mut self.got, &mut self.times, &mut self.start);
+        let (got, times, start, last) = (
+            &mut self.got,
+            &mut self.times,
+            &mut self.start,
+            &mut self.last_ns,
+        );
         b.reap(|_, recv| {
             if recv {
                 let t0 = *start.get_or_insert_with(Instant::now);
                 *got += 1;
+                *last = t0.elapsed().as_nanos() as u64;
                 if times.len() < times.capacity() {
-                    times.push(t0.elapsed().as_nanos() as u64);
+                    times.push(*last);
                 }
             }
         })?;
@@ -583,6 +602,7 @@ fn serve_sends(
         got: 0,
         times: Vec::with_capacity((want as usize).min(1 << 22)),
         start: None,
+        last_ns: 0,
     };
     if p.duration.is_some() {
         wait_peer(sess, b, |b| rx.tick(b, size))?;
@@ -601,8 +621,13 @@ fn serve_sends(
             }
         }
     }
-    let RxCount { got, times, .. } = rx;
-    let secs = times.last().map_or(0.0, |t| *t as f64 / 1e9);
+    let RxCount {
+        got,
+        times,
+        last_ns,
+        ..
+    } = rx;
+    let secs = last_ns as f64 / 1e9;
     let avg = report::bw_unit((got * size as u64) as f64, secs, p.gbits);
     let peak = report::peak_bytes_per_sec(&times, size as u64, p.tx_depth as usize);
     Ok(BwRow {
