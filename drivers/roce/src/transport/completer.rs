@@ -102,7 +102,12 @@ impl Qp {
                 } else if p.psn != self.comp.psn {
                     self.stats.drops.bad_response_psn += 1;
                     retry = true;
-                } else if !p.is(f::FIRST) && !self.comp.read_cont {
+                } else if !p.is(f::FIRST) && !self.comp.read_cont && p.psn == w.first_psn {
+                    // A READ's first response must be FIRST/ONLY. After a retry
+                    // from the middle (a new request from the first missing
+                    // PSN), MIDDLE/LAST at that PSN is accepted too: kernel rxe
+                    // replays such a request as the continuation of the
+                    // original response (rxe_resp.c, duplicate_request).
                     self.stats.drops.bad_response += 1;
                 } else {
                     let off = u64::from(w.first_psn.distance_to(p.psn).unsigned_abs()) * mtu;

@@ -5,6 +5,7 @@
 mod basic;
 mod errors;
 mod negative;
+mod read_replay;
 mod workload;
 
 use rnic_core::{
