@@ -432,12 +432,16 @@ impl Qp {
                     return;
                 }
                 self.stats.read_replays += 1;
+                // As rxe: a replay from the resource's first PSN is a new
+                // response (FIRST/ONLY); one from inside the range continues
+                // the original (MIDDLE/LAST).
+                let first_psn = found.map_or(p.psn, |r| r.first_psn);
                 self.resp.reply = Some(Reply {
                     psn: p.psn,
                     va: p.reth.va,
                     rkey,
                     resid: req_len,
-                    started: false,
+                    started: p.psn != first_psn,
                 });
                 self.continue_reply(io);
             }

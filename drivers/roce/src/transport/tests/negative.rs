@@ -552,7 +552,8 @@ fn duplicates_are_answered_not_reexecuted() {
     r.ep.with(|qp, io| qp.receive(now, &a, gid(1), io));
     let (b, _) = r.ep.tx.out.pop().expect("replay");
     assert_eq!(pkt::parse(&b).expect("ack").atomic_orig, orig);
-    // READ replay from its second packet.
+    // READ replay from its second packet continues the original response,
+    // as kernel rxe does: MIDDLE then LAST, no FIRST.
     let rd2 = req(
         op::READ_REQUEST,
         RQ_PSN + 4,
@@ -563,7 +564,17 @@ fn duplicates_are_answered_not_reexecuted() {
     assert_eq!(
         out,
         vec![
-            (op::READ_RESP_FIRST, syndrome::ACK_UNLIMITED, RQ_PSN + 4),
+            (op::READ_RESP_MIDDLE, 0, RQ_PSN + 4), // MIDDLE carries no AETH
+            (op::READ_RESP_LAST, syndrome::ACK_UNLIMITED, RQ_PSN + 5)
+        ]
+    );
+    // A replay from the READ's first PSN is a new response: FIRST … LAST.
+    let out = r.inject(&rd);
+    assert_eq!(
+        out,
+        vec![
+            (op::READ_RESP_FIRST, syndrome::ACK_UNLIMITED, RQ_PSN + 3),
+            (op::READ_RESP_MIDDLE, 0, RQ_PSN + 4), // MIDDLE carries no AETH
             (op::READ_RESP_LAST, syndrome::ACK_UNLIMITED, RQ_PSN + 5)
         ]
     );
@@ -579,9 +590,9 @@ fn duplicates_are_answered_not_reexecuted() {
     assert_eq!(&r.ep.mem.bytes(r.a)[..8], &after_add[..]);
     assert_eq!(r.ep.cq.recv.len(), 1, "the SEND was delivered once");
     let st = r.stats();
-    assert_eq!(st.duplicate_requests, 6);
+    assert_eq!(st.duplicate_requests, 7);
     assert_eq!(st.atomic_replays, 2);
-    assert_eq!(st.read_replays, 1);
+    assert_eq!(st.read_replays, 2);
     assert_eq!(st.drops.no_resource, 1);
 }
 
