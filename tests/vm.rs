@@ -873,13 +873,30 @@ fn rw_match(out: &str, what: &str, len: u64) -> bool {
 /// 1024), every byte checked by the side that owns the memory.
 #[test]
 fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
+    interop_rw(None);
+}
+
+/// The same with netem dropping 8% of what the kernel sends: READ responses go missing, so
+/// rnic re-requests its READ from the middle and the kernel replays from there (the
+/// MIDDLE-first replay rnic once rejected forever); RNR and go-back-N meet loss.
+#[test]
+fn interop_rdma_write_read_and_rnr_under_netem_loss_on_the_kernel_side() {
+    interop_rw(Some("loss 8%"));
+}
+
+fn interop_rw(netem: Option<&str>) {
     const LEN: u64 = 20000;
-    let name = "interop-rw";
+    let name = if netem.is_some() {
+        "interop-rw@netem"
+    } else {
+        "interop-rw"
+    };
+    let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
     let Some(run) = run_with_example(
         name,
         ("interop_rw", "RNIC_INTEROP_RW"),
         &[("RNIC_INTEROP_RW_LEN", "20000")],
-        &[],
+        &args,
         150,
     ) else {
         return;
@@ -970,6 +987,19 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
             }
         }
         Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    if netem.is_some() {
+        let drops = netem_drops(&guest);
+        say(&format!(
+            "{name}: netem dropped {drops:?} of the kernel's packets"
+        ));
+        c.that(
+            drops.is_some_and(|d| d > 0),
+            format!("netem dropped nothing ({drops:?})"),
+        );
+    }
+    if let Some(qp) = rnic.lines().find(|l| l.starts_with("qp 0x")) {
+        say(&format!("{name}: rnic {qp}"));
     }
     for l in rnic
         .lines()
