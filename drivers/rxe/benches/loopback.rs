@@ -171,14 +171,16 @@ fn write_bw(c: &mut Criterion) {
     );
     let s = b.dev.stats().device;
     eprintln!(
-        "receiver: {} packets, {} datagrams, {} GRO datagrams / {} segments, icrc ok {} recovered {} drops {}",
+        "receiver: {} packets, {} datagrams, {} GRO datagrams / {} segments, icrc ok {} recovered {} drops {}; {} ACKs sent, {} coalesced",
         s.rx_packets,
         s.rx_datagrams,
         s.gro_datagrams,
         s.gro_segments,
         s.icrc_ok,
         s.icrc_recovered,
-        s.icrc_drops
+        s.icrc_drops,
+        s.tx_packets,
+        s.acks_coalesced
     );
     g.finish();
 }

@@ -21,6 +21,9 @@ pub struct DeviceStats {
     /// Caller-driven progress rounds whose output was only ACKs, left queued
     /// for the next call into the device (to leave with its packets).
     pub acks_deferred: u64,
+    /// Plain ACKs that replaced a queued, older ACK of the same connection
+    /// before it was sent (so they are not in `tx_packets`).
+    pub acks_coalesced: u64,
     /// GSO sends (each carrying `gso_segments / gso_sends` packets on average).
     pub gso_sends: u64,
     /// Packets that left inside GSO sends.
@@ -101,12 +104,13 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
             d.sendmmsg_calls,
             d.acks_deferred,
+            d.acks_coalesced,
             d.gso_sends,
             d.gso_segments,
             d.gso_fallbacks,

@@ -8,6 +8,13 @@
 //! RoCE packet with its own ICRC). The MIDDLE packets of a large message all
 //! have the path-MTU size, so a 1 MiB WRITE leaves in a few dozen sends.
 //!
+//! **ACK coalescing.** A plain (positive, cumulative) ACK queued right
+//! behind a plain ACK of the same connection for an earlier PSN overwrites
+//! it in place (same slot, same identification, ICRC refilled): a receive
+//! round that served many AckReqs sends one ACK per connection, as a NIC's
+//! coalescing would. NAKs, RNR NAKs and ATOMIC ACKNOWLEDGEs are never
+//! merged. Counted as `acks_coalesced`.
+//!
 //! **IPv4 identification.** The ICRC covers the IPv4 identification, which
 //! the kernel picks. Every socket sets `IP_PMTUDISC_DO` (DF) and stays
 //! unconnected; Linux then sends identification 0 for a datagram
@@ -39,6 +46,50 @@ const GSO_MAX_SEGS: usize = 64;
 const MAX_MSGS: usize = 256;
 /// BTH opcode of an RC ACKNOWLEDGE (ACK or NAK).
 const OP_ACKNOWLEDGE: u8 = 0x11;
+/// Bytes of a plain ACKNOWLEDGE: BTH (12) + AETH (4) + ICRC (4).
+const ACK_LEN: usize = 20;
+
+/// The queued ACK a newer ACK of the same connection may replace: the last
+/// packet in the arena.
+#[derive(Clone, Copy, Debug)]
+struct LastAck {
+    /// Its offset in the arena.
+    off: usize,
+    /// The IPv4 identification its ICRC was filled with.
+    ip_id: u16,
+    /// Sending socket and destination.
+    sock: usize,
+    dst: SocketAddr,
+    /// BTH DestQP (bytes 5..8) and PSN (bytes 9..12).
+    qpn: [u8; 3],
+    psn: u32,
+}
+
+/// A plain positive ACK (syndrome 000xxxxx): cumulative, so a later one of
+/// the same connection makes an earlier one redundant.
+fn plain_ack(pkt: &[u8]) -> Option<([u8; 3], u32)> {
+    match pkt {
+        [
+            OP_ACKNOWLEDGE,
+            _,
+            _,
+            _,
+            _,
+            q0,
+            q1,
+            q2,
+            _,
+            p0,
+            p1,
+            p2,
+            syn,
+            ..,
+        ] if pkt.len() == ACK_LEN && syn & 0xe0 == 0 => {
+            Some(([*q0, *q1, *q2], u32::from_be_bytes([0, *p0, *p1, *p2])))
+        }
+        _ => None,
+    }
+}
 
 /// A socket that sends from one (address, UDP source port).
 #[derive(Debug)]
@@ -72,6 +123,8 @@ pub struct Tx {
     pub per_qp_sport: bool,
     /// Every packet queued since the last flush is an ACKNOWLEDGE.
     only_acks: bool,
+    /// The last packet queued, when it is a plain ACK.
+    last_ack: Option<LastAck>,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -95,6 +148,7 @@ impl Tx {
             gso,
             per_qp_sport,
             only_acks: true,
+            last_ack: None,
         }
     }
 
@@ -219,6 +273,7 @@ impl Tx {
         self.groups.clear();
         self.used = 0;
         self.only_acks = true;
+        self.last_ack = None;
     }
 
     /// Replace the GSO group at `i` by its single packets, re-filling their
@@ -357,12 +412,40 @@ impl PacketSink for Sink<'_> {
             }
             None => false,
         };
+        let local_ip = self.ports.get(port).map(|p| p.ip);
+        // A plain ACK right behind a queued plain ACK of the same connection
+        // for an earlier PSN replaces it in place (ACKs are cumulative): one
+        // ACK per connection per flush instead of one per AckReq.
+        let ack = self.tx.arena.get(start..start + len).and_then(plain_ack);
+        if let (Some((qpn, psn)), Some(prev), Some(ip)) = (ack, self.tx.last_ack, local_ip) {
+            let newer = psn.wrapping_sub(prev.psn) & 0x00ff_ffff;
+            if prev.sock == sock
+                && prev.dst == dst
+                && prev.qpn == qpn
+                && prev.off + ACK_LEN == start
+                && (1..0x80_0000).contains(&newer)
+            {
+                self.tx.arena.copy_within(start..start + len, prev.off);
+                let refilled = self
+                    .tx
+                    .arena
+                    .get_mut(prev.off..prev.off + len)
+                    .is_some_and(|pkt| fill_icrc(ip, dst, sport, prev.ip_id, pkt));
+                // (It filled before at the same place; were it to fail, the
+                // old slot goes out with a bad ICRC, is dropped and counted by
+                // the peer, and this ACK is queued normally below.)
+                if refilled {
+                    self.tx.last_ack = Some(LastAck { psn, ..prev });
+                    self.stats.acks_coalesced += 1;
+                    return;
+                }
+            }
+        }
         let ip_id = if join {
             self.tx.groups.last().map_or(0, |g| g.segs as u16)
         } else {
             0
         };
-        let local_ip = self.ports.get(port).map(|p| p.ip);
         let filled = match (local_ip, self.tx.arena.get_mut(start..start + len)) {
             (Some(ip), Some(pkt)) => fill_icrc(ip, dst, sport, ip_id, pkt),
             _ => false,
@@ -374,6 +457,14 @@ impl PacketSink for Sink<'_> {
         if self.tx.arena.get(start) != Some(&OP_ACKNOWLEDGE) {
             self.tx.only_acks = false;
         }
+        self.tx.last_ack = ack.map(|(qpn, psn)| LastAck {
+            off: start,
+            ip_id,
+            sock,
+            dst,
+            qpn,
+            psn,
+        });
         self.tx.used += len;
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += len as u64;
@@ -404,4 +495,35 @@ impl PacketSink for Sink<'_> {
 /// The GID a datagram from `src` carries.
 pub fn gid_of(src: &SocketAddr) -> Gid {
     Gid::from_ip(src.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(syndrome: u8, psn: u32, len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        p[0] = OP_ACKNOWLEDGE;
+        p[5..8].copy_from_slice(&[0, 0x12, 0x34]);
+        p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+        p[12] = syndrome;
+        p
+    }
+
+    #[test]
+    fn only_plain_acks_may_be_replaced() {
+        assert_eq!(
+            plain_ack(&ack(0x1f, 0xab_cdef, ACK_LEN)),
+            Some(([0, 0x12, 0x34], 0xab_cdef))
+        );
+        // RNR NAK, PSN sequence NAK: never coalesced.
+        assert_eq!(plain_ack(&ack(0x20 | 5, 1, ACK_LEN)), None);
+        assert_eq!(plain_ack(&ack(0x60, 1, ACK_LEN)), None);
+        // ATOMIC ACKNOWLEDGE or anything longer than a plain ACK.
+        assert_eq!(plain_ack(&ack(0x1f, 1, ACK_LEN + 8)), None);
+        let mut other = ack(0x1f, 1, ACK_LEN);
+        other[0] = 0x12;
+        assert_eq!(plain_ack(&other), None);
+        assert_eq!(plain_ack(&[OP_ACKNOWLEDGE; 4]), None);
+    }
 }
