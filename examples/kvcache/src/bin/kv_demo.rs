@@ -27,6 +27,12 @@ struct Args {
     /// such as mlx5:<bdf> (both nodes on it).
     #[arg(long, default_value = "rxe")]
     device: String,
+    /// The decode node's device (overrides --device), e.g. rxe:127.0.0.1.
+    #[arg(long)]
+    decode_device: Option<String>,
+    /// The prefill node's device (overrides --device), e.g. rxe:127.0.0.2.
+    #[arg(long)]
+    prefill_device: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
     /// Prompt length in tokens.
@@ -125,6 +131,8 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
     let mut runs = Vec::new();
     for t in transports {
         let (dspec, pspec) = device_pair(&a.device);
+        let dspec = a.decode_device.clone().unwrap_or(dspec);
+        let pspec = a.prefill_device.clone().unwrap_or(pspec);
         let mut p = PrefillOptions::new("", cfg);
         p.device = pspec;
         p.prompt_len = a.prompt;
