@@ -152,6 +152,9 @@ fn gso_to_a_receiver_without_gro() {
     // Every packet verified with a predicted identification (0 for the
     // first segment, previous + 1 after it), none needed solving: the
     // kernel numbers the segments of a DF GSO send 0, 1, 2, ...
+    // Under load a timeout may retransmit part of the WRITE: count what
+    // arrived rather than assume exactly the 256 packets of one pass.
     assert_eq!(sb.icrc_recovered, 0);
-    assert_eq!(sb.icrc_ok, 256);
+    assert_eq!(sb.icrc_ok, sb.rx_packets, "every received packet verified");
+    assert!(sb.icrc_ok >= 256, "the WRITE is 256 packets: {}", sb.icrc_ok);
 }
