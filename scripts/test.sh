@@ -31,7 +31,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test (workspace)"
 cargo test --workspace --locked
 
-step "long simulations (release, --ignored)"
-cargo test --release --locked -p rnic-roce -- --ignored
+step "long runs (release, --ignored): 100k-op fault simulations, 64 MiB loopback transfers"
+cargo test --release --locked -p rnic-roce -p rnic-rxe -- --ignored
 
 printf '\nall checks passed in %ss\n' "$(( $(date +%s) - t0 ))"
