@@ -156,5 +156,9 @@ fn gso_to_a_receiver_without_gro() {
     // arrived rather than assume exactly the 256 packets of one pass.
     assert_eq!(sb.icrc_recovered, 0);
     assert_eq!(sb.icrc_ok, sb.rx_packets, "every received packet verified");
-    assert!(sb.icrc_ok >= 256, "the WRITE is 256 packets: {}", sb.icrc_ok);
+    assert!(
+        sb.icrc_ok >= 256,
+        "the WRITE is 256 packets: {}",
+        sb.icrc_ok
+    );
 }
