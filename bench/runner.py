@@ -1,0 +1,260 @@
+"""runner.py -- the measurement loop of bench/compare.sh (see there for usage).
+
+Every repetition runs every test once (interleaved), REPS times. Each run
+records wall time, the CPU its own processes used (getrusage of children)
+and the CPU everything else on the machine used meanwhile ("foreign",
+/proc/stat busy time minus ours, % of one vCPU). Rows go to runs.csv; the
+summary (medians [min-max], ratios rnic/peer) is written by summary.py.
+"""
+import csv, json, os, re, resource, signal, subprocess, time
+
+E = os.environ
+OUT, REPS, QUICK = E["OUT"], int(E["REPS"]), E.get("QUICK", "0") == "1"
+ONLY = E["ONLY"].split()
+RNIC, MEMCPY, FT = E["RNICCTL"], E["MEMCPY"], E.get("FABTESTS_BIN", "")
+NS = E.get("NS_A", ""), E.get("NS_B", "")       # empty: no namespace test
+NS_IP = E.get("NS_IP_A", "10.77.0.1"), E.get("NS_IP_B", "10.77.0.2")
+
+if QUICK:
+    BW_SIZES = [8, 4096, 65536, 1048576, 4194304]
+    DUR = 1                      # seconds per rnic bandwidth point (-D)
+    LAT_N, UCX_LAT_N, PEER_T = 1000, 2000, 1
+else:
+    BW_SIZES = [8, 64, 512, 4096, 32768, 65536, 262144, 1048576, 4194304]
+    DUR, LAT_N, UCX_LAT_N, PEER_T = 3, 5000, 10000, 3
+LAT_SIZES = [8, 4096, 65536]
+UCX_ENV = dict(E, UCX_TLS="tcp", UCX_NET_DEVICES="lo")
+FI_ENV = dict(E, FI_TCP_IFACE="lo", FI_UDP_IFACE="lo", FI_SOCKETS_IFACE="lo")
+rows, port_ctr = [], [0]
+
+
+def port(base):
+    port_ctr[0] += 1
+    return base + port_ctr[0] % 200
+
+
+def busy_jiffies():
+    v = list(map(int, open("/proc/stat").readline().split()[1:9]))
+    return sum(v) - v[3] - v[4]
+
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def wait_port(p, udp=False, ns=None, secs=10):
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ss", "-lun" if udp else "-ltn"]
+    for _ in range(secs * 20):
+        if re.search(rf"[:.]{p}\s", subprocess.run(cmd, capture_output=True, text=True).stdout):
+            return
+        time.sleep(0.05)
+
+
+def run(name, client, server=None, env=None, p=None, udp=False, ns=None, timeout=120, sleep=0.0):
+    """Run client (after server is listening); returns (client output, cpu s, foreign %)."""
+    log = open(f"{OUT}/logs/{name}.log", "w")
+    log.write(f"# cmd: {' '.join(client)}\n# server: {' '.join(server) if server else '-'}\n")
+    log.flush()
+    b0, c0, t0 = busy_jiffies(), child_cpu(), time.time()
+    srv = None
+    if server:
+        srv = subprocess.Popen(server, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if p:
+            wait_port(p, udp, ns)
+        time.sleep(sleep)
+    try:
+        r = subprocess.run(client, env=env, capture_output=True, text=True, timeout=timeout)
+        text, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = f"TIMEOUT {e}", 124
+    if srv:
+        try:
+            srv.wait(timeout=5 if rc == 0 else 1)
+        except subprocess.TimeoutExpired:
+            srv.send_signal(signal.SIGTERM)
+            try:
+                srv.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                srv.kill(); srv.wait()
+    wall, cpu = time.time() - t0, child_cpu() - c0
+    busy = (busy_jiffies() - b0) / os.sysconf("SC_CLK_TCK")
+    foreign = max(0.0, 100.0 * (busy - cpu) / wall)
+    log.write(text + f"\n# rc {rc} wall {wall:.2f}s cpu {cpu:.2f}s foreign {foreign:.0f}%"
+              f" load {open('/proc/loadavg').read().strip()}\n")
+    log.close()
+    if rc != 0:
+        print(f"  ! {name}: rc {rc} (see logs/{name}.log)", flush=True)
+    return text, cpu, foreign
+
+
+def add(rep, group, test, mode, size, metric, value, unit, cpu_per_gb=None, foreign=0.0):
+    rows.append(dict(rep=rep, group=group, test=test, mode=mode, size=size, metric=metric,
+                     value=round(value, 6), unit=unit,
+                     cpu_s_per_gb=None if cpu_per_gb is None else round(cpu_per_gb, 3),
+                     foreign_pct=round(foreign, 1)))
+
+
+# ------------------------------------------------------------------ rnic ---
+def rnic_pair(where):
+    """(server prefix, server dev, client prefix, client dev, server ip)"""
+    if where == "netns":
+        a, b = NS
+        return ["ip", "netns", "exec", a], f"rxe:{NS_IP[0]}", ["ip", "netns", "exec", b], f"rxe:{NS_IP[1]}", NS_IP[0], a
+    return [], "rxe:127.0.0.1", [], "rxe:127.0.0.2", "127.0.0.1", None
+
+
+def rnic(rep):
+    wheres = ["loopback"] + (["netns"] if NS[0] else [])
+    for where in wheres:
+        spre, sdev, cpre, cdev, sip, sns = rnic_pair(where)
+        for t in ("write", "read", "send"):
+            for s in BW_SIZES:
+                p = port(18600)
+                args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
+                text, cpu, forn = run(f"rnic_{where}_{t}-bw__s{s}__r{rep}",
+                                      cpre + [RNIC, "perf", f"{t}-bw", "-d", cdev, *args, sip],
+                                      server=spre + [RNIC, "perf", f"{t}-bw", "-d", sdev, *args],
+                                      p=p, ns=sns, timeout=DUR * 10 + 30)
+                try:
+                    j = json.loads(text[text.index("{"):text.rindex("}") + 1])
+                    res = j["results"][0]
+                    gbs = res["bw_average"] * 2**20 / 1e9
+                    moved = res["iterations"] * s / 1e9
+                    add(rep, "rnic", f"rnic {t}-bw {where}", "poll", s, "bw", gbs, "GB/s",
+                        cpu / moved if moved else None, forn)
+                except (ValueError, KeyError, IndexError):
+                    pass
+        for t in ("write", "send"):
+            for mode in ("poll", "blocking"):
+                for s in LAT_SIZES:
+                    p = port(18600)
+                    args = ["-s", str(s), "-n", str(LAT_N), "-p", str(p), "--json"] + (["-e"] if mode == "blocking" else [])
+                    text, cpu, forn = run(f"rnic_{where}_{t}-lat_{mode}__s{s}__r{rep}",
+                                          cpre + [RNIC, "perf", f"{t}-lat", "-d", cdev, *args, sip],
+                                          server=spre + [RNIC, "perf", f"{t}-lat", "-d", sdev, *args],
+                                          p=p, ns=sns)
+                    try:
+                        j = json.loads(text[text.index("{"):text.rindex("}") + 1])
+                        add(rep, "rnic", f"rnic {t}-lat {where}", mode, s, "lat",
+                            j["results"][0]["t_avg_us"], "us", None, forn)
+                    except (ValueError, KeyError, IndexError):
+                        pass
+
+
+# ------------------------------------------------------------------- UCX ---
+def ucx(rep):
+    for t in ("ucp_put_bw", "tag_bw"):
+        for s in BW_SIZES:
+            n = max(200, min(200000, (256 << 20 if QUICK else 2 << 30) // s // 4)); w = max(n // 10, 10)
+            p = port(13400)
+            text, cpu, forn = run(f"ucx_{t}__s{s}__r{rep}",
+                                  ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", t, "-s", str(s), "-n", str(n), "-w", str(w)],
+                                  server=["ucx_perftest", "-p", str(p)], env=UCX_ENV, p=p)
+            final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
+            if final:
+                f = final[-1].split()   # Final: iters typ avg overall(us) | bw avg overall MiB/s | msgrate
+                gbs = float(f[6]) * 2**20 / 1e9
+                add(rep, "UCX", f"UCX tcp {t}", "poll", s, "bw", gbs, "GB/s", cpu / ((n + w) * s / 1e9), forn)
+    for t in ("tag_lat", "ucp_put_lat"):
+        for mode in ("poll", "blocking"):
+            for s in LAT_SIZES:
+                n = UCX_LAT_N if s < 65536 else UCX_LAT_N // 5
+                p = port(13400)
+                extra = ["-E", "sleep"] if mode == "blocking" else []
+                text, cpu, forn = run(f"ucx_{t}_{mode}__s{s}__r{rep}",
+                                      ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", t, "-s", str(s), "-n", str(n), *extra],
+                                      server=["ucx_perftest", "-p", str(p), *extra], env=UCX_ENV, p=p)
+                final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
+                if final:
+                    add(rep, "UCX", f"UCX tcp {t}", mode, s, "lat", float(final[-1].split()[4]), "us", None, forn)
+
+
+# ------------------------------------------------------- kernel TCP (lo) ---
+def tcp(rep):
+    for s in [x for x in BW_SIZES if 4096 <= x <= 1048576]:   # iperf3 -l max 1 MiB
+        p = port(5300)
+        text, cpu, forn = run(f"iperf3__s{s}__r{rep}",
+                              ["iperf3", "-c", "127.0.0.1", "-p", str(p), "-l", str(s), "-t", str(PEER_T), "-J"],
+                              server=["iperf3", "-s", "-1", "-p", str(p), "-B", "127.0.0.1"], p=p)
+        try:
+            j = json.loads(text[text.index("{"):text.rindex("}") + 1])
+            bps = j["end"]["sum_received"]["bits_per_second"]
+            add(rep, "TCP", "kernel TCP iperf3", "blocking", s, "bw", bps / 8e9, "GB/s",
+                cpu / (j["end"]["sum_received"]["bytes"] / 1e9), forn)
+        except (ValueError, KeyError):
+            pass
+    for s in LAT_SIZES:
+        p = port(19800)
+        text, cpu, forn = run(f"qperf_tcp_lat__s{s}__r{rep}",
+                              ["qperf", "127.0.0.1", "-lp", str(p), "-m", str(s), "-t", str(PEER_T), "tcp_lat"],
+                              server=["qperf", "-lp", str(p)], p=p, timeout=30)
+        m = re.search(r"latency\s*=\s*([\d.]+)\s*(ns|us|ms)", text)
+        if m:
+            add(rep, "TCP", "kernel TCP qperf tcp_lat", "blocking", s, "lat",
+                float(m.group(1)) * {"ns": 1e-3, "us": 1, "ms": 1e3}[m.group(2)], "us", None, forn)
+
+
+# ------------------------------------------------------------- libfabric ---
+FI_PROV = [("tcp", "tcp", "msg"), ("udp;ofi_rxd", "udp", "rdm")]
+
+
+def fi(rep):
+    for label, prov, ep in FI_PROV:
+        for s in LAT_SIZES:
+            n = 10000 if s < 65536 else 2000
+            if QUICK:
+                n //= 5
+            p = port(47600)
+            base = ["-p", prov, "-e", ep, "-S", str(s), "-I", str(n)]
+            text, cpu, forn = run(f"fi_pingpong_{prov}__s{s}__r{rep}",
+                                  ["fi_pingpong", *base, "-P", str(p), "127.0.0.1"],
+                                  server=["fi_pingpong", *base, "-B", str(p)], env=FI_ENV, p=p, timeout=60)
+            col = None   # header: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+            for l in text.splitlines():
+                f = l.split()
+                if "usec/xfer" in f:
+                    col = f.index("usec/xfer")
+                elif col and len(f) > col and re.match(r"\d+[kmg]?$", f[0]) and re.match(r"[\d.]+$", f[col]):
+                    # usec/xfer = one-way (2 transfers per round trip)
+                    add(rep, "libfabric", f"libfabric {label} fi_pingpong", "poll", s, "lat", float(f[col]), "us", None, forn)
+                    break
+        if FT and os.access(f"{FT}/fi_rma_bw", os.X_OK):
+            for s in BW_SIZES:
+                n = max(100, min(20000, (64 << 20 if QUICK else 512 << 20) // s))
+                p = port(9300)
+                args = ["-p", prov, "-e", "rdm", "-o", "writedata", "-S", str(s), "-I", str(n)]
+                if prov == "tcp":
+                    args[1] = "tcp;ofi_rxm"
+                text, cpu, forn = run(f"fi_rma_bw_{prov}__s{s}__r{rep}",
+                                      [f"{FT}/fi_rma_bw", *args, "-P", str(p), "127.0.0.1"],
+                                      server=[f"{FT}/fi_rma_bw", *args, "-s", "127.0.0.1", "-B", str(p)],
+                                      env=FI_ENV, p=p, udp=prov == "udp")
+                for l in text.splitlines():
+                    f = l.split()
+                    if len(f) >= 7 and re.match(r"\d+[kmg]?$", f[0]) and re.match(r"[\d.]+$", f[4]):
+                        add(rep, "libfabric", f"libfabric {label} fi_rma_bw writedata", "poll", s, "bw",
+                            float(f[4]) / 1e3, "GB/s", cpu / (n * s / 1e9), forn)
+                        break
+
+
+# ---------------------------------------------------------------- memcpy ---
+def mem(rep):
+    for th in (1, 2):
+        text, cpu, forn = run(f"memcpy_256MiB_t{th}__r{rep}", [MEMCPY, str(256 << 20), "1" if QUICK else "3", str(th)])
+        m = re.search(r"copy_GBps=([\d.]+)", text)
+        if m:
+            add(rep, "memcpy", f"memcpy 256 MiB, {th} thread{'s' if th > 1 else ''}", "-", 268435456, "bw",
+                float(m.group(1)), "GB/s", None, forn)
+
+
+GROUPS = (("mem", mem), ("rnic", rnic), ("ucx", ucx), ("tcp", tcp), ("fi", fi))
+for rep in range(1, REPS + 1):
+    for g, f in GROUPS:
+        if g in ONLY:
+            t0 = time.time()
+            f(rep)
+            print(f"rep {rep}/{REPS} {g}: {time.time() - t0:.0f} s", flush=True)
+    with open(f"{OUT}/runs.csv", "w", newline="") as fh:   # rewritten each repetition
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()) if rows else ["rep"])
+        w.writeheader(); w.writerows(rows)
