@@ -47,8 +47,9 @@ lines = [f"# rnic vs peers, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(os.
          "foreign = CPU used by other processes during the run, % of one vCPU (median over the row).",
          "poll = busy polling on both sides; blocking = rnic `-e`, UCX `-E sleep`, kernel sockets.", ""]
 for metric, title in (("bw", "Bandwidth, GB/s"), ("lat", "Latency, one-way µs")):
-    keys = sorted({(k[1], k[2]) for k in groups if k[0] == metric}, key=lambda k: (not k[0].startswith("rnic"), k))
-    sizes = sorted({k[3] for k in groups if k[0] == metric})
+    keys = sorted({(k[1], k[2]) for k in groups if k[0] == metric and not k[1].startswith("memcpy")},
+                  key=lambda k: (not k[0].startswith("rnic"), k))
+    sizes = sorted({k[3] for k in groups if k[0] == metric and not k[1].startswith("memcpy")})
     if not keys:
         continue
     lines += [f"## {title}", "", "| test | mode | " + " | ".join(f"{s:,} B" for s in sizes) + " | CPU·s/GB (largest) | foreign |",
@@ -60,6 +61,12 @@ for metric, title in (("bw", "Bandwidth, GB/s"), ("lat", "Latency, one-way µs")
         forn = st.median(m["foreign"] for m in have)
         lines.append(f"| {test} | {mode} | " + " | ".join(cell(m) for m in ms) +
                      f" | {'' if cpu is None else f'{cpu:.2f}'} | {forn:.0f} % |")
+    if metric == "bw":
+        for th in (1, 2):
+            m = med("bw", f"memcpy 256 MiB, {th} thread{'s' if th > 1 else ''}", "-", 268435456)
+            if m:
+                lines.append(f"| memcpy 256 MiB → 256 MiB, {th} thread{'s' if th > 1 else ''} (ceiling) | - | "
+                             + " | ".join([cell(m)] * len(sizes)) + f" | | {m['foreign']:.0f} % |")
     lines.append("")
 
 # ratios rnic / peer, same size, same polling mode
