@@ -76,6 +76,10 @@ fn parse_size(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Requester window (unacknowledged PSNs) between two rnic ends; see
+/// docs/benchmarks.md for what it buys over rxe's 128.
+const WINDOW_PSNS: u32 = 1024;
+
 /// One side: device, verbs objects, and its buffer (two halves of `size`).
 struct Side {
     name: &'static str,
@@ -93,7 +97,10 @@ fn open_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String
         DeviceSpec::Rxe(RxeTarget::Netdev(n)) => Target::Netdev(n),
         other => return Err(format!("{other}: this demo drives the rxe backend only")),
     };
-    let dev = RxeDevice::open(&RxeConfig::new(target)).map_err(|e| format!("{spec}: {e}"))?;
+    // Both ends are rnic, so the requester window can exceed rxe's 128 PSNs
+    // (keep the default when one end is a kernel rxe peer).
+    let cfg = RxeConfig::new(target).with_max_unacked_psns(WINDOW_PSNS);
+    let dev = RxeDevice::open(&cfg).map_err(|e| format!("{spec}: {e}"))?;
     let ctx = dev.context();
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(256).map_err(|e| e.to_string())?;
