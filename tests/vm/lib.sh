@@ -80,6 +80,31 @@ vm_wait() {
 # guest_ok <role>: the guest script ran to the end and exited 0.
 guest_ok() { grep -q '^HARNESS: script exit 0$' "$SHARE/$1.out" 2>/dev/null; }
 
+# The interop layout: rnic in host netns $NS on tap $TAP (10.50.0.1/24, IPv6 off so the
+# GID table is the IPv4 GID alone), the guest behind it at 10.50.0.2, RoCEv2 captured
+# on the tap into $RESULTS/capture.pcap.
+# interop_net_up: the netns, the tap and the capture (sets CAP_PID).
+interop_net_up() {
+  netns_add "$NS"
+  tap_add "$NS" "$TAP" 10.50.0.1/24
+  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"
+  host_bg capture "$NS" tcpdump -i "$TAP" -n -U -s 0 -w "$RESULTS/capture.pcap" udp port 4791
+  CAP_PID=$BG_PID
+}
+
+# interop_guest_start <scenario>: boot the guest on the tap.
+interop_guest_start() {
+  VM_NETNS=$NS vm_start "$1" \
+    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+}
+
+# interop_capture_stop: flush and stop the tap capture, log its packet count.
+interop_capture_stop() {
+  sleep 1; kill -INT "$CAP_PID"; wait "$CAP_PID" || true
+  say "host capture: $(grep -E 'captured' "$RESULTS/capture.log")"
+}
+
 # teardown: kill what we started, remove namespaces. Idempotent, never fails.
 teardown() {
   [ -z "${TORN_DOWN:-}" ] || return 0

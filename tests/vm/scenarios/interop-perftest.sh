@@ -40,14 +40,8 @@ rnic_perf() {
 }
 
 scenario_main() {
-  netns_add "$NS"
-  tap_add "$NS" "$TAP" 10.50.0.1/24
-  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"
-  host_bg capture "$NS" tcpdump -i "$TAP" -n -U -s 0 -w "$RESULTS/capture.pcap" udp port 4791
-  local cap=$BG_PID
-  VM_NETNS=$NS vm_start interop-perftest \
-    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
-    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+  interop_net_up
+  interop_guest_start interop-perftest
   local ok=0 i=0 t
   for t in $TESTS; do
     if [ "$SERVER" = kernel ]; then
@@ -58,8 +52,7 @@ scenario_main() {
     i=$((i + 1))
   done
   vm_wait interop-perftest || ok=1
-  sleep 1; kill -INT "$cap"; wait "$cap" || true
-  say "host capture: $(grep -E 'captured' "$RESULTS/capture.log")"
+  interop_capture_stop
   guest_ok interop-perftest && return "$ok"
 }
 

@@ -41,14 +41,8 @@ rnic_pp() {
 }
 
 scenario_main() {
-  netns_add "$NS"
-  tap_add "$NS" "$TAP" 10.50.0.1/24
-  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"
-  host_bg capture "$NS" tcpdump -i "$TAP" -n -U -s 0 -w "$RESULTS/capture.pcap" udp port 4791
-  local cap=$BG_PID
-  VM_NETNS=$NS vm_start interop-pingpong \
-    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
-    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+  interop_net_up
+  interop_guest_start interop-pingpong
   local ok=0 i=0 size
   for size in $SIZES; do
     if [ "$SERVER" = kernel ]; then
@@ -59,8 +53,7 @@ scenario_main() {
     i=$((i + 1))
   done
   vm_wait interop-pingpong || ok=1
-  sleep 1; kill -INT "$cap"; wait "$cap" || true
-  say "host capture: $(grep -E 'captured' "$RESULTS/capture.log")"
+  interop_capture_stop
   guest_ok interop-pingpong && return "$ok"
 }
 

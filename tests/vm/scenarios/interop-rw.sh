@@ -15,21 +15,14 @@ scenario_prepare() {
 }
 
 scenario_main() {
-  netns_add "$NS"
-  tap_add "$NS" "$TAP" 10.50.0.1/24
-  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1"
-  host_bg capture "$NS" tcpdump -i "$TAP" -n -U -s 0 -w "$RESULTS/capture.pcap" udp port 4791
-  local cap=$BG_PID
+  interop_net_up
   host_bg rnic "$NS" "$RNIC_INTEROP_RW" -d rxe:10.50.0.1 -g 0 --len "$RW_LEN" --port 18600
   local rnic=$BG_PID ok=0
   wait_listen "$NS" 18600
-  VM_NETNS=$NS vm_start interop-rw \
-    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
-    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+  interop_guest_start interop-rw
   vm_wait interop-rw || ok=1
   wait "$rnic" || { say "rnic interop_rw exited $?"; ok=1; }
-  sleep 1; kill -INT "$cap"; wait "$cap" || true
-  say "host capture: $(grep -E 'captured' "$RESULTS/capture.log")"
+  interop_capture_stop
   guest_ok interop-rw && return "$ok"
 }
 
