@@ -174,6 +174,16 @@ impl Run {
         self.dir.join("log").display().to_string()
     }
 
+    /// The checks of a scenario that must exit 0, starting with its exit code.
+    fn exit_checks(&self) -> Checks {
+        let mut c = Checks::default();
+        c.that(
+            self.code == Some(0),
+            format!("run-scenario exit {:?}", self.code),
+        );
+        c
+    }
+
     /// Prints PASS/FAIL and fails the test with every unmet check and the log's tail.
     fn finish(&self, checks: Checks) {
         let log = self.log_path();
@@ -555,11 +565,7 @@ fn tap_peer_kernel_rxe_to_host_packets_verify() {
     let Some(run) = run("tap-peer", &[], 150, &[]) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let guest = run.file("share/tap-peer.out");
     c.that(
         guest.contains("state:\t\t\tPORT_ACTIVE"),
@@ -617,11 +623,7 @@ fn two_guests_rxe_pingpong_and_write_bw_under_netem_loss() {
     let Some(run) = run("two-guests", &["--netem", "loss 1%"], 420, &[]) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let a = run.file("share/two-guests-a.out");
     let b = run.file("share/two-guests-b.out");
     c.that(
@@ -669,11 +671,7 @@ fn vfio_edu_dma_through_viommu_with_two_numa_nodes() {
     let Some(run) = run("vfio", &[], 200, &[]) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let out = run.file("share/vfio.out");
     c.that(
         out.contains("DMAR: IOMMU enabled"),
@@ -770,11 +768,7 @@ fn interop_pingpong(server: &str, netem: Option<&str>, progress: &str) {
     ) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let guest = run.file("share/interop-pingpong.out");
     c.that(
         guest.contains("GID[  1]:\t\t::ffff:10.50.0.2, RoCE v2"),
@@ -901,11 +895,7 @@ fn interop_rw(netem: Option<&str>) {
     ) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let guest = run.file("share/interop-rw.out");
     let rnic = run.file("rnic.log");
     let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
@@ -1099,11 +1089,7 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
     }) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let all = run.file("share/vfio-rust.out");
     // The edu driver's lines come first; the e1000e part starts at "e1000e <bdf> driver before".
     let (out, nic) = all
@@ -1344,11 +1330,7 @@ fn interop_perftest(server: &str) {
     }) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(0),
-        format!("run-scenario exit {:?}", run.code),
-    );
+    let mut c = run.exit_checks();
     let guest = run.file("share/interop-perftest.out");
     for t in PERF_TESTS {
         let kernel = run.file(&format!("share/kernel-{t}.txt"));
