@@ -24,6 +24,9 @@ pub struct DeviceStats {
     /// Plain ACKs that replaced a queued, older ACK of the same connection
     /// before it was sent (so they are not in `tx_packets`).
     pub acks_coalesced: u64,
+    /// Plain ACKs that left in one GSO datagram behind a request to the
+    /// same peer (ACK bundling: one send instead of two).
+    pub acks_bundled: u64,
     /// GSO sends (each carrying `gso_segments / gso_sends` packets on average).
     pub gso_sends: u64,
     /// Packets that left inside GSO sends.
@@ -104,13 +107,14 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
             d.sendmmsg_calls,
             d.acks_deferred,
             d.acks_coalesced,
+            d.acks_bundled,
             d.gso_sends,
             d.gso_segments,
             d.gso_fallbacks,

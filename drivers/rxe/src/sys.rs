@@ -18,6 +18,11 @@ use nix::sys::socket::{setsockopt, sockopt};
 
 /// Messages per `sendmmsg` / `recvmmsg` call.
 pub const BATCH: usize = 32;
+/// Calls for at most this many messages build their headers in arrays of
+/// this size: a busy poller's empty `recvmmsg` and a ping-pong's one-datagram
+/// `sendmmsg` then prepare 4 headers, not 32 (the arrays are initialised
+/// whole on every call).
+pub const SMALL_BATCH: usize = 4;
 
 /// `UDP_SEGMENT` (linux/udp.h): a GSO send's segment size.
 const UDP_SEGMENT: i32 = 103;
@@ -168,18 +173,27 @@ pub struct TxMsg {
 /// Send up to [`BATCH`] datagrams from `arena` with one `sendmmsg`; returns
 /// how many the kernel took (the rest were not sent).
 pub fn send_batch(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
-    let n = msgs.len().min(BATCH);
+    if msgs.len() <= SMALL_BATCH {
+        send_n::<SMALL_BATCH>(fd, arena, msgs)
+    } else {
+        send_n::<BATCH>(fd, arena, msgs)
+    }
+}
+
+/// [`send_batch`] with header arrays of `N` entries.
+fn send_n<const N: usize>(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
+    let n = msgs.len().min(N);
     if n == 0 {
         return Ok(0);
     }
-    let mut addrs = [AddrBuf::EMPTY; BATCH];
-    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); BATCH];
+    let mut addrs = [AddrBuf::EMPTY; N];
+    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); N];
     let mut iovs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; BATCH];
+    }; N];
     // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
-    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
     for (i, m) in msgs.iter().take(n).enumerate() {
         let Some(bytes) = arena.get(m.off..m.off.saturating_add(m.len)) else {
             return Err(io::Error::new(
@@ -209,7 +223,7 @@ pub fn send_batch(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Resul
     }
     // SAFETY: the first `n` headers point at live stack arrays (addresses,
     // iovecs, control bytes) and at `arena`, which the kernel only reads;
-    // all of it outlives the call; `n` <= BATCH.
+    // all of it outlives the call; `n` <= N, the arrays' length.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
@@ -257,18 +271,32 @@ pub fn recv_batch(
     slot: usize,
     out: &mut [RxMsg],
 ) -> io::Result<usize> {
-    let n = out.len().min(BATCH).min(arena.len() / slot.max(1));
+    if out.len() <= SMALL_BATCH {
+        recv_n::<SMALL_BATCH>(fd, arena, slot, out)
+    } else {
+        recv_n::<BATCH>(fd, arena, slot, out)
+    }
+}
+
+/// [`recv_batch`] with header arrays of `N` entries.
+fn recv_n<const N: usize>(
+    fd: BorrowedFd<'_>,
+    arena: &mut [u8],
+    slot: usize,
+    out: &mut [RxMsg],
+) -> io::Result<usize> {
+    let n = out.len().min(N).min(arena.len() / slot.max(1));
     if n == 0 {
         return Ok(0);
     }
-    let mut addrs = [AddrBuf::EMPTY; BATCH];
-    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); BATCH];
+    let mut addrs = [AddrBuf::EMPTY; N];
+    let mut cmsgs = [Cmsg([0; CMSG_ROOM]); N];
     let mut iovs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; BATCH];
+    }; N];
     // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
-    let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
     for (i, chunk) in arena.chunks_exact_mut(slot).take(n).enumerate() {
         iovs[i].iov_base = chunk.as_mut_ptr().cast();
         iovs[i].iov_len = chunk.len();
@@ -282,7 +310,8 @@ pub fn recv_batch(
     }
     // SAFETY: the first `n` headers point at live, writable stack arrays and
     // at disjoint `slot`-byte chunks of `arena`, with their true sizes; all
-    // of it outlives the call; `n` <= BATCH; no timeout pointer.
+    // of it outlives the call; `n` <= N, the arrays' length; no timeout
+    // pointer.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -294,8 +323,8 @@ pub fn recv_batch(
     };
     if rc < 0 {
         let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => Ok(0),
             _ => Err(e),
         };
     }

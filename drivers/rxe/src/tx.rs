@@ -15,6 +15,19 @@
 //! coalescing would. NAKs, RNR NAKs and ATOMIC ACKNOWLEDGEs are never
 //! merged. Counted as `acks_coalesced`.
 //!
+//! **ACK bundling.** A request packet queued right behind a lone plain ACK
+//! to the same peer from the same socket trades places with it and the two
+//! leave as one GSO datagram: the request as segment 0, the ACK (never
+//! longer than a request it is bundled with) as the shorter last segment.
+//! The ACK answers the peer's requester and the request goes to its
+//! responder, two independent streams, so their relative order is free; the
+//! order inside each stream is unchanged. This is the ping-pong case: the
+//! caller-driven mode defers the ACK of a received request, the
+//! application answers with its own request, and one send (and, at a GRO
+//! receiver, one receive) carries both. On loopback that is the difference
+//! between one datagram and two per one-way trip. Counted as
+//! `acks_bundled`.
+//!
 //! **IPv4 identification.** The ICRC covers the IPv4 identification, which
 //! the kernel picks. Every socket sets `IP_PMTUDISC_DO` (DF) and stays
 //! unconnected; Linux then sends identification 0 for a datagram
@@ -48,6 +61,16 @@ const MAX_MSGS: usize = 256;
 const OP_ACKNOWLEDGE: u8 = 0x11;
 /// Bytes of a plain ACKNOWLEDGE: BTH (12) + AETH (4) + ICRC (4).
 const ACK_LEN: usize = 20;
+
+/// Whether `pkt` is an RC request (a requester's packet: SEND, WRITE, READ
+/// request, atomic), as opposed to a responder's (READ response,
+/// ACKNOWLEDGE, ATOMIC ACKNOWLEDGE) or another transport's.
+fn rc_request(pkt: &[u8]) -> bool {
+    match pkt.first() {
+        Some(&op) => op & 0xe0 == 0 && !(0x0d..=0x12).contains(&op),
+        None => false,
+    }
+}
 
 /// The queued ACK a newer ACK of the same connection may replace: the last
 /// packet in the arena.
@@ -371,6 +394,69 @@ impl Sink<'_> {
     }
 }
 
+impl Sink<'_> {
+    /// ACK bundling (see the module docs): when the request just written
+    /// at `start` follows a lone queued plain ACK to `dst` from `sock`, put
+    /// the request in the ACK's place and the ACK behind it, as one GSO
+    /// group. Returns whether it did (the packet is then queued).
+    fn bundle_behind_ack(
+        &mut self,
+        start: usize,
+        len: usize,
+        sock: usize,
+        dst: SocketAddr,
+        ip: IpAddr,
+        sport: u16,
+    ) -> bool {
+        let tx = &mut *self.tx;
+        let (Some(ack), Some(g)) = (tx.last_ack, tx.groups.last()) else {
+            return false;
+        };
+        let fits = tx.gso
+            && g.segs == 1
+            && g.msg.off == ack.off
+            && ack.off + ACK_LEN == start
+            && ack.sock == sock
+            && ack.dst == dst
+            && (ACK_LEN..=GSO_MAX_BYTES - ACK_LEN).contains(&len)
+            && tx.arena.get(start..start + len).is_some_and(rc_request);
+        if !fits {
+            return false;
+        }
+        let mut ack_bytes = [0u8; ACK_LEN];
+        ack_bytes.copy_from_slice(&tx.arena[ack.off..start]);
+        tx.arena.copy_within(start..start + len, ack.off);
+        let ack_at = ack.off + len;
+        tx.arena[ack_at..ack_at + ACK_LEN].copy_from_slice(&ack_bytes);
+        let filled = fill_icrc(ip, dst, sport, 0, &mut tx.arena[ack.off..ack_at])
+            && fill_icrc(ip, dst, sport, 1, &mut tx.arena[ack_at..ack_at + ACK_LEN]);
+        if !filled {
+            // Cannot happen for a route that filled the ACK before; put
+            // the ACK back as it was and let the request queue normally.
+            tx.arena[ack.off..ack.off + ACK_LEN].copy_from_slice(&ack_bytes);
+            return false;
+        }
+        if let Some(g) = tx.groups.last_mut() {
+            g.msg.len = len + ACK_LEN;
+            g.msg.gso = len as u16;
+            g.segs = 2;
+            g.seg_len = len;
+            g.open = len == ACK_LEN;
+        }
+        tx.last_ack = Some(LastAck {
+            off: ack_at,
+            ip_id: 1,
+            ..ack
+        });
+        tx.only_acks = false;
+        tx.used += len;
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += len as u64;
+        self.stats.acks_bundled += 1;
+        true
+    }
+}
+
 impl PacketSink for Sink<'_> {
     fn buffer(&mut self, len: usize) -> Option<&mut [u8]> {
         if len > ARENA {
@@ -398,6 +484,12 @@ impl PacketSink for Sink<'_> {
             return;
         };
         let sport = self.tx.socks.get(sock).map_or(0, |s| s.port);
+        let local_ip = self.ports.get(port).map(|p| p.ip);
+        if let Some(ip) = local_ip
+            && self.bundle_behind_ack(start, len, sock, dst, ip, sport)
+        {
+            return;
+        }
         // Join the open group when the packet continues it.
         let gso = self.tx.gso;
         let join = match self.tx.groups.last() {
@@ -412,7 +504,6 @@ impl PacketSink for Sink<'_> {
             }
             None => false,
         };
-        let local_ip = self.ports.get(port).map(|p| p.ip);
         // A plain ACK right behind a queued plain ACK of the same connection
         // for an earlier PSN replaces it in place (ACKs are cumulative): one
         // ACK per connection per flush instead of one per AckReq.
