@@ -118,9 +118,9 @@ fn ping_pong_acks_leave_behind_the_answering_write() {
     );
 }
 
-/// b without GRO: its kernel cuts each bundle in two; the ACK (identification
-/// 1) verifies as "previous + 1" behind the WRITE (identification 0) — all
-/// 32 ICRC bits, no solving.
+/// b without GRO: its kernel cuts each bundle in two; the ACK (with
+/// identification 1) verifies as "previous + 1" behind the WRITE (with
+/// identification 0): all 32 ICRC bits, no solving.
 #[test]
 fn bundles_verify_at_a_receiver_without_gro() {
     let (a, b, mut qa, mut qb) = pair(false);
