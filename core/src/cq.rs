@@ -37,7 +37,7 @@
 //! per poll batch; the lock also makes the poller the ring's single consumer.
 //! Nothing is locked per message.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -49,7 +49,7 @@ use crate::sq_track::{QpTrack, Retired};
 use crate::wr::WorkCompletion;
 
 /// QP number → tracking, for the QPs completing into one CQ.
-pub(crate) type QpTable = HashMap<u32, Arc<QpTrack>>;
+pub(crate) type QpTable = FxHashMap<u32, Arc<QpTrack>>;
 
 /// The shared state of a completion queue; destroyed with its last owner.
 #[derive(Debug)]
@@ -191,7 +191,7 @@ impl CompletionQueue {
                 handle: info.handle,
                 depth: info.depth,
                 credits,
-                table: Mutex::new(HashMap::new()),
+                table: Mutex::new(FxHashMap::default()),
                 unmatched: AtomicU64::new(0),
                 unknown_qp: AtomicU64::new(0),
                 release_errors: AtomicU64::new(0),

@@ -7,7 +7,7 @@
 //! call, [`State::progress`], made by whichever thread gets there: a poller
 //! in `poll_cq` (caller-driven mode) or the device's progress thread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
@@ -18,6 +18,7 @@ use rnic_core::{Mtu, QpAttr, QpCaps, QpType, WorkCompletion};
 use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp};
 use rnic_roce::wire::icrc;
 use rnic_roce::wire::roce::MIN_LEN;
+use rustc_hash::FxHashMap;
 
 use crate::fault::{FaultConfig, Faults, Verdict};
 use crate::mem::{KeyAccess, Keys};
@@ -182,7 +183,7 @@ pub struct State {
     /// Queue pairs.
     pub qps: Slab<QpEntry>,
     /// QPN → QP handle.
-    pub by_qpn: HashMap<u32, u32>,
+    pub by_qpn: FxHashMap<u32, u32>,
     /// The next QPN to hand out.
     pub next_qpn: u32,
     /// Transmit side.
@@ -344,7 +345,7 @@ impl State {
             mrs: Slab::default(),
             cqs: Slab::default(),
             qps: Slab::default(),
-            by_qpn: HashMap::new(),
+            by_qpn: FxHashMap::default(),
             next_qpn: 0x11,
             tx: Tx::new(gso, per_qp_sport),
             rx: Rx::new(gro),
@@ -399,9 +400,9 @@ impl State {
     }
 
     /// Send what is queued.
-    pub fn flush(&mut self, sh: &Shared) {
+    pub fn flush(&mut self) {
         if self.tx.pending() > 0 {
-            self.tx.flush(&sh.ports, &mut self.stats);
+            self.tx.flush(&mut self.stats);
         }
     }
 
@@ -460,7 +461,7 @@ impl State {
         if defer_acks && !carried && total > 0 && self.tx.only_acks() {
             self.stats.acks_deferred += 1;
         } else {
-            self.flush(sh);
+            self.flush();
         }
         total
     }
@@ -644,7 +645,7 @@ struct Dispatch<'a> {
     keys: &'a mut Keys,
     cqs: &'a mut Slab<CqState>,
     qps: &'a mut Slab<QpEntry>,
-    by_qpn: &'a HashMap<u32, u32>,
+    by_qpn: &'a FxHashMap<u32, u32>,
     tx: &'a mut Tx,
     stats: &'a mut DeviceStats,
 }

@@ -579,7 +579,7 @@ impl Provider for Inner {
             st.purge_cq(s, qpn);
             st.purge_cq(r, qpn);
         }
-        st.flush(sh);
+        st.flush();
         if st.note_deadline(deadline) {
             sh.ring();
         }
@@ -605,7 +605,7 @@ impl Provider for Inner {
         // ACKs a caller-driven round deferred to the next call leave now: an
         // application that polled its last completion and tears down makes no
         // next call, and its peer would retry into a dead QP.
-        st.flush(sh);
+        st.flush();
         let e = st.qps.remove(qp.0).ok_or_else(|| VerbsError::DestroyQp {
             qp,
             reason: no_such("queue pair"),
@@ -638,7 +638,7 @@ impl Provider for Inner {
                 reason: PostError::Device("no such queue pair on this rxe device"),
             });
         };
-        st.flush(sh);
+        st.flush();
         if st.note_deadline(deadline) {
             sh.ring();
         }
@@ -699,7 +699,7 @@ impl Provider for Inner {
             Some(true) => {
                 st.progress(sh, 256, sh.progress == Progress::Caller);
             }
-            Some(false) => st.flush(sh),
+            Some(false) => st.flush(),
         }
         let Some(c) = st.cqs.get_mut(cq.0) else {
             return Ok(0);

@@ -33,9 +33,11 @@
 //! unconnected; Linux then sends identification 0 for a datagram
 //! (`ip_select_ident_segs`), and the segments of a GSO send get 0, 1, 2, …
 //! So packet `i` of a group is filled with identification `i`. (The crate's
-//! tests capture the packets on the wire and check this.)
+//! tests capture the packets on the wire and check this.) Since a packet's
+//! place in its group is final only when the group leaves (coalescing and
+//! bundling move packets), ICRCs are filled at [`Tx::flush`], once per
+//! packet.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::AsFd;
@@ -43,6 +45,8 @@ use std::os::fd::AsFd;
 use rnic_core::{Gid, QpType, Qpn};
 use rnic_roce::transport::{PacketDest, PacketSink};
 use rnic_roce::wire::icrc;
+use rnic_roce::wire::roce::MIN_LEN;
+use rustc_hash::FxHashMap;
 
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
@@ -78,8 +82,6 @@ fn rc_request(pkt: &[u8]) -> bool {
 struct LastAck {
     /// Its offset in the arena.
     off: usize,
-    /// The IPv4 identification its ICRC was filled with.
-    ip_id: u16,
     /// Sending socket and destination.
     sock: usize,
     dst: SocketAddr,
@@ -125,6 +127,10 @@ struct SendSock {
 #[derive(Clone, Copy, Debug)]
 struct Group {
     sock: usize,
+    /// The local address and UDP source port it leaves from (the ICRC
+    /// covers them).
+    src: IpAddr,
+    sport: u16,
     msg: TxMsg,
     segs: usize,
     seg_len: usize,
@@ -139,7 +145,7 @@ pub struct Tx {
     used: usize,
     groups: Vec<Group>,
     socks: Vec<SendSock>,
-    by_port: HashMap<(usize, u16), usize>,
+    by_port: FxHashMap<(usize, u16), usize>,
     /// The kernel takes `UDP_SEGMENT`.
     pub gso: bool,
     /// Send from rxe's per-QP UDP source ports (else from the listening port).
@@ -167,7 +173,7 @@ impl Tx {
             used: 0,
             groups: Vec::with_capacity(MAX_MSGS),
             socks: Vec::new(),
-            by_port: HashMap::new(),
+            by_port: FxHashMap::default(),
             gso,
             per_qp_sport,
             only_acks: true,
@@ -236,9 +242,35 @@ impl Tx {
         }
     }
 
+    /// Fill the ICRC of every queued packet: packet `k` of a group with
+    /// IPv4 identification `k`. A packet that cannot be filled (never one
+    /// the engine emits: [`Sink::commit`] checks the lengths) leaves with
+    /// a bad ICRC, and is dropped and counted by the peer; counted here as
+    /// a transmit error.
+    fn fill_icrcs(&mut self, stats: &mut DeviceStats) {
+        for g in &self.groups {
+            let mut off = g.msg.off;
+            let end = g.msg.off + g.msg.len;
+            let mut k = 0u16;
+            while off < end {
+                let len = g.seg_len.min(end - off);
+                let filled = self
+                    .arena
+                    .get_mut(off..off + len)
+                    .is_some_and(|pkt| fill_icrc(g.src, g.msg.dst, g.sport, k, pkt));
+                if !filled {
+                    stats.tx_errors += 1;
+                }
+                off += len;
+                k = k.wrapping_add(1);
+            }
+        }
+    }
+
     /// Send everything queued. Errors are counted, never returned: a lost
     /// packet is the transport's to retransmit.
-    pub fn flush(&mut self, ports: &[Port], stats: &mut DeviceStats) {
+    pub fn flush(&mut self, stats: &mut DeviceStats) {
+        self.fill_icrcs(stats);
         let mut at = 0;
         while at < self.groups.len() {
             // A run of groups from the same socket goes in one sendmmsg.
@@ -281,7 +313,7 @@ impl Tx {
                         // group's packets one by one (identification 0 each).
                         self.gso = false;
                         stats.gso_fallbacks += 1;
-                        self.split_group(at, ports);
+                        self.split_group(at);
                         continue;
                     }
                     tracing::debug!(error = %e, dst = %g.msg.dst, "send failed");
@@ -301,22 +333,17 @@ impl Tx {
 
     /// Replace the GSO group at `i` by its single packets, re-filling their
     /// ICRCs for identification 0.
-    fn split_group(&mut self, i: usize, ports: &[Port]) {
+    fn split_group(&mut self, i: usize) {
         let g = self.groups[i];
         let mut singles = Vec::with_capacity(g.segs);
         let mut off = g.msg.off;
         let end = g.msg.off + g.msg.len;
-        let sport = self.socks.get(g.sock).map_or(0, |s| s.port);
         while off < end {
             let len = g.seg_len.min(end - off);
             if let Some(pkt) = self.arena.get_mut(off..off + len) {
-                let local = ports.iter().find(|p| same_family(p.ip, g.msg.dst.ip()));
-                if let Some(p) = local {
-                    fill_icrc(p.ip, g.msg.dst, sport, 0, pkt);
-                }
+                fill_icrc(g.src, g.msg.dst, g.sport, 0, pkt);
             }
             singles.push(Group {
-                sock: g.sock,
                 msg: TxMsg {
                     off,
                     len,
@@ -326,6 +353,7 @@ impl Tx {
                 segs: 1,
                 seg_len: len,
                 open: false,
+                ..g
             });
             off += len;
         }
@@ -405,8 +433,6 @@ impl Sink<'_> {
         len: usize,
         sock: usize,
         dst: SocketAddr,
-        ip: IpAddr,
-        sport: u16,
     ) -> bool {
         let tx = &mut *self.tx;
         let (Some(ack), Some(g)) = (tx.last_ack, tx.groups.last()) else {
@@ -428,14 +454,6 @@ impl Sink<'_> {
         tx.arena.copy_within(start..start + len, ack.off);
         let ack_at = ack.off + len;
         tx.arena[ack_at..ack_at + ACK_LEN].copy_from_slice(&ack_bytes);
-        let filled = fill_icrc(ip, dst, sport, 0, &mut tx.arena[ack.off..ack_at])
-            && fill_icrc(ip, dst, sport, 1, &mut tx.arena[ack_at..ack_at + ACK_LEN]);
-        if !filled {
-            // Cannot happen for a route that filled the ACK before; put
-            // the ACK back as it was and let the request queue normally.
-            tx.arena[ack.off..ack.off + ACK_LEN].copy_from_slice(&ack_bytes);
-            return false;
-        }
         if let Some(g) = tx.groups.last_mut() {
             g.msg.len = len + ACK_LEN;
             g.msg.gso = len as u16;
@@ -443,11 +461,7 @@ impl Sink<'_> {
             g.seg_len = len;
             g.open = len == ACK_LEN;
         }
-        tx.last_ack = Some(LastAck {
-            off: ack_at,
-            ip_id: 1,
-            ..ack
-        });
+        tx.last_ack = Some(LastAck { off: ack_at, ..ack });
         tx.only_acks = false;
         tx.used += len;
         self.stats.tx_packets += 1;
@@ -463,7 +477,7 @@ impl PacketSink for Sink<'_> {
             return None;
         }
         if self.tx.used + len > ARENA || self.tx.groups.len() >= MAX_MSGS {
-            self.tx.flush(self.ports, self.stats);
+            self.tx.flush(self.stats);
         }
         let start = self.tx.used;
         self.tx.arena.get_mut(start..start + len)
@@ -484,10 +498,15 @@ impl PacketSink for Sink<'_> {
             return;
         };
         let sport = self.tx.socks.get(sock).map_or(0, |s| s.port);
-        let local_ip = self.ports.get(port).map(|p| p.ip);
-        if let Some(ip) = local_ip
-            && self.bundle_behind_ack(start, len, sock, dst, ip, sport)
-        {
+        let Some(src) = self.ports.get(port).map(|p| p.ip) else {
+            self.stats.tx_errors += 1;
+            return;
+        };
+        if !(MIN_LEN..=GSO_MAX_BYTES).contains(&len) {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        if self.bundle_behind_ack(start, len, sock, dst) {
             return;
         }
         // Join the open group when the packet continues it.
@@ -508,7 +527,7 @@ impl PacketSink for Sink<'_> {
         // for an earlier PSN replaces it in place (ACKs are cumulative): one
         // ACK per connection per flush instead of one per AckReq.
         let ack = self.tx.arena.get(start..start + len).and_then(plain_ack);
-        if let (Some((qpn, psn)), Some(prev), Some(ip)) = (ack, self.tx.last_ack, local_ip) {
+        if let (Some((qpn, psn)), Some(prev)) = (ack, self.tx.last_ack) {
             let newer = psn.wrapping_sub(prev.psn) & 0x00ff_ffff;
             if prev.sock == sock
                 && prev.dst == dst
@@ -517,40 +536,16 @@ impl PacketSink for Sink<'_> {
                 && (1..0x80_0000).contains(&newer)
             {
                 self.tx.arena.copy_within(start..start + len, prev.off);
-                let refilled = self
-                    .tx
-                    .arena
-                    .get_mut(prev.off..prev.off + len)
-                    .is_some_and(|pkt| fill_icrc(ip, dst, sport, prev.ip_id, pkt));
-                // (It filled before at the same place; were it to fail, the
-                // old slot goes out with a bad ICRC, is dropped and counted by
-                // the peer, and this ACK is queued normally below.)
-                if refilled {
-                    self.tx.last_ack = Some(LastAck { psn, ..prev });
-                    self.stats.acks_coalesced += 1;
-                    return;
-                }
+                self.tx.last_ack = Some(LastAck { psn, ..prev });
+                self.stats.acks_coalesced += 1;
+                return;
             }
-        }
-        let ip_id = if join {
-            self.tx.groups.last().map_or(0, |g| g.segs as u16)
-        } else {
-            0
-        };
-        let filled = match (local_ip, self.tx.arena.get_mut(start..start + len)) {
-            (Some(ip), Some(pkt)) => fill_icrc(ip, dst, sport, ip_id, pkt),
-            _ => false,
-        };
-        if !filled {
-            self.stats.tx_errors += 1;
-            return;
         }
         if self.tx.arena.get(start) != Some(&OP_ACKNOWLEDGE) {
             self.tx.only_acks = false;
         }
         self.tx.last_ack = ack.map(|(qpn, psn)| LastAck {
             off: start,
-            ip_id,
             sock,
             dst,
             qpn,
@@ -569,6 +564,8 @@ impl PacketSink for Sink<'_> {
         } else {
             self.tx.groups.push(Group {
                 sock,
+                src,
+                sport,
                 msg: TxMsg {
                     off: start,
                     len,
