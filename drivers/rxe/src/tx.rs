@@ -51,7 +51,7 @@ use rustc_hash::FxHashMap;
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
 use crate::stats::DeviceStats;
-use crate::sys::{self, BATCH, TxMsg};
+use crate::sys::{self, BATCH, SMALL_BATCH, TxMsg};
 
 /// Arena bytes: room for a full GSO group (64 KiB) several times over.
 const ARENA: usize = 512 * 1024;
@@ -276,14 +276,7 @@ impl Tx {
             // A run of groups from the same socket goes in one sendmmsg.
             let sock = self.groups[at].sock;
             let mut end = at;
-            let mut msgs = [TxMsg {
-                off: 0,
-                len: 0,
-                dst: SocketAddr::from(([0, 0, 0, 0], 0)),
-                gso: 0,
-            }; BATCH];
             while end < self.groups.len() && end - at < BATCH && self.groups[end].sock == sock {
-                msgs[end - at] = self.groups[end].msg;
                 end += 1;
             }
             let Some(s) = self.socks.get(sock) else {
@@ -291,7 +284,13 @@ impl Tx {
                 continue;
             };
             stats.sendmmsg_calls += 1;
-            match sys::send_batch(s.sock.as_fd(), &self.arena, &msgs[..end - at]) {
+            let run = &self.groups[at..end];
+            let sent = if run.len() <= SMALL_BATCH {
+                send_run::<SMALL_BATCH>(s, &self.arena, run)
+            } else {
+                send_run::<BATCH>(s, &self.arena, run)
+            };
+            match sent {
                 Ok(0) => {
                     stats.tx_errors += 1;
                     at += 1;
@@ -359,6 +358,21 @@ impl Tx {
         }
         self.groups.splice(i..=i, singles);
     }
+}
+
+/// Send `run` (at most `N` groups) with one `sendmmsg`; the message array
+/// is sized for the run, not for [`BATCH`] (a ping-pong sends one).
+fn send_run<const N: usize>(s: &SendSock, arena: &[u8], run: &[Group]) -> io::Result<usize> {
+    let mut msgs = [TxMsg {
+        off: 0,
+        len: 0,
+        dst: SocketAddr::from(([0, 0, 0, 0], 0)),
+        gso: 0,
+    }; N];
+    for (m, g) in msgs.iter_mut().zip(run) {
+        *m = g.msg;
+    }
+    sys::send_batch(s.sock.as_fd(), arena, &msgs[..run.len().min(N)])
 }
 
 fn gso_unsupported(e: &io::Error) -> bool {
