@@ -1,7 +1,7 @@
 //! [`RxeError`]: why opening an rxe device failed, with what to do about it.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use thiserror::Error;
 
@@ -32,13 +32,28 @@ pub enum RxeError {
     /// No local interface carries the address.
     #[error(
         "{ip} is not an address of this host (addresses: {available}); use one of them, or add it \
-         (ip addr add {ip}/32 dev <netdev>). All of 127.0.0.0/8 is loopback on Linux"
+         ({add}). All of 127.0.0.0/8 is loopback on Linux",
+        add = add_hint(.ip)
     )]
     AddressNotLocal {
         /// The address asked for.
-        ip: std::net::IpAddr,
+        ip: IpAddr,
         /// The host's addresses, comma-separated.
         available: String,
+    },
+    /// The IPv6 address cannot be bound yet: duplicate address detection is
+    /// still running on it (tentative), or it failed.
+    #[error(
+        "{ip} on {netdev} cannot be bound: it is tentative (IPv6 duplicate address detection runs \
+         for a second or two after an address is added or its link comes up) or failed duplicate \
+         address detection. Wait until `ip -6 addr show dev {netdev}` no longer marks it \
+         tentative, or add it without detection (ip -6 addr add {ip}/128 dev {netdev} nodad)"
+    )]
+    AddressTentative {
+        /// The address.
+        ip: Ipv6Addr,
+        /// Its interface.
+        netdev: String,
     },
     /// UDP/4791 on this address is taken.
     #[error(
@@ -77,4 +92,12 @@ pub enum RxeError {
     /// The progress thread could not be started.
     #[error("starting the progress thread failed: {0}")]
     Thread(#[source] io::Error),
+}
+
+/// How to add `ip` to an interface, for messages.
+fn add_hint(ip: &IpAddr) -> String {
+    match ip {
+        IpAddr::V4(_) => format!("ip addr add {ip}/32 dev <netdev>"),
+        IpAddr::V6(_) => format!("ip -6 addr add {ip}/128 dev <netdev> nodad"),
+    }
 }

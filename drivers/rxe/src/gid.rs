@@ -32,7 +32,8 @@ pub struct LocalAddr {
     pub netdev_mtu: Option<u32>,
 }
 
-fn is_link_local(ip: &Ipv6Addr) -> bool {
+/// An IPv6 link-local address (fe80::/10): reachable only with a scope.
+pub fn is_link_local(ip: &Ipv6Addr) -> bool {
     (ip.segments()[0] & 0xffc0) == 0xfe80
 }
 
@@ -48,6 +49,48 @@ fn host_addrs() -> Result<Vec<(String, IpAddr)>, RxeError> {
         }
     }
     Ok(out)
+}
+
+/// `IFA_F_DADFAILED` (linux/if_addr.h): duplicate address detection failed.
+const IFA_F_DADFAILED: u8 = 0x08;
+/// `IFA_F_OPTIMISTIC`: optimistic DAD, usable while tentative.
+const IFA_F_OPTIMISTIC: u8 = 0x04;
+/// `IFA_F_TENTATIVE`: duplicate address detection still runs.
+const IFA_F_TENTATIVE: u8 = 0x40;
+
+/// The (interface, IPv6 address) pairs of `if_inet6` text (the format of
+/// `/proc/net/if_inet6`: address, ifindex, prefix length, scope, flags, name,
+/// the numbers in hex) that no socket can bind: tentative (and not
+/// optimistic) or DAD failed. The kernel's rxe leaves such addresses out of
+/// its GID table the same way: it adds an IPv6 GID only once DAD succeeded.
+fn unbindable_v6(if_inet6: &str) -> Vec<(String, Ipv6Addr)> {
+    if_inet6
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [addr, _ifindex, _plen, _scope, flags, name] = f.as_slice() else {
+                return None;
+            };
+            let flags = u8::from_str_radix(flags, 16).ok()?;
+            let tentative = flags & IFA_F_TENTATIVE != 0 && flags & IFA_F_OPTIMISTIC == 0;
+            if !tentative && flags & IFA_F_DADFAILED == 0 {
+                return None;
+            }
+            let ip = Ipv6Addr::from(u128::from_str_radix(addr, 16).ok()?);
+            Some(((*name).to_owned(), ip))
+        })
+        .collect()
+}
+
+/// [`unbindable_v6`] of the calling thread's network namespace (empty when
+/// procfs is not readable: binding then reports the problem).
+fn host_unbindable_v6() -> Vec<(String, Ipv6Addr)> {
+    // thread-self: a thread that entered another namespace (setns) sees that
+    // namespace's addresses, as getifaddrs does.
+    std::fs::read_to_string("/proc/thread-self/net/if_inet6")
+        .or_else(|_| std::fs::read_to_string("/proc/self/net/if_inet6"))
+        .map(|t| unbindable_v6(&t))
+        .unwrap_or_default()
 }
 
 fn interface_names() -> String {
@@ -98,6 +141,14 @@ pub fn resolve(target: &Target) -> Result<Vec<LocalAddr>, RxeError> {
                     });
                 }
             };
+            if let (IpAddr::V6(v6), Some(n)) = (ip, &netdev)
+                && host_unbindable_v6().contains(&(n.clone(), *v6))
+            {
+                return Err(RxeError::AddressTentative {
+                    ip: *v6,
+                    netdev: n.clone(),
+                });
+            }
             let scope_id = netdev.as_deref().map_or(0, |n| scope_of(n, ip));
             let netdev_mtu = netdev.as_deref().and_then(netdev_mtu);
             Ok(vec![LocalAddr {
@@ -122,6 +173,23 @@ pub fn resolve(target: &Target) -> Result<Vec<LocalAddr>, RxeError> {
                     });
                 }
                 return Err(RxeError::NoAddress { name: name.clone() });
+            }
+            // Tentative IPv6 addresses cannot be bound (yet): leave them out
+            // rather than fail the whole device.
+            let unbindable = host_unbindable_v6();
+            let skipped = |ip: &IpAddr| match ip {
+                IpAddr::V6(v6) => unbindable.contains(&(name.clone(), *v6)),
+                IpAddr::V4(_) => false,
+            };
+            let (left_out, mine): (Vec<IpAddr>, Vec<IpAddr>) = mine.into_iter().partition(skipped);
+            for ip in &left_out {
+                tracing::warn!(netdev = %name, %ip, "IPv6 address is tentative or failed DAD: not in the GID table");
+            }
+            if let (true, Some(IpAddr::V6(first))) = (mine.is_empty(), left_out.first()) {
+                return Err(RxeError::AddressTentative {
+                    ip: *first,
+                    netdev: name.clone(),
+                });
             }
             let rank = |ip: &IpAddr| match ip {
                 IpAddr::V6(v6) if is_link_local(v6) => 0,
@@ -204,11 +272,42 @@ mod tests {
     }
 
     #[test]
+    fn tentative_and_dad_failed_addresses_are_unbindable() {
+        // /proc/net/if_inet6 right after `ip addr add` (0xc0: permanent +
+        // tentative), after DAD (0x80), optimistic (0xc4), DAD failed (0xc8).
+        let text = "\
+fd000099000000000000000000000001 03 40 00 c0       d0
+fe800000000000007ccbfdfffee5a34f 03 40 20 80       d0
+fd000099000000000000000000000002 04 40 00 c4       d1
+fd000099000000000000000000000003 04 40 00 c8       d1
+00000000000000000000000000000001 01 80 10 80       lo
+garbage line
+";
+        let got = unbindable_v6(text);
+        assert_eq!(
+            got,
+            vec![
+                ("d0".to_owned(), "fd00:99::1".parse().unwrap()),
+                ("d1".to_owned(), "fd00:99::3".parse().unwrap()),
+            ]
+        );
+        // This host's list parses (whatever it holds).
+        let _ = host_unbindable_v6();
+    }
+
+    #[test]
     fn errors_say_what_exists() {
         let e = resolve(&Target::Netdev("nosuchif0".into())).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("not found") && msg.contains("lo"), "{msg}");
         let e = resolve(&Target::Ip("192.0.2.77".parse().unwrap())).unwrap_err();
         assert!(e.to_string().contains("127.0.0.1"), "{e}");
+        assert!(e.to_string().contains("/32"), "{e}");
+        let e = resolve(&Target::Ip("2001:db8::77".parse().unwrap())).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("ip -6 addr add 2001:db8::77/128 dev <netdev> nodad"),
+            "{msg}"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! [`Provider`] implementation.
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rnic_core::{
-    AccessFlags, AtomicCap, Context, CqHandle, CqInfo, DeviceAttr, Gid, GidEntry, GidType,
-    LinkLayer, Lkey, Memory, MrHandle, MrInfo, Mtu, PdHandle, PortAttr, PortState, PostError,
-    Provider, QpAttr, QpAttrMask, QpHandle, QpInfo, QpInitAttr, QpState, RecvWr, SendWr,
+    AccessFlags, AddressVector, AtomicCap, Context, CqHandle, CqInfo, DeviceAttr, Gid, GidEntry,
+    GidType, LinkLayer, Lkey, Memory, MrHandle, MrInfo, Mtu, PdHandle, PortAttr, PortState,
+    PostError, Provider, QpAttr, QpAttrMask, QpHandle, QpInfo, QpInitAttr, QpState, RecvWr, SendWr,
     VerbsError, WorkCompletion, WrError,
 };
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
@@ -317,6 +318,90 @@ fn transport_to_post(e: TransportError, qp: &QpEntry) -> PostError {
     }
 }
 
+/// Why an address vector cannot be sent on from a device's GID table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AvProblem {
+    /// `sgid_index` is past the end of the GID table.
+    NoSuchSgid,
+    /// The source and destination GIDs are of different IP families.
+    Family,
+    /// An IPv6 link-local destination from a source without a scope.
+    LinkLocal,
+}
+
+impl AvProblem {
+    /// What is wrong with `av` when sent from `ports` (the GID table), if
+    /// anything. `Sink::route` would drop every packet of such an address
+    /// vector (counted as `tx_bad_sgid`, or as a send error): refusing it
+    /// up front gives the caller a reason instead of a retry timeout.
+    fn of(ports: &[Port], av: &AddressVector) -> Option<AvProblem> {
+        let Some(local) = ports.get(usize::from(av.sgid_index)) else {
+            return Some(AvProblem::NoSuchSgid);
+        };
+        match (local.ip, av.dgid.to_ip()) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => None,
+            (IpAddr::V6(_), IpAddr::V6(d)) if gid::is_link_local(&d) && local.scope_id == 0 => {
+                Some(AvProblem::LinkLocal)
+            }
+            (IpAddr::V6(_), IpAddr::V6(_)) => None,
+            _ => Some(AvProblem::Family),
+        }
+    }
+
+    /// The short form, for a refused work request.
+    fn summary(self) -> &'static str {
+        match self {
+            AvProblem::NoSuchSgid => {
+                "the UD destination's sgid_index is not in this device's GID table \
+                 (query_gid_table lists it)"
+            }
+            AvProblem::Family => {
+                "the UD destination's GID and the GID at its sgid_index are of different IP \
+                 families: RoCEv2 does not cross IPv4 and IPv6; pick a source GID of the \
+                 destination's family"
+            }
+            AvProblem::LinkLocal => {
+                "the UD destination is IPv6 link-local, reachable only from a link-local source \
+                 GID: use the index of this device's link-local GID"
+            }
+        }
+    }
+
+    /// The long form, naming the GIDs, for a refused modify.
+    fn explain(self, ports: &[Port], av: &AddressVector) -> String {
+        let family = |ip: IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+        let table = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{i}: {}", p.gid))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let dip = av.dgid.to_ip();
+        let i = av.sgid_index;
+        let sgid = ports.get(usize::from(i)).map_or(Gid::ZERO, |p| p.gid);
+        match self {
+            AvProblem::NoSuchSgid => format!(
+                "sgid_index {i} is not in this device's GID table ({table}); use one of those \
+                 indices"
+            ),
+            AvProblem::Family => format!(
+                "sgid_index {i} is {sgid} ({}) but the destination GID {} is {}: RoCEv2 does not \
+                 cross IPv4 and IPv6; use the index of a source GID of the destination's family \
+                 (GID table: {table})",
+                family(sgid.to_ip()),
+                av.dgid,
+                family(dip),
+            ),
+            AvProblem::LinkLocal => format!(
+                "the destination GID {} is IPv6 link-local, reachable only from a link-local \
+                 source GID (whose interface is the scope), but sgid_index {i} is {sgid}; use the \
+                 index of this device's link-local GID (GID table: {table})",
+                av.dgid
+            ),
+        }
+    }
+}
+
 fn no_such(what: &'static str) -> String {
     format!("no such {what} on this rxe device (already destroyed, or from another device)")
 }
@@ -546,6 +631,15 @@ impl Provider for Inner {
 
     fn modify_qp(&self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let sh = self.sh();
+        if mask.contains(QpAttrMask::AV)
+            && let Some(p) = AvProblem::of(&sh.ports, &attr.ah_attr)
+        {
+            return Err(VerbsError::ModifyQp {
+                qp,
+                mask,
+                reason: p.explain(&sh.ports, &attr.ah_attr),
+            });
+        }
         let mut st = sh.lock();
         let now = sh.now();
         let r = st
@@ -619,11 +713,20 @@ impl Provider for Inner {
 
     fn post_send(&self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let sh = self.sh();
+        // A UD destination that cannot be routed stops the batch there (the
+        // requests before it are posted).
+        let bad_av = wrs.iter().enumerate().find_map(|(i, wr)| {
+            let d = wr.ud.as_ref()?;
+            AvProblem::of(&sh.ports, &d.av).map(|p| (i, p))
+        });
+        let postable = wrs
+            .get(..bad_av.map_or(wrs.len(), |(i, _)| i))
+            .unwrap_or(&[]);
         let mut st = sh.lock();
         let now = sh.now();
         let r = st.with_qp(sh, qp.0, |q, io| {
             let mut refused = None;
-            for (i, wr) in wrs.iter().enumerate() {
+            for (i, wr) in postable.iter().enumerate() {
                 if let Err(e) = q.post_send(wr, io) {
                     refused = Some((i, e));
                     break;
@@ -642,9 +745,13 @@ impl Provider for Inner {
         if st.note_deadline(deadline) {
             sh.ring();
         }
-        match refused {
-            None => Ok(()),
-            Some((index, e)) => {
+        match (refused, bad_av) {
+            (None, None) => Ok(()),
+            (None, Some((index, p))) => Err(VerbsError::PostSend {
+                index,
+                reason: PostError::Device(p.summary()),
+            }),
+            (Some((index, e)), _) => {
                 let reason = st
                     .qps
                     .get(qp.0)

@@ -133,6 +133,41 @@ pub fn connect_with(
     qa.to_rts(pa, &rts).unwrap();
 }
 
+/// Bring `qa` and `qb` up as a connected RC pair where each side sends
+/// from its own GID-table entry (`ia` on `a`, `ib` on `b`) and addresses
+/// the peer's (a device with IPv4 and IPv6 GIDs: pick the family).
+#[allow(clippy::too_many_arguments)]
+pub fn connect_at(
+    a: &Side,
+    qa: &mut QueuePair,
+    ia: u8,
+    b: &Side,
+    qb: &mut QueuePair,
+    ib: u8,
+    mtu: Mtu,
+) {
+    let init = InitParams {
+        access: ALL,
+        ..InitParams::default()
+    };
+    let (pa, pb) = (Psn::from_wire(0x1000), Psn::from_wire(0xabcdef));
+    let (ga, gb) = (a.dev.gids()[ia as usize], b.dev.gids()[ib as usize]);
+    qa.to_init(&init).unwrap();
+    qb.to_init(&init).unwrap();
+    let rtr_b = RtrParams {
+        sgid_index: ib,
+        ..rtr(mtu)
+    };
+    qb.to_rtr(qa.qpn(), pa, ga, &rtr_b).unwrap();
+    qb.to_rts(pb, &rts()).unwrap();
+    let rtr_a = RtrParams {
+        sgid_index: ia,
+        ..rtr(mtu)
+    };
+    qa.to_rtr(qb.qpn(), pb, gb, &rtr_a).unwrap();
+    qa.to_rts(pa, &rts()).unwrap();
+}
+
 /// Two sides on fresh loopback addresses with `buf` bytes each.
 pub fn sides(buf: usize, progress: Progress) -> (Side, Side) {
     let (ia, ib) = ip_pair();
