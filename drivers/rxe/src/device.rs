@@ -454,8 +454,8 @@ impl State {
             total += got_here;
         }
         // A packet held back for reordering never waits past its round.
-        if let Some((pkt, src)) = self.faults.take_held() {
-            self.dispatch_held(sh, &pkt, src, now);
+        if let Some((pkt, src, dst)) = self.faults.take_held() {
+            self.dispatch_held(sh, &pkt, src, dst, now);
         }
         self.run_timers(sh, now);
         if defer_acks && !carried && total > 0 && self.tx.only_acks() {
@@ -536,7 +536,7 @@ impl State {
                 }
                 Verdict::Hold => {
                     stats.fault_reordered += 1;
-                    faults.hold(pkt, src_gid);
+                    faults.hold(pkt, src_gid, port.gid);
                     continue;
                 }
             }
@@ -548,15 +548,22 @@ impl State {
                 tx,
                 stats,
             };
-            d.packet(sh, pkt, src_gid, now);
-            if let Some((held, held_src)) = faults.take_held() {
-                d.packet(sh, &held, held_src, now);
+            d.packet(sh, pkt, src_gid, port.gid, now);
+            if let Some((held, held_src, held_dst)) = faults.take_held() {
+                d.packet(sh, &held, held_src, held_dst, now);
             }
         }
     }
 
     /// Hand over a packet the fault injector held back.
-    fn dispatch_held(&mut self, sh: &Shared, pkt: &[u8], src: rnic_core::Gid, now: Instant) {
+    fn dispatch_held(
+        &mut self,
+        sh: &Shared,
+        pkt: &[u8],
+        src: rnic_core::Gid,
+        dst: rnic_core::Gid,
+        now: Instant,
+    ) {
         let State {
             keys,
             cqs,
@@ -574,7 +581,7 @@ impl State {
             tx,
             stats,
         }
-        .packet(sh, pkt, src, now);
+        .packet(sh, pkt, src, dst, now);
     }
 
     /// Run the timers that are due and recompute the nearest deadline.
@@ -651,8 +658,16 @@ struct Dispatch<'a> {
 }
 
 impl Dispatch<'_> {
-    /// Demultiplex a verified packet by BTH DestQP and run its QP's engine.
-    fn packet(&mut self, sh: &Shared, pkt: &[u8], src_gid: rnic_core::Gid, now: Instant) {
+    /// Demultiplex a verified packet (from `src_gid` to local `dst_gid`) by
+    /// BTH DestQP and run its QP's engine.
+    fn packet(
+        &mut self,
+        sh: &Shared,
+        pkt: &[u8],
+        src_gid: rnic_core::Gid,
+        dst_gid: rnic_core::Gid,
+        now: Instant,
+    ) {
         let Some(qpn) = transport::dest_qpn(pkt) else {
             self.stats.rx_malformed += 1;
             return;
@@ -681,7 +696,7 @@ impl Dispatch<'_> {
             tx: &mut sink,
             cq: &mut cq,
         };
-        e.qp.receive(now, pkt, src_gid, &mut io);
+        e.qp.receive_at(now, pkt, src_gid, dst_gid, &mut io);
     }
 }
 

@@ -54,8 +54,9 @@ pub(crate) enum Verdict {
 pub(crate) struct Faults {
     cfg: FaultConfig,
     rng: u64,
-    /// A packet held back for reordering, with its source.
-    held: Option<(Vec<u8>, Gid)>,
+    /// A packet held back for reordering, with its source and destination
+    /// GIDs.
+    held: Option<(Vec<u8>, Gid, Gid)>,
 }
 
 impl Faults {
@@ -96,12 +97,12 @@ impl Faults {
     }
 
     /// Keep a copy of `pkt` from `src` for later.
-    pub(crate) fn hold(&mut self, pkt: &[u8], src: Gid) {
-        self.held = Some((pkt.to_vec(), src));
+    pub(crate) fn hold(&mut self, pkt: &[u8], src: Gid, dst: Gid) {
+        self.held = Some((pkt.to_vec(), src, dst));
     }
 
     /// The held packet, if any (taken).
-    pub(crate) fn take_held(&mut self) -> Option<(Vec<u8>, Gid)> {
+    pub(crate) fn take_held(&mut self) -> Option<(Vec<u8>, Gid, Gid)> {
         self.held.take()
     }
 }

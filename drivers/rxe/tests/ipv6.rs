@@ -662,12 +662,16 @@ fn netns_global_gid_every_op_mtu_1024() {
 
     let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let bg = Gid::from_ipv6(net.global[1]);
-    ud_sends(&a, &mut ua, gi, &b, &ub, bg, &[0, 1, 1024]);
-    // (The GRH area's destination half is the receiving QP's GID-table
-    // entry 0, here the link-local GID, not the global GID the datagram was
-    // sent to: not asserted. Kernel rxe copies the received IPv6 header;
-    // matching it needs device.rs to hand the receiving port's GID to the
-    // engine.)
+    let grh = ud_sends(&a, &mut ua, gi, &b, &ub, bg, &[0, 1, 1024]);
+    // The GRH area's destination half is the address the datagram was sent
+    // to (the global GID, index 2), not the device's GID-table entry 0 (the
+    // link-local GID), as kernel rxe copies it from the received IP header.
+    assert_ne!(index_of(&b.dev, bg), 0);
+    assert_eq!(
+        &grh[24..40],
+        bg.raw(),
+        "GRH area destination = the global GID"
+    );
 
     // Mixed families on a table that has both: IPv4 source to an IPv6
     // destination, and a global source to a link-local destination.

@@ -438,9 +438,19 @@ impl Qp {
     }
 
     /// Handle one received RoCE packet (BTH‥ICRC, ICRC already verified by
-    /// the caller) from `src` at `now`. Bad packets are dropped or NAKed and
+    /// the caller) from `src` at `now`, addressed to the QP's own GID
+    /// ([`QpConfig::local_gid`]). Bad packets are dropped or NAKed and
     /// counted; nothing here panics.
     pub fn receive(&mut self, now: Instant, packet: &[u8], src: Gid, io: &mut Io<'_>) {
+        let dst = self.cfg.local_gid;
+        self.receive_at(now, packet, src, dst, io);
+    }
+
+    /// [`Qp::receive`] for a packet that arrived at local GID `dst` (a
+    /// device with several addresses: a UD receive's GRH area names the
+    /// address the datagram was sent to, as kernel rxe copies it from the
+    /// received IP header).
+    pub fn receive_at(&mut self, now: Instant, packet: &[u8], src: Gid, dst: Gid, io: &mut Io<'_>) {
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += packet.len() as u64;
         let p = match pkt::parse(packet) {
@@ -469,7 +479,7 @@ impl Qp {
         }
         if ud_pkt {
             if self.responder_on() {
-                self.ud_receive(&p, src, io);
+                self.ud_receive(&p, src, dst, io);
             } else {
                 self.stats.drops.bad_state += 1;
             }

@@ -93,8 +93,8 @@ impl Qp {
         }
     }
 
-    /// Deliver one UD datagram.
-    pub(crate) fn ud_receive(&mut self, p: &Pkt<'_>, src: Gid, io: &mut Io<'_>) {
+    /// Deliver one UD datagram sent from `src` to local GID `dst`.
+    pub(crate) fn ud_receive(&mut self, p: &Pkt<'_>, src: Gid, dst: Gid, io: &mut Io<'_>) {
         if p.qkey != self.a.qkey {
             self.stats.drops.qkey_mismatch += 1;
             return;
@@ -126,7 +126,7 @@ impl Qp {
             self.push_recv(wc, io);
             return;
         }
-        let grh = grh_bytes(src, self.cfg.local_gid, n);
+        let grh = grh_bytes(src, dst, n);
         let sges = self.rq.front_sges();
         let pd = self.cfg.pd;
         let res = sgl_write(io.mem, pd, sges, 0, &grh)
