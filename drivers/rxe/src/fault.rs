@@ -126,7 +126,7 @@ mod tests {
                 .map(|_| {
                     let v = f.judge();
                     if v == Verdict::Hold {
-                        f.hold(b"x", Gid::default());
+                        f.hold(b"x", Gid::default(), Gid::default());
                         f.take_held();
                     }
                     v
