@@ -1,9 +1,13 @@
 //! One local address of a device: its GID and its UDP/4791 socket.
 
+use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+use nix::sched::{CloneFlags, setns};
 
 use rnic_core::Gid;
 
@@ -29,6 +33,43 @@ pub struct Port {
     pub sock: UdpSocket,
     /// `UDP_GRO` is on for `sock`.
     pub gro: bool,
+    /// The network namespace `sock` was bound in (the opening thread's),
+    /// when `/proc` shows it: per-QP sockets bound later, from whichever
+    /// thread connects or posts, are bound there too.
+    netns: Option<NetNs>,
+}
+
+/// A network namespace, held open.
+#[derive(Debug)]
+struct NetNs {
+    file: File,
+    ino: u64,
+}
+
+impl NetNs {
+    /// The calling thread's network namespace.
+    fn current() -> io::Result<NetNs> {
+        let file = File::open("/proc/thread-self/ns/net")?;
+        let ino = file.metadata()?.ino();
+        Ok(NetNs { file, ino })
+    }
+
+    /// Run `f` in this namespace: on the calling thread directly when it is
+    /// already there, else between two `setns` calls (needs CAP_SYS_ADMIN;
+    /// the thread returns to its own namespace before this returns).
+    fn run<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let here = NetNs::current()?;
+        if here.ino == self.ino {
+            return f();
+        }
+        setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+        let r = f();
+        setns(here.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+            tracing::error!(error = %e, "could not return to the thread's network namespace");
+            io::Error::from(e)
+        })?;
+        r
+    }
 }
 
 fn sockaddr(ip: IpAddr, scope_id: u32, port: u16) -> SocketAddr {
@@ -89,14 +130,21 @@ impl Port {
             netdev: local.netdev.clone(),
             sock,
             gro,
+            netns: NetNs::current().ok(),
         })
     }
 
     /// A send-only socket from this address and UDP port `sport` (rxe's
-    /// per-QP source port), DF set.
+    /// per-QP source port), DF set, bound in the listening socket's network
+    /// namespace whichever thread asks.
     pub fn bind_sender(&self, sport: u16) -> Result<UdpSocket, RxeError> {
         let addr = sockaddr(self.ip, self.scope_id, sport);
-        let sock = UdpSocket::bind(addr).map_err(|source| RxeError::Socket {
+        let bind = || UdpSocket::bind(addr);
+        let bound = match &self.netns {
+            Some(ns) => ns.run(bind),
+            None => bind(),
+        };
+        let sock = bound.map_err(|source| RxeError::Socket {
             what: "binding a source-port socket",
             addr,
             source,

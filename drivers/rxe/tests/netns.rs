@@ -151,6 +151,11 @@ fn across(tag: &str, k: u8, link_mtu: u32, mtu: Mtu) {
     println!("{tag}: receiver {s:?}");
     assert_eq!(s.icrc_drops, 0);
     assert_eq!(a.dev.stats().device.tx_too_big, 0);
+    // The QPs were connected and posted from this thread, outside both
+    // namespaces: their per-QP source-port sockets must still be bound in
+    // the devices' namespaces (no fallback to the RoCE port).
+    assert_eq!(a.dev.stats().device.sport_fallbacks, 0);
+    assert_eq!(s.sport_fallbacks, 0);
     drop((qa, qb, a, b));
     drop(ns);
 }
