@@ -98,6 +98,13 @@ fn prepare(sock: &UdpSocket, ip: IpAddr, addr: SocketAddr) -> Result<(), RxeErro
         addr,
         source,
     })?;
+    if sys::is_v6(&ip) {
+        sys::set_flow_label_off(sock.as_fd()).map_err(|source| RxeError::Socket {
+            what: "setting IPV6_AUTOFLOWLABEL=0",
+            addr,
+            source,
+        })?;
+    }
     sys::set_buffers(sock, SOCK_BUF);
     Ok(())
 }
@@ -136,8 +143,9 @@ impl Port {
 
     /// A send-only socket from this address and UDP port `sport` (rxe's
     /// per-QP source port), DF set, bound in the listening socket's network
-    /// namespace whichever thread asks.
-    pub fn bind_sender(&self, sport: u16) -> Result<UdpSocket, RxeError> {
+    /// namespace whichever thread asks; its packets carry traffic class
+    /// (TOS) `tclass` and hop limit (TTL) `hops` (0: the system default).
+    pub fn bind_sender(&self, sport: u16, tclass: u8, hops: u8) -> Result<UdpSocket, RxeError> {
         let addr = sockaddr(self.ip, self.scope_id, sport);
         let bind = || UdpSocket::bind(addr);
         let bound = match &self.netns {
@@ -150,6 +158,16 @@ impl Port {
             source,
         })?;
         prepare(&sock, self.ip, addr)?;
+        if tclass != 0 || hops != 0 {
+            let hops = if hops == 0 { 64 } else { hops };
+            sys::set_tclass_and_hops(&sock, sys::is_v6(&self.ip), tclass, hops).map_err(
+                |source| RxeError::Socket {
+                    what: "setting the traffic class and hop limit",
+                    addr,
+                    source,
+                },
+            )?;
+        }
         // It never receives: keep its receive buffer small.
         let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &4096);
         Ok(sock)

@@ -24,6 +24,8 @@ pub const BATCH: usize = 32;
 /// whole on every call).
 pub const SMALL_BATCH: usize = 4;
 
+/// `IPV6_AUTOFLOWLABEL` (linux/in6.h): derive a flow label per flow.
+const IPV6_AUTOFLOWLABEL: i32 = 70;
 /// `UDP_SEGMENT` (linux/udp.h): a GSO send's segment size.
 const UDP_SEGMENT: i32 = 103;
 /// `UDP_GRO` (linux/udp.h): a GRO receive's segment size.
@@ -101,20 +103,46 @@ impl AddrBuf {
 /// IPV6_PMTUDISC_DO` (IPv6): DF is set and the kernel never fragments; on an
 /// unconnected IPv4 socket it then sends identification 0.
 pub fn set_pmtudisc_do(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
-    let (level, name, value) = if ipv6 {
-        (
+    if ipv6 {
+        set_int(
+            fd,
             libc::IPPROTO_IPV6,
             libc::IPV6_MTU_DISCOVER,
             libc::IPV6_PMTUDISC_DO,
         )
     } else {
-        (
+        set_int(
+            fd,
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )
-    };
-    let value: libc::c_int = value;
+    }
+}
+
+/// Turn `IPV6_AUTOFLOWLABEL` off: IPv6 packets carry flow label 0, as
+/// kernel rxe sends them (nix has no option for it).
+pub fn set_flow_label_off(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0)
+}
+
+/// Traffic class (IPv4 TOS) and hop limit (IPv4 TTL) of what the socket
+/// sends: an address vector's `traffic_class` and `hop_limit`, which
+/// kernel rxe writes into every packet's IP header.
+pub fn set_tclass_and_hops(fd: &impl AsFd, ipv6: bool, tclass: u8, hops: u8) -> io::Result<()> {
+    let (tclass, hops) = (libc::c_int::from(tclass), libc::c_int::from(hops));
+    if ipv6 {
+        setsockopt(fd, sockopt::Ipv6TClass, &tclass)?;
+        setsockopt(fd, sockopt::Ipv6Ttl, &hops)?;
+    } else {
+        setsockopt(fd, sockopt::Ipv4Tos, &tclass)?;
+        setsockopt(fd, sockopt::Ipv4Ttl, &hops)?;
+    }
+    Ok(())
+}
+
+/// Set an integer socket option by number.
+fn set_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
     // SAFETY: `fd` is a live socket (borrowed for the call); the option value
     // points at a c_int on our stack whose size we pass; the kernel only
     // reads it.

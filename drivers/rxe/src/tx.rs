@@ -145,7 +145,8 @@ pub struct Tx {
     used: usize,
     groups: Vec<Group>,
     socks: Vec<SendSock>,
-    by_port: FxHashMap<(usize, u16), usize>,
+    /// (port, source port, (traffic class, hop limit)) → socket.
+    by_port: FxHashMap<(usize, u16, (u8, u8)), usize>,
     /// The kernel takes `UDP_SEGMENT`.
     pub gso: bool,
     /// Send from rxe's per-QP UDP source ports (else from the listening port).
@@ -193,23 +194,31 @@ impl Tx {
 
     /// The socket sending from (`ports[port]`, `sport`), opened on first use.
     /// When the source port cannot be bound (taken by someone else) the
-    /// listening socket sends instead, from the RoCE port.
+    /// listening socket sends instead, from the RoCE port. A per-QP socket
+    /// sends with the address vector's traffic class and hop limit (`tos`),
+    /// as kernel rxe's IP headers carry them; the listening socket (no
+    /// per-QP ports, or the fallback) sends with the system's defaults.
     fn sock_for(
         &mut self,
         ports: &[Port],
         port: usize,
         sport: u16,
+        tos: (u8, u8),
         stats: &mut DeviceStats,
     ) -> Option<usize> {
-        let want = if self.per_qp_sport { sport } else { 0 };
-        if let Some(&i) = self.by_port.get(&(port, want)) {
+        let (want, tos) = if self.per_qp_sport {
+            (sport, tos)
+        } else {
+            (0, (0, 0))
+        };
+        if let Some(&i) = self.by_port.get(&(port, want, tos)) {
             return Some(i);
         }
         let p = ports.get(port)?;
         let sock = if want == 0 {
             p.sock.try_clone().ok()
         } else {
-            match p.bind_sender(want) {
+            match p.bind_sender(want, tos.0, tos.1) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     stats.sport_fallbacks += 1;
@@ -220,7 +229,7 @@ impl Tx {
         let local = sock.local_addr().ok()?.port();
         self.socks.push(SendSock { sock, port: local });
         let i = self.socks.len() - 1;
-        self.by_port.insert((port, want), i);
+        self.by_port.insert((port, want, tos), i);
         Some(i)
     }
 
@@ -507,7 +516,8 @@ impl PacketSink for Sink<'_> {
             (None, QpType::Ud) => qp_udp_sport(self.ctx.qpn),
             (None, _) => rc_udp_sport(self.ctx.qpn, dest.qpn),
         };
-        let Some(sock) = self.tx.sock_for(self.ports, port, sport, self.stats) else {
+        let tos = (dest.av.traffic_class, dest.av.hop_limit);
+        let Some(sock) = self.tx.sock_for(self.ports, port, sport, tos, self.stats) else {
             self.stats.tx_errors += 1;
             return;
         };

@@ -1118,7 +1118,6 @@ fn wire_check([ia, ib]: [IpAddr; 2]) {
 /// IPV6_HOPLIMIT control messages) and the sockets turn off
 /// IPV6_AUTOFLOWLABEL (`sys.rs`, `port.rs`).
 #[test]
-#[ignore = "needs tx.rs/sys.rs changes (AV traffic class + hop limit per datagram, IPV6_AUTOFLOWLABEL off)"]
 fn wire_ipv6_header_matches_kernel_rxe_for_a_non_default_av() {
     let Some((ns, ends)) = netns_lo("p") else {
         return;

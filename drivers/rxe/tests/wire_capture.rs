@@ -162,3 +162,77 @@ fn gso_to_a_receiver_without_gro() {
         sb.icrc_ok
     );
 }
+
+/// The address vector's traffic class and hop limit reach the IPv4 header
+/// (TOS and TTL), as kernel rxe writes them (`prepare_ipv4_hdr`), in both
+/// directions: requests and the responder's ACKs.
+#[test]
+fn ipv4_tos_and_ttl_come_from_the_address_vector() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("SKIP: capturing with AF_PACKET needs root");
+        return;
+    }
+    let cap = socket(
+        AddressFamily::Packet,
+        SockType::Datagram,
+        SockFlag::empty(),
+        SockProtocol::EthAll,
+    )
+    .expect("AF_PACKET socket");
+    setsockopt(
+        &cap,
+        sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(0, 200_000),
+    )
+    .unwrap();
+    let (a, b) = sides(1 << 16, Progress::Thread);
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    let p = rnic_core::RtrParams {
+        traffic_class: 0x68,
+        hop_limit: 7,
+        ..rtr(Mtu::Mtu1024)
+    };
+    connect_with(&a, &mut qa, &b, &mut qb, p, rts(), ALL);
+    let (IpAddr::V4(ia), IpAddr::V4(ib)) = (a.gid().to_ip(), b.gid().to_ip()) else {
+        unreachable!()
+    };
+    let src = [a.mr.sge(0, 3000).unwrap()];
+    qa.post_send(&[SendWr::rdma_write(1, &src, b.mr.addr(), b.mr.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
+    let mut buf = vec![0u8; 70_000];
+    let (mut requests, mut acks) = (0, 0);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(1) {
+        let Ok(n) = recv(
+            std::os::fd::AsRawFd::as_raw_fd(&cap),
+            &mut buf,
+            MsgFlags::empty(),
+        ) else {
+            break;
+        };
+        let ip = &buf[..n];
+        if n < 29 || ip[0] != 0x45 || ip[9] != 17 {
+            continue;
+        }
+        let (s, d) = (
+            [ip[12], ip[13], ip[14], ip[15]],
+            [ip[16], ip[17], ip[18], ip[19]],
+        );
+        let ours = (s == ia.octets() && d == ib.octets()) || (s == ib.octets() && d == ia.octets());
+        if !ours || u16::from_be_bytes([ip[22], ip[23]]) != 4791 {
+            continue;
+        }
+        assert_eq!(ip[1], 0x68, "TOS = the address vector's traffic class");
+        assert_eq!(ip[8], 7, "TTL = the address vector's hop limit");
+        if ip[28] == 0x11 {
+            acks += 1;
+        } else {
+            requests += 1;
+        }
+    }
+    assert!(
+        requests >= 3 && acks >= 1,
+        "{requests} requests, {acks} ACKs"
+    );
+}
