@@ -29,14 +29,15 @@
 # Usage (root, Debian 12, from anywhere):  bash bench/compare.sh
 #   QUICK=1        few sizes, short runs (~10 min on 2 vCPUs)
 #   REPS=3         repetitions (>= 3 for a median worth the name)
-#   ONLY="mem rnic ucx tcp fi"   subset of groups
+#   ONLY="mem duel rnic ucx tcp fi"   subset of groups (duel: rnic write-lat and
+#                                 UCX tag_lat, 8 B, busy poll, back to back)
 #   NETNS=0        skip the two-namespace rnic runs
 #   SKIP_INSTALL=1 do not apt-get / pip install
 #   FABTESTS_BIN=<dir with fi_rma_bw>   OUT=<dir>   PLOTS=0 (no docs/*.png)
 set -u
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}; QUICK=${QUICK:-0}
-ONLY=${ONLY:-"mem rnic ucx tcp fi"}
+ONLY=${ONLY:-"mem duel rnic ucx tcp fi"}
 OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S)$([ "$QUICK" = 1 ] && echo -quick)}
 mkdir -p "$OUT/logs"
 echo "results in $OUT"

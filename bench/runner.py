@@ -18,10 +18,12 @@ NS_IP = E.get("NS_IP_A", "10.77.0.1"), E.get("NS_IP_B", "10.77.0.2")
 if QUICK:
     BW_SIZES = [8, 4096, 65536, 1048576, 4194304]
     DUR = 1                      # seconds per rnic bandwidth point (-D)
-    LAT_N, UCX_LAT_N, PEER_T = 1000, 2000, 1
+    LAT_N, UCX_LAT_N, PEER_T = 10000, 10000, 1
+    DUEL_N = 50000
 else:
     BW_SIZES = [8, 64, 512, 4096, 32768, 65536, 262144, 1048576, 4194304]
-    DUR, LAT_N, UCX_LAT_N, PEER_T = 3, 5000, 10000, 3
+    DUR, LAT_N, UCX_LAT_N, PEER_T = 3, 20000, 20000, 3
+    DUEL_N = 200000
 LAT_SIZES = [8, 4096, 65536]
 UCX_ENV = dict(E, UCX_TLS="tcp", UCX_NET_DEVICES="lo")
 FI_ENV = dict(E, FI_TCP_IFACE="lo", FI_UDP_IFACE="lo", FI_SOCKETS_IFACE="lo")
@@ -238,6 +240,36 @@ def fi(rep):
                         break
 
 
+# ------------------------------------------------------------------ duel ---
+def duel(rep):
+    """The latency target of issue #4, measured fairly: 8-byte one-way latency,
+    busy polling, rnic `write-lat` and UCX `tag_lat` back to back (the order
+    alternates per repetition), so both meet the same machine state."""
+    def rnic_lat():
+        p = port(18800)
+        args = ["-s", "8", "-n", str(DUEL_N), "-p", str(p), "--json"]
+        text, cpu, forn = run(f"duel_rnic_write-lat__r{rep}",
+                              [RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.2", *args, "127.0.0.1"],
+                              server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], p=p)
+        try:
+            j = json.loads(text[text.index("{"):text.rindex("}") + 1])
+            add(rep, "duel", "duel: rnic write-lat", "poll", 8, "lat", j["results"][0]["t_avg_us"], "us", None, forn)
+        except (ValueError, KeyError, IndexError):
+            pass
+
+    def ucx_lat():
+        p = port(13600)
+        text, cpu, forn = run(f"duel_ucx_tag_lat__r{rep}",
+                              ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", "tag_lat", "-s", "8", "-n", str(DUEL_N)],
+                              server=["ucx_perftest", "-p", str(p)], env=UCX_ENV, p=p)
+        final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
+        if final:
+            add(rep, "duel", "duel: UCX tcp tag_lat", "poll", 8, "lat", float(final[-1].split()[4]), "us", None, forn)
+
+    for f in ((rnic_lat, ucx_lat) if rep % 2 else (ucx_lat, rnic_lat)):
+        f()
+
+
 # ---------------------------------------------------------------- memcpy ---
 def mem(rep):
     for th in (1, 2):
@@ -248,7 +280,7 @@ def mem(rep):
                 float(m.group(1)), "GB/s", None, forn)
 
 
-GROUPS = (("mem", mem), ("rnic", rnic), ("ucx", ucx), ("tcp", tcp), ("fi", fi))
+GROUPS = (("mem", mem), ("duel", duel), ("rnic", rnic), ("ucx", ucx), ("tcp", tcp), ("fi", fi))
 for rep in range(1, REPS + 1):
     for g, f in GROUPS:
         if g in ONLY:

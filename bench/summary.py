@@ -74,7 +74,9 @@ lines += ["## Ratios rnic / peer (medians; bandwidth: >1 = rnic faster; latency:
 bw_pairs = [("rnic write-bw loopback", "poll", p, pm) for p, pm in
             (("UCX tcp ucp_put_bw", "poll"), ("UCX tcp tag_bw", "poll"), ("kernel TCP iperf3", "blocking"),
              ("libfabric tcp fi_rma_bw writedata", "poll"), ("libfabric udp;ofi_rxd fi_rma_bw writedata", "poll"))]
-lat_pairs = [("rnic write-lat loopback", "poll", "UCX tcp ucp_put_lat", "poll"),
+lat_pairs = [("duel: rnic write-lat", "poll", "duel: UCX tcp tag_lat", "poll"),
+             ("rnic write-lat loopback", "poll", "UCX tcp tag_lat", "poll"),
+             ("rnic write-lat loopback", "poll", "UCX tcp ucp_put_lat", "poll"),
              ("rnic send-lat loopback", "poll", "UCX tcp tag_lat", "poll"),
              ("rnic send-lat loopback", "poll", "libfabric tcp fi_pingpong", "poll"),
              ("rnic send-lat loopback", "poll", "libfabric udp;ofi_rxd fi_pingpong", "poll"),
