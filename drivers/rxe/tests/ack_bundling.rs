@@ -13,9 +13,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::*;
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, setsockopt, socket, sockopt,
-};
+use nix::sys::socket::{MsgFlags, recv};
 use rnic_core::{Mtu, QpType, QueuePair, SendWr, WcStatus, WorkCompletion};
 use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
@@ -144,24 +142,9 @@ fn bundles_verify_at_a_receiver_without_gro() {
 /// each with its own IP and UDP lengths.
 #[test]
 fn captured_bundle_is_a_write_then_an_ack() {
-    if !nix::unistd::geteuid().is_root() {
-        println!("SKIP: capturing with AF_PACKET needs root");
+    let Some(cap) = capture_socket() else {
         return;
-    }
-    let cap = socket(
-        AddressFamily::Packet,
-        SockType::Datagram,
-        SockFlag::empty(),
-        SockProtocol::EthAll,
-    )
-    .expect("AF_PACKET socket");
-    setsockopt(
-        &cap,
-        sockopt::ReceiveTimeout,
-        &nix::sys::time::TimeVal::new(0, 200_000),
-    )
-    .unwrap();
-    setsockopt(&cap, sockopt::RcvBuf, &(8 << 20)).unwrap();
+    };
     let (a, b, mut qa, mut qb) = pair(true);
     let (IpAddr::V4(ia), IpAddr::V4(ib)) = (a.gid().to_ip(), b.gid().to_ip()) else {
         unreachable!()

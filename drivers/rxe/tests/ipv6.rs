@@ -33,10 +33,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use nix::sched::{CloneFlags, setns};
-use nix::sys::socket::{
-    AddressFamily, LinkAddr, SockFlag, SockProtocol, SockType, recvfrom, setsockopt, socket,
-    sockopt,
-};
+use nix::sys::socket::{LinkAddr, recvfrom};
 use rnic_core::{
     AddressVector, Gid, InitParams, Mtu, PostError, Psn, QpState, QpType, QueuePair, RecvWr,
     RtrParams, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
@@ -320,143 +317,6 @@ fn assert_clean_v6(dev: &RxeDevice, who: &str) {
     assert_eq!(s.tx_errors, 0, "{who}: {s:?}");
 }
 
-/// Every RC operation at `sizes` from `a` to `b` over the connected pair,
-/// checking both sides' bytes (with an untouched guard byte after each
-/// target), every completion, then the three atomics.
-fn every_op(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, sizes: &[usize]) {
-    let (pa, pb) = ([&b.dev], [&a.dev]);
-    let mut seed = 0x0600;
-    for &len in sizes {
-        let l32 = len as u32;
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let src = [a.mr.sge(0, l32).unwrap()];
-        let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let dst = b.mr.addr() + 2 * MIB as u64;
-
-        // RDMA WRITE
-        b.fill(2 * MIB, &vec![0xEE; len + 1]);
-        qa.post_send(&[SendWr::rdma_write(1, src, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaWrite),
-            "WRITE {len}"
-        );
-        assert!(b.bytes(2 * MIB, len) == data, "WRITE {len}: bytes differ");
-        assert_eq!(b.bytes(2 * MIB + len, 1), [0xEE], "WRITE {len} overran");
-
-        // RDMA WRITE with immediate: consumes a receive.
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let rsge = [b.mr.sge(3 * MIB, 16).unwrap()];
-        qb.post_recv(&[RecvWr::new(70, &rsge)]).unwrap();
-        let imm = 0x6600_0000 | l32;
-        qa.post_send(&[SendWr::rdma_write_with_imm(2, src, dst, b.mr.rkey(), imm).signaled()])
-            .unwrap();
-        assert_eq!(wait(&a.cq, 1, &pa)[0].status, WcStatus::Success);
-        let wb = wait(&b.cq, 1, &pb);
-        assert_eq!(
-            (wb[0].wr_id, wb[0].status, wb[0].opcode),
-            (70, WcStatus::Success, WcOpcode::RecvRdmaWithImm),
-            "WRITE_IMM {len}"
-        );
-        assert_eq!(wb[0].imm_data, Some(imm));
-        assert_eq!(wb[0].byte_len, l32);
-        assert!(
-            b.bytes(2 * MIB, len) == data,
-            "WRITE_IMM {len}: bytes differ"
-        );
-
-        // SEND and SEND with immediate into b at 1 MiB.
-        for imm in [None, Some(0x0006_0006u32 ^ l32)] {
-            seed += 1;
-            let data = pattern(len, seed);
-            a.fill(0, &data);
-            b.fill(MIB, &vec![0xEE; len + 1]);
-            let rsge = [b.mr.sge(MIB, l32 + 1).unwrap()];
-            qb.post_recv(&[RecvWr::new(80, &rsge)]).unwrap();
-            let wr = match imm {
-                None => SendWr::send(3, src),
-                Some(i) => SendWr::send_with_imm(3, src, i),
-            };
-            qa.post_send(&[wr.signaled()]).unwrap();
-            let wa = wait(&a.cq, 1, &pa);
-            assert_eq!(
-                (wa[0].status, wa[0].opcode),
-                (WcStatus::Success, WcOpcode::Send),
-                "SEND {len} {imm:?}"
-            );
-            let wb = wait(&b.cq, 1, &pb);
-            assert_eq!(
-                (wb[0].wr_id, wb[0].status, wb[0].opcode),
-                (80, WcStatus::Success, WcOpcode::Recv),
-                "RECV {len} {imm:?}"
-            );
-            assert_eq!(wb[0].byte_len, l32);
-            assert_eq!(wb[0].imm_data, imm);
-            assert_eq!(wb[0].qp_num, qb.qpn());
-            assert!(b.bytes(MIB, len) == data, "SEND {len}: bytes differ");
-            assert_eq!(b.bytes(MIB + len, 1), [0xEE], "SEND {len} overran");
-        }
-
-        // RDMA READ of b's 2 MiB into a at 1 MiB.
-        seed += 1;
-        let data = pattern(len, seed);
-        b.fill(2 * MIB, &data);
-        a.fill(MIB, &vec![0xEE; len + 1]);
-        let rd = [a.mr.sge(MIB, l32).unwrap()];
-        let rd: &[Sge] = if len == 0 { &[] } else { &rd };
-        qa.post_send(&[SendWr::rdma_read(4, rd, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaRead),
-            "READ {len}"
-        );
-        assert!(a.bytes(MIB, len) == data, "READ {len}: bytes differ");
-        assert_eq!(a.bytes(MIB + len, 1), [0xEE], "READ {len} overran");
-    }
-
-    // Atomics on b's 8 bytes at 3 MiB + 64; the original lands in a at 3 MiB.
-    let target = b.mr.addr() + (3 * MIB + 64) as u64;
-    b.fill(3 * MIB + 64, &1000u64.to_ne_bytes());
-    let res = [a.mr.sge(3 * MIB, 8).unwrap()];
-    let steps = [
-        // (request, original returned, value left)
-        (
-            SendWr::atomic_fetch_add(5, &res, target, b.mr.rkey(), 46),
-            WcOpcode::FetchAdd,
-            1000u64,
-            1046u64,
-        ),
-        (
-            SendWr::atomic_cmp_swap(6, &res, target, b.mr.rkey(), 1046, 0x6666),
-            WcOpcode::CompSwap,
-            1046,
-            0x6666,
-        ),
-        (
-            SendWr::atomic_cmp_swap(7, &res, target, b.mr.rkey(), 1, 2),
-            WcOpcode::CompSwap,
-            0x6666,
-            0x6666,
-        ),
-    ];
-    for (wr, opcode, orig, left) in steps {
-        a.fill(3 * MIB, &[0xEE; 8]);
-        qa.post_send(&[wr.signaled()]).unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!((wa[0].status, wa[0].opcode), (WcStatus::Success, opcode));
-        assert_eq!(a.bytes(3 * MIB, 8), orig.to_ne_bytes(), "{opcode:?}");
-        assert_eq!(b.bytes(3 * MIB + 64, 8), left.to_ne_bytes(), "{opcode:?}");
-    }
-}
-
 /// The sizes around `mtu` and 1 MiB.
 fn sizes(mtu: Mtu) -> [usize; 6] {
     let m = mtu.bytes() as usize;
@@ -561,7 +421,7 @@ fn lo_every_op(mtu: Mtu, progress: Progress) {
     assert_eq!(a.dev.active_mtu(), Mtu::Mtu4096);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect_at(&a, &mut qa, 0, &b, &mut qb, 0, mtu);
-    every_op(&a, &mut qa, &b, &mut qb, &sizes(mtu));
+    every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(mtu));
     assert_clean_v6(&a.dev, "requester");
     assert_clean_v6(&b.dev, "responder");
     // lo takes UDP GSO and GRO over IPv6 as over IPv4: the 1 MiB messages
@@ -658,7 +518,7 @@ fn netns_global_gid_every_op_mtu_1024() {
     assert_eq!(index_of(&b.dev, Gid::from_ipv6(net.global[1])), gi);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect_at(&a, &mut qa, gi, &b, &mut qb, gi, Mtu::Mtu1024);
-    every_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
+    every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
 
     let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let bg = Gid::from_ipv6(net.global[1]);
@@ -721,7 +581,7 @@ fn netns_link_local_gid_every_op() {
     assert_eq!(li, 0);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect_at(&a, &mut qa, li, &b, &mut qb, li, Mtu::Mtu1024);
-    every_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
+    every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
     let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let bl = Gid::from_ipv6(net.link_local[1]);
     let grh = ud_sends(&a, &mut ua, li, &b, &ub, bl, &[0, 1, 1024]);
@@ -741,7 +601,7 @@ fn netns_global_gid_every_op_mtu_4096_jumbo() {
     let gi = index_of(&a.dev, Gid::from_ipv6(net.global[0]));
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect_at(&a, &mut qa, gi, &b, &mut qb, gi, Mtu::Mtu4096);
-    every_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu4096));
+    every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu4096));
     assert_clean_v6(&a.dev, "requester");
     assert_clean_v6(&b.dev, "responder");
     assert_eq!(a.dev.stats().device.tx_too_big, 0);
@@ -883,26 +743,6 @@ fn mixed_families_are_refused_with_a_reason() {
 // On the wire
 // ---------------------------------------------------------------------------
 
-/// An AF_PACKET capture socket for every interface of the calling thread's
-/// namespace.
-fn capture_socket() -> OwnedFd {
-    let cap = socket(
-        AddressFamily::Packet,
-        SockType::Datagram,
-        SockFlag::empty(),
-        SockProtocol::EthAll,
-    )
-    .expect("AF_PACKET socket");
-    setsockopt(
-        &cap,
-        sockopt::ReceiveTimeout,
-        &nix::sys::time::TimeVal::new(0, 200_000),
-    )
-    .unwrap();
-    setsockopt(&cap, sockopt::RcvBufForce, &(16 << 20)).unwrap();
-    cap
-}
-
 /// A named rewrite of a captured packet.
 type Edit = (&'static str, fn(&mut [u8]));
 
@@ -966,7 +806,7 @@ fn wire_ipv6_icrc_and_header_fields() {
 }
 
 fn wire_check([ia, ib]: [IpAddr; 2]) {
-    let cap = capture_socket();
+    let cap = capture_socket().expect("root (checked by the caller)");
     let a = Side::new(open(ia, Progress::Thread), MIB, 64);
     let b = Side::new(open(ib, Progress::Thread), MIB, 64);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
@@ -1128,7 +968,7 @@ fn wire_ipv6_header_matches_kernel_rxe_for_a_non_default_av() {
 }
 
 fn parity_check([ia, ib]: [IpAddr; 2]) {
-    let cap = capture_socket();
+    let cap = capture_socket().expect("root (checked by the caller)");
     let a = Side::new(open(ia, Progress::Thread), MIB, 64);
     let b = Side::new(open(ib, Progress::Thread), MIB, 64);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));

@@ -20,100 +20,13 @@ fn sizes(mtu: Mtu) -> [usize; 6] {
 }
 
 /// WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM and READ of every size over
-/// one MTU, checking both sides' bytes and every completion.
+/// one MTU, then the atomics, checking both sides' bytes and every
+/// completion (`common::every_rc_op`).
 fn all_ops_at(mtu: Mtu, progress: Progress) {
     let (a, b) = sides(4 * MIB, progress);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect(&a, &mut qa, &b, &mut qb, mtu);
-    let others_a = [&b.dev];
-    let mut seed = mtu.bytes();
-    for len in sizes(mtu) {
-        let l32 = len as u32;
-        // a's source bytes at 0, b's target at 2 MiB.
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let src = [a.mr.sge(0, l32).unwrap()];
-        let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let dst_addr = b.mr.addr() + 2 * MIB as u64;
-
-        // WRITE
-        b.fill(2 * MIB, &vec![0xEE; len + 1]);
-        qa.post_send(&[SendWr::rdma_write(1, src, dst_addr, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wc = wait(&a.cq, 1, &others_a);
-        assert_eq!(wc[0].status, WcStatus::Success, "WRITE {len} @ {mtu:?}");
-        assert_eq!(wc[0].opcode, WcOpcode::RdmaWrite);
-        assert_eq!(b.bytes(2 * MIB, len), data, "WRITE {len} bytes @ {mtu:?}");
-        assert_eq!(b.bytes(2 * MIB + len, 1), [0xEE], "WRITE overran");
-
-        // WRITE_WITH_IMM: consumes a receive, delivers the immediate.
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let rsge = [b.mr.sge(3 * MIB, 16).unwrap()];
-        qb.post_recv(&[RecvWr::new(77, &rsge)]).unwrap();
-        qa.post_send(&[SendWr::rdma_write_with_imm(
-            2,
-            src,
-            dst_addr,
-            b.mr.rkey(),
-            0xfeed_0000 | l32,
-        )
-        .signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &[&b.dev]);
-        assert_eq!(wa[0].status, WcStatus::Success);
-        let wb = wait(&b.cq, 1, &[&a.dev]);
-        assert_eq!(wb[0].wr_id, 77);
-        assert_eq!(wb[0].status, WcStatus::Success);
-        assert_eq!(wb[0].opcode, WcOpcode::RecvRdmaWithImm);
-        assert_eq!(wb[0].imm_data, Some(0xfeed_0000 | l32));
-        assert!(wb[0].wc_flags.contains(WcFlags::WITH_IMM));
-        assert_eq!(wb[0].byte_len, l32);
-        assert_eq!(b.bytes(2 * MIB, len), data, "WRITE_IMM {len} @ {mtu:?}");
-
-        // SEND and SEND_WITH_IMM into b's receive buffer at 1 MiB.
-        for imm in [None, Some(0x1234_5678u32)] {
-            seed += 1;
-            let data = pattern(len, seed);
-            a.fill(0, &data);
-            b.fill(MIB, &vec![0xEE; len + 1]);
-            let rsge = [b.mr.sge(MIB, l32 + 1).unwrap()];
-            qb.post_recv(&[RecvWr::new(88, &rsge)]).unwrap();
-            let wr = match imm {
-                None => SendWr::send(3, src),
-                Some(i) => SendWr::send_with_imm(3, src, i),
-            };
-            qa.post_send(&[wr.signaled()]).unwrap();
-            let wa = wait(&a.cq, 1, &[&b.dev]);
-            assert_eq!(wa[0].status, WcStatus::Success, "SEND {len} {imm:?}");
-            assert_eq!(wa[0].opcode, WcOpcode::Send);
-            let wb = wait(&b.cq, 1, &[&a.dev]);
-            assert_eq!(wb[0].status, WcStatus::Success);
-            assert_eq!(wb[0].opcode, WcOpcode::Recv);
-            assert_eq!(wb[0].byte_len, l32);
-            assert_eq!(wb[0].imm_data, imm);
-            assert_eq!(wb[0].qp_num, qb.qpn());
-            assert_eq!(b.bytes(MIB, len), data, "SEND {len} @ {mtu:?}");
-            assert_eq!(b.bytes(MIB + len, 1), [0xEE], "SEND overran");
-        }
-
-        // READ b's bytes at 2 MiB into a's buffer at 1 MiB.
-        seed += 1;
-        let data = pattern(len, seed);
-        b.fill(2 * MIB, &data);
-        a.fill(MIB, &vec![0xEE; len + 1]);
-        let dst = [a.mr.sge(MIB, l32).unwrap()];
-        let dst: &[Sge] = if len == 0 { &[] } else { &dst };
-        qa.post_send(&[SendWr::rdma_read(4, dst, dst_addr, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &[&b.dev]);
-        assert_eq!(wa[0].status, WcStatus::Success, "READ {len} @ {mtu:?}");
-        assert_eq!(wa[0].opcode, WcOpcode::RdmaRead);
-        assert_eq!(a.bytes(MIB, len), data, "READ {len} @ {mtu:?}");
-        assert_eq!(a.bytes(MIB + len, 1), [0xEE], "READ overran");
-    }
+    every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(mtu));
     let s = b.dev.stats();
     assert_eq!(s.device.icrc_drops, 0);
     assert!(s.device.icrc_ok > 0);

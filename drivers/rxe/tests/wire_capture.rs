@@ -10,9 +10,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, setsockopt, socket, sockopt,
-};
+use nix::sys::socket::{MsgFlags, recv};
 use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
 use rnic_roce::wire::icrc;
 use rnic_rxe::Progress;
@@ -27,24 +25,9 @@ struct Captured {
 
 #[test]
 fn kernel_sends_ident_zero_with_df_and_the_icrc_verifies() {
-    if !nix::unistd::geteuid().is_root() {
-        println!("SKIP: capturing with AF_PACKET needs root");
+    let Some(cap) = capture_socket() else {
         return;
-    }
-    let cap = socket(
-        AddressFamily::Packet,
-        SockType::Datagram,
-        SockFlag::empty(),
-        SockProtocol::EthAll,
-    )
-    .expect("AF_PACKET socket");
-    setsockopt(
-        &cap,
-        sockopt::ReceiveTimeout,
-        &nix::sys::time::TimeVal::new(0, 200_000),
-    )
-    .unwrap();
-    setsockopt(&cap, sockopt::RcvBuf, &(8 << 20)).unwrap();
+    };
 
     let (a, b) = sides(1 << 20, Progress::Thread);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
@@ -168,23 +151,9 @@ fn gso_to_a_receiver_without_gro() {
 /// directions: requests and the responder's ACKs.
 #[test]
 fn ipv4_tos_and_ttl_come_from_the_address_vector() {
-    if !nix::unistd::geteuid().is_root() {
-        println!("SKIP: capturing with AF_PACKET needs root");
+    let Some(cap) = capture_socket() else {
         return;
-    }
-    let cap = socket(
-        AddressFamily::Packet,
-        SockType::Datagram,
-        SockFlag::empty(),
-        SockProtocol::EthAll,
-    )
-    .expect("AF_PACKET socket");
-    setsockopt(
-        &cap,
-        sockopt::ReceiveTimeout,
-        &nix::sys::time::TimeVal::new(0, 200_000),
-    )
-    .unwrap();
+    };
     let (a, b) = sides(1 << 16, Progress::Thread);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     let p = rnic_core::RtrParams {
