@@ -852,14 +852,14 @@ fn interop_kernel_rc_pingpong_server_rnic_busy_polling_client() {
 /// netem drops 2% of what the guest sends: kernel requests, ACKs and NAKs vanish, so
 /// rnic's NAKs/timeouts meet the kernel's retransmissions and both must still finish.
 ///
-/// The kernel is the server. ibv_rc_pingpong has no closing handshake: the client
-/// exits once it has received the server's last SEND, and the server then still
-/// waits for that SEND's ACK. Were the kernel the client, netem would drop its
-/// final ACK in 2% of runs after it had destroyed its QP, and the rnic server
-/// would retransmit into the void forever (retry_cnt 7 never runs out in rxe,
-/// nor in rnic) — the tool's race, not a transport fault (seen once in the
-/// capture: the last SEND resent every 67 ms, no answer). With the kernel as
-/// server every packet it sends is still answered by a live rnic QP.
+/// ibv_rc_pingpong has no closing handshake: each side exits once its own counts
+/// are complete. When netem drops the kernel's last ACK and the kernel tool then
+/// exits, the rnic side retransmits into a destroyed QP forever (retry_cnt 7 never
+/// runs out in rxe, nor in rnic) — the tool's race, not a transport fault (seen in
+/// a capture: the last SEND resent every 67 ms, no answer; 2% of runs per size).
+/// So under netem the guest's tool runs with `linger_destroy_qp.so` preloaded
+/// (tests/vm/linger_destroy_qp.c): its QP lives one second longer and
+/// kernel rxe answers the retransmission, as a long-running peer would.
 #[test]
 fn interop_rc_pingpong_under_netem_loss_on_the_kernel_side() {
     interop_pingpong("kernel", Some("loss 2%"), "events");

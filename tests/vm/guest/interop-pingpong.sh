@@ -10,12 +10,12 @@ for size in $SIZES; do
   port=$((18515 + i))
   out=$S/kernel-$size.txt
   if [ "$SERVER" = kernel ]; then
-    timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $size -m 1024 -n $ITERS -c > $out 2>&1
+    LD_PRELOAD=${PRELOAD:-} timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $size -m 1024 -n $ITERS -c > $out 2>&1
     rc=$?
   else
     # The host's server may not listen yet: retry while the connection is refused.
     for _ in $(seq 1 60); do
-      timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $size -m 1024 -n $ITERS -c 10.50.0.1 > $out 2>&1
+      LD_PRELOAD=${PRELOAD:-} timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $size -m 1024 -n $ITERS -c 10.50.0.1 > $out 2>&1
       rc=$?
       grep -q "Couldn't connect" $out || break
       sleep 1

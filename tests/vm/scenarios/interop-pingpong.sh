@@ -19,6 +19,12 @@ PROGRESS=${RNIC_INTEROP_PROGRESS:-events}
 scenario_prepare() {
   [ -x "${RNIC_RC_PINGPONG:-}" ] || { say "RNIC_RC_PINGPONG is not an executable: '${RNIC_RC_PINGPONG:-}'"; return 1; }
   printf 'SERVER=%s\nSIZES="%s"\nITERS=%s\n' "$SERVER" "$SIZES" "$ITERS" >> "$SHARE/env.sh"
+  # Under loss the stock tool's missing closing handshake can strand the side that
+  # finishes last (see linger_destroy_qp.c): the guest's tool keeps its QP a second.
+  if [ -n "$NETEM" ]; then
+    gcc -shared -fPIC -O2 -Wall -o "$SHARE/linger_destroy_qp.so" "$HERE/linger_destroy_qp.c" -ldl || return 1
+    printf 'PRELOAD=/mnt/host/linger_destroy_qp.so\n' >> "$SHARE/env.sh"
+  fi
 }
 
 # rnic_pp <size> <port> [server]: one rnic rc_pingpong run in the netns; a client retries
@@ -62,6 +68,9 @@ scenario_check() {
   for size in $SIZES; do
     expect "$RESULTS/rnic-$size.log" '^[0-9]+ iters in ' "rnic rc_pingpong -s $size result line" || ok=1
     expect "$SHARE/interop-pingpong.out" "^kernel rc_pingpong size=$size rc=0" "kernel rc_pingpong -s $size exit 0" || ok=1
+    if [ -n "$NETEM" ]; then
+      expect "$SHARE/kernel-$size.txt" '^linger_destroy_qp: keeping the QP' "kernel tool -s $size lingered" || ok=1
+    fi
   done
   expect "$RESULTS/capture.log" '^[1-9][0-9]* packets captured' "tap capture has RoCEv2 packets" || ok=1
   return $ok
