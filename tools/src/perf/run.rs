@@ -442,7 +442,22 @@ fn wait_peer(
             Ok(0) => break Err(CtlError::PeerClosed),
             Ok(_) => break Ok(()),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if let Err(e) = idle(b) {
+                // The exchange socket is looked at again after a batch of
+                // idle rounds (or 1 ms), not after every one: a peek is a
+                // system call, and a busy-polling receiver would otherwise
+                // spend half its rounds on a socket that is quiet for the
+                // whole test.
+                let since = Instant::now();
+                let mut rounds = 0;
+                let mut failed = None;
+                while rounds < 64 && since.elapsed() < Duration::from_millis(1) {
+                    if let Err(e) = idle(b) {
+                        failed = Some(e);
+                        break;
+                    }
+                    rounds += 1;
+                }
+                if let Some(e) = failed {
                     break Err(e);
                 }
             }
