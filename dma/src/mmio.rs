@@ -35,7 +35,10 @@ impl fmt::Debug for Mmio {
 // SAFETY: an Mmio is a pointer plus a Send + Sync owner; the device memory it
 // names is not tied to a thread, and each access is a single volatile load or
 // store, which hardware serializes per register. Ordering between threads is
-// the driver's job (locks around doorbells), as in any MMIO driver.
+// the driver's job (locks around doorbells), as in any MMIO driver. A window
+// over RAM (tests) is the one case where concurrent accesses could race;
+// `Mmio::new`'s contract puts keeping such a window single-threaded on its
+// creator.
 unsafe impl Send for Mmio {}
 // SAFETY: see `Send`; `&Mmio` only offers the volatile accessors.
 unsafe impl Sync for Mmio {}
@@ -71,6 +74,13 @@ impl Mmio {
     /// addresses, and no Rust reference (`&`/`&mut`) to any of it may exist.
     /// `owner` must be what keeps the mapping alive (e.g. the VFIO device
     /// whose BAR was mmapped, or a heap buffer in tests).
+    ///
+    /// The window must be device memory (MMIO), where the hardware
+    /// serializes each register access. Over ordinary RAM (a heap buffer
+    /// standing in for a BAR in tests) volatile accesses are not atomic: the
+    /// caller must then keep the `Mmio` and its clones and windows on one
+    /// thread at a time, or otherwise make sure no two threads access the
+    /// same bytes concurrently with one of them writing.
     pub unsafe fn new(base: NonNull<u8>, len: usize, owner: Arc<dyn Any + Send + Sync>) -> Mmio {
         Mmio { base, len, owner }
     }
