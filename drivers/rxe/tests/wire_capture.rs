@@ -7,10 +7,8 @@
 mod common;
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
 
 use common::*;
-use nix::sys::socket::{MsgFlags, recv};
 use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
 use rnic_roce::wire::icrc;
 use rnic_rxe::Progress;
@@ -47,35 +45,15 @@ fn kernel_sends_ident_zero_with_df_and_the_icrc_verifies() {
         .unwrap();
     assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
 
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 70_000];
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(2) {
-        let Ok(n) = recv(
-            std::os::fd::AsRawFd::as_raw_fd(&cap),
-            &mut buf,
-            MsgFlags::empty(),
-        ) else {
-            break;
-        };
-        let ip = &buf[..n];
-        if n < 28 || ip[0] != 0x45 || ip[9] != 17 {
-            continue;
-        }
-        let s = [ip[12], ip[13], ip[14], ip[15]];
-        let d = [ip[16], ip[17], ip[18], ip[19]];
-        let dport = u16::from_be_bytes([ip[22], ip[23]]);
-        let ours = (s == ia.octets() && d == ib.octets()) || (s == ib.octets() && d == ia.octets());
-        if !ours || dport != 4791 {
-            continue;
-        }
-        got.push(Captured {
+    let got: Vec<Captured> = captured_v4(&cap, ia, ib, 2)
+        .into_iter()
+        .map(|ip| Captured {
             ident: u16::from_be_bytes([ip[4], ip[5]]),
             df: ip[6] & 0x40 != 0,
             udp_payload_len: usize::from(u16::from_be_bytes([ip[24], ip[25]])) - 8,
-            ip: ip.to_vec(),
-        });
-    }
+            ip,
+        })
+        .collect();
     assert!(!got.is_empty(), "captured nothing");
     let mut singles = 0;
     let mut supers = 0;
@@ -169,29 +147,8 @@ fn ipv4_tos_and_ttl_come_from_the_address_vector() {
     qa.post_send(&[SendWr::rdma_write(1, &src, b.mr.addr(), b.mr.rkey()).signaled()])
         .unwrap();
     assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
-    let mut buf = vec![0u8; 70_000];
     let (mut requests, mut acks) = (0, 0);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(1) {
-        let Ok(n) = recv(
-            std::os::fd::AsRawFd::as_raw_fd(&cap),
-            &mut buf,
-            MsgFlags::empty(),
-        ) else {
-            break;
-        };
-        let ip = &buf[..n];
-        if n < 29 || ip[0] != 0x45 || ip[9] != 17 {
-            continue;
-        }
-        let (s, d) = (
-            [ip[12], ip[13], ip[14], ip[15]],
-            [ip[16], ip[17], ip[18], ip[19]],
-        );
-        let ours = (s == ia.octets() && d == ib.octets()) || (s == ib.octets() && d == ia.octets());
-        if !ours || u16::from_be_bytes([ip[22], ip[23]]) != 4791 {
-            continue;
-        }
+    for ip in captured_v4(&cap, ia, ib, 1) {
         assert_eq!(ip[1], 0x68, "TOS = the address vector's traffic class");
         assert_eq!(ip[8], 7, "TTL = the address vector's hop limit");
         if ip[28] == 0x11 {

@@ -381,3 +381,30 @@ pub fn every_rc_op(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, s
         assert_eq!(b.bytes(3 * MIB_ + 64, 8), left.to_ne_bytes(), "{opcode:?}");
     }
 }
+
+/// The IPv4/UDP packets to port 4791 between `a` and `b` (either way) that
+/// `cap` ([`capture_socket`]) saw, whole IP packets, reading until the
+/// socket is quiet for its timeout or `secs` pass.
+pub fn captured_v4(cap: &OwnedFd, a: Ipv4Addr, b: Ipv4Addr, secs: u64) -> Vec<Vec<u8>> {
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    let (a, b) = (a.octets(), b.octets());
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 70_000];
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        let Ok(n) = recv(cap.as_raw_fd(), &mut buf, MsgFlags::empty()) else {
+            break;
+        };
+        let ip = &buf[..n];
+        if n < 28 || ip[0] != 0x45 || ip[9] != 17 {
+            continue;
+        }
+        let (s, d) = (&ip[12..16], &ip[16..20]);
+        let ours = (s == a && d == b) || (s == b && d == a);
+        if ours && u16::from_be_bytes([ip[22], ip[23]]) == 4791 {
+            got.push(ip.to_vec());
+        }
+    }
+    got
+}
