@@ -248,6 +248,37 @@ impl CompletionSink for CqSink<'_> {
     }
 }
 
+/// Run QP `e`'s engine with `f`, giving it memory (the key table), a packet
+/// sink from its source port and its CQs: the one place an engine call is
+/// wired up (posting, timers, received packets).
+fn run_engine<R>(
+    sh: &Shared,
+    e: &mut QpEntry,
+    keys: &mut Keys,
+    cqs: &mut Slab<CqState>,
+    tx: &mut Tx,
+    stats: &mut DeviceStats,
+    f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
+) -> R {
+    let ctx = TxCtx {
+        qpn: e.qp.qpn(),
+        qp_type: e.qp_type,
+    };
+    let mut mem = KeyAccess(keys);
+    let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
+    let mut cq = CqSink {
+        cqs,
+        send: e.send_cq,
+        recv: e.recv_cq,
+    };
+    let mut io = Io {
+        mem: &mut mem,
+        tx: &mut sink,
+        cq: &mut cq,
+    };
+    f(&mut e.qp, &mut io)
+}
+
 /// Which prediction verified an IPv4 ICRC (all 32 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Predicted {
@@ -373,23 +404,7 @@ impl State {
             ..
         } = self;
         let e = qps.get_mut(h)?;
-        let ctx = TxCtx {
-            qpn: e.qp.qpn(),
-            qp_type: e.qp_type,
-        };
-        let mut mem = KeyAccess(keys);
-        let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
-        let mut cq = CqSink {
-            cqs,
-            send: e.send_cq,
-            recv: e.recv_cq,
-        };
-        let mut io = Io {
-            mem: &mut mem,
-            tx: &mut sink,
-            cq: &mut cq,
-        };
-        Some(f(&mut e.qp, &mut io))
+        Some(run_engine(sh, e, keys, cqs, tx, stats, f))
     }
 
     /// Remove every completion of `qpn` still queued in CQ `h`.
@@ -598,23 +613,7 @@ impl State {
         let mut next: Option<Instant> = None;
         for e in qps.iter_mut() {
             if e.qp.next_deadline().is_some_and(|d| d <= now) {
-                let ctx = TxCtx {
-                    qpn: e.qp.qpn(),
-                    qp_type: e.qp_type,
-                };
-                let mut mem = KeyAccess(keys);
-                let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
-                let mut cq = CqSink {
-                    cqs,
-                    send: e.send_cq,
-                    recv: e.recv_cq,
-                };
-                let mut io = Io {
-                    mem: &mut mem,
-                    tx: &mut sink,
-                    cq: &mut cq,
-                };
-                e.qp.on_timer(now, &mut io);
+                run_engine(sh, e, keys, cqs, tx, stats, |q, io| q.on_timer(now, io));
             }
             if let Some(d) = e.qp.next_deadline() {
                 next = Some(next.map_or(d, |n| n.min(d)));
@@ -680,23 +679,9 @@ impl Dispatch<'_> {
             self.stats.unknown_qpn += 1;
             return;
         };
-        let ctx = TxCtx {
-            qpn: e.qp.qpn(),
-            qp_type: e.qp_type,
-        };
-        let mut mem = KeyAccess(self.keys);
-        let mut sink = self.tx.sink(&sh.ports, sh.roce_port, self.stats, ctx);
-        let mut cq = CqSink {
-            cqs: self.cqs,
-            send: e.send_cq,
-            recv: e.recv_cq,
-        };
-        let mut io = Io {
-            mem: &mut mem,
-            tx: &mut sink,
-            cq: &mut cq,
-        };
-        e.qp.receive_at(now, pkt, src_gid, dst_gid, &mut io);
+        run_engine(sh, e, self.keys, self.cqs, self.tx, self.stats, |q, io| {
+            q.receive_at(now, pkt, src_gid, dst_gid, io);
+        });
     }
 }
 
