@@ -317,12 +317,6 @@ fn assert_clean_v6(dev: &RxeDevice, who: &str) {
     assert_eq!(s.tx_errors, 0, "{who}: {s:?}");
 }
 
-/// The sizes around `mtu` and 1 MiB.
-fn sizes(mtu: Mtu) -> [usize; 6] {
-    let m = mtu.bytes() as usize;
-    [0, 1, m - 1, m, m + 1, MIB]
-}
-
 /// UD QPs on `a` and `b`, at RTS with path MTU `mtu`.
 fn ud_pair(a: &Side, b: &Side, mtu: Mtu) -> (QueuePair, QueuePair) {
     let (mut qa, mut qb) = (a.qp(QpType::Ud), b.qp(QpType::Ud));

@@ -14,11 +14,6 @@ use rnic_rxe::Progress;
 
 const MIB: usize = 1 << 20;
 
-fn sizes(mtu: Mtu) -> [usize; 6] {
-    let m = mtu.bytes() as usize;
-    [0, 1, m - 1, m, m + 1, MIB]
-}
-
 /// WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM and READ of every size over
 /// one MTU, then the atomics, checking both sides' bytes and every
 /// completion (`common::every_rc_op`).

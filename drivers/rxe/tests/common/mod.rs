@@ -244,6 +244,12 @@ pub fn capture_socket() -> Option<OwnedFd> {
 /// A mebibyte (the op suite's buffer layout is in MiB).
 const MIB_: usize = 1 << 20;
 
+/// The conformance sizes for path MTU `mtu`: 0, 1, MTU-1, MTU, MTU+1, 1 MiB.
+pub fn sizes(mtu: Mtu) -> [usize; 6] {
+    let m = mtu.bytes() as usize;
+    [0, 1, m - 1, m, m + 1, MIB_]
+}
+
 /// Every RC operation at `sizes` from `a` to `b` over the connected pair,
 /// checking both sides' bytes (with an untouched guard byte after each
 /// target), every completion, then the three atomics.
