@@ -97,6 +97,21 @@ def add(rep, group, test, mode, size, metric, value, unit, cpu_per_gb=None, fore
                      foreign_pct=round(foreign, 1)))
 
 
+def rnic_result(text):
+    """The first result row of an `rnicctl perf --json` run, or None."""
+    try:
+        return json.loads(text[text.index("{"):text.rindex("}") + 1])["results"][0]
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+def ucx_final(text):
+    """The fields of ucx_perftest's last `Final:` line, or None:
+    Final: iters typ avg overall(us) | bw avg overall MiB/s | msgrate."""
+    final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
+    return final[-1].split() if final else None
+
+
 # ------------------------------------------------------------------ rnic ---
 def rnic_pair(where):
     """(server prefix, server dev, client prefix, client dev, server ip)"""
@@ -118,15 +133,12 @@ def rnic(rep):
                                       cpre + [RNIC, "perf", f"{t}-bw", "-d", cdev, *args, sip],
                                       server=spre + [RNIC, "perf", f"{t}-bw", "-d", sdev, *args],
                                       p=p, ns=sns, timeout=DUR * 10 + 30)
-                try:
-                    j = json.loads(text[text.index("{"):text.rindex("}") + 1])
-                    res = j["results"][0]
+                res = rnic_result(text)
+                if res:
                     gbs = res["bw_average"] * 2**20 / 1e9
                     moved = res["iterations"] * s / 1e9
                     add(rep, "rnic", f"rnic {t}-bw {where}", "poll", s, "bw", gbs, "GB/s",
                         cpu / moved if moved else None, forn)
-                except (ValueError, KeyError, IndexError):
-                    pass
         for t in ("write", "send"):
             for mode in ("poll", "blocking"):
                 for s in LAT_SIZES:
@@ -136,12 +148,9 @@ def rnic(rep):
                                           cpre + [RNIC, "perf", f"{t}-lat", "-d", cdev, *args, sip],
                                           server=spre + [RNIC, "perf", f"{t}-lat", "-d", sdev, *args],
                                           p=p, ns=sns)
-                    try:
-                        j = json.loads(text[text.index("{"):text.rindex("}") + 1])
-                        add(rep, "rnic", f"rnic {t}-lat {where}", mode, s, "lat",
-                            j["results"][0]["t_avg_us"], "us", None, forn)
-                    except (ValueError, KeyError, IndexError):
-                        pass
+                    res = rnic_result(text)
+                    if res:
+                        add(rep, "rnic", f"rnic {t}-lat {where}", mode, s, "lat", res["t_avg_us"], "us", None, forn)
 
 
 # ------------------------------------------------------------------- UCX ---
@@ -153,9 +162,8 @@ def ucx(rep):
             text, cpu, forn = run(f"ucx_{t}__s{s}__r{rep}",
                                   ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", t, "-s", str(s), "-n", str(n), "-w", str(w)],
                                   server=["ucx_perftest", "-p", str(p)], env=UCX_ENV, p=p)
-            final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
-            if final:
-                f = final[-1].split()   # Final: iters typ avg overall(us) | bw avg overall MiB/s | msgrate
+            f = ucx_final(text)
+            if f:
                 gbs = float(f[6]) * 2**20 / 1e9
                 add(rep, "UCX", f"UCX tcp {t}", "poll", s, "bw", gbs, "GB/s", cpu / ((n + w) * s / 1e9), forn)
     for t in ("tag_lat", "ucp_put_lat"):
@@ -167,9 +175,9 @@ def ucx(rep):
                 text, cpu, forn = run(f"ucx_{t}_{mode}__s{s}__r{rep}",
                                       ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", t, "-s", str(s), "-n", str(n), *extra],
                                       server=["ucx_perftest", "-p", str(p), *extra], env=UCX_ENV, p=p)
-                final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
-                if final:
-                    add(rep, "UCX", f"UCX tcp {t}", mode, s, "lat", float(final[-1].split()[4]), "us", None, forn)
+                f = ucx_final(text)
+                if f:
+                    add(rep, "UCX", f"UCX tcp {t}", mode, s, "lat", float(f[4]), "us", None, forn)
 
 
 # ------------------------------------------------------- kernel TCP (lo) ---
@@ -251,20 +259,18 @@ def duel(rep):
         text, cpu, forn = run(f"duel_rnic_write-lat__r{rep}",
                               [RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.2", *args, "127.0.0.1"],
                               server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], p=p)
-        try:
-            j = json.loads(text[text.index("{"):text.rindex("}") + 1])
-            add(rep, "duel", "duel: rnic write-lat", "poll", 8, "lat", j["results"][0]["t_avg_us"], "us", None, forn)
-        except (ValueError, KeyError, IndexError):
-            pass
+        res = rnic_result(text)
+        if res:
+            add(rep, "duel", "duel: rnic write-lat", "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
 
     def ucx_lat():
         p = port(13600)
         text, cpu, forn = run(f"duel_ucx_tag_lat__r{rep}",
                               ["ucx_perftest", "127.0.0.1", "-p", str(p), "-t", "tag_lat", "-s", "8", "-n", str(DUEL_N)],
                               server=["ucx_perftest", "-p", str(p)], env=UCX_ENV, p=p)
-        final = [l for l in text.splitlines() if re.match(r"\s*Final:", l)]
-        if final:
-            add(rep, "duel", "duel: UCX tcp tag_lat", "poll", 8, "lat", float(final[-1].split()[4]), "us", None, forn)
+        f = ucx_final(text)
+        if f:
+            add(rep, "duel", "duel: UCX tcp tag_lat", "poll", 8, "lat", float(f[4]), "us", None, forn)
 
     for f in ((rnic_lat, ucx_lat) if rep % 2 else (ucx_lat, rnic_lat)):
         f()
