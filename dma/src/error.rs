@@ -323,4 +323,17 @@ pub enum KeyError {
         /// Length of the registered range.
         reg_len: u64,
     },
+    /// A peer asked (SEND_WITH_INVALIDATE) to invalidate a registration that
+    /// only its owner may end. As in kernel rxe (`rxe_invalidate_mr`), only
+    /// fast-registration MRs and type-2 memory windows are remotely
+    /// invalidatable; an ordinary `reg_mr` registration is not.
+    #[error(
+        "memory key {key:#010x}: a {kind} registration cannot be invalidated by a peer (only fast-registration MRs and type-2 memory windows can)"
+    )]
+    NotRemotelyInvalidatable {
+        /// The raw key.
+        key: u32,
+        /// What the key names.
+        kind: crate::keys::MrKind,
+    },
 }

@@ -67,11 +67,43 @@ pub struct MrKeys {
     pub len: u64,
 }
 
+/// What a registration is, which decides who may end it.
+///
+/// A peer's SEND_WITH_INVALIDATE may end only a fast-registration MR
+/// (`IB_MR_TYPE_MEM_REG`) or a type-2 memory window (kernel rxe,
+/// `rxe_invalidate_mr` / `rxe_invalidate_mw`). rnic has neither yet; when it
+/// gains them they become variants here whose
+/// [`remote_invalidate`](MrKind::remote_invalidate) is `true`, and only those.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MrKind {
+    /// An ordinary registration (`reg_mr`): only its owner deregisters it.
+    Registered,
+}
+
+impl MrKind {
+    /// Whether a peer may invalidate a registration of this kind.
+    pub const fn remote_invalidate(self) -> bool {
+        match self {
+            MrKind::Registered => false,
+        }
+    }
+}
+
+impl core::fmt::Display for MrKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            MrKind::Registered => "plain reg_mr",
+        })
+    }
+}
+
 /// One live registration.
 #[derive(Debug)]
 struct Entry<M: ?Sized> {
     region: Arc<M>,
     pd: PdHandle,
+    kind: MrKind,
     access: AccessFlags,
     /// `[start, start + len)` in the device's address space.
     start: u64,
@@ -188,6 +220,7 @@ impl<M: ?Sized + Memory> KeyTable<M> {
         slot.entry = Some(Entry {
             region,
             pd,
+            kind: MrKind::Registered,
             access,
             start,
             len,
@@ -271,8 +304,36 @@ impl<M: ?Sized + Memory> KeyTable<M> {
         Ok((&e.region, e.offset + (va - e.start)))
     }
 
-    /// End the registration `key` names; the key (and any other key for the
-    /// index) stops working now. Returns the region's `Arc` so the caller
+    /// A peer's SEND_WITH_INVALIDATE for `rkey`, arriving on a QP of `pd`:
+    /// ends the registration only if it exists in `pd` and is of a kind a
+    /// peer may invalidate ([`MrKind::remote_invalidate`]). Every refusal
+    /// leaves the table exactly as it was.
+    pub fn invalidate_remote(&mut self, rkey: Rkey, pd: PdHandle) -> Result<Arc<M>, KeyError> {
+        let raw = rkey.get();
+        let e = self.entry(raw)?;
+        if e.pd != pd {
+            return Err(KeyError::WrongPd {
+                key: raw,
+                registered: e.pd.0,
+                used: pd.0,
+            });
+        }
+        if !e.kind.remote_invalidate() {
+            return Err(KeyError::NotRemotelyInvalidatable {
+                key: raw,
+                kind: e.kind,
+            });
+        }
+        self.invalidate(rkey)
+    }
+
+    /// The kind of registration `key` names.
+    pub fn kind<K: MemKey>(&self, key: K) -> Result<MrKind, KeyError> {
+        self.entry(key.raw()).map(|e| e.kind)
+    }
+
+    /// End the registration `key` names (its owner's deregistration); the
+    /// key (and any other key for the index) stops working now. Returns the region's `Arc` so the caller
     /// decides where its last reference drops.
     pub fn invalidate<K: MemKey>(&mut self, key: K) -> Result<Arc<M>, KeyError> {
         let raw = key.raw();
@@ -531,5 +592,48 @@ mod tests {
             "address overflow"
         );
         assert!(t.is_empty());
+    }
+
+    /// Issue 15 bug 2: a peer cannot end a plain registration; every
+    /// refusal leaves the table as it was, and the owner still can.
+    #[test]
+    fn remote_invalidation_of_a_plain_registration_is_refused() {
+        let mut t: KeyTable<HeapMemory> = KeyTable::with_seed(9);
+        let k = t.register(region(4096), 0, 4096, PD, RW).unwrap();
+        let other = t.register(region(4096), 0, 4096, PdHandle(2), RW).unwrap();
+        assert_eq!(t.kind(k.rkey), Ok(MrKind::Registered));
+        assert!(!MrKind::Registered.remote_invalidate());
+        let raw = k.rkey.get();
+        assert_eq!(
+            t.invalidate_remote(k.rkey, PD).map(drop),
+            Err(KeyError::NotRemotelyInvalidatable {
+                key: raw,
+                kind: MrKind::Registered
+            })
+        );
+        assert!(matches!(
+            t.invalidate_remote(other.rkey, PD),
+            Err(KeyError::WrongPd {
+                registered: 2,
+                used: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            t.invalidate_remote(Rkey(raw ^ 1), PD),
+            Err(KeyError::Stale { .. })
+        ));
+        assert!(matches!(
+            t.invalidate_remote(Rkey::from_parts(999, 0), PD),
+            Err(KeyError::Unknown { index: 999, .. })
+        ));
+        assert_eq!(t.len(), 2);
+        assert!(
+            t.lookup(k.rkey, PD, k.start, 4096, AccessFlags::REMOTE_WRITE)
+                .is_ok()
+        );
+        // The owner's deregistration still works.
+        assert!(t.invalidate(k.lkey).is_ok());
+        assert_eq!(t.len(), 1);
     }
 }

@@ -57,6 +57,7 @@ fn qp_json(s: &QpStats) -> Value {
         },
         "duplicate_requests": s.duplicate_requests,
         "duplicate_responses": s.duplicate_responses,
+        "invalidate_refused": s.invalidate_refused,
         "drops": s.drops.total(),
     })
 }

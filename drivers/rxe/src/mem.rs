@@ -32,6 +32,7 @@ fn key_err(e: KeyError) -> MemError {
         KeyError::WrongPd { .. } => MemError::WrongPd,
         KeyError::AccessDenied { .. } => MemError::AccessDenied,
         KeyError::OutOfRange { .. } | KeyError::Overflow { .. } => MemError::OutOfBounds,
+        KeyError::NotRemotelyInvalidatable { .. } => MemError::NotInvalidatable,
         _ => MemError::InvalidKey,
     }
 }
@@ -123,13 +124,9 @@ impl MemoryAccess for KeyAccess<'_> {
     }
 
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {
-        // The PD check needs a lookup of some byte inside the registration;
-        // an empty range at any address fails only on the range, so test the
-        // key's PD with the range check relaxed by reading the error.
-        match self.0.lookup(rkey, pd, 0, 0, AccessFlags::empty()) {
-            Ok(_) | Err(KeyError::OutOfRange { .. }) => {}
-            Err(e) => return Err(key_err(e)),
-        }
-        self.0.invalidate(rkey).map(drop).map_err(key_err)
+        self.0
+            .invalidate_remote(rkey, pd)
+            .map(drop)
+            .map_err(key_err)
     }
 }

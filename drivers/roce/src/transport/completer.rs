@@ -95,6 +95,20 @@ impl Qp {
         };
         let head = self.sq.head;
         let mtu = u64::from(self.a.path_mtu.bytes());
+        if matches!(kind, Kind::Rnr(_) | Kind::Nak(_)) && w.is_rd_atomic() && p.psn != self.comp.psn
+        {
+            // Only a READ's own response data, PSN by PSN and in order,
+            // retires its PSNs (and only the atomic ACK an atomic's). A NAK
+            // or RNR NAK naming a PSN inside the range must not move the
+            // completer past data that never arrived: as kernel rxe
+            // (rxe_comp.c check_psn: a response beyond comp.psn while a
+            // READ/atomic is at the head is a retry from comp.psn), ask
+            // again from the first missing PSN.
+            self.stats.drops.bad_response_psn += 1;
+            self.after_progress(now, progress, io);
+            self.gap_retry(now, io);
+            return;
+        }
         match kind {
             Kind::ReadData => {
                 if !w.is_read() {

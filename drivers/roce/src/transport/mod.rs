@@ -212,6 +212,9 @@ pub enum MemError {
     Misaligned,
     /// More bytes than the scatter list holds.
     Length,
+    /// The key exists but names a registration a peer may not invalidate
+    /// (anything but a fast-registration MR or a type-2 memory window).
+    NotInvalidatable,
 }
 
 /// A 64-bit atomic on remote memory.
@@ -271,7 +274,10 @@ pub trait MemoryAccess {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, MemError>;
-    /// Invalidate `rkey` (SEND with invalidate).
+    /// A peer's SEND_WITH_INVALIDATE of `rkey`: end the registration if it
+    /// is in `pd` and of a kind a peer may invalidate (a fast-registration
+    /// MR or a type-2 memory window, never a plain `reg_mr` registration);
+    /// otherwise refuse and change nothing.
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError>;
 }
 

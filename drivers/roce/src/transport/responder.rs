@@ -108,6 +108,8 @@ enum Refuse {
     InvalidRequest,
     RemoteAccess,
     RemoteOp,
+    /// SEND_WITH_INVALIDATE of a key a peer may not invalidate (IBA class J).
+    InvalidateRkey,
 }
 
 impl Qp {
@@ -137,6 +139,17 @@ impl Qp {
                 Refuse::InvalidRequest => syndrome::NAK_INVALID_REQ,
                 Refuse::RemoteAccess => syndrome::NAK_REMOTE_ACCESS,
                 Refuse::RemoteOp => syndrome::NAK_REMOTE_OP,
+                Refuse::InvalidateRkey => {
+                    // Kernel rxe (rxe_resp.c, RESPST_ERR_INVALIDATE_RKEY,
+                    // "Class J"): the receive WQE has completed with
+                    // REM_INV_REQ_ERR; the packet's AETH stays a plain ACK
+                    // (sent if AckReq is set), and the QP moves to ERR.
+                    if p.ack_req {
+                        self.send_ack(syndrome::ACK_UNLIMITED, p.psn, io);
+                    }
+                    self.enter_error(io.cq);
+                    return;
+                }
             };
             self.send_ack(syn, p.psn, io);
             self.enter_error(io.cq);
@@ -229,9 +242,13 @@ impl Qp {
         if p.is(f::LAST) {
             let mut inv = None;
             if p.any(f::IETH) {
+                // Only a fast-registration MR or a type-2 memory window may
+                // be ended by a peer; anything else (a plain reg_mr, an
+                // unknown or foreign key) is refused and stays as it was.
                 if io.mem.invalidate(self.cfg.pd, p.ieth).is_err() {
-                    self.complete_recv(recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, io);
-                    return Err(Refuse::InvalidRequest);
+                    self.stats.invalidate_refused += 1;
+                    self.complete_recv(recv.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0, io);
+                    return Err(Refuse::InvalidateRkey);
                 }
                 inv = Some(p.ieth);
             }

@@ -53,6 +53,9 @@ pub(crate) struct Region {
     pub base: u64,
     pub data: Vec<u8>,
     pub valid: bool,
+    /// A peer may end it with SEND_WITH_INVALIDATE (what a fast-registration
+    /// MR is); off for what `register` makes, as for a plain `reg_mr`.
+    pub remote_invalidate: bool,
 }
 
 /// A memory-key table over byte vectors: L_Key and R_Key of a region are
@@ -79,8 +82,17 @@ impl MemTable {
             base,
             data: vec![0; len],
             valid: true,
+            remote_invalidate: false,
         });
         key
+    }
+
+    /// Let peers invalidate region `key` (make it stand for a
+    /// fast-registration MR).
+    pub(crate) fn allow_remote_invalidate(&mut self, key: u32) {
+        if let Some(r) = self.region_mut(key) {
+            r.remote_invalidate = true;
+        }
     }
 
     pub(crate) fn region(&self, key: u32) -> Option<&Region> {
@@ -234,6 +246,9 @@ impl MemoryAccess for MemTable {
             .ok_or(MemError::InvalidKey)?;
         if r.pd != pd {
             return Err(MemError::WrongPd);
+        }
+        if !r.remote_invalidate {
+            return Err(MemError::NotInvalidatable);
         }
         r.valid = false;
         Ok(())

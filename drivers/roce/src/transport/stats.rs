@@ -114,6 +114,10 @@ pub struct QpStats {
     pub read_replays: u64,
     /// Atomic ACKs replayed for duplicate atomics.
     pub atomic_replays: u64,
+    /// SEND_WITH_INVALIDATEs refused because the R_Key named no registration
+    /// a peer may invalidate (IBA class J: the receive completes with
+    /// `REM_INV_REQ_ERR` and the QP enters ERR).
+    pub invalidate_refused: u64,
     /// Dropped packets, by reason.
     pub drops: DropCounts,
     /// Send work requests completed (any status).

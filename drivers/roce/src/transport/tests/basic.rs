@@ -245,7 +245,9 @@ fn atomics_imm_inv_sgl_inline() {
     assert!(r.is_ok());
     sim.ep[0].mem.bytes_mut(ka.src)[8000..8200].fill(0);
     sim.kick(0);
-    // SEND with invalidate of B's src key.
+    // SEND with invalidate of B's src key, which stands for a
+    // fast-registration MR here: only such a key may be ended by a peer.
+    sim.ep[1].mem.allow_remote_invalidate(kb.src);
     let recv_inv = [sge(kb.dst, 0x2000_0000 + 4096, 16)];
     post_recv(
         &mut sim,

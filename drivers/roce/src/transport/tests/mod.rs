@@ -4,6 +4,7 @@
 
 mod basic;
 mod errors;
+mod hostile_read;
 mod negative;
 mod read_replay;
 mod workload;

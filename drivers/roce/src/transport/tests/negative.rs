@@ -699,3 +699,94 @@ fn packets_from_a_third_host_are_dropped() {
     assert_eq!(r.ep.cq.recv.len(), 1);
     assert_eq!(r.ep.cq.recv[0].status, WcStatus::Success);
 }
+
+/// One SEND_ONLY_WITH_INVALIDATE of `rkey` into a posted receive; what B
+/// emitted, with memory compared before and after (only the receive
+/// buffer may change).
+fn send_inv(r: &mut Rig, rkey: u32) -> Vec<(u8, u8, u32)> {
+    r.post_recv(64);
+    let before = r.mem();
+    let p = req(op::SEND_ONLY_INV, RQ_PSN, b"invalidate?", |o| o.ieth = rkey);
+    let out = r.inject(&p);
+    for (x, y) in before.regions.iter().zip(&r.ep.mem.regions) {
+        if x.key != r.recv {
+            assert!(x.data == y.data, "region {:#x} changed", x.key);
+        }
+        assert_eq!(x.valid, y.valid, "region {:#x} validity changed", x.key);
+    }
+    out
+}
+
+/// Issue 15 bug 2: a peer names the R_Key of a plain `reg_mr` registration
+/// in a SEND_WITH_INVALIDATE. As kernel rxe (rxe_invalidate_mr refuses
+/// anything but IB_MR_TYPE_MEM_REG; the responder's
+/// RESPST_ERR_INVALIDATE_RKEY, class J): the receive completes with
+/// REM_INV_REQ_ERR, the packet is acknowledged with a plain ACK, the QP
+/// moves to ERR, and the registration keeps working.
+#[test]
+fn remote_invalidate_of_a_plain_registration_is_refused() {
+    let mut r = rig(AccessFlags::ALL_REMOTE);
+    let w = r.w;
+    let out = send_inv(&mut r, w);
+    assert_eq!(out, vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]);
+    assert_eq!(r.ep.qp.state(), QpState::Err);
+    let wc = &r.ep.cq.recv;
+    assert_eq!(wc.len(), 1, "{wc:?}");
+    assert_eq!(wc[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(wc[0].invalidated_rkey, None);
+    assert_eq!(r.stats().invalidate_refused, 1);
+    // The key still reaches its region.
+    let reg =
+        r.ep.mem
+            .region(w)
+            .expect("the plain registration is still live");
+    assert_eq!(reg.key, w);
+}
+
+/// Picks a key from a rig.
+type KeyOf = fn(&Rig) -> u32;
+
+/// The same with the receive buffer's own key, an unknown key, a stale key
+/// byte and a key of another PD: refused alike, nothing invalidated.
+#[test]
+fn remote_invalidate_refusals_leave_every_key_alive() {
+    let cases: [(&str, KeyOf); 4] = [
+        ("the receive buffer's own region", |r| r.recv),
+        ("an unknown index", |r| r.w + 0x10_0000),
+        ("a stale key byte", |r| r.w ^ 1),
+        ("a region of another PD", |r| r.foreign),
+    ];
+    for (name, key) in cases {
+        let mut r = rig(AccessFlags::ALL_REMOTE);
+        let k = key(&r);
+        let out = send_inv(&mut r, k);
+        assert_eq!(
+            out,
+            vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)],
+            "{name}"
+        );
+        assert_eq!(r.ep.cq.recv[0].status, WcStatus::RemInvReqErr, "{name}");
+        assert_eq!(r.ep.qp.state(), QpState::Err, "{name}");
+        assert_eq!(r.stats().invalidate_refused, 1, "{name}");
+        assert!(r.ep.mem.regions.iter().all(|g| g.valid), "{name}");
+    }
+}
+
+/// A key a peer may invalidate (a fast-registration MR) is ended, and only it.
+#[test]
+fn remote_invalidate_of_an_invalidatable_key_succeeds() {
+    let mut r = rig(AccessFlags::ALL_REMOTE);
+    let w = r.w;
+    r.ep.mem.allow_remote_invalidate(w);
+    r.post_recv(64);
+    let p = req(op::SEND_ONLY_INV, RQ_PSN, b"invalidate!", |o| o.ieth = w);
+    let out = r.inject(&p);
+    assert_eq!(out, vec![(op::ACK, syndrome::ACK_UNLIMITED, RQ_PSN)]);
+    assert_eq!(r.ep.qp.state(), QpState::Rts);
+    let wc = &r.ep.cq.recv;
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(wc[0].invalidated_rkey, Some(Rkey(w)));
+    assert!(r.ep.mem.region(w).is_none());
+    let live = r.ep.mem.regions.iter().filter(|g| g.valid).count();
+    assert_eq!(live, r.ep.mem.regions.len() - 1);
+}
