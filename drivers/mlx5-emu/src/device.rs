@@ -1,0 +1,407 @@
+//! [`Device`]: the emulated function's state shared by the serving thread,
+//! the watcher and the health ticker — BAR0, config space, the DMA table,
+//! MSI-X, the boot clock and the firmware hook.
+//!
+//! # Power-on and reset
+//!
+//! At power-on (start, `DEVICE_RESET`, client disconnect) BAR0 is zeroed,
+//! the init segment rewritten with `initializing` set, config space returns
+//! to its power-on contents (bus mastering off), the watched UAR pages are
+//! forgotten and the handler's `reset` runs. `initializing` clears
+//! [`Options::boot_delay`] later. A reset keeps the DMA mappings and MSI-X
+//! eventfds (they belong to the vfio-user connection — the IOMMU and the
+//! interrupt routing — not to the function); a disconnect drops them too.
+//!
+//! # Health
+//!
+//! Every [`Options::health_period`] the ticker increments `health_counter`
+//! bits[23:0] (0x1010) and refreshes `internal_timer` (0x1000, ns since
+//! power-on, so it moves at tick granularity). A driver that sees the counter
+//! stop for several of its polls declares the device dead (mlx5.md §2).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use tracing::info;
+
+use crate::bar::MSIX_VECTORS;
+use crate::bar::{
+    BAR0_SIZE, Bar, FIRST_NON_UAR_PAGE, FwRev, INIT_SEGMENT_PAGES, iseg, write_power_on,
+};
+use crate::config::ConfigSpace;
+use crate::dma::{DmaFault, DmaSpace, FaultKind};
+use crate::error::EmuError;
+use crate::irq::{IrqError, Msix, Signal};
+use crate::watch::DoorbellHandler;
+
+/// How the emulated function behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Time from power-on until `initializing` clears (default 100 ms).
+    pub boot_delay: Duration,
+    /// Health counter period (default 50 ms).
+    pub health_period: Duration,
+    /// Firmware revision reported (default 16.35.2000).
+    pub fw: FwRev,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            boot_delay: Duration::from_millis(100),
+            health_period: Duration::from_millis(50),
+            fw: FwRev::default(),
+        }
+    }
+}
+
+/// Device-level counters.
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    /// Command doorbell events delivered.
+    pub command_doorbells: AtomicU64,
+    /// UAR doorbell events delivered.
+    pub uar_doorbells: AtomicU64,
+    /// Power-on resets (including the first power-on).
+    pub resets: AtomicU64,
+    /// Client connections that ended.
+    pub connections: AtomicU64,
+    /// Panics of the vfio-user serving code caught and contained.
+    pub contained_panics: AtomicU64,
+    /// Health counter ticks.
+    pub health_ticks: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Boot {
+    powered_on: Instant,
+    ready_at: Instant,
+    ready: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The emulated function; see the module docs.
+pub struct Device {
+    bar: Bar,
+    config: Mutex<ConfigSpace>,
+    dma: DmaSpace,
+    msix: Msix,
+    stats: DeviceStats,
+    options: Options,
+    boot: Mutex<Boot>,
+    /// Scans and ticks hold it shared; power-on holds it exclusively, so
+    /// nobody sees a half-reset BAR.
+    quiesce: RwLock<()>,
+    epoch: AtomicU64,
+    uars: Mutex<Vec<u32>>,
+    uar_gen: AtomicU64,
+    handler: Mutex<Box<dyn DoorbellHandler>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("bar", &self.bar)
+            .field("options", &self.options)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// A powered-on function with `handler` as its firmware hook.
+    pub fn new(options: Options, handler: Box<dyn DoorbellHandler>) -> Result<Device, EmuError> {
+        let now = Instant::now();
+        let dev = Device {
+            bar: Bar::new(BAR0_SIZE)?,
+            config: Mutex::new(ConfigSpace::power_on()),
+            dma: DmaSpace::new(),
+            msix: Msix::new(MSIX_VECTORS),
+            stats: DeviceStats::default(),
+            options,
+            boot: Mutex::new(Boot {
+                powered_on: now,
+                ready_at: now + options.boot_delay,
+                ready: false,
+            }),
+            quiesce: RwLock::new(()),
+            epoch: AtomicU64::new(0),
+            uars: Mutex::new(Vec::new()),
+            uar_gen: AtomicU64::new(0),
+            handler: Mutex::new(handler),
+        };
+        write_power_on(&dev.bar, options.fw);
+        dev.stats.resets.fetch_add(1, Ordering::Relaxed);
+        Ok(dev)
+    }
+
+    /// BAR0.
+    pub fn bar(&self) -> &Bar {
+        &self.bar
+    }
+
+    /// The DMA table (prefer [`Device::dma_read`]/[`Device::dma_write`],
+    /// which also check bus mastering).
+    pub fn dma(&self) -> &DmaSpace {
+        &self.dma
+    }
+
+    /// The MSI-X state.
+    pub fn msix(&self) -> &Msix {
+        &self.msix
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    /// The options it was started with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Read config space.
+    pub fn config_read(&self, offset: u64, dst: &mut [u8]) {
+        lock(&self.config).read(offset, dst);
+    }
+
+    /// Write config space (through the write mask).
+    pub fn config_write(&self, offset: u64, src: &[u8]) {
+        lock(&self.config).write(offset, src);
+    }
+
+    /// Whether the driver enabled bus mastering.
+    pub fn bus_master(&self) -> bool {
+        lock(&self.config).bus_master()
+    }
+
+    /// The device reads driver memory at `iova` (faults if bus mastering is
+    /// off or any byte is unmapped; nothing is read then).
+    pub fn dma_read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        if !self.bus_master() {
+            return Err(self
+                .dma
+                .refuse(iova, dst.len(), false, FaultKind::BusMasterDisabled));
+        }
+        self.dma.read(iova, dst)
+    }
+
+    /// The device writes driver memory at `iova` (same checks).
+    pub fn dma_write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        if !self.bus_master() {
+            return Err(self
+                .dma
+                .refuse(iova, src.len(), true, FaultKind::BusMasterDisabled));
+        }
+        self.dma.write(iova, src)
+    }
+
+    /// Raise MSI-X `vector` (not sent while bus mastering is off).
+    pub fn signal(&self, vector: u32) -> Result<Signal, IrqError> {
+        if !self.bus_master() {
+            self.msix.stats().dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(Signal::BusMasterDisabled);
+        }
+        self.msix.signal(vector)
+    }
+
+    /// Whether `initializing` (0x1fc bit31) is still set.
+    pub fn initializing(&self) -> bool {
+        self.bar.read32_be(iseg::INITIALIZING) & iseg::INITIALIZING_BIT != 0
+    }
+
+    /// Start watching UAR page `page` for doorbell writes (the firmware calls
+    /// it when it hands the page out with ALLOC_UAR).
+    pub fn watch_uar(&self, page: u32) -> Result<(), EmuError> {
+        if page < INIT_SEGMENT_PAGES {
+            return Err(EmuError::UarPage {
+                page,
+                reason: "pages 0..=2 hold the initialization segment",
+            });
+        }
+        if page >= FIRST_NON_UAR_PAGE {
+            return Err(EmuError::UarPage {
+                page,
+                reason: "the last two pages hold the MSI-X table and PBA, or past BAR0",
+            });
+        }
+        let mut u = lock(&self.uars);
+        if !u.contains(&page) {
+            u.push(page);
+            u.sort_unstable();
+            self.uar_gen.fetch_add(1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Stop watching UAR page `page`.
+    pub fn unwatch_uar(&self, page: u32) {
+        lock(&self.uars).retain(|&p| p != page);
+        self.uar_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// The watched UAR pages, ascending.
+    pub fn watched_uars(&self) -> Vec<u32> {
+        lock(&self.uars).clone()
+    }
+
+    pub(crate) fn uar_generation(&self) -> u64 {
+        self.uar_gen.load(Ordering::Acquire)
+    }
+
+    /// Incremented by every power-on reset.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn with_handler<R>(&self, f: impl FnOnce(&mut dyn DoorbellHandler) -> R) -> R {
+        f(lock(&self.handler).as_mut())
+    }
+
+    pub(crate) fn quiesced(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.quiesce.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Function-level reset: back to the power-on state (see the module docs).
+    pub fn reset(&self) -> Result<(), EmuError> {
+        {
+            let _q = self.quiesce.write().unwrap_or_else(PoisonError::into_inner);
+            self.bar.zero()?;
+            write_power_on(&self.bar, self.options.fw);
+            *lock(&self.config) = ConfigSpace::power_on();
+            let now = Instant::now();
+            *lock(&self.boot) = Boot {
+                powered_on: now,
+                ready_at: now + self.options.boot_delay,
+                ready: false,
+            };
+            lock(&self.uars).clear();
+            self.uar_gen.fetch_add(1, Ordering::Release);
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.stats.resets.fetch_add(1, Ordering::Relaxed);
+        }
+        self.with_handler(|h| h.reset(self));
+        info!("function reset to power-on state");
+        Ok(())
+    }
+
+    /// The client went away: drop its DMA mappings and eventfds, then reset.
+    pub(crate) fn disconnect(&self) -> Result<(), EmuError> {
+        let maps = self.dma.clear();
+        self.msix.clear();
+        info!(
+            dma_mappings = maps,
+            "client disconnected: mappings and vectors dropped"
+        );
+        self.reset()
+    }
+
+    /// One health tick; the time until the next wanted tick.
+    pub(crate) fn tick(&self) -> Duration {
+        let _q = self.quiesced();
+        let mut boot = lock(&self.boot);
+        let now = Instant::now();
+        if !boot.ready && now >= boot.ready_at {
+            let v = self.bar.read32_be(iseg::INITIALIZING);
+            self.bar
+                .write32_be(iseg::INITIALIZING, v & !iseg::INITIALIZING_BIT);
+            boot.ready = true;
+            info!(after = ?boot.ready_at - boot.powered_on, "firmware initialized");
+        }
+        let c = self.bar.read32_be(iseg::HEALTH_COUNTER);
+        self.bar.write32_be(
+            iseg::HEALTH_COUNTER,
+            (c & 0xff00_0000) | (c.wrapping_add(1) & 0x00ff_ffff),
+        );
+        let ns = u64::try_from(now.duration_since(boot.powered_on).as_nanos()).unwrap_or(u64::MAX);
+        self.bar.write64_be(iseg::INTERNAL_TIMER, ns);
+        self.stats.health_ticks.fetch_add(1, Ordering::Relaxed);
+        let period = self.options.health_period;
+        if boot.ready {
+            period
+        } else {
+            period.min(boot.ready_at.saturating_duration_since(now))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::NoFirmware;
+
+    fn dev(boot_ms: u64) -> Device {
+        Device::new(
+            Options {
+                boot_delay: Duration::from_millis(boot_ms),
+                ..Options::default()
+            },
+            Box::new(NoFirmware),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn boot_delay_health_and_reset() {
+        let d = dev(20);
+        assert!(d.initializing());
+        d.tick();
+        assert!(d.initializing(), "not before the boot delay");
+        std::thread::sleep(Duration::from_millis(25));
+        d.tick();
+        assert!(!d.initializing());
+        assert_eq!(d.bar().read32_be(iseg::HEALTH_COUNTER), 2);
+        assert!(d.bar().read64_be(iseg::INTERNAL_TIMER) > 20_000_000);
+        d.bar().write32_be(iseg::CMDQ_ADDR_H, 0x1234);
+        d.config_write(4, &[0x06, 0]);
+        d.reset().unwrap();
+        assert!(d.initializing());
+        assert_eq!(d.bar().read32_be(iseg::HEALTH_COUNTER), 0);
+        assert_eq!(d.bar().read32_be(iseg::CMDQ_ADDR_H), 0);
+        assert!(!d.bus_master());
+        assert_eq!(d.epoch(), 1);
+    }
+
+    #[test]
+    fn health_counter_wraps_in_24_bits_and_keeps_the_syndrome_byte() {
+        let d = dev(0);
+        d.bar().write32_be(iseg::HEALTH_COUNTER, 0x7fff_ffff);
+        d.tick();
+        assert_eq!(d.bar().read32_be(iseg::HEALTH_COUNTER), 0x7f00_0000);
+    }
+
+    #[test]
+    fn dma_and_signals_need_bus_mastering() {
+        let d = dev(0);
+        let mut b = [0u8; 4];
+        assert_eq!(
+            d.dma_read(0x1000, &mut b).unwrap_err().kind,
+            FaultKind::BusMasterDisabled
+        );
+        assert_eq!(d.signal(0).unwrap(), Signal::BusMasterDisabled);
+        d.config_write(4, &[0x06, 0]);
+        assert_eq!(
+            d.dma_read(0x1000, &mut b).unwrap_err().kind,
+            FaultKind::Unmapped
+        );
+        assert_eq!(d.signal(0).unwrap(), Signal::NotConnected);
+    }
+
+    #[test]
+    fn uar_pages_exclude_the_init_segment_and_msix() {
+        let d = dev(0);
+        assert!(d.watch_uar(0).is_err());
+        assert!(d.watch_uar(2).is_err());
+        assert!(d.watch_uar(FIRST_NON_UAR_PAGE).is_err());
+        d.watch_uar(3).unwrap();
+        d.watch_uar(FIRST_NON_UAR_PAGE - 1).unwrap();
+        assert_eq!(d.watched_uars(), vec![3, FIRST_NON_UAR_PAGE - 1]);
+        d.unwatch_uar(3);
+        assert_eq!(d.watched_uars(), vec![FIRST_NON_UAR_PAGE - 1]);
+    }
+}

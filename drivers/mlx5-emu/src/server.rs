@@ -1,0 +1,399 @@
+//! [`Emulator`]: the vfio-user server around a [`Device`] — socket
+//! handling, the region and interrupt tables the client sees, the
+//! `ServerBackend` callbacks, and the threads (serving, watcher, health).
+//!
+//! # Serving
+//!
+//! `vfio_user::Server::run` serves one connection and returns when the
+//! client disconnects; the serving thread calls it again for the next driver,
+//! after dropping the old client's DMA mappings and eventfds and resetting
+//! the function. The crate's VERSION handler panics on some malformed
+//! messages (a missing NUL, a size smaller than the header): each `run` is
+//! wrapped in `catch_unwind`, so such a client only loses its own connection
+//! (counted in `DeviceStats::contained_panics`).
+//!
+//! # What the client may see fail
+//!
+//! REGION_READ/WRITE and DMA_UNMAP never answer with an error (the crate's
+//! client would misread the shorter error reply): accesses outside a region
+//! read all-ones and drop writes, as PCI does; an unmap of unknown or
+//! partially covered ranges removes whatever it touches. DMA_MAP and SET_IRQS
+//! refusals are sent as errors (EINVAL-style) and logged and counted here.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixStream;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+use vfio_bindings::bindings::vfio as b;
+use vfio_user::{
+    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+};
+
+use crate::bar::BAR0_SIZE;
+use crate::config::CONFIG_SIZE;
+use crate::device::{Device, Options};
+use crate::error::EmuError;
+use crate::watch::{Backoff, DoorbellHandler, NoFirmware, Watcher};
+
+/// Make `path` usable for a new listener: absent is fine; a socket nobody
+/// listens on (left by a crashed emulator) is removed; a live socket or a
+/// non-socket file is an error.
+pub fn prepare_socket(path: &Path) -> Result<(), EmuError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(EmuError::Socket {
+                op: "stat",
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(EmuError::NotASocket {
+            path: path.to_path_buf(),
+        });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(EmuError::SocketInUse {
+            path: path.to_path_buf(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path).map_err(|source| EmuError::Socket {
+                op: "remove stale socket",
+                path: path.to_path_buf(),
+                source,
+            })?;
+            info!(path = %path.display(), "removed a stale socket nobody listened on");
+            Ok(())
+        }
+        Err(source) => Err(EmuError::Socket {
+            op: "probe (connect to)",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn region(index: u32, flags: u32, size: u64) -> b::vfio_region_info {
+    b::vfio_region_info {
+        argsz: std::mem::size_of::<b::vfio_region_info>() as u32,
+        flags,
+        index,
+        cap_offset: 0,
+        size,
+        offset: 0,
+    }
+}
+
+/// The regions the client sees: BAR0 (all of it one sparse-mmap area, fd =
+/// the BAR memfd) and config space; the other BARs, ROM and VGA are absent.
+fn regions(dev: &Device) -> Vec<ServerRegion> {
+    (0..b::VFIO_PCI_NUM_REGIONS)
+        .map(|index| match index {
+            b::VFIO_PCI_BAR0_REGION_INDEX => ServerRegion {
+                region_info: region(
+                    index,
+                    b::VFIO_REGION_INFO_FLAG_READ
+                        | b::VFIO_REGION_INFO_FLAG_WRITE
+                        | b::VFIO_REGION_INFO_FLAG_MMAP,
+                    BAR0_SIZE,
+                ),
+                sparse_areas: vec![SparseArea {
+                    area: b::vfio_region_sparse_mmap_area {
+                        offset: 0,
+                        size: BAR0_SIZE,
+                    },
+                }],
+                mmap_fd: Some(dev.bar().raw_fd()),
+            },
+            b::VFIO_PCI_CONFIG_REGION_INDEX => ServerRegion {
+                region_info: region(
+                    index,
+                    b::VFIO_REGION_INFO_FLAG_READ | b::VFIO_REGION_INFO_FLAG_WRITE,
+                    CONFIG_SIZE as u64,
+                ),
+                sparse_areas: Vec::new(),
+                mmap_fd: None,
+            },
+            _ => ServerRegion {
+                region_info: region(index, 0, 0),
+                sparse_areas: Vec::new(),
+                mmap_fd: None,
+            },
+        })
+        .collect()
+}
+
+/// The interrupt indexes: only MSI-X has vectors.
+fn irqs(dev: &Device) -> Vec<IrqInfo> {
+    (0..b::VFIO_PCI_NUM_IRQS)
+        .map(|index| IrqInfo {
+            index,
+            flags: if index == b::VFIO_PCI_MSIX_IRQ_INDEX {
+                b::VFIO_IRQ_INFO_EVENTFD | b::VFIO_IRQ_INFO_NORESIZE
+            } else {
+                0
+            },
+            count: if index == b::VFIO_PCI_MSIX_IRQ_INDEX {
+                dev.msix().count()
+            } else {
+                0
+            },
+        })
+        .collect()
+}
+
+/// The `ServerBackend` of one emulator.
+struct Backend {
+    dev: Arc<Device>,
+}
+
+impl ServerBackend for Backend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        match region {
+            b::VFIO_PCI_CONFIG_REGION_INDEX => self.dev.config_read(offset, data),
+            b::VFIO_PCI_BAR0_REGION_INDEX => self.dev.bar().read_bytes(offset, data),
+            _ => data.fill(0xff),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        match region {
+            b::VFIO_PCI_CONFIG_REGION_INDEX => self.dev.config_write(offset, data),
+            b::VFIO_PCI_BAR0_REGION_INDEX => self.dev.bar().write_bytes(offset, data),
+            _ => warn!(
+                region,
+                offset,
+                len = data.len(),
+                "write to an absent region dropped"
+            ),
+        }
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> io::Result<()> {
+        self.dev
+            .dma()
+            .map(
+                address,
+                size,
+                fd,
+                offset,
+                flags.contains(DmaMapFlags::READ),
+                flags.contains(DmaMapFlags::WRITE),
+            )
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            self.dev.dma().clear();
+        } else {
+            self.dev.dma().unmap(address, size);
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        self.dev.reset().map_err(io::Error::other)
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        self.dev
+            .msix()
+            .set_irqs(index, flags, start, count, fds)
+            .inspect_err(|e| warn!(%e, "SET_IRQS refused"))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    }
+}
+
+/// A running emulated function: listening on its socket, serving one driver
+/// at a time until [`Emulator::shutdown`] (or drop).
+#[derive(Debug)]
+pub struct Emulator {
+    dev: Arc<Device>,
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn spawn(
+    what: &'static str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, EmuError> {
+    thread::Builder::new()
+        .name(format!("mlx5-emu-{what}"))
+        .spawn(f)
+        .map_err(|source| EmuError::Thread { what, source })
+}
+
+impl Emulator {
+    /// Start an emulator without firmware (doorbells are only counted) on
+    /// `socket`.
+    pub fn start(socket: impl AsRef<Path>, options: Options) -> Result<Emulator, EmuError> {
+        Emulator::start_with(socket, options, Box::new(NoFirmware))
+    }
+
+    /// Start an emulator whose doorbell events go to `handler`.
+    pub fn start_with(
+        socket: impl AsRef<Path>,
+        options: Options,
+        handler: Box<dyn DoorbellHandler>,
+    ) -> Result<Emulator, EmuError> {
+        let socket = socket.as_ref().to_path_buf();
+        prepare_socket(&socket)?;
+        let dev = Arc::new(Device::new(options, handler)?);
+        let server = Server::new(&socket, true, irqs(&dev), regions(&dev)).map_err(|source| {
+            EmuError::Listen {
+                path: socket.clone(),
+                source,
+            }
+        })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+
+        let (d, s) = (dev.clone(), stop.clone());
+        threads.push(spawn("serve", move || serve(&server, &d, &s))?);
+        let (d, s) = (dev.clone(), stop.clone());
+        threads.push(spawn("watch", move || watch(&d, &s))?);
+        let (d, s) = (dev.clone(), stop.clone());
+        threads.push(spawn("health", move || health(&d, &s))?);
+        info!(socket = %socket.display(), "rnic-mlx5-emu listening (ConnectX-5 15b3:1017)");
+        Ok(Emulator {
+            dev,
+            socket,
+            stop,
+            threads,
+        })
+    }
+
+    /// The emulated function.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Serve until the serving thread ends (it does not on its own: this is
+    /// what the binary does until it is killed).
+    pub fn wait(mut self) {
+        if let Some(t) = self.threads.drain(..1).next()
+            && t.join().is_err()
+        {
+            error!("serving thread panicked outside the contained region");
+        }
+    }
+
+    /// Stop serving, join the threads, remove the socket. A client still
+    /// connected keeps the serving thread until it disconnects; shutdown
+    /// gives up waiting for it after 2 s.
+    pub fn shutdown(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        self.stop.store(true, Ordering::Release);
+        // Wake the accept() of the serving thread.
+        let _ = UnixStream::connect(&self.socket);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            while !t.is_finished() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                warn!(thread = ?t.thread().name(), "emulator thread still busy (a client is connected); detached");
+            }
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool) {
+    let mut backend = Backend { dev: dev.clone() };
+    while !stop.load(Ordering::Acquire) {
+        match catch_unwind(AssertUnwindSafe(|| server.run(&mut backend))) {
+            Ok(Ok(())) => info!("client disconnected"),
+            Ok(Err(e)) => {
+                warn!(%e, "vfio-user connection ended with an error");
+                // Do not spin if accept itself keeps failing.
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => {
+                dev.stats()
+                    .contained_panics
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                error!(
+                    "the vfio-user server code panicked on a malformed client message: dropped \
+                     that connection, serving the next client"
+                );
+            }
+        }
+        dev.stats().connections.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = dev.disconnect() {
+            error!(%e, "reset after disconnect failed");
+        }
+    }
+}
+
+fn watch(dev: &Device, stop: &AtomicBool) {
+    let mut w = Watcher::default();
+    let mut pace = Backoff::new();
+    while !stop.load(Ordering::Acquire) {
+        let events = {
+            let _q = dev.quiesced();
+            w.scan(dev)
+        };
+        let sleep = pace.next(events);
+        if sleep.is_zero() {
+            std::hint::spin_loop();
+        } else {
+            thread::park_timeout(sleep);
+        }
+    }
+}
+
+fn health(dev: &Device, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        let next = dev.tick();
+        thread::park_timeout(next.max(Duration::from_millis(1)));
+    }
+}

@@ -1,0 +1,115 @@
+//! Every system call of rnic-mlx5-emu, one function each (STYLE habit 4):
+//! the BAR memfd, mappings of the driver's DMA fds, zeroing, eventfd
+//! signalling. Typed results; callers add context.
+
+use std::ffi::CStr;
+use std::num::NonZeroUsize;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`.
+pub(crate) fn memfd(name: &CStr) -> nix::Result<OwnedFd> {
+    memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
+}
+
+/// `ftruncate(fd, len)`.
+pub(crate) fn truncate(fd: BorrowedFd<'_>, len: u64) -> nix::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| Errno::EFBIG)?;
+    nix::unistd::ftruncate(fd, len)
+}
+
+/// Seal the size of a memfd (no shrink, no grow, no more seals), so the
+/// driver's mapping of it can never fault with `SIGBUS`.
+pub(crate) fn seal_size(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    fcntl(
+        fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map(drop)
+}
+
+/// Whether `fd` is sealed against shrinking (`F_GET_SEALS`; false for files
+/// that do not support seals).
+pub(crate) fn shrink_sealed(fd: BorrowedFd<'_>) -> bool {
+    fcntl(fd, FcntlArg::F_GET_SEALS).is_ok_and(|s| s & libc::F_SEAL_SHRINK != 0)
+}
+
+/// The size of the file behind `fd` (`fstat`).
+pub(crate) fn file_size(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+    let st = nix::sys::stat::fstat(fd)?;
+    u64::try_from(st.st_size).map_err(|_| Errno::EINVAL)
+}
+
+/// `mmap(NULL, len, prot, MAP_SHARED, fd, offset)`; `offset` page-aligned.
+pub(crate) fn mmap_shared(
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+    read: bool,
+    write: bool,
+) -> nix::Result<NonNull<u8>> {
+    let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
+    let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EOVERFLOW)?;
+    let mut prot = ProtFlags::PROT_NONE;
+    if read {
+        prot |= ProtFlags::PROT_READ;
+    }
+    if write {
+        prot |= ProtFlags::PROT_WRITE;
+    }
+    // SAFETY: a fresh mapping chosen by the kernel (addr = NULL) aliases no
+    // Rust object; the caller owns it and unmaps it with `unmap`.
+    let ptr = unsafe { mmap(None, length, prot, MapFlags::MAP_SHARED, fd, offset) }?;
+    Ok(ptr.cast())
+}
+
+/// `munmap(ptr, len)`.
+///
+/// # Safety
+///
+/// `[ptr, ptr + len)` must be exactly one mapping made by [`mmap_shared`]
+/// that nothing accesses any more.
+pub(crate) unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> nix::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { munmap(ptr.cast(), len) }
+}
+
+/// Zero `[offset, offset + len)` of a memfd by punching a hole (the size
+/// stays; mappings stay valid and read zeros).
+pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> nix::Result<()> {
+    let off = libc::off_t::try_from(offset).map_err(|_| Errno::EOVERFLOW)?;
+    let len = libc::off_t::try_from(len).map_err(|_| Errno::EOVERFLOW)?;
+    fallocate(
+        fd,
+        FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        off,
+        len,
+    )
+}
+
+/// Add 1 to an eventfd's counter (one interrupt).
+pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    match nix::unistd::write(fd, &1u64.to_ne_bytes()) {
+        Ok(8) => Ok(()),
+        Ok(_) => Err(Errno::EIO),
+        // The counter is saturated: the interrupt is pending anyway.
+        Err(Errno::EAGAIN) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The base page size.
+pub(crate) fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(4096)
+}

@@ -1,0 +1,212 @@
+//! rnic-mlx5: the ConnectX (mlx5) userspace driver — so far the layer under
+//! it: how the driver reaches its PCI function.
+//!
+//! # What it owns
+//!
+//! - **[`PciFunction`]**, the only door the driver has to its function: BAR0
+//!   as an [`rnic_dma::Mmio`] (and the 4 KiB UAR pages within it), PCI config
+//!   read/write, device-visible memory ([`PciFunction::alloc_dma`] →
+//!   [`DmaBuffer`], and a [`rnic_dma::DmaDomain`] for `DmaRegion` builders),
+//!   MSI-X vectors as eventfds ([`Vector`]), function-level reset, and the
+//!   function's identity ([`FunctionId`]).
+//! - **Two transports**:
+//!   - [`VfioFunction`]: kernel VFIO, a thin adapter over rnic-vfio's
+//!     [`rnic_vfio::VfioDevice`] (BAR mmap, IOMMU mappings through
+//!     [`rnic_vfio::VfioMapper`], MSI-X, `VFIO_DEVICE_RESET`).
+//!   - [`VfioUserFunction`]: a device in another process (rnic-mlx5-emu)
+//!     over a vfio-user UNIX socket, through the `vfio_user` crate's
+//!     `Client`: BAR0 mmapped from the fd the server passes (the server must
+//!     offer **all** of BAR0 as sparse-mmap areas, so the same `Mmio` code
+//!     runs on both transports; a partial offer is refused with an error),
+//!     `DMA_MAP` with the memfd behind each buffer, `SET_IRQS` with
+//!     eventfds, `DEVICE_RESET`.
+//! - **File-backed device memory** ([`memory`]): memfd mappings (2 MiB
+//!   hugetlb when available, else 4 KiB pages, with a log line that says how
+//!   to reserve hugepages), size-sealed, registered so a mapper can find the
+//!   fd behind a host address.
+//!
+//! # Invariants
+//!
+//! - No `&`/`&mut` points into a BAR or into device-visible memory: BARs are
+//!   [`rnic_dma::Mmio`] (volatile), buffers are `&AtomicU64` words.
+//! - A [`DmaBuffer`] is unmapped from the device before its IOVA is freed and
+//!   before its pages are unmapped; if the device unmap fails both are
+//!   leaked (never reused under a live device mapping).
+//! - The two IOVA allocators of a function (buffers, `DmaDomain`) cover
+//!   disjoint halves of its aperture.
+//! - All system calls are in one module (`sys`).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use rnic_mlx5::{PciFunction, VfioUserFunction};
+//! use rnic_core::Memory;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let f = VfioUserFunction::connect("/tmp/mlx5.sock")?;
+//! let id = f.id();
+//! assert_eq!((id.vendor, id.device), (0x15b3, 0x1017));
+//! let iseg = f.bar0();
+//! println!("cmdif rev {}", iseg.read32_be(0x004)? >> 16);
+//! let cmdq = f.alloc_dma(4096)?;            // memfd-backed, DMA_MAPped
+//! cmdq.write(0, &[0u8; 64])?;
+//! println!("command queue at IOVA {}", cmdq.iova());
+//! let vectors = f.enable_msix(1)?;
+//! f.bar0().write32_be(0x018, 1)?;         // ring the command doorbell
+//! # let _ = vectors;
+//! # Ok(())
+//! # }
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod error;
+pub mod memory;
+mod sys;
+mod vfio_kernel;
+mod vfio_user;
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::eventfd::EventFd;
+use rnic_dma::{DmaDomain, Mmio};
+
+pub use error::Mlx5Error;
+pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
+pub use vfio_kernel::VfioFunction;
+pub use vfio_user::{VfioUserFunction, VfioUserMapper};
+
+/// PCI config space: vendor ID (16 bits).
+pub const PCI_VENDOR_ID: u16 = 0x00;
+/// PCI config space: device ID (16 bits).
+pub const PCI_DEVICE_ID: u16 = 0x02;
+/// PCI config space: command register (16 bits).
+pub const PCI_COMMAND: u16 = 0x04;
+/// Command bit: memory-space decoding.
+pub const PCI_COMMAND_MEMORY: u16 = 0x2;
+/// Command bit: bus mastering (DMA, MSI-X writes).
+pub const PCI_COMMAND_MASTER: u16 = 0x4;
+/// Bytes of one UAR page in BAR0 (`log_uar_page_sz` = 0).
+pub const UAR_PAGE_SIZE: usize = 4096;
+
+/// Who a function is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FunctionId {
+    /// PCI vendor ID (0x15b3 for Mellanox/NVIDIA).
+    pub vendor: u16,
+    /// PCI device ID (0x1017 for ConnectX-5).
+    pub device: u16,
+}
+
+/// One MSI-X vector delivered to an eventfd.
+#[derive(Debug)]
+pub struct Vector {
+    fd: EventFd,
+    /// The vector number (MSI-X table entry).
+    pub vector: u32,
+}
+
+impl Vector {
+    /// Wait up to `timeout` (at most ~65 s) for the interrupt; the number of
+    /// interrupts since the last take, or `None` on timeout.
+    pub fn wait(&self, timeout: Duration) -> io::Result<Option<u64>> {
+        if !sys::wait_readable(self.fd.as_fd(), timeout)? {
+            return Ok(None);
+        }
+        self.take()
+    }
+
+    /// The interrupts since the last take, without waiting.
+    pub fn take(&self) -> io::Result<Option<u64>> {
+        if !sys::wait_readable(self.fd.as_fd(), Duration::ZERO)? {
+            return Ok(None);
+        }
+        Ok(sys::eventfd_take(&self.fd)?)
+    }
+}
+
+impl AsFd for Vector {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Everything the mlx5 driver uses to reach its PCI function; implemented by
+/// [`VfioFunction`] (kernel VFIO) and [`VfioUserFunction`] (vfio-user).
+pub trait PciFunction: Send + Sync + fmt::Debug {
+    /// A name for messages: the PCI address, or `vfio-user:<socket>`.
+    fn name(&self) -> &str;
+
+    /// Vendor and device ID (read from config space at open).
+    fn id(&self) -> FunctionId;
+
+    /// BAR0, whole: the initialization segment at offset 0, UAR pages at
+    /// `index * 4096`.
+    fn bar0(&self) -> &Mmio;
+
+    /// UAR page `index` of BAR0 (4 KiB; doorbells at 0x20, 0x40, 0x48,
+    /// 0x800..).
+    fn uar(&self, index: u32) -> Result<Mmio, Mlx5Error> {
+        self.bar0()
+            .window(index as usize * UAR_PAGE_SIZE, UAR_PAGE_SIZE)
+            .map_err(Mlx5Error::Bar)
+    }
+
+    /// Read `buf.len()` bytes of PCI config space at `offset`.
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error>;
+
+    /// Write `buf` to PCI config space at `offset`.
+    fn config_write(&self, offset: u16, buf: &[u8]) -> Result<(), Mlx5Error>;
+
+    /// A 16-bit config register (little-endian, as PCI is).
+    fn config_read16(&self, offset: u16) -> Result<u16, Mlx5Error> {
+        let mut v = [0u8; 2];
+        self.config_read(offset, &mut v)?;
+        Ok(u16::from_le_bytes(v))
+    }
+
+    /// A 32-bit config register.
+    fn config_read32(&self, offset: u16) -> Result<u32, Mlx5Error> {
+        let mut v = [0u8; 4];
+        self.config_read(offset, &mut v)?;
+        Ok(u32::from_le_bytes(v))
+    }
+
+    /// Write a 16-bit config register.
+    fn config_write16(&self, offset: u16, value: u16) -> Result<(), Mlx5Error> {
+        self.config_write(offset, &value.to_le_bytes())
+    }
+
+    /// Set memory decoding and bus mastering; the command register read back.
+    fn enable_bus_master(&self) -> Result<u16, Mlx5Error> {
+        let cmd = self.config_read16(PCI_COMMAND)?;
+        self.config_write16(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER)?;
+        self.config_read16(PCI_COMMAND)
+    }
+
+    /// `len` bytes of zeroed device-visible memory mapped for this function
+    /// (memfd-backed, so it works on every transport).
+    fn alloc_dma(&self, len: usize) -> Result<Arc<DmaBuffer>, Mlx5Error>;
+
+    /// A DMA domain for `rnic_dma::DmaRegion::builder(..).domain(..)`, over
+    /// the half of the IOVA space that [`PciFunction::alloc_dma`] does not
+    /// use. Over vfio-user only file-backed host memory can be mapped (a
+    /// `DmaRegion`'s anonymous pages are refused with an error naming the
+    /// fix).
+    fn dma_domain(&self) -> Arc<DmaDomain>;
+
+    /// How many MSI-X vectors the function has.
+    fn msix_count(&self) -> Result<u32, Mlx5Error>;
+
+    /// Route vectors `0..count` to fresh eventfds.
+    fn enable_msix(&self, count: u32) -> Result<Vec<Vector>, Mlx5Error>;
+
+    /// Disconnect every MSI-X vector.
+    fn disable_msix(&self) -> Result<(), Mlx5Error>;
+
+    /// Function-level reset (the function returns to its power-on state).
+    fn reset(&self) -> Result<(), Mlx5Error>;
+}

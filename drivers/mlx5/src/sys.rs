@@ -1,0 +1,125 @@
+//! Every system call of rnic-mlx5, one function each (STYLE habit 4): memfd
+//! creation and sealing, shared mappings, eventfds. Typed results
+//! (`nix::Result`); the callers add context.
+
+use std::ffi::CStr;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING [| MFD_HUGETLB | huge size])`.
+pub(crate) fn memfd(name: &CStr, huge_2m: bool) -> nix::Result<OwnedFd> {
+    let mut flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    if huge_2m {
+        flags |= MFdFlags::MFD_HUGETLB | MFdFlags::MFD_HUGE_2MB;
+    }
+    memfd_create(name, flags)
+}
+
+/// `ftruncate(fd, len)`.
+pub(crate) fn truncate(fd: BorrowedFd<'_>, len: u64) -> nix::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| Errno::EFBIG)?;
+    nix::unistd::ftruncate(fd, len)
+}
+
+/// `fcntl(F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)`: the size
+/// can never change again, so a peer that mmapped the file can never be hit
+/// by `SIGBUS` from a truncation.
+pub(crate) fn seal_size(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    fcntl(
+        fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map(drop)
+}
+
+/// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED [| MAP_POPULATE], fd, offset)`.
+pub(crate) fn mmap_shared(
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+    populate: bool,
+) -> nix::Result<NonNull<u8>> {
+    let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
+    let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EOVERFLOW)?;
+    let mut flags = MapFlags::MAP_SHARED;
+    if populate {
+        flags |= MapFlags::MAP_POPULATE;
+    }
+    // SAFETY: a fresh mapping chosen by the kernel (addr = NULL) aliases no
+    // Rust object; the caller owns it and unmaps it with `unmap`.
+    let ptr = unsafe {
+        mmap(
+            None,
+            length,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            flags,
+            fd,
+            offset,
+        )
+    }?;
+    Ok(ptr.cast())
+}
+
+/// `munmap(ptr, len)`.
+///
+/// # Safety
+///
+/// `[ptr, ptr + len)` must be exactly one mapping made by [`mmap_shared`]
+/// that nothing will access again.
+pub(crate) unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> nix::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { munmap(ptr.cast(), len) }
+}
+
+/// A non-blocking, close-on-exec eventfd (one interrupt vector).
+pub(crate) fn eventfd() -> nix::Result<EventFd> {
+    EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+}
+
+/// Wait until `fd` is readable or `timeout` passes (clamped to ~65 s);
+/// whether it became readable.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> nix::Result<bool> {
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    loop {
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) => return Ok(n > 0),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Read (and so reset) an eventfd's counter; `None` when it is zero.
+pub(crate) fn eventfd_take(fd: &EventFd) -> nix::Result<Option<u64>> {
+    match fd.read() {
+        Ok(n) => Ok(Some(n)),
+        Err(Errno::EAGAIN) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Duplicate a descriptor (close-on-exec).
+pub(crate) fn dup(fd: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    fd.as_fd().try_clone_to_owned()
+}
+
+/// The base page size.
+pub(crate) fn page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|v| usize::try_from(v).ok())
+        .unwrap_or(4096)
+}
