@@ -7,7 +7,8 @@
 # 2. checks formatting and lints (rustfmt, clippy -D warnings)
 # 3. runs every test: unit, property, golden-vector, capture, loopback,
 #    the long fault-injection simulations (release build), and the QEMU
-#    guest scenarios (kernel rdma_rxe peer, real VFIO) in tests/vm.
+#    guest scenarios (kernel rdma_rxe peer, real VFIO) in tests/vm,
+#    and each cargo-fuzz target for a bounded time (scripts/fuzz.sh).
 #
 # Set RNIC_SKIP_VM=1 to leave out the QEMU scenarios on a machine that
 # cannot run them (they then print SKIP lines; with CI set they fail instead).
@@ -30,6 +31,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test (workspace)"
 cargo test --workspace --locked
+
+step "fuzz targets (libFuzzer, ${FUZZ_SECONDS:-60} s each; a crash or a failed invariant fails the run)"
+scripts/fuzz.sh
 
 step "long runs (release, --ignored): 100k-op fault simulations, 64 MiB loopback transfers"
 cargo test --release --locked -p rnic-roce -p rnic-rxe -- --ignored

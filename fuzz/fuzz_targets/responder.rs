@@ -1,0 +1,6 @@
+//! cargo-fuzz target `responder`: rnic_fuzz_harness::engine::responder (its docs list the invariants asserted).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    rnic_fuzz_harness::engine::responder(data);
+});
