@@ -8,12 +8,14 @@
 //! * `info <spec>` — device attributes, ports, GID table, limits.
 //! * `stats` — counters (of a perf run; live IPC is future work).
 //! * `perf <test>` — perftest-compatible bandwidth/latency tests.
+//! * `mlx5 layouts` — the mlx5 PRM layout table (`--json` for tools).
 #![forbid(unsafe_code)]
 
 mod doctor;
 mod error;
 mod info;
 mod list;
+mod mlx5;
 mod pci;
 mod perf;
 mod stats;
@@ -123,6 +125,9 @@ enum Cmd {
     /// 4.5-0.17's (Debian bookworm), so either side may be a stock
     /// ib_write_bw / ib_send_lat / … on a kernel rxe device.
     Perf(perf::PerfArgs),
+    /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
+    #[command(subcommand)]
+    Mlx5(mlx5::Mlx5Cmd),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, CtlError> {
@@ -149,6 +154,10 @@ fn run(cli: Cli) -> Result<ExitCode, CtlError> {
             stats::main(target.as_deref(), json).map(|()| ExitCode::SUCCESS)
         }
         Cmd::Perf(a) => perf::main(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Mlx5(c) => {
+            mlx5::main(&c);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -581,3 +581,27 @@ fn live_counters_from_a_running_perf_server() {
     );
     assert!(!sock.exists(), "the socket is removed at exit");
 }
+
+#[test]
+fn mlx5_layouts_json_prints_the_prm_table() {
+    let o = rnicctl(&["mlx5", "layouts", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json_of(&o);
+    let qp = &v["structs"]["create_qp_in"];
+    assert_eq!(qp["size_bits"], 2176);
+    assert_eq!(qp["fields"]["pas"], serde_json::json!([2176, 64]));
+    assert_eq!(qp["fields"]["qpc.pd"], serde_json::json!([0xc0 + 0x28, 24]));
+    assert_eq!(v["structs"]["cqe64"]["size_bits"], 512);
+
+    let o = rnicctl(&["mlx5", "layouts"]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("create_qp_in ") && l.contains("2176 bits")),
+        "{s}"
+    );
+
+    let o = rnicctl(&["mlx5", "layouts", "--help"]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("--json") && s.contains("bit_offset"), "{s}");
+}
