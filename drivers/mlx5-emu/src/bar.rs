@@ -38,13 +38,13 @@ pub const FIRST_NON_UAR_PAGE: u32 = (MSIX_TABLE_OFFSET / UAR_PAGE) as u32;
 
 /// Initialization-segment offsets (mlx5.md §2; big-endian dwords).
 pub mod iseg {
-    /// `fw_rev`: bits[31:16] minor, bits[15:0] major.
+    /// `fw_rev`: bits 31:16 minor, bits 15:0 major.
     pub const FW_REV: u64 = 0x000;
-    /// `cmdif_rev_fw_sub`: bits[31:16] command-interface revision, [15:0] sub-minor.
+    /// `cmdif_rev_fw_sub`: bits 31:16 command-interface revision, bits 15:0 sub-minor.
     pub const CMDIF_REV_FW_SUB: u64 = 0x004;
     /// `cmdq_addr_h`: command queue address bits 63:32.
     pub const CMDQ_ADDR_H: u64 = 0x010;
-    /// `cmdq_addr_l_sz`: write address bits 31:12; read [7:4] log size, [3:0] log stride; [10:8] NIC state.
+    /// `cmdq_addr_l_sz`: write address bits 31:12; read bits 7:4 log size, bits 3:0 log stride; bits 10:8 NIC state.
     pub const CMDQ_ADDR_L_SZ: u64 = 0x014;
     /// `cmd_dbell`: write `1 << slot`.
     pub const CMD_DBELL: u64 = 0x018;
@@ -62,7 +62,7 @@ pub mod iseg {
     pub const CMD_Q_INIT_TO: u64 = 0xffc;
     /// `internal_timer_h`/`_l`: a free-running 64-bit timer (big-endian, high first).
     pub const INTERNAL_TIMER: u64 = 0x1000;
-    /// `health_counter`: bits[23:0] tick periodically.
+    /// `health_counter`: bits 23:0 tick periodically.
     pub const HEALTH_COUNTER: u64 = 0x1010;
     /// `initializing` bit.
     pub const INITIALIZING_BIT: u32 = 1 << 31;

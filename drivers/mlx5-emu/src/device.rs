@@ -15,7 +15,7 @@
 //! # Health
 //!
 //! Every [`Options::health_period`] the ticker increments `health_counter`
-//! bits[23:0] (0x1010) and refreshes `internal_timer` (0x1000, ns since
+//! bits 23:0 (0x1010) and refreshes `internal_timer` (0x1000, ns since
 //! power-on, so it moves at tick granularity). A driver that sees the counter
 //! stop for several of its polls declares the device dead (mlx5.md §2).
 
