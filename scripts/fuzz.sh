@@ -27,12 +27,13 @@ cargo fuzz build -s none
 for t in "${targets[@]}"; do
     scratch=$(mktemp -d)
     if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); else limit=(-max_total_time="$seconds"); fi
-    echo "==> fuzz $t (${FUZZ_RUNS:+$FUZZ_RUNS runs}${FUZZ_RUNS:-$seconds s}), seeds: fuzz/corpus/$t ($(ls "corpus/$t" | wc -l) files)"
+    if [ -n "${FUZZ_RUNS:-}" ]; then what="$FUZZ_RUNS runs"; else what="$seconds s"; fi
+    echo "==> fuzz $t ($what), seeds: fuzz/corpus/$t ($(ls "corpus/$t" | wc -l) files)"
     log="$scratch.log"
     status=0
     cargo fuzz run -s none "$t" "$scratch" "corpus/$t" -- \
         "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
-    grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' "$log" || true
+    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' "$log" || true
     if [ "$status" != 0 ]; then tail -n 40 "$log" >&2; fi
     rm -f "$log"
     rm -rf "$scratch"

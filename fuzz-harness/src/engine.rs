@@ -361,14 +361,14 @@ fn gid(last: u8) -> Gid {
 fn build(
     inp: &mut Input<'_>,
     opcode: u8,
-    psn: u32,
+    (qpn, psn): (u32, u32),
     field: &mut dyn FnMut(ExtHeader, &mut Input<'_>) -> Vec<u8>,
 ) -> Vec<u8> {
     let flags = inp.u8();
     let dest = if flags & 0x70 == 0x70 {
         inp.u32() & 0xff_ffff
     } else {
-        QPN_SELF
+        qpn
     };
     let payload_len = usize::from(inp.u16() % 4200);
     let pad = (4 - payload_len % 4) % 4;
@@ -450,26 +450,45 @@ pub fn responder(data: &[u8]) {
             }
             2 => rig.tick(),
             _ => {
-                let opcode = match inp.u8() {
-                    x if x < 0xf0 => REQUESTS[usize::from(x) % REQUESTS.len()],
-                    x => x.wrapping_mul(17),
-                };
-                let delta = match inp.u8() {
-                    x if x < 0xc0 => 0,
-                    x => i32::from(x as i8),
-                };
-                let at = psn.wrapping_add_signed(delta);
-                let pkt = build(&mut inp, opcode, at, &mut |h, inp| {
-                    field(h, inp, &keys, &rig_bases())
-                });
+                let (pkt, in_order) = hostile_request(&mut inp, QPN_SELF, psn, &keys, &rig_bases());
                 rig.receive(&pkt);
-                if delta == 0 {
+                if in_order {
                     psn = psn.wrapping_add(1);
                 }
             }
         }
         check_responder(&rig, &frozen, &posted);
     }
+}
+
+/// One request a hostile requester sends to QP `qpn` whose next expected
+/// PSN is `psn`, structured from `inp`: any RC request opcode (now and then
+/// any byte), the expected PSN or one in or out of the window, RETH /
+/// AtomicETH / IETH naming one of the responder's regions (`keys`, based at
+/// `bases`) or a random key and address, near and across the region edges,
+/// any length and payload. The ICRC bytes are zero (the caller fills them
+/// where a provider checks them). Returns the packet and whether it used
+/// the expected PSN.
+pub fn hostile_request(
+    inp: &mut Input<'_>,
+    qpn: u32,
+    psn: u32,
+    keys: &[u32],
+    bases: &[u64],
+) -> (Vec<u8>, bool) {
+    let opcode = match inp.u8() {
+        x if x < 0xf0 => REQUESTS[usize::from(x) % REQUESTS.len()],
+        x => x.wrapping_mul(17),
+    };
+    let delta = match inp.u8() {
+        x if x < 0xc0 => 0,
+        x => i32::from(x as i8),
+    };
+    let at = psn.wrapping_add_signed(delta);
+    let pkt = build(inp, opcode, (qpn, at), &mut |h, inp| {
+        field(h, inp, keys, bases)
+    });
+    (pkt, delta == 0)
 }
 
 /// The base address of each region of [`responder`], in key order.
@@ -489,9 +508,9 @@ const RESPONSES: [u8; 6] = [0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12];
 /// Extension-header bytes naming the rig's regions (or random keys).
 fn field(h: ExtHeader, inp: &mut Input<'_>, keys: &[u32], bases: &[u64]) -> Vec<u8> {
     let pick = usize::from(inp.u8());
-    let (key, base) = match keys.get(pick % 8) {
-        Some(&k) => (k, bases[pick % 8]),
-        None => (inp.u32(), inp.u64()),
+    let (key, base) = match (keys.get(pick % 8), bases.get(pick % 8)) {
+        (Some(&k), Some(&b)) => (k, b),
+        _ => (inp.u32(), inp.u64()),
     };
     let va = base
         .wrapping_add(u64::from(inp.u16() % 4200))
@@ -623,7 +642,7 @@ pub fn requester(data: &[u8]) {
                     x => x.wrapping_mul(13),
                 };
                 let at = PSN0.wrapping_add(u32::from(inp.u8() % 40)).wrapping_sub(2);
-                let pkt = build(&mut inp, opcode, at, &mut |h, inp| match h {
+                let pkt = build(&mut inp, opcode, (QPN_SELF, at), &mut |h, inp| match h {
                     ExtHeader::Aeth => {
                         let syn = match inp.u8() {
                             x if x < 0x80 => 0x1f,
