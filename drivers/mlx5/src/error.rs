@@ -4,7 +4,10 @@
 use std::io;
 use std::path::PathBuf;
 
-use rnic_core::{Iova, PciAddr};
+use std::time::Duration;
+
+use rnic_core::{Iova, MemoryError, PciAddr};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus, DeliveryStatus};
 use thiserror::Error;
 
 /// Everything that can fail in rnic-mlx5.
@@ -166,4 +169,196 @@ pub enum Mlx5Error {
     /// A BAR access through [`rnic_dma::Mmio`] was refused.
     #[error("BAR0 access refused")]
     Bar(#[source] rnic_dma::DmaError),
+    /// The firmware executed a command and reported a failure status
+    /// (mlx5.md §4.3: output byte 0 and the syndrome at byte 4).
+    #[error(
+        "{opcode} (op_mod {op_mod:#x}) failed with status {status}, syndrome {syndrome:#010x}: \
+         {}",
+        command_advice(*.status)
+    )]
+    Command {
+        /// The command.
+        opcode: CmdOpcode,
+        /// Its op_mod.
+        op_mod: u16,
+        /// The command status (output byte 0).
+        status: CmdStatus,
+        /// The firmware-specific syndrome (undocumented publicly; quote it in reports).
+        syndrome: u32,
+    },
+    /// The command transport rejected the entry before the firmware ran it
+    /// (delivery status, `status_own >> 1`, mlx5.md §4.3 step 6).
+    #[error(
+        "{opcode} was not delivered: delivery status {status}; this is a driver/device \
+         disagreement about the command layout (entry, mailbox chain, token or alignment) — \
+         report it with the opcode and status"
+    )]
+    Delivery {
+        /// The command.
+        opcode: CmdOpcode,
+        /// The delivery status.
+        status: DeliveryStatus,
+    },
+    /// The device did not hand a command back within the timeout. The slot
+    /// stays reserved until the device clears its ownership bit.
+    #[error(
+        "{opcode} in command slot {slot} got no completion after {after:?}: the slot stays \
+         reserved until the device returns it; if this repeats the firmware is hung — read the \
+         health buffer and reset the function (Hca::bring_up resets it)"
+    )]
+    CommandTimeout {
+        /// The command.
+        opcode: CmdOpcode,
+        /// The slot it occupies.
+        slot: usize,
+        /// How long the driver waited.
+        after: Duration,
+    },
+    /// Every command slot is still owned by the device after timeouts.
+    #[error(
+        "cannot post {opcode}: all {slots} command slots are still owned by the device after \
+         earlier timeouts; reset the function and bring it up again"
+    )]
+    NoCommandSlot {
+        /// The command that could not be posted.
+        opcode: CmdOpcode,
+        /// Slots in the queue.
+        slots: usize,
+    },
+    /// The device's reply contradicts what was posted (a broken or hostile
+    /// device): token, output length or mailbox block number changed.
+    #[error(
+        "{opcode}: the device's reply is inconsistent ({what}: posted {posted:#x}, found \
+         {found:#x}); the output was discarded — the device or its firmware is faulty"
+    )]
+    Reply {
+        /// The command.
+        opcode: CmdOpcode,
+        /// Which field disagrees ("entry token", "output length", "output block 2 token" …).
+        what: String,
+        /// The value the driver posted.
+        posted: u64,
+        /// The value the device left.
+        found: u64,
+    },
+    /// The caller's command buffer cannot be posted.
+    #[error("{opcode}: {reason}")]
+    CommandInput {
+        /// The command.
+        opcode: CmdOpcode,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A PRM field could not be written or read (value too wide, short buffer).
+    #[error("{what}: {source}")]
+    Prm {
+        /// The structure or step.
+        what: &'static str,
+        /// The PRM crate's error (it names the field).
+        #[source]
+        source: rnic_mlx5_prm::Error,
+    },
+    /// An access to driver-owned DMA memory (command queue, mailboxes) was refused.
+    #[error("{what}: {source}")]
+    DmaAccess {
+        /// What was accessed.
+        what: &'static str,
+        /// The refusal.
+        #[source]
+        source: MemoryError,
+    },
+    /// The initialization segment holds values the driver cannot use.
+    #[error("{function}: initialization segment: {reason}")]
+    InitSegment {
+        /// The function.
+        function: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// The command interface revision is not the one this driver speaks.
+    #[error(
+        "{function}: command interface revision {found} (cmdif_rev_fw_sub >> 16), this driver \
+         speaks revision {expected}; update the firmware or use a driver for this revision \
+         (0xffff means the device does not answer: check the PCI link and reset it)"
+    )]
+    CmdifRev {
+        /// The function.
+        function: String,
+        /// What the device reported.
+        found: u32,
+        /// What the driver needs (5).
+        expected: u32,
+    },
+    /// The firmware kept `initializing` set past the timeout.
+    #[error(
+        "{function}: firmware still initializing after {after:?} ({stage}); the device may be \
+         hung or still booting — check the health buffer, reset the function, or raise the \
+         timeout in HcaOptions"
+    )]
+    FirmwareInit {
+        /// The function.
+        function: String,
+        /// Which wait ("before the command queue", "after the command queue address").
+        stage: &'static str,
+        /// How long the driver waited.
+        after: Duration,
+    },
+    /// The firmware supports no ISSI this driver speaks (0 or 1).
+    #[error(
+        "the firmware's supported ISSI mask is {supported:#x}: this driver speaks ISSI 1 (or 0); \
+         update the firmware"
+    )]
+    Issi {
+        /// `supported_issi_dw0` from QUERY_ISSI.
+        supported: u32,
+    },
+    /// The firmware asked for (or returned) pages in a way the driver refuses.
+    #[error("{function}: page management: {reason}")]
+    Pages {
+        /// The function.
+        function: String,
+        /// What happened and what to do.
+        reason: String,
+    },
+}
+
+/// What to do about a failed command, per status (mlx5.md §4.3).
+fn command_advice(status: CmdStatus) -> &'static str {
+    match status {
+        CmdStatus::BadOp => {
+            "the firmware does not implement this opcode (older firmware, or a function without \
+             the capability): check the capabilities before using it"
+        }
+        CmdStatus::BadParam => {
+            "an input field is out of range or unsupported: check the values against \
+             QUERY_HCA_CAP's limits"
+        }
+        CmdStatus::BadSysState => {
+            "the function is in the wrong state for this command (e.g. INIT_HCA twice, or before \
+             ENABLE_HCA): reset the function and bring it up again"
+        }
+        CmdStatus::BadRes => {
+            "the object number does not exist or belongs to another function/uid: check the \
+             handle"
+        }
+        CmdStatus::ResBusy => "the object is still in use: destroy what refers to it first",
+        CmdStatus::ExceedLim => {
+            "a firmware limit was reached: free objects or ask for less (see the log_max_* \
+             capabilities)"
+        }
+        CmdStatus::BadResState => "the object is in the wrong state for this command",
+        CmdStatus::BadIndex => "an index is outside its table",
+        CmdStatus::NoRes => {
+            "the firmware is out of resources: give it more pages (QUERY_PAGES) or free objects"
+        }
+        CmdStatus::BadInpLen | CmdStatus::BadOutpLen => {
+            "the command's input/output length is not what the firmware expects: a driver bug or \
+             an ISSI/firmware mismatch — report it with the opcode"
+        }
+        CmdStatus::IntErr => {
+            "firmware internal error: read the health buffer and reset the function"
+        }
+        CmdStatus::BadQpState => "the QP is in the wrong state for this transition",
+        _ => "quote the status and syndrome when reporting it",
+    }
 }

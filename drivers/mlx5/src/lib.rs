@@ -59,7 +59,9 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod cmd;
 mod error;
+pub mod init;
 pub mod memory;
 mod sys;
 mod vfio_kernel;
@@ -74,7 +76,9 @@ use std::time::Duration;
 use nix::sys::eventfd::EventFd;
 use rnic_dma::{DmaDomain, Mmio};
 
+pub use cmd::{CmdQueue, CmdQueueOptions};
 pub use error::Mlx5Error;
+pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, PageCounts, PortType, ResetPolicy};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};

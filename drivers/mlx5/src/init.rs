@@ -1,0 +1,1121 @@
+//! Firmware bring-up and teardown of one function (mlx5.md §3): [`Hca`].
+//!
+//! [`Hca::bring_up`] runs §3.1 in order — reset if the function was left
+//! set up, interface revision, wait for firmware, command queue, wait again,
+//! ENABLE_HCA, ISSI, boot pages, host endianness, general and RoCE
+//! capabilities, init pages, INIT_HCA, SET_DRIVER_VERSION, re-query, UAR, PD
+//! — and a failure at any step tears down what the earlier steps built.
+//! [`Hca::shutdown`] (or `Drop`) runs §3.2 in reverse: DEALLOC_PD,
+//! DEALLOC_UAR, TEARDOWN_HCA, MANAGE_PAGES take until the firmware holds
+//! none, DISABLE_HCA; only then are the pages, mailboxes and command queue
+//! unmapped and freed (field order: the [`CmdQueue`] and the pages drop
+//! after the commands that need them ran).
+//!
+//! See `docs/mlx5.md` for each command's source fact and the choices made
+//! where mlx5.md is silent.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rnic_mlx5_prm::{
+    AccessRegisterIn, AllocPdIn, AllocPdOut, AllocUarIn, AllocUarOut, CMD_INTERFACE_REV, CmdHcaCap,
+    CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, DeallocUarIn, DeallocUarOut, DisableHcaIn,
+    DisableHcaOut, EnableHcaIn, EnableHcaOut, HCA_CAP_OPMOD_CURRENT, HCA_CAP_OPMOD_MAX, InitHcaIn,
+    InitHcaOut, ManagePagesIn, ManagePagesOut, PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB,
+    QueryHcaCapIn, QueryHcaCapOut, QueryIssiIn, QueryIssiOut, QueryPagesIn, QueryPagesOut,
+    RegisterHostEndianness, RoceCap, SetDriverVersionIn, SetDriverVersionOut, SetHcaCapIn,
+    SetHcaCapOut, SetIssiIn, SetIssiOut, TeardownHcaIn, TeardownHcaOut, access_reg_op_mod,
+    cap_type, default_timeout_ms, initial_seg, manage_pages_op_mod, query_hca_cap_out,
+    query_pages_op_mod, register_id, set_hca_cap_in, teardown_profile,
+};
+use tracing::{info, info_span, warn};
+
+use crate::cmd::{CmdQueue, CmdQueueOptions, decode_timeout, read_iseg};
+use crate::memory::lock;
+use crate::{DmaBuffer, Mlx5Error, PciFunction};
+
+/// Bytes of a firmware page (MANAGE_PAGES gives 4 KiB pages, §5.2).
+pub const FW_PAGE_BYTES: usize = 4096;
+/// Pages per MANAGE_PAGES command (and per DMA buffer backing them): 512
+/// entries = 4 KiB of `pas[]`, 9 mailbox blocks.
+pub const PAGES_PER_COMMAND: usize = 512;
+/// The most pages the driver gives on one request: 2^20 (4 GiB). A larger
+/// QUERY_PAGES answer is refused as a broken device.
+pub const MAX_PAGES_PER_REQUEST: i64 = 1 << 20;
+/// How often `initializing` is polled (§3 step 2: every 2 ms).
+pub const INIT_POLL: Duration = Duration::from_millis(2);
+
+/// When [`Hca::bring_up`] resets the function first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResetPolicy {
+    /// Reset when the function shows an earlier command queue (a nonzero
+    /// `cmdq_phy_addr`): a previous driver set it up and may have left it
+    /// initialized (§12: FLR is the remedy). The default.
+    #[default]
+    IfInitialized,
+    /// Always reset.
+    Always,
+    /// Never reset (a function left initialized then fails at ENABLE_HCA
+    /// or INIT_HCA).
+    Never,
+}
+
+/// How [`Hca::bring_up`] behaves.
+#[derive(Clone, Debug)]
+pub struct HcaOptions {
+    /// When to reset the function first.
+    pub reset: ResetPolicy,
+    /// How long to wait for `initializing` before touching the command
+    /// queue (§3 step 2; default 120 s).
+    pub pre_init_timeout: Duration,
+    /// How long to wait after setting the command queue address (§3 step 4);
+    /// `None` = `cmd_q_init_to` from the init segment, else 2 s.
+    pub fw_init_timeout: Option<Duration>,
+    /// Per-command timeout; `None` = `cmd_exec_to`, else 60 s.
+    pub cmd_timeout: Option<Duration>,
+    /// Sent with SET_DRIVER_VERSION (at most 64 bytes are sent).
+    pub driver_version: String,
+}
+
+impl Default for HcaOptions {
+    fn default() -> HcaOptions {
+        HcaOptions {
+            reset: ResetPolicy::default(),
+            pre_init_timeout: Duration::from_millis(default_timeout_ms::PRE_INIT),
+            fw_init_timeout: None,
+            cmd_timeout: None,
+            driver_version: format!("rnic,rnic-mlx5,{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// Firmware version `major.minor.subminor` (§2: `fw_rev` minor in bits
+/// [31:16], major in [15:0]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FwVersion {
+    /// Major.
+    pub major: u16,
+    /// Minor.
+    pub minor: u16,
+    /// Sub-minor.
+    pub subminor: u16,
+}
+
+impl fmt::Display for FwVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{:04}", self.major, self.minor, self.subminor)
+    }
+}
+
+/// `port_type` of the general capabilities (§5.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortType {
+    /// InfiniBand.
+    Ib,
+    /// Ethernet (RoCE).
+    Ethernet,
+    /// Another value.
+    Other(u32),
+}
+
+impl fmt::Display for PortType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortType::Ib => f.write_str("InfiniBand"),
+            PortType::Ethernet => f.write_str("Ethernet"),
+            PortType::Other(v) => write!(f, "unknown ({v})"),
+        }
+    }
+}
+
+/// Pages given to the firmware (§3 steps 7 and 12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCounts {
+    /// Boot pages given (QUERY_PAGES op_mod 1).
+    pub boot: u64,
+    /// Init pages given (QUERY_PAGES op_mod 2).
+    pub init: u64,
+    /// Pages the firmware holds now.
+    pub held: u64,
+}
+
+/// What a brought-up function is: versions, the capabilities that matter,
+/// its UAR and PD (for `rnicctl info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HcaInfo {
+    /// The function's name (PCI address or `vfio-user:<socket>`).
+    pub function: String,
+    /// PCI device ID.
+    pub device_id: u16,
+    /// Firmware version.
+    pub fw_version: FwVersion,
+    /// Command interface revision (5).
+    pub cmdif_rev: u32,
+    /// The ISSI in use.
+    pub issi: u16,
+    /// Command queue slots.
+    pub cmdq_slots: usize,
+    /// Per-command timeout in force.
+    pub cmd_timeout: Duration,
+    /// Whether bring-up began with a function-level reset.
+    pub reset_first: bool,
+    /// `vhca_id`.
+    pub vhca_id: u32,
+    /// `port_type`.
+    pub port_type: PortType,
+    /// `num_ports`.
+    pub num_ports: u32,
+    /// `log_max_qp`.
+    pub log_max_qp: u32,
+    /// `log_max_cq`.
+    pub log_max_cq: u32,
+    /// `log_max_eq`.
+    pub log_max_eq: u32,
+    /// `log_max_mkey`.
+    pub log_max_mkey: u32,
+    /// `log_max_pd`.
+    pub log_max_pd: u32,
+    /// `log_max_msg` (largest message: 2^n bytes).
+    pub log_max_msg: u32,
+    /// General cap `roce` (current, after INIT_HCA).
+    pub roce: bool,
+    /// RoCE cap `roce_version` bits (bit0 v1, bit2 v2); 0 without RoCE.
+    pub roce_version: u32,
+    /// RoCE cap `sw_r_roce_src_udp_port` (current).
+    pub sw_roce_src_udp_port: bool,
+    /// The UAR page index from ALLOC_UAR.
+    pub uar: u32,
+    /// The PD from ALLOC_PD.
+    pub pd: u32,
+    /// Pages given.
+    pub pages: PageCounts,
+}
+
+/// One DMA buffer of firmware pages and how many of them the firmware holds.
+#[derive(Debug)]
+struct Chunk {
+    buf: Option<Arc<DmaBuffer>>,
+    held: usize,
+}
+
+/// The pages given to the firmware, by page IOVA.
+#[derive(Debug, Default)]
+struct PagePool {
+    chunks: Vec<Chunk>,
+    held: BTreeMap<u64, usize>,
+    counts: PageCounts,
+}
+
+impl PagePool {
+    fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The firmware returned `page`; free its chunk once all are back.
+    /// `false` for an address the driver never gave (or already took).
+    fn returned(&mut self, page: u64) -> bool {
+        let Some(chunk) = self.held.remove(&page) else {
+            return false;
+        };
+        if let Some(c) = self.chunks.get_mut(chunk) {
+            c.held = c.held.saturating_sub(1);
+            if c.held == 0 {
+                // Unmapped from the device, then freed (DmaBuffer::drop).
+                c.buf = None;
+            }
+        }
+        true
+    }
+}
+
+/// Capability pages as queried (whole QUERY_HCA_CAP outputs).
+#[derive(Debug, Default)]
+struct Caps {
+    general_cur: Vec<u8>,
+    general_max: Vec<u8>,
+    roce_cur: Option<Vec<u8>>,
+    roce_max: Option<Vec<u8>>,
+}
+
+/// What bring-up has done so far, undone in reverse by teardown.
+#[derive(Debug, Default)]
+struct Done {
+    enabled: bool,
+    initialized: bool,
+    uar: Option<u32>,
+    pd: Option<u32>,
+}
+
+/// A brought-up mlx5 function: command queue, pages, UAR and PD. Dropping it
+/// tears the function down (§3.2); [`Hca::shutdown`] does the same and
+/// reports the first failure.
+pub struct Hca {
+    info: HcaInfo,
+    caps: Caps,
+    function_id: u16,
+    done: Done,
+    // Dropped after the teardown commands ran, before the command queue.
+    pages: Mutex<PagePool>,
+    cmdq: CmdQueue,
+    function: Arc<dyn PciFunction>,
+    torn_down: bool,
+}
+
+impl fmt::Debug for Hca {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hca")
+            .field("info", &self.info)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
+    move |source| Mlx5Error::Prm { what, source }
+}
+
+/// Poll `initializing` (§2 0x1fc bit31) until it clears.
+fn wait_initializing(
+    function: &dyn PciFunction,
+    stage: &'static str,
+    timeout: Duration,
+) -> Result<(), Mlx5Error> {
+    let start = Instant::now();
+    loop {
+        if read_iseg(function, &initial_seg::initializing)? == 0 {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(Mlx5Error::FirmwareInit {
+                function: function.name().into(),
+                stage,
+                after: start.elapsed(),
+            });
+        }
+        std::thread::sleep(INIT_POLL);
+    }
+}
+
+/// Whether the function shows an earlier command queue address.
+fn was_set_up(function: &dyn PciFunction) -> Result<bool, Mlx5Error> {
+    let high = read_iseg(function, &initial_seg::cmdq_phy_addr_63_32)?;
+    let low = read_iseg(function, &initial_seg::cmdq_phy_addr_31_12)?;
+    Ok(high != 0 || low != 0)
+}
+
+fn fw_version(function: &dyn PciFunction) -> Result<FwVersion, Mlx5Error> {
+    Ok(FwVersion {
+        major: read_iseg(function, &initial_seg::fw_rev_major)? as u16,
+        minor: read_iseg(function, &initial_seg::fw_rev_minor)? as u16,
+        subminor: read_iseg(function, &initial_seg::fw_rev_subminor)? as u16,
+    })
+}
+
+/// A zeroed command input of `len` bytes.
+fn input(len: usize) -> Vec<u8> {
+    vec![0u8; len]
+}
+
+impl Hca {
+    /// Bring the function up (mlx5.md §3.1 steps 0–15, without the EQ and
+    /// the vport RoCE enable, which later layers add).
+    pub fn bring_up(function: Arc<dyn PciFunction>, opts: HcaOptions) -> Result<Hca, Mlx5Error> {
+        let name = function.name().to_string();
+        let span = info_span!("mlx5_bring_up", function = %name);
+        let _g = span.enter();
+        let f = function.as_ref();
+
+        // Reset first if a previous driver left the function set up (§12).
+        let reset_first = match opts.reset {
+            ResetPolicy::Always => true,
+            ResetPolicy::Never => false,
+            ResetPolicy::IfInitialized => was_set_up(f)?,
+        };
+        if reset_first {
+            info!("resetting the function first (policy {:?})", opts.reset);
+            f.reset()?;
+        }
+        // Step 0: memory space and bus mastering (a reset clears them).
+        let command = f.enable_bus_master()?;
+        info!(
+            command = format_args!("{command:#06x}"),
+            "bus master enabled"
+        );
+
+        // Step 1: interface revision.
+        let rev = read_iseg(f, &initial_seg::cmd_interface_rev)?;
+        if rev != CMD_INTERFACE_REV {
+            return Err(Mlx5Error::CmdifRev {
+                function: name,
+                found: rev,
+                expected: CMD_INTERFACE_REV,
+            });
+        }
+        // Step 2: firmware ready before the command queue is touched (K).
+        wait_initializing(f, "before the command queue", opts.pre_init_timeout)?;
+        // Step 3: command queue.
+        let cmdq = CmdQueue::new(
+            function.clone(),
+            CmdQueueOptions {
+                timeout: opts.cmd_timeout,
+            },
+        )?;
+        // Step 4: wait again.
+        let fw_init = match opts.fw_init_timeout {
+            Some(t) => t,
+            None => decode_timeout(read_iseg(f, &initial_seg::cmd_q_init_to)?)
+                .unwrap_or(Duration::from_millis(default_timeout_ms::FW_INIT)),
+        };
+        wait_initializing(f, "after setting the command queue address", fw_init)?;
+
+        let fw_version = fw_version(f)?;
+        let id = f.id();
+        info!(%fw_version, cmdif_rev = rev, "firmware ready");
+        let mut hca = Hca {
+            info: HcaInfo {
+                function: name,
+                device_id: id.device,
+                fw_version,
+                cmdif_rev: rev,
+                issi: 0,
+                cmdq_slots: cmdq.slots(),
+                cmd_timeout: cmdq.timeout(),
+                reset_first,
+                vhca_id: 0,
+                port_type: PortType::Other(0),
+                num_ports: 0,
+                log_max_qp: 0,
+                log_max_cq: 0,
+                log_max_eq: 0,
+                log_max_mkey: 0,
+                log_max_pd: 0,
+                log_max_msg: 0,
+                roce: false,
+                roce_version: 0,
+                sw_roce_src_udp_port: false,
+                uar: 0,
+                pd: 0,
+                pages: PageCounts::default(),
+            },
+            caps: Caps::default(),
+            function_id: 0,
+            done: Done::default(),
+            pages: Mutex::new(PagePool::default()),
+            cmdq,
+            function,
+            torn_down: false,
+        };
+        // From here on an error drops `hca`, which undoes what was done.
+        hca.enable()?;
+        hca.issi()?;
+        let boot = hca.give_requested_pages(query_pages_op_mod::BOOT, "boot")?;
+        lock(&hca.pages).counts.boot = boot;
+        hca.host_endianness()?;
+        hca.set_general_caps()?;
+        hca.set_roce_caps()?;
+        let init = hca.give_requested_pages(query_pages_op_mod::INIT, "init")?;
+        lock(&hca.pages).counts.init = init;
+        hca.init_hca()?;
+        hca.set_driver_version(&opts.driver_version);
+        hca.query_all_caps()?;
+        hca.alloc_uar()?;
+        hca.alloc_pd()?;
+        hca.fill_info();
+        info!(
+            pages_boot = boot,
+            pages_init = init,
+            uar = hca.info.uar,
+            pd = hca.info.pd,
+            "function up"
+        );
+        Ok(hca)
+    }
+
+    /// Run one command (see [`CmdQueue::exec`]).
+    pub fn exec(
+        &self,
+        opcode: CmdOpcode,
+        op_mod: u16,
+        input: &[u8],
+        out_len: usize,
+    ) -> Result<Vec<u8>, Mlx5Error> {
+        self.cmdq.exec(opcode, op_mod, input, out_len)
+    }
+
+    /// The command queue.
+    pub fn cmdq(&self) -> &CmdQueue {
+        &self.cmdq
+    }
+
+    /// The function.
+    pub fn function(&self) -> &Arc<dyn PciFunction> {
+        &self.function
+    }
+
+    /// Versions, capabilities, UAR, PD and pages.
+    pub fn info(&self) -> HcaInfo {
+        let mut info = self.info.clone();
+        let pool = lock(&self.pages);
+        info.pages = PageCounts {
+            held: pool.held() as u64,
+            ..pool.counts
+        };
+        info
+    }
+
+    /// The current general capabilities (queried after INIT_HCA).
+    pub fn general_caps(&self) -> Result<CmdHcaCap<&[u8]>, Mlx5Error> {
+        general_view(&self.caps.general_cur)
+    }
+
+    /// The maximum general capabilities.
+    pub fn general_caps_max(&self) -> Result<CmdHcaCap<&[u8]>, Mlx5Error> {
+        general_view(&self.caps.general_max)
+    }
+
+    /// The current RoCE capabilities, if the function has RoCE.
+    pub fn roce_caps(&self) -> Option<RoceCap<&[u8]>> {
+        let page = self.caps.roce_cur.as_ref()?;
+        roce_view(page).ok()
+    }
+
+    /// A command whose output is only status and syndrome (`out_len`: the
+    /// PRM size of its `_out` structure).
+    fn exec_simple(
+        &self,
+        opcode: CmdOpcode,
+        op_mod: u32,
+        input: &[u8],
+        out_len: usize,
+    ) -> Result<(), Mlx5Error> {
+        self.cmdq.exec(opcode, op_mod as u16, input, out_len)?;
+        Ok(())
+    }
+
+    // Step 5.
+    fn enable(&mut self) -> Result<(), Mlx5Error> {
+        let mut buf = input(EnableHcaIn::<&[u8]>::SIZE_BYTES);
+        let mut cmd = EnableHcaIn::new_checked(&mut buf[..]).map_err(prm("ENABLE_HCA"))?;
+        cmd.set_function_id(0).map_err(prm("ENABLE_HCA"))?;
+        cmd.set_embedded_cpu_function(0)
+            .map_err(prm("ENABLE_HCA"))?;
+        self.exec_simple(
+            CmdOpcode::EnableHca,
+            0,
+            &buf,
+            EnableHcaOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        self.done.enabled = true;
+        info!("ENABLE_HCA done");
+        Ok(())
+    }
+
+    // Step 6.
+    fn issi(&mut self) -> Result<(), Mlx5Error> {
+        let buf = input(QueryIssiIn::<&[u8]>::SIZE_BYTES);
+        let out = match self.cmdq.exec(
+            CmdOpcode::QueryIssi,
+            0,
+            &buf,
+            QueryIssiOut::<&[u8]>::SIZE_BYTES,
+        ) {
+            Ok(out) => out,
+            Err(Mlx5Error::Command {
+                status: CmdStatus::BadOp,
+                ..
+            }) => {
+                // K: firmware without QUERY_ISSI speaks ISSI 0.
+                info!("QUERY_ISSI unsupported: using ISSI 0");
+                self.info.issi = 0;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let view = QueryIssiOut::new_checked(&out[..]).map_err(prm("QUERY_ISSI"))?;
+        let supported = view.supported_issi_dw0();
+        let current = view.current_issi();
+        if supported & (1 << 1) != 0 {
+            let mut buf = input(SetIssiIn::<&[u8]>::SIZE_BYTES);
+            SetIssiIn::new_checked(&mut buf[..])
+                .and_then(|mut c| c.set_current_issi(1))
+                .map_err(prm("SET_ISSI"))?;
+            self.exec_simple(CmdOpcode::SetIssi, 0, &buf, SetIssiOut::<&[u8]>::SIZE_BYTES)?;
+            self.info.issi = 1;
+        } else if supported & 1 != 0 || (supported == 0 && current == 0) {
+            self.info.issi = 0;
+        } else {
+            return Err(Mlx5Error::Issi { supported });
+        }
+        info!(
+            supported = format_args!("{supported:#x}"),
+            current,
+            issi = self.info.issi,
+            "ISSI chosen"
+        );
+        Ok(())
+    }
+
+    /// QUERY_PAGES(`op_mod`) then MANAGE_PAGES give (steps 7 and 12); the
+    /// number of pages given.
+    fn give_requested_pages(&mut self, op_mod: u32, what: &'static str) -> Result<u64, Mlx5Error> {
+        let mut buf = input(QueryPagesIn::<&[u8]>::SIZE_BYTES);
+        QueryPagesIn::new_checked(&mut buf[..])
+            .and_then(|mut c| c.set_function_id(0))
+            .map_err(prm("QUERY_PAGES"))?;
+        let out = self.cmdq.exec(
+            CmdOpcode::QueryPages,
+            op_mod as u16,
+            &buf,
+            QueryPagesOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let view = QueryPagesOut::new_checked(&out[..]).map_err(prm("QUERY_PAGES"))?;
+        let num = i64::from(view.num_pages() as i32);
+        self.function_id = view.function_id() as u16;
+        info!(
+            kind = what,
+            num_pages = num,
+            function_id = self.function_id,
+            "QUERY_PAGES"
+        );
+        if num <= 0 {
+            if num < 0 {
+                warn!(
+                    kind = what,
+                    num_pages = num,
+                    "firmware offers to return pages at bring-up; ignored"
+                );
+            }
+            return Ok(0);
+        }
+        if num > MAX_PAGES_PER_REQUEST {
+            return Err(Mlx5Error::Pages {
+                function: self.info.function.clone(),
+                reason: format!(
+                    "QUERY_PAGES ({what}) asks for {num} pages, more than the {MAX_PAGES_PER_REQUEST} \
+                     this driver gives at once: the device reports nonsense; reset it"
+                ),
+            });
+        }
+        self.give_pages(num as usize)?;
+        Ok(num as u64)
+    }
+
+    /// Give `count` 4 KiB pages, in DMA buffers of up to
+    /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer.
+    fn give_pages(&self, count: usize) -> Result<(), Mlx5Error> {
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(PAGES_PER_COMMAND);
+            let buf = self.function.alloc_dma(n * FW_PAGE_BYTES)?;
+            let base = buf.iova().get();
+            let mut cmd = input(ManagePagesIn::<&[u8]>::SIZE_BYTES + 8 * n);
+            let mut v = ManagePagesIn::new_checked(&mut cmd[..]).map_err(prm("MANAGE_PAGES"))?;
+            v.set_function_id(self.function_id.into())
+                .map_err(prm("MANAGE_PAGES"))?;
+            v.set_input_num_entries(n as u32)
+                .map_err(prm("MANAGE_PAGES"))?;
+            for i in 0..n {
+                v.set_pas(i, base + (i * FW_PAGE_BYTES) as u64)
+                    .map_err(prm("MANAGE_PAGES pas"))?;
+            }
+            let result = self.cmdq.exec(
+                CmdOpcode::ManagePages,
+                manage_pages_op_mod::GIVE as u16,
+                &cmd,
+                ManagePagesOut::<&[u8]>::SIZE_BYTES,
+            );
+            let mut pool = lock(&self.pages);
+            match result {
+                Ok(_) => {}
+                // Not delivered or refused: the firmware holds none of them
+                // and the buffer is freed. A timeout leaves them possibly
+                // held: keep them as given (freed at teardown, after
+                // DISABLE_HCA and the device unmap).
+                Err(e @ Mlx5Error::CommandTimeout { .. }) => {
+                    Self::record(&mut pool, buf, n);
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+            Self::record(&mut pool, buf, n);
+            left -= n;
+        }
+        Ok(())
+    }
+
+    fn record(pool: &mut PagePool, buf: Arc<DmaBuffer>, n: usize) {
+        let base = buf.iova().get();
+        let chunk = pool.chunks.len();
+        pool.chunks.push(Chunk {
+            buf: Some(buf),
+            held: n,
+        });
+        for i in 0..n {
+            pool.held.insert(base + (i * FW_PAGE_BYTES) as u64, chunk);
+        }
+    }
+
+    /// MANAGE_PAGES take until the firmware holds none of the driver's
+    /// pages (§3.2); the number taken back.
+    fn reclaim_pages(&self) -> Result<usize, Mlx5Error> {
+        let mut taken = 0;
+        loop {
+            let want = lock(&self.pages).held().min(PAGES_PER_COMMAND);
+            if want == 0 {
+                return Ok(taken);
+            }
+            let mut cmd = input(ManagePagesIn::<&[u8]>::SIZE_BYTES);
+            let mut v = ManagePagesIn::new_checked(&mut cmd[..]).map_err(prm("MANAGE_PAGES"))?;
+            v.set_function_id(self.function_id.into())
+                .map_err(prm("MANAGE_PAGES"))?;
+            v.set_input_num_entries(want as u32)
+                .map_err(prm("MANAGE_PAGES"))?;
+            let out_len = ManagePagesOut::<&[u8]>::SIZE_BYTES + 8 * want;
+            let out = self.cmdq.exec(
+                CmdOpcode::ManagePages,
+                manage_pages_op_mod::TAKE as u16,
+                &cmd,
+                out_len,
+            )?;
+            let view = ManagePagesOut::new_checked(&out[..]).map_err(prm("MANAGE_PAGES"))?;
+            let got = view.output_num_entries() as usize;
+            if got > want {
+                return Err(Mlx5Error::Reply {
+                    opcode: CmdOpcode::ManagePages,
+                    what: "output_num_entries (more pages than asked for)".into(),
+                    posted: want as u64,
+                    found: got as u64,
+                });
+            }
+            if got == 0 {
+                let held = lock(&self.pages).held();
+                return Err(Mlx5Error::Pages {
+                    function: self.info.function.clone(),
+                    reason: format!(
+                        "MANAGE_PAGES take returned no pages while the firmware holds {held}; they \
+                         stay mapped until DISABLE_HCA and are then unmapped"
+                    ),
+                });
+            }
+            let mut pool = lock(&self.pages);
+            for i in 0..got {
+                let page = view.pas(i).unwrap_or(0);
+                if pool.returned(page) {
+                    taken += 1;
+                } else {
+                    warn!(
+                        page = format_args!("{page:#x}"),
+                        "firmware returned a page the driver did not give; ignored"
+                    );
+                }
+            }
+        }
+    }
+
+    // Step 9 (RC always, K on PFs only; §12: not fatal on a VF).
+    fn host_endianness(&self) -> Result<(), Mlx5Error> {
+        let reg_len = RegisterHostEndianness::<&[u8]>::SIZE_BYTES;
+        let head = AccessRegisterIn::<&[u8]>::SIZE_BYTES;
+        let mut cmd = input(head + reg_len);
+        let mut v = AccessRegisterIn::new_checked(&mut cmd[..]).map_err(prm("ACCESS_REG"))?;
+        v.set_register_id(register_id::HOST_ENDIANNESS)
+            .map_err(prm("ACCESS_REG"))?;
+        v.set_argument(0).map_err(prm("ACCESS_REG"))?;
+        RegisterHostEndianness::new_checked(&mut cmd[head..])
+            .and_then(|mut r| r.set_he(u32::from(cfg!(target_endian = "big"))))
+            .map_err(prm("HOST_ENDIANNESS"))?;
+        let is_vf = PCI_DEVICE_IDS
+            .iter()
+            .any(|&(id, _, vf)| vf && id == self.info.device_id);
+        match self.cmdq.exec(
+            CmdOpcode::AccessReg,
+            access_reg_op_mod::WRITE as u16,
+            &cmd,
+            head + reg_len,
+        ) {
+            Ok(_) => {
+                info!(
+                    big_endian = cfg!(target_endian = "big"),
+                    "HOST_ENDIANNESS written"
+                );
+                Ok(())
+            }
+            Err(e @ Mlx5Error::Command { .. }) if is_vf => {
+                warn!(%e, "HOST_ENDIANNESS refused on a VF; continuing (mlx5.md §12)");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn query_cap(&self, cap: u32, current: bool) -> Result<Vec<u8>, Mlx5Error> {
+        let op_mod = (cap << 1)
+            | if current {
+                HCA_CAP_OPMOD_CURRENT
+            } else {
+                HCA_CAP_OPMOD_MAX
+            };
+        let buf = input(QueryHcaCapIn::<&[u8]>::SIZE_BYTES);
+        self.cmdq.exec(
+            CmdOpcode::QueryHcaCap,
+            op_mod as u16,
+            &buf,
+            QueryHcaCapOut::<&[u8]>::SIZE_BYTES,
+        )
+    }
+
+    /// SET_HCA_CAP of `cap` with the capability area of `current` (a
+    /// QUERY_HCA_CAP output) after `edit`.
+    fn set_cap(
+        &self,
+        cap: u32,
+        current: &[u8],
+        edit: impl FnOnce(&mut SetHcaCapIn<&mut [u8]>) -> Result<(), rnic_mlx5_prm::Error>,
+    ) -> Result<(), Mlx5Error> {
+        let mut cmd = input(SetHcaCapIn::<&[u8]>::SIZE_BYTES);
+        let from = query_hca_cap_out::cmd_hca_cap.byte_offset();
+        let to = set_hca_cap_in::cmd_hca_cap.byte_offset();
+        let len = QueryHcaCapOut::<&[u8]>::SIZE_BYTES - from;
+        let src = current
+            .get(from..from + len)
+            .ok_or_else(|| Mlx5Error::Prm {
+                what: "QUERY_HCA_CAP output",
+                source: rnic_mlx5_prm::Error::Truncated {
+                    structure: "query_hca_cap_out",
+                    needed: from + len,
+                    got: current.len(),
+                },
+            })?;
+        cmd[to..to + len].copy_from_slice(src);
+        let mut v = SetHcaCapIn::new_checked(&mut cmd[..]).map_err(prm("SET_HCA_CAP"))?;
+        edit(&mut v).map_err(prm("SET_HCA_CAP"))?;
+        self.exec_simple(
+            CmdOpcode::SetHcaCap,
+            cap << 1,
+            &cmd,
+            SetHcaCapOut::<&[u8]>::SIZE_BYTES,
+        )
+    }
+
+    // Step 10.
+    fn set_general_caps(&mut self) -> Result<(), Mlx5Error> {
+        let cur = self.query_cap(cap_type::GENERAL, true)?;
+        let max = self.query_cap(cap_type::GENERAL, false)?;
+        let (mkey_by_name, roce_rw, checksum, uar_sz) = {
+            let m = general_view(&max)?;
+            let c = general_view(&cur)?;
+            (
+                m.mkey_by_name(),
+                m.roce_rw_supported(),
+                c.cmdif_checksum(),
+                c.log_uar_page_sz(),
+            )
+        };
+        let log_uar_page_sz = crate::sys::page_size().trailing_zeros().saturating_sub(12);
+        info!(
+            cmdif_checksum = format_args!("{checksum} -> 0"),
+            log_uar_page_sz = format_args!("{uar_sz} -> {log_uar_page_sz}"),
+            mkey_by_name,
+            roce = roce_rw,
+            "SET_HCA_CAP general (RC's set; roce as K when roce_rw_supported)"
+        );
+        self.set_cap(cap_type::GENERAL, &cur, |v| {
+            let mut c = v.cmd_hca_cap_mut();
+            c.set_cmdif_checksum(0)?;
+            c.set_log_uar_page_sz(log_uar_page_sz)?;
+            if mkey_by_name != 0 {
+                c.set_mkey_by_name(1)?;
+            }
+            if roce_rw != 0 {
+                c.set_roce(1)?;
+            }
+            Ok(())
+        })?;
+        self.caps.general_max = max;
+        self.caps.general_cur = self.query_cap(cap_type::GENERAL, true)?;
+        Ok(())
+    }
+
+    // Step 11.
+    fn set_roce_caps(&mut self) -> Result<(), Mlx5Error> {
+        if general_view(&self.caps.general_cur)?.roce() == 0 {
+            info!("general cap roce = 0: no RoCE capabilities to set");
+            return Ok(());
+        }
+        let cur = self.query_cap(cap_type::ROCE, true)?;
+        let max = self.query_cap(cap_type::ROCE, false)?;
+        let max_sw = roce_view(&max)?.sw_r_roce_src_udp_port();
+        let cur_sw = roce_view(&cur)?.sw_r_roce_src_udp_port();
+        if max_sw != 0 && cur_sw == 0 {
+            info!("RoCE cap sw_r_roce_src_udp_port: supported by max, off: setting it");
+            self.set_cap(cap_type::ROCE, &cur, |v| {
+                v.roce_cap_mut().set_sw_r_roce_src_udp_port(1)
+            })?;
+        } else if cur_sw != 0 {
+            info!("RoCE cap sw_r_roce_src_udp_port already on");
+        } else {
+            info!(
+                "RoCE cap sw_r_roce_src_udp_port not supported by max: the firmware picks UDP \
+                 source ports (mlx5.md §12)"
+            );
+        }
+        self.caps.roce_max = Some(max);
+        self.caps.roce_cur = Some(cur);
+        Ok(())
+    }
+
+    // Step 13.
+    fn init_hca(&mut self) -> Result<(), Mlx5Error> {
+        let buf = input(InitHcaIn::<&[u8]>::SIZE_BYTES);
+        self.exec_simple(CmdOpcode::InitHca, 0, &buf, InitHcaOut::<&[u8]>::SIZE_BYTES)?;
+        self.done.initialized = true;
+        info!("INIT_HCA done");
+        Ok(())
+    }
+
+    // Step 14 (K; only when cap driver_version is set; failure is logged).
+    fn set_driver_version(&self, version: &str) {
+        let supported = general_view(&self.caps.general_cur)
+            .map(|c| c.driver_version())
+            .unwrap_or(0);
+        if supported == 0 {
+            info!("cap driver_version = 0: SET_DRIVER_VERSION skipped");
+            return;
+        }
+        let mut text = [0u8; 64];
+        let bytes = version.as_bytes();
+        let n = bytes.len().min(63);
+        text[..n].copy_from_slice(&bytes[..n]);
+        let mut cmd = input(SetDriverVersionIn::<&[u8]>::SIZE_BYTES);
+        let built = SetDriverVersionIn::new_checked(&mut cmd[..])
+            .and_then(|mut v| v.set_driver_version(&text));
+        let result = built.map_err(prm("SET_DRIVER_VERSION")).and_then(|()| {
+            self.exec_simple(
+                CmdOpcode::SetDriverVersion,
+                0,
+                &cmd,
+                SetDriverVersionOut::<&[u8]>::SIZE_BYTES,
+            )
+        });
+        match result {
+            Ok(()) => info!(version, "SET_DRIVER_VERSION done"),
+            Err(e) => warn!(%e, "SET_DRIVER_VERSION failed; continuing (informational only)"),
+        }
+    }
+
+    // Step 14: K re-reads every capability page after INIT_HCA.
+    fn query_all_caps(&mut self) -> Result<(), Mlx5Error> {
+        self.caps.general_cur = self.query_cap(cap_type::GENERAL, true)?;
+        self.caps.general_max = self.query_cap(cap_type::GENERAL, false)?;
+        if general_view(&self.caps.general_cur)?.roce() != 0 {
+            self.caps.roce_cur = Some(self.query_cap(cap_type::ROCE, true)?);
+            self.caps.roce_max = Some(self.query_cap(cap_type::ROCE, false)?);
+        } else {
+            self.caps.roce_cur = None;
+            self.caps.roce_max = None;
+        }
+        Ok(())
+    }
+
+    // Step 15 (UAR; the EQ is a later layer's).
+    fn alloc_uar(&mut self) -> Result<(), Mlx5Error> {
+        let buf = input(AllocUarIn::<&[u8]>::SIZE_BYTES);
+        let out = self.cmdq.exec(
+            CmdOpcode::AllocUar,
+            0,
+            &buf,
+            AllocUarOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let uar = AllocUarOut::new_checked(&out[..])
+            .map_err(prm("ALLOC_UAR"))?
+            .uar();
+        self.done.uar = Some(uar);
+        self.info.uar = uar;
+        info!(uar, "ALLOC_UAR");
+        Ok(())
+    }
+
+    fn alloc_pd(&mut self) -> Result<(), Mlx5Error> {
+        let buf = input(AllocPdIn::<&[u8]>::SIZE_BYTES);
+        let out = self
+            .cmdq
+            .exec(CmdOpcode::AllocPd, 0, &buf, AllocPdOut::<&[u8]>::SIZE_BYTES)?;
+        let pd = AllocPdOut::new_checked(&out[..])
+            .map_err(prm("ALLOC_PD"))?
+            .pd();
+        self.done.pd = Some(pd);
+        self.info.pd = pd;
+        info!(pd, "ALLOC_PD");
+        Ok(())
+    }
+
+    fn fill_info(&mut self) {
+        if let Ok(c) = general_view(&self.caps.general_cur) {
+            let i = &mut self.info;
+            i.vhca_id = c.vhca_id();
+            i.port_type = match c.port_type() {
+                PORT_TYPE_IB => PortType::Ib,
+                PORT_TYPE_ETH => PortType::Ethernet,
+                other => PortType::Other(other),
+            };
+            i.num_ports = c.num_ports();
+            i.log_max_qp = c.log_max_qp();
+            i.log_max_cq = c.log_max_cq();
+            i.log_max_eq = c.log_max_eq();
+            i.log_max_mkey = c.log_max_mkey();
+            i.log_max_pd = c.log_max_pd();
+            i.log_max_msg = c.log_max_msg();
+            i.roce = c.roce() != 0;
+        }
+        if let Some(r) = self
+            .caps
+            .roce_cur
+            .as_deref()
+            .and_then(|p| roce_view(p).ok())
+        {
+            self.info.roce_version = r.roce_version();
+            self.info.sw_roce_src_udp_port = r.sw_r_roce_src_udp_port() != 0;
+        }
+    }
+
+    /// Tear down (§3.2) and report the first failure; every step runs even
+    /// after a failure, except that after a command timeout no further
+    /// command is posted (the firmware is not answering).
+    pub fn shutdown(mut self) -> Result<(), Mlx5Error> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<(), Mlx5Error> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let span = info_span!("mlx5_teardown", function = %self.info.function);
+        let _g = span.enter();
+        let mut first: Option<Mlx5Error> = None;
+        let mut hung = false;
+        let mut step = |hung: &mut bool, what: &str, r: Result<(), Mlx5Error>| {
+            if let Err(e) = r {
+                warn!(step = what, %e, "teardown step failed");
+                if matches!(
+                    e,
+                    Mlx5Error::CommandTimeout { .. } | Mlx5Error::NoCommandSlot { .. }
+                ) {
+                    *hung = true;
+                }
+                first.get_or_insert(e);
+            }
+        };
+        if let Some(pd) = self.done.pd.take() {
+            let sizes = (
+                DeallocPdIn::<&[u8]>::SIZE_BYTES,
+                DeallocPdOut::<&[u8]>::SIZE_BYTES,
+            );
+            let r = self.dealloc(CmdOpcode::DeallocPd, sizes, |b| {
+                DeallocPdIn::new_checked(b).and_then(|mut v| v.set_pd(pd))
+            });
+            step(&mut hung, "DEALLOC_PD", r);
+        }
+        if let Some(uar) = self.done.uar.take().filter(|_| !hung) {
+            let sizes = (
+                DeallocUarIn::<&[u8]>::SIZE_BYTES,
+                DeallocUarOut::<&[u8]>::SIZE_BYTES,
+            );
+            let r = self.dealloc(CmdOpcode::DeallocUar, sizes, |b| {
+                DeallocUarIn::new_checked(b).and_then(|mut v| v.set_uar(uar))
+            });
+            step(&mut hung, "DEALLOC_UAR", r);
+        }
+        if self.done.initialized && !hung {
+            self.done.initialized = false;
+            let r = (|| {
+                let mut buf = input(TeardownHcaIn::<&[u8]>::SIZE_BYTES);
+                TeardownHcaIn::new_checked(&mut buf[..])
+                    .and_then(|mut v| v.set_profile(teardown_profile::GRACEFUL))
+                    .map_err(prm("TEARDOWN_HCA"))?;
+                self.exec_simple(
+                    CmdOpcode::TeardownHca,
+                    0,
+                    &buf,
+                    TeardownHcaOut::<&[u8]>::SIZE_BYTES,
+                )
+            })();
+            step(&mut hung, "TEARDOWN_HCA", r);
+        }
+        if !hung && self.done.enabled {
+            let r = self
+                .reclaim_pages()
+                .map(|n| info!(pages = n, "pages reclaimed"));
+            step(&mut hung, "MANAGE_PAGES take", r);
+        }
+        if self.done.enabled && !hung {
+            self.done.enabled = false;
+            let r = (|| {
+                let mut buf = input(DisableHcaIn::<&[u8]>::SIZE_BYTES);
+                DisableHcaIn::new_checked(&mut buf[..])
+                    .and_then(|mut v| v.set_function_id(0))
+                    .map_err(prm("DISABLE_HCA"))?;
+                self.exec_simple(
+                    CmdOpcode::DisableHca,
+                    0,
+                    &buf,
+                    DisableHcaOut::<&[u8]>::SIZE_BYTES,
+                )
+            })();
+            step(&mut hung, "DISABLE_HCA", r);
+        }
+        let held = lock(&self.pages).held();
+        if held > 0 {
+            warn!(
+                pages = held,
+                "the firmware did not return every page; they are unmapped from the device now \
+                 and then freed"
+            );
+        }
+        // The pages, mailboxes and queue page are unmapped and freed when the
+        // fields drop, after these commands.
+        lock(&self.pages).chunks.clear();
+        lock(&self.pages).held.clear();
+        match first {
+            Some(e) => Err(e),
+            None => {
+                info!("function torn down");
+                Ok(())
+            }
+        }
+    }
+
+    /// A dealloc command: `in_len` / `out_len` are its PRM sizes, `fill`
+    /// writes the handle.
+    fn dealloc(
+        &self,
+        opcode: CmdOpcode,
+        (in_len, out_len): (usize, usize),
+        fill: impl FnOnce(&mut [u8]) -> Result<(), rnic_mlx5_prm::Error>,
+    ) -> Result<(), Mlx5Error> {
+        let mut buf = input(in_len);
+        fill(&mut buf).map_err(prm("dealloc input"))?;
+        self.exec_simple(opcode, 0, &buf, out_len)
+    }
+}
+
+impl Drop for Hca {
+    fn drop(&mut self) {
+        // Errors were logged by each step.
+        let _ = self.teardown();
+    }
+}
+
+/// The general capabilities in a QUERY_HCA_CAP output.
+fn general_view(out: &[u8]) -> Result<CmdHcaCap<&[u8]>, Mlx5Error> {
+    let at = query_hca_cap_out::cmd_hca_cap.byte_offset();
+    CmdHcaCap::new_checked(out.get(at..).unwrap_or(&[])).map_err(prm("QUERY_HCA_CAP output"))
+}
+
+/// The RoCE capabilities in a QUERY_HCA_CAP output.
+fn roce_view(out: &[u8]) -> Result<RoceCap<&[u8]>, Mlx5Error> {
+    let at = query_hca_cap_out::roce_cap.byte_offset();
+    RoceCap::new_checked(out.get(at..).unwrap_or(&[])).map_err(prm("QUERY_HCA_CAP output"))
+}
