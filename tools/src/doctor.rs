@@ -294,6 +294,40 @@ pub fn checks() -> Vec<Check> {
             "capture tests need CAP_NET_RAW (run as root); rnic itself does not",
         ),
     });
+    // Full ICRC checks for unpredictable IPv4 identifications.
+    let recovery = rnic::rxe::RxeConfig::new(rnic::rxe::Target::Netdev("lo".into())).ident_recovery;
+    let tap = rnic::rxe::sys::ident_tap(std::net::Ipv4Addr::LOCALHOST, 4791);
+    v.push(match (&tap, recovery) {
+        (Ok(_), false) => check(
+            "icrc",
+            Level::Ok,
+            "every IPv4 ICRC is checked in all 32 bits: predicted identification, else the identification tap (raw socket)",
+            "",
+        ),
+        (Ok(_), true) => check(
+            "icrc",
+            Level::Warn,
+            "identification tap available; RNIC_RXE_IDENT_RECOVERY is set, but only matters without a tap",
+            "unset RNIC_RXE_IDENT_RECOVERY",
+        ),
+        (Err(e), false) => check(
+            "icrc",
+            Level::Warn,
+            format!(
+                "no identification tap ({e}): kernel-rxe packets whose IPv4 identification cannot be predicted (a peer's first packet, after a loss) are dropped, since their ICRC cannot be checked in full"
+            ),
+            "run as root or give the binary CAP_NET_RAW (setcap cap_net_raw+ep); or accept a 15-bit check for those packets with RNIC_RXE_IDENT_RECOVERY=1",
+        ),
+        (Err(e), true) => check(
+            "icrc",
+            Level::Warn,
+            format!(
+                "no identification tap ({e}) and RNIC_RXE_IDENT_RECOVERY=1: unpredictable IPv4 packets are accepted after a 15-bit ICRC check (a corrupted packet passes with probability 2^-15)"
+            ),
+            "run as root or give the binary CAP_NET_RAW for full 32-bit checks",
+        ),
+    });
+    drop(tap);
     match UdpSocket::bind(("127.0.0.1", 0)) {
         Ok(s) => {
             let gso = rnic::rxe::sys::probe_gso(&s);

@@ -73,6 +73,8 @@ pub fn rxe_json(s: &RxeStats) -> Value {
         "rx_bytes": d.rx_bytes,
         "rx_malformed": d.rx_malformed,
         "icrc_ok": d.icrc_ok,
+        "icrc_ident_tap": d.icrc_ident_tap,
+        "icrc_unverified": d.icrc_unverified,
         "icrc_recovered": d.icrc_recovered,
         "icrc_drops": d.icrc_drops,
         "unknown_qpn": d.unknown_qpn,

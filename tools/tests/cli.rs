@@ -134,6 +134,25 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
         .map(|r| r.count())
         .unwrap_or(0);
     assert_eq!(get("iommu")["level"] == "OK", groups > 0);
+    // icrc: OK exactly when this process may open a raw socket (the tap).
+    let raw = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Raw,
+        nix::sys::socket::SockFlag::empty(),
+        nix::sys::socket::SockProtocol::Udp,
+    )
+    .is_ok();
+    let icrc = get("icrc");
+    let recovery_env = std::env::var_os("RNIC_RXE_IDENT_RECOVERY").is_some();
+    if !recovery_env {
+        assert_eq!(icrc["level"] == "OK", raw, "{icrc}");
+    }
+    if !raw {
+        assert!(
+            icrc["fix"].as_str().unwrap().contains("CAP_NET_RAW"),
+            "{icrc}"
+        );
+    }
     for n in [
         "vfio-pci",
         "/dev/vfio",

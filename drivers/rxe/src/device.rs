@@ -8,7 +8,6 @@
 //! in `poll_cq` (caller-driven mode) or the device's progress thread.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,11 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nix::sys::eventfd::EventFd;
 use rnic_core::{Mtu, QpAttr, QpCaps, QpType, WorkCompletion};
 use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp};
-use rnic_roce::wire::icrc;
 use rnic_roce::wire::roce::MIN_LEN;
 use rustc_hash::FxHashMap;
 
 use crate::fault::{FaultConfig, Faults, Verdict};
+use crate::ident::{IcrcCheck, IdentCtx, LastIdent, Predicted, TapTable, check_icrc};
 use crate::mem::{KeyAccess, Keys};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -195,6 +194,13 @@ pub struct State {
     pub next_deadline: Option<Instant>,
     /// The last IPv4 identification received, and from whom.
     last_ident: LastIdent,
+    /// Per port: identifications its tap saw, not yet claimed.
+    taps: Vec<TapTable>,
+    /// Accept unpredictable, untapped IPv4 packets after a 15-bit check.
+    ident_recovery: bool,
+    /// A packet with a nonzero identification arrived this round: drain
+    /// the taps at its end so their queues never overflow.
+    drain_taps: bool,
     /// Injected receive-path faults (off by default).
     faults: Faults,
 }
@@ -279,97 +285,15 @@ fn run_engine<R>(
     f(&mut e.qp, &mut io)
 }
 
-/// Which prediction verified an IPv4 ICRC (all 32 bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Predicted {
-    /// Identification 0 (rnic senders: DF on an unconnected socket), which
-    /// is also segment index 0 of a datagram.
-    Zero,
-    /// The GRO segment index (kernel-segmented GSO counts 0, 1, 2, …).
-    GroIndex,
-    /// The sender's previous identification + 1 (kernel rxe's counter).
-    Next,
-    /// IPv6: nothing to predict.
-    V6,
-}
-
-/// The outcome of an ICRC check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum IcrcCheck {
-    /// Verified with a predicted identification (or IPv6): all 32 bits.
-    Ok(Predicted),
-    /// Verified after solving for the identification (15-bit check).
-    Recovered,
-    /// Bad: drop.
-    Bad,
-}
-
-/// The last IPv4 identification seen from a sender, to predict the next
-/// (kernel rxe and kernel-segmented GSO count upwards per packet).
-type LastIdent = Option<(SocketAddr, u16)>;
-
-/// Check the ICRC of `pkt` (GRO segment `index`) from `src` to `local`.
-/// IPv4 candidates in order: the segment index, the sender's last
-/// identification + 1, 0; then solve for it.
-fn check_icrc(
-    local: IpAddr,
-    dport: u16,
-    src: &SocketAddr,
-    index: u16,
-    pkt: &[u8],
-    last: &mut LastIdent,
-) -> IcrcCheck {
-    match (src.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let sport = src.port();
-            let next = match *last {
-                Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
-                _ => None,
-            };
-            let index_path = if index == 0 {
-                Predicted::Zero
-            } else {
-                Predicted::GroIndex
-            };
-            let candidates = [
-                (Some(index), index_path),
-                (next, Predicted::Next),
-                (Some(0), Predicted::Zero),
-            ];
-            let mut tried = [None::<u16>; 3];
-            for (i, (c, path)) in candidates.into_iter().enumerate() {
-                let Some(id) = c else { continue };
-                if tried.contains(&Some(id)) {
-                    continue;
-                }
-                tried[i] = Some(id);
-                if icrc::verify_v4(s, d, id, true, sport, dport, pkt).is_ok() {
-                    *last = Some((*src, id));
-                    return IcrcCheck::Ok(path);
-                }
-            }
-            match icrc::recover_v4_ident(s, d, sport, dport, pkt) {
-                Ok((id, _df)) => {
-                    *last = Some((*src, id));
-                    IcrcCheck::Recovered
-                }
-                Err(_) => IcrcCheck::Bad,
-            }
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            if icrc::verify_v6(s, d, src.port(), dport, pkt).is_ok() {
-                IcrcCheck::Ok(Predicted::V6)
-            } else {
-                IcrcCheck::Bad
-            }
-        }
-        _ => IcrcCheck::Bad,
-    }
-}
-
 impl State {
     /// A fresh state; `gso`/`gro` say what the sockets support.
-    pub fn new(gso: bool, gro: bool, per_qp_sport: bool, faults: FaultConfig) -> State {
+    pub fn new(
+        gso: bool,
+        gro: bool,
+        per_qp_sport: bool,
+        faults: FaultConfig,
+        ident_recovery: bool,
+    ) -> State {
         State {
             keys: Keys::new(),
             pds: Slab::default(),
@@ -383,6 +307,9 @@ impl State {
             stats: DeviceStats::default(),
             next_deadline: None,
             last_ident: None,
+            taps: Vec::new(),
+            ident_recovery,
+            drain_taps: false,
             faults: Faults::new(faults),
         }
     }
@@ -468,6 +395,14 @@ impl State {
             }
             total += got_here;
         }
+        if self.drain_taps {
+            self.drain_taps = false;
+            for (port, table) in sh.ports.iter().zip(&mut self.taps) {
+                if let Some(fd) = &port.tap {
+                    table.drain(fd.as_fd());
+                }
+            }
+        }
         // A packet held back for reordering never waits past its round.
         if let Some((pkt, src, dst)) = self.faults.take_held() {
             self.dispatch_held(sh, &pkt, src, dst, now);
@@ -492,6 +427,9 @@ impl State {
             rx,
             stats,
             last_ident,
+            taps,
+            ident_recovery,
+            drain_taps,
             faults,
             ..
         } = self;
@@ -517,6 +455,10 @@ impl State {
             stats.gro_datagrams += 1;
         }
         let src_gid = gid_of(&src);
+        if taps.len() < sh.ports.len() {
+            taps.resize_with(sh.ports.len(), TapTable::default);
+        }
+        let first_bth = data.get(..12).unwrap_or(&[]);
         for (k, pkt) in data.chunks(seg).enumerate() {
             stats.rx_packets += 1;
             stats.rx_bytes += pkt.len() as u64;
@@ -527,17 +469,58 @@ impl State {
                 stats.rx_malformed += 1;
                 continue;
             }
-            match check_icrc(port.ip, sh.roce_port, &src, k as u16, pkt, last_ident) {
+            let mut cx = IdentCtx {
+                last: last_ident,
+                tap: port
+                    .tap
+                    .as_ref()
+                    .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
+                recovery: *ident_recovery,
+            };
+            let check = check_icrc(
+                port.ip,
+                sh.roce_port,
+                &src,
+                k as u16,
+                first_bth,
+                pkt,
+                &mut cx,
+            );
+            match check {
                 IcrcCheck::Ok(path) => {
                     stats.icrc_ok += 1;
                     match path {
                         Predicted::Zero => stats.icrc_ident_zero += 1,
-                        Predicted::GroIndex => stats.icrc_ident_gro += 1,
-                        Predicted::Next => stats.icrc_ident_next += 1,
+                        Predicted::GroIndex => {
+                            stats.icrc_ident_gro += 1;
+                            *drain_taps = true;
+                        }
+                        Predicted::Next => {
+                            stats.icrc_ident_next += 1;
+                            *drain_taps = true;
+                        }
                         Predicted::V6 => {}
                     }
                 }
+                IcrcCheck::Tapped => {
+                    stats.icrc_ok += 1;
+                    stats.icrc_ident_tap += 1;
+                    *drain_taps = true;
+                }
                 IcrcCheck::Recovered => stats.icrc_recovered += 1,
+                IcrcCheck::Unverified => {
+                    stats.icrc_unverified += 1;
+                    if stats.icrc_unverified == 1 {
+                        tracing::warn!(
+                            %src,
+                            "dropping IPv4 packets whose identification could not be predicted: \
+                             a full ICRC check needs the identification tap (CAP_NET_RAW: run as \
+                             root or `setcap cap_net_raw+ep`), or opt in to the 15-bit check \
+                             with RNIC_RXE_IDENT_RECOVERY=1"
+                        );
+                    }
+                    continue;
+                }
                 IcrcCheck::Bad => {
                     stats.icrc_drops += 1;
                     continue;
@@ -703,58 +686,5 @@ impl Shared {
         if self.progress == Progress::Thread {
             let _ = self.doorbell.write(1);
         }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use std::net::Ipv4Addr;
-
-    /// A 12-byte BTH + 4 bytes of payload + ICRC, filled for `ident`.
-    fn packet(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, ident: u16) -> Vec<u8> {
-        let mut p = vec![0u8; 20];
-        p[0] = 0x04; // RC SEND_ONLY
-        p[5..8].copy_from_slice(&[0, 0, 0x11]);
-        p[12..16].copy_from_slice(b"data");
-        icrc::fill_v4(src, dst, ident, true, sport, 4791, &mut p).unwrap();
-        p
-    }
-
-    /// Kernel rxe numbers its IPv4 packets from a per-destination counter
-    /// (seen in the interop runs): the first packet from a peer is solved
-    /// for, every following one verifies with all 32 bits as previous + 1.
-    /// rnic peers send identification 0.
-    #[test]
-    fn icrc_paths_for_a_kernel_counter_and_for_ident_zero() {
-        let (s, d) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
-        let src = SocketAddr::new(IpAddr::V4(s), 0xC123);
-        let local = IpAddr::V4(d);
-        let mut last = None;
-        let r = |id, last: &mut LastIdent| {
-            check_icrc(local, 4791, &src, 0, &packet(s, d, 0xC123, id), last)
-        };
-        assert_eq!(r(0x7e12, &mut last), IcrcCheck::Recovered);
-        assert_eq!(r(0x7e13, &mut last), IcrcCheck::Ok(Predicted::Next));
-        assert_eq!(r(0x7e14, &mut last), IcrcCheck::Ok(Predicted::Next));
-        // A gap (a packet lost on the way) costs one solve.
-        assert_eq!(r(0x7e20, &mut last), IcrcCheck::Recovered);
-        assert_eq!(r(0x7e21, &mut last), IcrcCheck::Ok(Predicted::Next));
-        assert_eq!(r(0, &mut last), IcrcCheck::Ok(Predicted::Zero));
-        // GRO: segment 3 of a kernel-segmented GSO send carries ident 3.
-        let p = packet(s, d, 0xC123, 3);
-        let mut fresh = None;
-        assert_eq!(
-            check_icrc(local, 4791, &src, 3, &p, &mut fresh),
-            IcrcCheck::Ok(Predicted::GroIndex)
-        );
-        // A corrupted payload: dropped (or, with probability 2^-15, solved).
-        let mut bad = packet(s, d, 0xC123, 0x7e22);
-        bad[13] ^= 0x40;
-        assert_eq!(
-            check_icrc(local, 4791, &src, 0, &bad, &mut last),
-            IcrcCheck::Bad
-        );
     }
 }

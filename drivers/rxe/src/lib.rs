@@ -22,10 +22,14 @@
 //!   Buffers are preallocated: no allocation per packet.
 //! * **ICRC**: filled per packet for the IPv4 identification the kernel will
 //!   use (0 with DF on an unconnected socket; 0, 1, 2, … across a GSO send);
-//!   verified on receipt with the expected identification first, then by
-//!   solving for it (`recover_v4_ident`: kernel rxe peers use a counter).
-//!   The solved path checks only 15 of the 32 ICRC bits; both paths and the
-//!   drops are counted ([`DeviceStats`]).
+//!   verified on receipt in all 32 bits with the predicted identification
+//!   (0, the GRO segment index, the sender's previous + 1: kernel rxe peers
+//!   use a counter), else with the one the identification tap saw (a raw
+//!   socket that sees the headers of every packet whose identification is
+//!   not 0; needs CAP_NET_RAW). Without a tap such packets are dropped
+//!   (`icrc_unverified`) unless `ident_recovery` (`RNIC_RXE_IDENT_RECOVERY=1`)
+//!   accepts them after solving for the identification, a 15-bit check.
+//!   Every path and the drops are counted ([`DeviceStats`]).
 //! * **Demultiplexing** by BTH DestQP; unknown QPNs are dropped and counted.
 //! * **Fault injection** ([`FaultConfig`], off by default): seeded loss and
 //!   reordering of verified packets before demultiplexing, counted.
@@ -39,7 +43,8 @@
 //! * Moving a QP to RESET or destroying it removes its completions from its
 //!   CQs (the provider contract).
 //! * The only `unsafe` is in [`sys`]: `IP_MTU_DISCOVER`, `sendmmsg`,
-//!   `recvmmsg` over stack-built headers.
+//!   `recvmmsg` over stack-built headers, the identification tap's raw
+//!   socket, filter and `recv`.
 //!
 //! # Example
 //!
@@ -58,6 +63,7 @@ mod device;
 mod error;
 mod fault;
 mod gid;
+mod ident;
 mod mem;
 mod port;
 mod provider;

@@ -33,6 +33,12 @@ pub struct Port {
     pub sock: UdpSocket,
     /// `UDP_GRO` is on for `sock`.
     pub gro: bool,
+    /// IPv4 only: the identification tap (`sys::ident_tap`), a raw socket
+    /// that sees the headers of every packet to this address whose IPv4
+    /// identification is not 0, so an ICRC whose identification the
+    /// receive path could not predict is still checked in all 32 bits.
+    /// `None` without CAP_NET_RAW (or when not asked for).
+    pub tap: Option<std::os::fd::OwnedFd>,
     /// The network namespace `sock` was bound in (the opening thread's),
     /// when `/proc` shows it: per-QP sockets bound later, from whichever
     /// thread connects or posts, are bound there too.
@@ -112,7 +118,12 @@ fn prepare(sock: &UdpSocket, ip: IpAddr, addr: SocketAddr) -> Result<(), RxeErro
 impl Port {
     /// Bind `local` on `roce_port` and configure the socket (DF, buffers,
     /// GRO when `want_gro` and the kernel has it).
-    pub fn bind(local: &LocalAddr, roce_port: u16, want_gro: bool) -> Result<Port, RxeError> {
+    pub fn bind(
+        local: &LocalAddr,
+        roce_port: u16,
+        want_gro: bool,
+        want_tap: bool,
+    ) -> Result<Port, RxeError> {
         let addr = sockaddr(local.ip, local.scope_id, roce_port);
         let sock = UdpSocket::bind(addr).map_err(|source| {
             if source.kind() == io::ErrorKind::AddrInUse {
@@ -130,6 +141,23 @@ impl Port {
         })?;
         prepare(&sock, local.ip, addr)?;
         let gro = want_gro && sys::enable_gro(&sock);
+        let tap = match local.ip {
+            IpAddr::V4(v4) if want_tap => match sys::ident_tap(v4, roce_port) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!(
+                        %addr,
+                        error = %e,
+                        "no IPv4 identification tap (needs CAP_NET_RAW): packets whose \
+                         identification cannot be predicted (kernel rxe peers after a loss, \
+                         or their first packet) cannot be ICRC-checked in all 32 bits and are \
+                         dropped unless RNIC_RXE_IDENT_RECOVERY=1 allows the 15-bit check"
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
         Ok(Port {
             gid: local.gid,
             ip: local.ip,
@@ -137,6 +165,7 @@ impl Port {
             netdev: local.netdev.clone(),
             sock,
             gro,
+            tap,
             netns: NetNs::current().ok(),
         })
     }

@@ -52,6 +52,16 @@ pub struct RxeConfig {
     /// kernel rxe peer expects; between rnic devices with large socket
     /// buffers 1024 (4 MiB at MTU 4096) keeps a fast link busy.
     pub max_unacked_psns: u32,
+    /// Open an IPv4 identification tap per IPv4 address (a raw socket, needs
+    /// CAP_NET_RAW; see `Port::tap`), so that every ICRC is checked in all
+    /// 32 bits even when the sender's IPv4 identification is unpredictable.
+    pub ident_tap: bool,
+    /// Where a packet's identification was neither predicted nor tapped,
+    /// accept it after solving the ICRC for the identification: only a
+    /// 15-bit check. Off by default (such packets are dropped and counted in
+    /// `icrc_unverified`); `RNIC_RXE_IDENT_RECOVERY=1` turns it on for
+    /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
+    pub ident_recovery: bool,
 }
 
 impl RxeConfig {
@@ -67,7 +77,25 @@ impl RxeConfig {
             per_qp_sport: true,
             faults: FaultConfig::default(),
             max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
+            ident_tap: true,
+            ident_recovery: ident_recovery_from_env(),
         }
+    }
+
+    /// The same, with the identification tap on or off (see
+    /// [`RxeConfig::ident_tap`]).
+    #[must_use]
+    pub fn with_ident_tap(mut self, on: bool) -> RxeConfig {
+        self.ident_tap = on;
+        self
+    }
+
+    /// The same, with the 15-bit identification recovery on or off (see
+    /// [`RxeConfig::ident_recovery`]).
+    #[must_use]
+    pub fn with_ident_recovery(mut self, on: bool) -> RxeConfig {
+        self.ident_recovery = on;
+        self
     }
 
     /// The same, with `progress`.
@@ -91,6 +119,17 @@ impl RxeConfig {
         self.faults = faults;
         self
     }
+}
+
+/// `RNIC_RXE_IDENT_RECOVERY=1` (or `true`/`yes`/`on`): opt in to the 15-bit
+/// ICRC check for packets whose identification could not be known.
+pub fn ident_recovery_from_env() -> bool {
+    std::env::var("RNIC_RXE_IDENT_RECOVERY").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
 }
 
 /// The provider object behind a [`Context`]; stops its thread when dropped.
@@ -125,7 +164,7 @@ impl RxeDevice {
         let addrs = gid::resolve(&cfg.target)?;
         let ports = addrs
             .iter()
-            .map(|a| Port::bind(a, cfg.roce_port, cfg.gro))
+            .map(|a| Port::bind(a, cfg.roce_port, cfg.gro, cfg.ident_tap))
             .collect::<Result<Vec<_>, _>>()?;
         let gso = cfg.gso && ports.iter().all(|p| sys::probe_gso(&p.sock));
         let gro = ports.iter().any(|p| p.gro);
@@ -137,7 +176,13 @@ impl RxeDevice {
                     source,
                 })?;
         let sh = Arc::new(Shared {
-            state: Mutex::new(State::new(gso, gro, cfg.per_qp_sport, cfg.faults)),
+            state: Mutex::new(State::new(
+                gso,
+                gro,
+                cfg.per_qp_sport,
+                cfg.faults,
+                cfg.ident_recovery,
+            )),
             ports,
             roce_port: cfg.roce_port,
             active_mtu,

@@ -59,7 +59,7 @@ pub struct DeviceStats {
     pub rx_malformed: u64,
     /// ICRC verified, all 32 bits, with a predicted identification (IPv4:
     /// the GRO segment index, the sender's previous identification + 1, or
-    /// 0; IPv6 has none).
+    /// 0; IPv6 has none) or the one the identification tap saw.
     pub icrc_ok: u64,
     /// Of `icrc_ok`: IPv4 verified with identification 0 (rnic peers; also
     /// a datagram's first segment).
@@ -69,6 +69,12 @@ pub struct DeviceStats {
     /// Of `icrc_ok`: IPv4 verified with the sender's previous
     /// identification + 1 (kernel rxe peers, after their first packet).
     pub icrc_ident_next: u64,
+    /// Of `icrc_ok`: IPv4 verified (all 32 bits) with the identification the
+    /// tap saw, after every prediction missed.
+    pub icrc_ident_tap: u64,
+    /// IPv4 packets dropped because no prediction held, no tap exists and
+    /// the 15-bit recovery is off (see `RxeConfig::ident_recovery`).
+    pub icrc_unverified: u64,
     /// IPv4 ICRC verified only after solving for the sender's identification
     /// (kernel rxe peers use a counter). Such a check keeps only 15 of the 32
     /// ICRC bits: a corrupted packet passes with probability 2^-15.
@@ -136,12 +142,14 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "icrc: {} ok (ident 0: {}, GRO index: {}, previous + 1: {}), {} recovered (15-bit check), {} dropped",
+            "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped",
             d.icrc_ok,
             d.icrc_ident_zero,
             d.icrc_ident_gro,
             d.icrc_ident_next,
+            d.icrc_ident_tap,
             d.icrc_recovered,
+            d.icrc_unverified,
             d.icrc_drops
         )?;
         if d.fault_drops > 0 || d.fault_reordered > 0 {

@@ -413,3 +413,107 @@ fn parse_gro(ctl: &[u8]) -> u16 {
 pub fn is_v6(ip: &IpAddr) -> bool {
     matches!(ip, IpAddr::V6(_))
 }
+
+/// Bytes of each tapped packet kept: the largest IPv4 header (60), UDP (8)
+/// and a BTH (12), rounded up.
+pub const TAP_SNAP: usize = 96;
+
+/// Classic BPF instruction classes and modes used by [`ident_tap`]'s filter
+/// (linux/filter.h).
+mod bpf {
+    pub const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    pub const LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+    pub const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * (P[k] & 0xf)
+    pub const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    pub const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    pub const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+}
+
+/// The filter of an identification tap: keep the first [`TAP_SNAP`] bytes
+/// of every unfragmented IPv4/UDP packet to `roce_port` whose IPv4
+/// identification is not 0 (rnic senders use 0, which the receive path
+/// predicts; kernel rxe counts), drop everything else.
+pub fn tap_filter(roce_port: u16) -> [libc::sock_filter; 9] {
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    [
+        op(bpf::LD_H_ABS, 0, 0, 6),                 // 0: flags + fragment offset
+        op(bpf::JSET_K, 6, 0, 0x1fff),              // 1: a fragment → drop (8)
+        op(bpf::LD_H_ABS, 0, 0, 4),                 // 2: identification
+        op(bpf::JEQ_K, 4, 0, 0),                    // 3: 0 → drop (8)
+        op(bpf::LDX_B_MSH, 0, 0, 0),                // 4: X = IPv4 header length
+        op(bpf::LD_H_IND, 0, 0, 2),                 // 5: UDP destination port
+        op(bpf::JEQ_K, 0, 1, u32::from(roce_port)), // 6: the RoCE port → keep (7)
+        op(bpf::RET_K, 0, 0, TAP_SNAP as u32),      // 7: keep the headers
+        op(bpf::RET_K, 0, 0, 0),                    // 8: drop
+    ]
+}
+
+/// A raw IPv4 socket that sees a copy of every UDP packet to `ip`:`roce_port`
+/// whose identification is not 0, cut to its headers (see [`tap_filter`]),
+/// non-blocking. Raw delivery precedes UDP delivery in the kernel, so a
+/// datagram's copy is queued here before the datagram is readable on the
+/// UDP socket. Needs CAP_NET_RAW (`EPERM` otherwise).
+pub fn ident_tap(ip: Ipv4Addr, roce_port: u16) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; it returns a new fd or -1.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_UDP,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let filter = tap_filter(roce_port);
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `owned` is a live socket; `prog` points at `filter`, both on
+    // our stack for the duration of the call, with the size we pass; the
+    // kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            owned.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const prog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let addr = nix::sys::socket::SockaddrIn::from(SocketAddrV4::new(ip, 0));
+    nix::sys::socket::bind(owned.as_raw_fd(), &addr).map_err(io::Error::from)?;
+    set_buffers(&owned, 1 << 20);
+    Ok(owned)
+}
+
+/// Read one tapped packet into `buf` without blocking: `Ok(None)` when the
+/// queue is empty.
+pub fn tap_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: `fd` is a live socket borrowed for the call; `buf` is a
+    // writable buffer of the length we pass; the kernel writes at most that.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+        )
+    };
+    if n >= 0 {
+        return Ok(Some((n as usize).min(buf.len())));
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::WouldBlock {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
