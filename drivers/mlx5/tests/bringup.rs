@@ -1,0 +1,365 @@
+//! Hca bring-up and teardown end to end over vfio-user against
+//! rnic-mlx5-emu's firmware (one emulator and socket per test), plus the
+//! opt-in test on a real function (`RNIC_TEST_PCI=<bdf>`).
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rnic_mlx5::{
+    FwVersion, Hca, HcaOptions, Mlx5Error, PciFunction, PortType, ResetPolicy, VfioUserFunction,
+};
+use rnic_mlx5_emu::{Emulator, NoFirmware, Options};
+use rnic_mlx5_prm::{
+    AllocPdOut, CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, EnableHcaIn, EnableHcaOut,
+    HCA_CAP_OPMOD_MAX, QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut, cap_type, initial_seg,
+};
+
+struct Rig {
+    emu: Emulator,
+    function: Arc<dyn PciFunction>,
+    _dir: tempfile::TempDir,
+}
+
+fn options() -> Options {
+    Options {
+        boot_delay: Duration::from_millis(20),
+        ..Options::default()
+    }
+}
+
+fn connect(emu: Emulator, dir: tempfile::TempDir) -> Rig {
+    let function: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    Rig {
+        emu,
+        function,
+        _dir: dir,
+    }
+}
+
+fn rig() -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start(dir.path().join("mlx5.sock"), options()).unwrap();
+    connect(emu, dir)
+}
+
+fn hca_options() -> HcaOptions {
+    HcaOptions {
+        pre_init_timeout: Duration::from_secs(10),
+        cmd_timeout: Some(Duration::from_secs(10)),
+        ..HcaOptions::default()
+    }
+}
+
+/// DMA mappings the emulated function still holds.
+fn mappings(r: &Rig) -> usize {
+    r.emu.device().dma().mappings().len()
+}
+
+#[test]
+fn bring_up_reaches_init_hca_and_reports_info() {
+    let r = rig();
+    let hca = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    let info = hca.info();
+    eprintln!("{info:#?}");
+    assert_eq!(
+        info.fw_version,
+        FwVersion {
+            major: 16,
+            minor: 35,
+            subminor: 2000
+        }
+    );
+    assert_eq!(info.fw_version.to_string(), "16.35.2000");
+    assert_eq!(info.cmdif_rev, 5);
+    assert_eq!(info.device_id, 0x1017);
+    assert_eq!(info.cmdq_slots, 32);
+    assert_eq!(info.issi, 1);
+    assert!(!info.reset_first, "a fresh function is not reset");
+    assert_eq!(info.port_type, PortType::Ethernet);
+    assert!(info.num_ports >= 1);
+    assert!(info.roce, "RoCE enabled");
+    assert_ne!(info.roce_version & (1 << 2), 0, "RoCEv2");
+    for (name, v) in [
+        ("log_max_qp", info.log_max_qp),
+        ("log_max_cq", info.log_max_cq),
+        ("log_max_eq", info.log_max_eq),
+        ("log_max_mkey", info.log_max_mkey),
+        ("log_max_pd", info.log_max_pd),
+        ("log_max_msg", info.log_max_msg),
+    ] {
+        assert!(v > 0, "{name} = 0");
+    }
+    assert_eq!(
+        info.pages.held,
+        info.pages.boot + info.pages.init,
+        "{:?}",
+        info.pages
+    );
+    // The caps the driver set are in force.
+    let caps = hca.general_caps().unwrap();
+    assert_eq!(caps.cmdif_checksum(), 0);
+    assert_eq!(caps.log_uar_page_sz(), 0);
+    let roce = hca.roce_caps().unwrap();
+    let max_sw = {
+        let out = hca
+            .exec(
+                CmdOpcode::QueryHcaCap,
+                (cap_type::ROCE << 1 | HCA_CAP_OPMOD_MAX) as u16,
+                &[0u8; QueryHcaCapIn::<&[u8]>::SIZE_BYTES],
+                QueryHcaCapOut::<&[u8]>::SIZE_BYTES,
+            )
+            .unwrap();
+        QueryHcaCapOut::new_checked(&out[..])
+            .unwrap()
+            .roce_cap()
+            .sw_r_roce_src_udp_port()
+    };
+    assert_eq!(
+        roce.sw_r_roce_src_udp_port(),
+        max_sw,
+        "set exactly when the max allows it"
+    );
+    assert_eq!(info.sw_roce_src_udp_port, max_sw != 0);
+    assert!(mappings(&r) > 0);
+    let faults = &r.emu.device().dma().stats().faults;
+    assert_eq!(
+        faults.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no device access outside the driver's mappings"
+    );
+    hca.shutdown().unwrap();
+    assert_eq!(mappings(&r), 0, "every DMA buffer unmapped after teardown");
+}
+
+#[test]
+fn failing_commands_report_their_status_and_the_driver_stays_usable() {
+    let r = rig();
+    let hca = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    // An opcode the firmware does not implement.
+    let err = hca
+        .exec(CmdOpcode::Unknown(0x7ff), 0, &[0u8; 16], 16)
+        .unwrap_err();
+    match &err {
+        Mlx5Error::Command {
+            opcode: CmdOpcode::Unknown(0x7ff),
+            status: CmdStatus::BadOp,
+            syndrome,
+            ..
+        } => assert_ne!(*syndrome, 0, "the firmware names the failure"),
+        other => panic!("expected BAD_OP, got {other}"),
+    }
+    assert!(err.to_string().contains("BAD_OP"), "{err}");
+    // SET_ISSI with an ISSI the firmware does not support.
+    let mut cmd = vec![0u8; SetIssiIn::<&[u8]>::SIZE_BYTES];
+    SetIssiIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_current_issi(0x7)
+        .unwrap();
+    let err = hca
+        .exec(CmdOpcode::SetIssi, 0, &cmd, SetIssiOut::<&[u8]>::SIZE_BYTES)
+        .unwrap_err();
+    eprintln!("SET_ISSI 7: {err}");
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::Command {
+                status: CmdStatus::BadParam | CmdStatus::BadSysState,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Still usable: a PD round trip.
+    let out = hca
+        .exec(
+            CmdOpcode::AllocPd,
+            0,
+            &[0u8; 16],
+            AllocPdOut::<&[u8]>::SIZE_BYTES,
+        )
+        .unwrap();
+    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
+    assert_ne!(pd, hca.info().pd);
+    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
+    DeallocPdIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_pd(pd)
+        .unwrap();
+    hca.exec(
+        CmdOpcode::DeallocPd,
+        0,
+        &cmd,
+        DeallocPdOut::<&[u8]>::SIZE_BYTES,
+    )
+    .unwrap();
+    // Deallocating it twice is a bad resource.
+    let err = hca
+        .exec(
+            CmdOpcode::DeallocPd,
+            0,
+            &cmd,
+            DeallocPdOut::<&[u8]>::SIZE_BYTES,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Mlx5Error::Command { .. }), "{err}");
+    hca.shutdown().unwrap();
+    assert_eq!(mappings(&r), 0);
+}
+
+#[test]
+fn a_function_left_initialized_by_a_leaked_hca_is_reset_and_brought_up() {
+    let r = rig();
+    let first = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    let pd = first.info().pd;
+    // A crashed driver: nothing torn down, the function left initialized.
+    std::mem::forget(first);
+    let second = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    let info = second.info();
+    assert!(info.reset_first, "the old command queue was seen and reset");
+    assert_eq!(
+        info.pd, pd,
+        "a fresh function numbers objects from the start"
+    );
+    second.shutdown().unwrap();
+}
+
+#[test]
+fn without_the_reset_a_left_initialized_function_fails_clearly() {
+    let r = rig();
+    let first = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    std::mem::forget(first);
+    let err = Hca::bring_up(
+        r.function.clone(),
+        HcaOptions {
+            reset: ResetPolicy::Never,
+            ..hca_options()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::Command {
+                status: CmdStatus::BadSysState,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // And the default policy recovers it.
+    Hca::bring_up(r.function.clone(), hca_options())
+        .unwrap()
+        .shutdown()
+        .unwrap();
+}
+
+#[test]
+fn a_device_that_never_answers_fails_with_a_timeout_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start_with(
+        dir.path().join("mlx5.sock"),
+        options(),
+        Box::new(NoFirmware),
+    )
+    .unwrap();
+    let r = connect(emu, dir);
+    let start = Instant::now();
+    let err = Hca::bring_up(
+        r.function.clone(),
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_millis(200)),
+            ..hca_options()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::CommandTimeout {
+                opcode: CmdOpcode::EnableHca,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "no further commands after the timeout"
+    );
+    assert_eq!(
+        mappings(&r),
+        0,
+        "the command queue page and mailboxes are unmapped"
+    );
+}
+
+/// Opt-in: bring up and tear down a real function bound to vfio-pci.
+/// `RNIC_TEST_PCI=0000:3b:00.0 cargo test -p rnic-mlx5 -- --ignored`.
+#[test]
+#[ignore = "needs a ConnectX function bound to vfio-pci: set RNIC_TEST_PCI=<bdf> and pass --ignored"]
+fn hardware_bring_up_via_kernel_vfio() {
+    let Ok(bdf) = std::env::var("RNIC_TEST_PCI") else {
+        eprintln!(
+            "skipped: RNIC_TEST_PCI is not set (RNIC_TEST_PCI=<domain:bus:dev.fn> of a ConnectX \
+             function bound to vfio-pci)"
+        );
+        return;
+    };
+    let addr: rnic_core::PciAddr = bdf
+        .parse()
+        .unwrap_or_else(|e| panic!("RNIC_TEST_PCI={bdf}: not a PCI address: {e}"));
+    let function: Arc<dyn PciFunction> =
+        Arc::new(rnic_mlx5::VfioFunction::open(&addr, 1 << 39).unwrap());
+    let hca = Hca::bring_up(function, HcaOptions::default()).unwrap();
+    let info = hca.info();
+    eprintln!("{info:#?}");
+    assert_eq!(info.cmdif_rev, 5);
+    assert!(info.pages.held > 0);
+    hca.shutdown().unwrap();
+}
+
+#[test]
+fn set_issi_with_an_unsupported_value_before_init_is_bad_param() {
+    let r = rig();
+    r.function.enable_bus_master().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let init = initial_seg::initializing;
+    while init.extract(r.function.bar0().read32_be(init.dword_offset()).unwrap()) != 0 {
+        assert!(Instant::now() < deadline, "firmware never ready");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let q = rnic_mlx5::CmdQueue::new(r.function.clone(), Default::default()).unwrap();
+    q.exec(
+        CmdOpcode::EnableHca,
+        0,
+        &[0u8; EnableHcaIn::<&[u8]>::SIZE_BYTES],
+        EnableHcaOut::<&[u8]>::SIZE_BYTES,
+    )
+    .unwrap();
+    let mut cmd = vec![0u8; SetIssiIn::<&[u8]>::SIZE_BYTES];
+    SetIssiIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_current_issi(0x7)
+        .unwrap();
+    let err = q
+        .exec(CmdOpcode::SetIssi, 0, &cmd, SetIssiOut::<&[u8]>::SIZE_BYTES)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::Command {
+                status: CmdStatus::BadParam,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // ISSI 1 is accepted afterwards.
+    SetIssiIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_current_issi(1)
+        .unwrap();
+    q.exec(CmdOpcode::SetIssi, 0, &cmd, SetIssiOut::<&[u8]>::SIZE_BYTES)
+        .unwrap();
+}
