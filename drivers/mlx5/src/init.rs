@@ -327,6 +327,8 @@ impl Hca {
         let _g = span.enter();
         let f = function.as_ref();
 
+        // Step 0: memory space (BAR0 reads) and bus mastering.
+        f.enable_bus_master()?;
         // Reset first if a previous driver left the function set up (§12).
         let reset_first = match opts.reset {
             ResetPolicy::Always => true,
@@ -337,12 +339,10 @@ impl Hca {
             info!("resetting the function first (policy {:?})", opts.reset);
             f.reset()?;
         }
-        // Step 0: memory space and bus mastering (a reset clears them).
-        let command = f.enable_bus_master()?;
-        info!(
-            command = format_args!("{command:#06x}"),
-            "bus master enabled"
-        );
+        if reset_first {
+            // A reset clears the command register: enable again.
+            f.enable_bus_master()?;
+        }
 
         // Step 1: interface revision.
         let rev = read_iseg(f, &initial_seg::cmd_interface_rev)?;
@@ -803,22 +803,27 @@ impl Hca {
     fn set_general_caps(&mut self) -> Result<(), Mlx5Error> {
         let cur = self.query_cap(cap_type::GENERAL, true)?;
         let max = self.query_cap(cap_type::GENERAL, false)?;
-        let (mkey_by_name, roce_rw, checksum, uar_sz) = {
+        let (mkey_by_name, roce_rw, uar_4k, checksum, uar_sz) = {
             let m = general_view(&max)?;
             let c = general_view(&cur)?;
             (
                 m.mkey_by_name(),
                 m.roce_rw_supported(),
+                m.uar_4k(),
                 c.cmdif_checksum(),
                 c.log_uar_page_sz(),
             )
         };
-        let log_uar_page_sz = crate::sys::page_size().trailing_zeros().saturating_sub(12);
+        let page = crate::sys::page_size();
+        let log_uar_page_sz = page.trailing_zeros().saturating_sub(12);
+        // K: 4 KiB UARs inside larger system pages when the max allows.
+        let set_uar_4k = uar_4k != 0 && page > 4096;
         info!(
             cmdif_checksum = format_args!("{checksum} -> 0"),
             log_uar_page_sz = format_args!("{uar_sz} -> {log_uar_page_sz}"),
             mkey_by_name,
             roce = roce_rw,
+            uar_4k = set_uar_4k,
             "SET_HCA_CAP general (RC's set; roce as K when roce_rw_supported)"
         );
         self.set_cap(cap_type::GENERAL, &cur, |v| {
@@ -830,6 +835,9 @@ impl Hca {
             }
             if roce_rw != 0 {
                 c.set_roce(1)?;
+            }
+            if set_uar_4k {
+                c.set_uar_4k(1)?;
             }
             Ok(())
         })?;
@@ -1118,4 +1126,42 @@ fn general_view(out: &[u8]) -> Result<CmdHcaCap<&[u8]>, Mlx5Error> {
 fn roce_view(out: &[u8]) -> Result<RoceCap<&[u8]>, Mlx5Error> {
     let at = query_hca_cap_out::roce_cap.byte_offset();
     RoceCap::new_checked(out.get(at..).unwrap_or(&[])).map_err(prm("QUERY_HCA_CAP output"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn hca_can_be_shared_between_threads() {
+        send_sync::<Hca>();
+        send_sync::<CmdQueue>();
+    }
+
+    #[test]
+    fn page_pool_frees_a_chunk_when_all_its_pages_are_back() {
+        let mut pool = PagePool::default();
+        pool.chunks.push(Chunk { buf: None, held: 2 });
+        pool.held.insert(0x1000, 0);
+        pool.held.insert(0x2000, 0);
+        assert!(pool.returned(0x1000));
+        assert!(!pool.returned(0x1000), "twice");
+        assert!(!pool.returned(0x9000), "never given");
+        assert_eq!(pool.held(), 1);
+        assert!(pool.returned(0x2000));
+        assert_eq!(pool.chunks[0].held, 0);
+    }
+
+    #[test]
+    fn fw_version_prints_like_the_kernel() {
+        let v = FwVersion {
+            major: 16,
+            minor: 35,
+            subminor: 2000,
+        };
+        assert_eq!(v.to_string(), "16.35.2000");
+        assert_eq!(PortType::Ethernet.to_string(), "Ethernet");
+    }
 }
