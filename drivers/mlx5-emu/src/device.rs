@@ -19,7 +19,7 @@
 //! power-on, so it moves at tick granularity). A driver that sees the counter
 //! stop for several of its polls declares the device dead (mlx5.md §2).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use crate::bar::{
 use crate::config::ConfigSpace;
 use crate::dma::{DmaFault, DmaSpace, FaultKind};
 use crate::error::EmuError;
+use crate::firmware::FirmwareOptions;
 use crate::irq::{IrqError, Msix, Signal};
 use crate::watch::DoorbellHandler;
 
@@ -44,6 +45,8 @@ pub struct Options {
     pub health_period: Duration,
     /// Firmware revision reported (default 16.35.2000).
     pub fw: FwRev,
+    /// What the firmware ([`crate::firmware::Firmware`]) asks for and reports.
+    pub firmware: FirmwareOptions,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             boot_delay: Duration::from_millis(100),
             health_period: Duration::from_millis(50),
             fw: FwRev::default(),
+            firmware: FirmwareOptions::default(),
         }
     }
 }
@@ -97,6 +101,7 @@ pub struct Device {
     /// nobody sees a half-reset BAR.
     quiesce: RwLock<()>,
     epoch: AtomicU64,
+    health_stopped: AtomicBool,
     uars: Mutex<Vec<u32>>,
     uar_gen: AtomicU64,
     handler: Mutex<Box<dyn DoorbellHandler>>,
@@ -130,6 +135,7 @@ impl Device {
             }),
             quiesce: RwLock::new(()),
             epoch: AtomicU64::new(0),
+            health_stopped: AtomicBool::new(false),
             uars: Mutex::new(Vec::new()),
             uar_gen: AtomicU64::new(0),
             handler: Mutex::new(handler),
@@ -254,6 +260,17 @@ impl Device {
         self.uar_gen.load(Ordering::Acquire)
     }
 
+    /// Stop the health counter (a fatal firmware state; the driver's health poll sees it
+    /// stuck). A reset restarts it.
+    pub fn stop_health_counter(&self) {
+        self.health_stopped.store(true, Ordering::Release);
+    }
+
+    /// Whether the health counter was stopped.
+    pub fn health_counter_stopped(&self) -> bool {
+        self.health_stopped.load(Ordering::Acquire)
+    }
+
     /// Incremented by every power-on reset.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
@@ -281,6 +298,7 @@ impl Device {
                 ready: false,
             };
             lock(&self.uars).clear();
+            self.health_stopped.store(false, Ordering::Release);
             self.uar_gen.fetch_add(1, Ordering::Release);
             self.epoch.fetch_add(1, Ordering::AcqRel);
             self.stats.resets.fetch_add(1, Ordering::Relaxed);
@@ -313,11 +331,13 @@ impl Device {
             boot.ready = true;
             info!(after = ?boot.ready_at - boot.powered_on, "firmware initialized");
         }
-        let c = self.bar.read32_be(iseg::HEALTH_COUNTER);
-        self.bar.write32_be(
-            iseg::HEALTH_COUNTER,
-            (c & 0xff00_0000) | (c.wrapping_add(1) & 0x00ff_ffff),
-        );
+        if !self.health_counter_stopped() {
+            let c = self.bar.read32_be(iseg::HEALTH_COUNTER);
+            self.bar.write32_be(
+                iseg::HEALTH_COUNTER,
+                (c & 0xff00_0000) | (c.wrapping_add(1) & 0x00ff_ffff),
+            );
+        }
         let ns = u64::try_from(now.duration_since(boot.powered_on).as_nanos()).unwrap_or(u64::MAX);
         self.bar.write64_be(iseg::INTERNAL_TIMER, ns);
         self.stats.health_ticks.fetch_add(1, Ordering::Relaxed);

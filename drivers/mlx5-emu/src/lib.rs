@@ -69,6 +69,7 @@ pub mod config;
 pub mod device;
 pub mod dma;
 mod error;
+pub mod firmware;
 pub mod irq;
 pub mod server;
 mod sys;
@@ -78,6 +79,9 @@ pub use bar::{BAR0_SIZE, FwRev};
 pub use device::{Device, DeviceStats, Options};
 pub use dma::{DmaFault, FaultKind};
 pub use error::EmuError;
+pub use firmware::{
+    Accounting, Faults, Firmware, FirmwareHandle, FirmwareOptions, FirmwareStats, Phase,
+};
 pub use irq::Signal;
 pub use server::Emulator;
 pub use watch::{DoorbellHandler, NoFirmware};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::{Emulator, FirmwareOptions, Options};
 
 /// An emulated ConnectX-5 (mlx5, PCI 15b3:1017) function served over a
 /// vfio-user UNIX socket, for running the rnic mlx5 driver without hardware.
@@ -13,7 +13,9 @@ use rnic_mlx5_emu::{Emulator, Options};
 /// The driver connects with `rnic::open("mlx5:vfio-user:PATH")` (or
 /// `rnic_mlx5::VfioUserFunction::connect(PATH)`). BAR0 (32 MiB) is shared
 /// memory: the initialization segment, the command doorbell and the UAR
-/// pages are mmapped by the driver. One driver is served at a time; when it
+/// pages are mmapped by the driver. The emulated firmware executes the
+/// command interface (bring-up, pages, capabilities, UAR/PD) strictly and
+/// completes commands by polling. One driver is served at a time; when it
 /// disconnects the function is reset and the next one may connect. Logs go to
 /// stderr (RUST_LOG=debug for every doorbell and DMA mapping).
 #[derive(Debug, Parser)]
@@ -30,6 +32,12 @@ struct Args {
     /// Milliseconds between health-counter ticks.
     #[arg(long, value_name = "N", default_value_t = 50)]
     health_period_ms: u64,
+    /// Pages the firmware asks for with QUERY_PAGES(boot).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    boot_pages: u32,
+    /// Pages the firmware asks for with QUERY_PAGES(init).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    init_pages: u32,
 }
 
 fn main() -> ExitCode {
@@ -44,6 +52,11 @@ fn main() -> ExitCode {
     let options = Options {
         boot_delay: Duration::from_millis(args.boot_delay_ms),
         health_period: Duration::from_millis(args.health_period_ms.max(1)),
+        firmware: FirmwareOptions {
+            boot_pages: args.boot_pages,
+            init_pages: args.init_pages,
+            ..FirmwareOptions::default()
+        },
         ..Options::default()
     };
     match Emulator::start(&args.socket, options) {

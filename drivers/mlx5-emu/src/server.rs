@@ -41,6 +41,7 @@ use crate::bar::BAR0_SIZE;
 use crate::config::CONFIG_SIZE;
 use crate::device::{Device, Options};
 use crate::error::EmuError;
+use crate::firmware::{Firmware, FirmwareHandle};
 use crate::watch::{Backoff, DoorbellHandler, NoFirmware, Watcher};
 
 /// Make `path` usable for a new listener: absent is fine; a socket nobody
@@ -240,6 +241,7 @@ pub struct Emulator {
     socket: PathBuf,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    firmware: Option<FirmwareHandle>,
 }
 
 fn spawn(
@@ -253,10 +255,26 @@ fn spawn(
 }
 
 impl Emulator {
-    /// Start an emulator without firmware (doorbells are only counted) on
-    /// `socket`.
+    /// Start an emulator running the strict firmware ([`Firmware`], configured by
+    /// `options.firmware`) on `socket`; [`Emulator::firmware`] is its handle.
     pub fn start(socket: impl AsRef<Path>, options: Options) -> Result<Emulator, EmuError> {
+        let fw = Firmware::new(options.firmware);
+        let handle = fw.handle();
+        let mut emu = Emulator::start_with(socket, options, Box::new(fw))?;
+        handle.attach(&emu.dev);
+        emu.firmware = Some(handle);
+        Ok(emu)
+    }
+
+    /// Start an emulator without firmware: doorbells are only counted ([`NoFirmware`]).
+    pub fn start_shell(socket: impl AsRef<Path>, options: Options) -> Result<Emulator, EmuError> {
         Emulator::start_with(socket, options, Box::new(NoFirmware))
+    }
+
+    /// The firmware's handle (faults, counters, accounting) when started with
+    /// [`Emulator::start`]; `None` with a custom handler.
+    pub fn firmware(&self) -> Option<&FirmwareHandle> {
+        self.firmware.as_ref()
     }
 
     /// Start an emulator whose doorbell events go to `handler`.
@@ -289,6 +307,7 @@ impl Emulator {
             socket,
             stop,
             threads,
+            firmware: None,
         })
     }
 

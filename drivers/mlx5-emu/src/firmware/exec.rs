@@ -1,0 +1,677 @@
+//! Command execution: the function's life cycle and the bring-up, page, capability,
+//! register, UAR/PD/TD and vport commands, each with the checks a real function makes.
+//!
+//! Check order for every command (so a test can predict which refusal wins): unknown opcode
+//! (BAD_OP) → nonzero `uid` (BAD_PARAM) → `inlen` (BAD_INP_LEN) → `outlen` (BAD_OUTP_LEN) →
+//! life-cycle state (BAD_SYS_STATE) → the command's own checks. A refused command changes no
+//! state.
+
+use std::collections::BTreeSet;
+
+use rnic_mlx5_prm::{
+    AccessRegisterIn, AllocPdOut, AllocTransportDomainOut, AllocUarOut, CmdOpcode, CmdStatus,
+    DeallocPdIn, DeallocTransportDomainIn, DeallocUarIn, EnableHcaIn, ManagePagesIn,
+    ManagePagesOut, MboxIn, ModifyNicVportContextIn, QueryHcaCapIn, QueryIssiOut,
+    QueryNicVportContextIn, QueryNicVportContextOut, QueryPagesIn, QueryPagesOut,
+    QueryVportStateIn, QueryVportStateOut, RegisterHostEndianness, SetDriverVersionIn, SetHcaCapIn,
+    SetIssiIn, TeardownHcaIn, access_reg_op_mod, access_register_in, cap_type, get_bits,
+    manage_pages_in, manage_pages_op_mod, modify_nic_vport_context_in,
+    modify_nic_vport_field_select, query_hca_cap_out, query_pages_op_mod, register_host_endianness,
+    register_id, set_hca_cap_in, teardown_profile, vport_state_op_mod,
+};
+
+use super::FirmwareOptions;
+use super::caps::{CAP_PAGE_BYTES, Caps};
+use super::syndrome as syn;
+use crate::bar::{FIRST_NON_UAR_PAGE, INIT_SEGMENT_PAGES, UAR_PAGE};
+use crate::device::Device;
+
+/// The function's life-cycle state (mlx5.md §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Power-on: only ENABLE_HCA is accepted.
+    Disabled,
+    /// After ENABLE_HCA (or TEARDOWN_HCA): ISSI, pages, capabilities, registers, INIT_HCA.
+    Enabled,
+    /// After INIT_HCA: resources.
+    Initialized,
+}
+
+/// A refused command: its status and syndrome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The command status.
+    pub status: CmdStatus,
+    /// The syndrome (one of [`super::syndrome`]).
+    pub syndrome: u32,
+}
+
+type Outcome = Result<(), Refusal>;
+
+fn refuse(status: CmdStatus, syndrome: u32) -> Outcome {
+    Err(Refusal { status, syndrome })
+}
+
+fn param(syndrome: u32) -> Outcome {
+    refuse(CmdStatus::BadParam, syndrome)
+}
+
+/// Which life-cycle states a command runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Needs {
+    /// Only before ENABLE_HCA.
+    Disabled,
+    /// Enabled or initialized.
+    Enabled,
+    /// Enabled, not yet initialized.
+    PreInit,
+    /// Initialized.
+    Initialized,
+}
+
+/// (input bytes, output bytes, state) of each supported command: the sizes of its PRM
+/// structures (mlx5.md §5.2).
+fn spec(op: CmdOpcode) -> Option<(usize, usize, Needs)> {
+    use rnic_mlx5_prm as p;
+    Some(match op {
+        CmdOpcode::EnableHca => (
+            p::enable_hca_in::SIZE_BYTES,
+            p::enable_hca_out::SIZE_BYTES,
+            Needs::Disabled,
+        ),
+        CmdOpcode::DisableHca => (
+            p::disable_hca_in::SIZE_BYTES,
+            p::disable_hca_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::QueryIssi => (
+            p::query_issi_in::SIZE_BYTES,
+            p::query_issi_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::SetIssi => (
+            p::set_issi_in::SIZE_BYTES,
+            p::set_issi_out::SIZE_BYTES,
+            Needs::PreInit,
+        ),
+        CmdOpcode::QueryPages => (
+            p::query_pages_in::SIZE_BYTES,
+            p::query_pages_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::ManagePages => (
+            p::manage_pages_in::SIZE_BYTES,
+            p::manage_pages_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::QueryHcaCap => (
+            p::query_hca_cap_in::SIZE_BYTES,
+            p::query_hca_cap_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::SetHcaCap => (
+            p::set_hca_cap_in::SIZE_BYTES,
+            p::set_hca_cap_out::SIZE_BYTES,
+            Needs::PreInit,
+        ),
+        CmdOpcode::AccessReg => (
+            p::access_register_in::SIZE_BYTES,
+            p::access_register_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::SetDriverVersion => (
+            p::set_driver_version_in::SIZE_BYTES,
+            p::set_driver_version_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::InitHca => (
+            p::init_hca_in::SIZE_BYTES,
+            p::init_hca_out::SIZE_BYTES,
+            Needs::PreInit,
+        ),
+        CmdOpcode::TeardownHca => (
+            p::teardown_hca_in::SIZE_BYTES,
+            p::teardown_hca_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::Nop => (
+            p::mbox_in::SIZE_BYTES,
+            p::mbox_out::SIZE_BYTES,
+            Needs::Enabled,
+        ),
+        CmdOpcode::AllocUar => (
+            p::alloc_uar_in::SIZE_BYTES,
+            p::alloc_uar_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::DeallocUar => (
+            p::dealloc_uar_in::SIZE_BYTES,
+            p::dealloc_uar_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::AllocPd => (
+            p::alloc_pd_in::SIZE_BYTES,
+            p::alloc_pd_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::DeallocPd => (
+            p::dealloc_pd_in::SIZE_BYTES,
+            p::dealloc_pd_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::AllocTransportDomain => (
+            p::alloc_transport_domain_in::SIZE_BYTES,
+            p::alloc_transport_domain_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::DeallocTransportDomain => (
+            p::dealloc_transport_domain_in::SIZE_BYTES,
+            p::dealloc_transport_domain_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::QueryVportState => (
+            p::query_vport_state_in::SIZE_BYTES,
+            p::query_vport_state_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::QueryNicVportContext => (
+            p::query_nic_vport_context_in::SIZE_BYTES,
+            p::query_nic_vport_context_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        CmdOpcode::ModifyNicVportContext => (
+            p::modify_nic_vport_context_in::SIZE_BYTES,
+            p::modify_nic_vport_context_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
+        _ => return None,
+    })
+}
+
+/// The ISSI values this firmware supports (mlx5.md §3.1 step 6): bit n = ISSI n.
+pub const SUPPORTED_ISSI: u32 = 0b11;
+/// The first UAR index handed out (pages 0..=2 hold the initialization segment).
+pub const FIRST_UAR: u32 = INIT_SEGMENT_PAGES;
+/// Lowest MTU MODIFY_NIC_VPORT_CONTEXT accepts.
+pub const MIN_MTU: u32 = 68;
+/// Highest MTU MODIFY_NIC_VPORT_CONTEXT accepts (ConnectX-5's largest).
+pub const MAX_MTU: u32 = 9978;
+
+/// The firmware's state; see the module docs.
+#[derive(Clone, Debug)]
+pub struct State {
+    pub(crate) options: FirmwareOptions,
+    pub(crate) phase: Phase,
+    pub(crate) issi: u32,
+    pub(crate) issi_set: bool,
+    pub(crate) caps: Caps,
+    pub(crate) pages: BTreeSet<u64>,
+    pub(crate) host_endianness: Option<u32>,
+    pub(crate) driver_version: Option<String>,
+    pub(crate) uars: BTreeSet<u32>,
+    pub(crate) pds: BTreeSet<u32>,
+    pub(crate) tds: BTreeSet<u32>,
+    pub(crate) roce_en: bool,
+    pub(crate) mtu: u32,
+}
+
+fn lowest_free(set: &BTreeSet<u32>, from: u32, below: u64) -> Option<u32> {
+    (from..)
+        .take_while(|&i| u64::from(i) < below)
+        .find(|i| !set.contains(i))
+}
+
+impl State {
+    /// Power-on state.
+    pub fn new(options: FirmwareOptions) -> State {
+        State {
+            options,
+            phase: Phase::Disabled,
+            issi: 0,
+            issi_set: false,
+            caps: Caps::default(),
+            pages: BTreeSet::new(),
+            host_endianness: None,
+            driver_version: None,
+            uars: BTreeSet::new(),
+            pds: BTreeSet::new(),
+            tds: BTreeSet::new(),
+            roce_en: false,
+            mtu: u32::from(options.mtu),
+        }
+    }
+
+    fn held(&self) -> u64 {
+        self.pages.len() as u64
+    }
+
+    fn boot_missing(&self) -> u64 {
+        u64::from(self.options.boot_pages).saturating_sub(self.held())
+    }
+
+    fn init_missing(&self) -> u64 {
+        let total = u64::from(self.options.boot_pages) + u64::from(self.options.init_pages);
+        total.saturating_sub(self.held()) - self.boot_missing()
+    }
+
+    fn live_objects(&self) -> usize {
+        self.uars.len() + self.pds.len() + self.tds.len()
+    }
+
+    /// Execute command `op` (its opcode, from the inline bytes) with `input` (`inlen` bytes)
+    /// into `out` (zeroed, at least 16 bytes, `outlen` of which are delivered).
+    pub fn execute(
+        &mut self,
+        dev: &Device,
+        op: CmdOpcode,
+        input: &[u8],
+        outlen: usize,
+        out: &mut [u8],
+    ) -> Outcome {
+        let hdr = MboxIn::new_unchecked(input);
+        let Some((inlen_min, outlen_min, needs)) = spec(op) else {
+            return refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE);
+        };
+        if hdr.uid() != 0 {
+            return param(syn::UID_NOT_ZERO);
+        }
+        if input.len() < inlen_min {
+            return refuse(CmdStatus::BadInpLen, syn::INPUT_TOO_SHORT);
+        }
+        if outlen < outlen_min {
+            return refuse(CmdStatus::BadOutpLen, syn::OUTPUT_TOO_SHORT);
+        }
+        let state_ok = match (needs, self.phase) {
+            (Needs::Disabled, Phase::Disabled) => Ok(()),
+            (Needs::Disabled, _) => Err(syn::ALREADY_ENABLED),
+            (_, Phase::Disabled) => Err(syn::NOT_ENABLED),
+            (Needs::Enabled, _) => Ok(()),
+            (Needs::PreInit, Phase::Enabled) => Ok(()),
+            (Needs::PreInit, _) => Err(syn::ALREADY_INITIALIZED),
+            (Needs::Initialized, Phase::Initialized) => Ok(()),
+            (Needs::Initialized, _) => Err(syn::NOT_INITIALIZED),
+        };
+        if let Err(s) = state_ok {
+            return refuse(CmdStatus::BadSysState, s);
+        }
+        match op {
+            CmdOpcode::EnableHca | CmdOpcode::DisableHca => self.enable_disable(op, input),
+            CmdOpcode::QueryIssi => {
+                let mut o = QueryIssiOut::new_unchecked(out);
+                let _ = o.set_current_issi(self.issi);
+                let _ = o.set_supported_issi_dw0(SUPPORTED_ISSI);
+                Ok(())
+            }
+            CmdOpcode::SetIssi => {
+                let v = SetIssiIn::new_unchecked(input).current_issi();
+                if v >= 32 || SUPPORTED_ISSI & (1 << v) == 0 {
+                    return param(syn::ISSI_UNSUPPORTED);
+                }
+                self.issi = v;
+                self.issi_set = true;
+                Ok(())
+            }
+            CmdOpcode::QueryPages => self.query_pages(input, out),
+            CmdOpcode::ManagePages => self.manage_pages(dev, input, outlen, out),
+            CmdOpcode::QueryHcaCap => self.query_hca_cap(input, out),
+            CmdOpcode::SetHcaCap => self.set_hca_cap(input),
+            CmdOpcode::AccessReg => self.access_reg(input, outlen, out),
+            CmdOpcode::SetDriverVersion => {
+                let v = SetDriverVersionIn::new_unchecked(input);
+                let s = v.driver_version();
+                let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+                self.driver_version = Some(String::from_utf8_lossy(&s[..end]).into_owned());
+                Ok(())
+            }
+            CmdOpcode::InitHca => {
+                if !self.issi_set {
+                    return refuse(CmdStatus::BadSysState, syn::INIT_WITHOUT_ISSI);
+                }
+                if self.boot_missing() > 0 {
+                    return refuse(CmdStatus::BadSysState, syn::INIT_WITHOUT_BOOT_PAGES);
+                }
+                if self.init_missing() > 0 {
+                    return refuse(CmdStatus::BadSysState, syn::INIT_WITHOUT_INIT_PAGES);
+                }
+                self.phase = Phase::Initialized;
+                Ok(())
+            }
+            CmdOpcode::TeardownHca => {
+                let profile = TeardownHcaIn::new_unchecked(input).profile();
+                if profile != teardown_profile::GRACEFUL {
+                    return param(syn::TEARDOWN_PROFILE);
+                }
+                if self.phase != Phase::Initialized {
+                    return refuse(CmdStatus::BadSysState, syn::TEARDOWN_NOT_INITIALIZED);
+                }
+                if self.live_objects() > 0 {
+                    return refuse(CmdStatus::BadResState, syn::TEARDOWN_OBJECTS_LIVE);
+                }
+                self.phase = Phase::Enabled;
+                Ok(())
+            }
+            CmdOpcode::Nop => Ok(()),
+            CmdOpcode::AllocUar => {
+                let Some(idx) = lowest_free(&self.uars, FIRST_UAR, u64::from(FIRST_NON_UAR_PAGE))
+                else {
+                    return refuse(CmdStatus::NoRes, syn::UAR_EXHAUSTED);
+                };
+                if let Err(e) = dev.watch_uar(idx) {
+                    tracing::error!(%e, "ALLOC_UAR: watching the page failed (bug)");
+                    return refuse(CmdStatus::NoRes, syn::UAR_EXHAUSTED);
+                }
+                let _ = AllocUarOut::new_unchecked(out).set_uar(idx);
+                self.uars.insert(idx);
+                Ok(())
+            }
+            CmdOpcode::DeallocUar => {
+                let idx = DeallocUarIn::new_unchecked(input).uar();
+                if !(FIRST_UAR..FIRST_NON_UAR_PAGE).contains(&idx) {
+                    return param(syn::UAR_INDEX);
+                }
+                if !self.uars.remove(&idx) {
+                    return refuse(CmdStatus::BadRes, syn::UAR_NOT_ALLOCATED);
+                }
+                dev.unwatch_uar(idx);
+                Ok(())
+            }
+            CmdOpcode::AllocPd => {
+                let limit = 1u64 << self.caps.general().log_max_pd();
+                let Some(pd) = lowest_free(&self.pds, 1, limit) else {
+                    return refuse(CmdStatus::NoRes, syn::PD_EXHAUSTED);
+                };
+                let _ = AllocPdOut::new_unchecked(out).set_pd(pd);
+                self.pds.insert(pd);
+                Ok(())
+            }
+            CmdOpcode::DeallocPd => {
+                if !self.pds.remove(&DeallocPdIn::new_unchecked(input).pd()) {
+                    return refuse(CmdStatus::BadRes, syn::PD_NOT_ALLOCATED);
+                }
+                Ok(())
+            }
+            CmdOpcode::AllocTransportDomain => {
+                let limit = 1u64 << self.caps.general().log_max_transport_domain();
+                let Some(td) = lowest_free(&self.tds, 1, limit) else {
+                    return refuse(CmdStatus::NoRes, syn::TD_EXHAUSTED);
+                };
+                let _ = AllocTransportDomainOut::new_unchecked(out).set_transport_domain(td);
+                self.tds.insert(td);
+                Ok(())
+            }
+            CmdOpcode::DeallocTransportDomain => {
+                let td = DeallocTransportDomainIn::new_unchecked(input).transport_domain();
+                if !self.tds.remove(&td) {
+                    return refuse(CmdStatus::BadRes, syn::TD_NOT_ALLOCATED);
+                }
+                Ok(())
+            }
+            CmdOpcode::QueryVportState => {
+                let v = QueryVportStateIn::new_unchecked(input);
+                if v.other_vport() != 0 || v.vport_number() != 0 {
+                    return param(syn::OTHER_VPORT);
+                }
+                let m = v.op_mod();
+                if m != vport_state_op_mod::VNIC_VPORT && m != vport_state_op_mod::UPLINK {
+                    return param(syn::VPORT_STATE_OP_MOD);
+                }
+                let mut o = QueryVportStateOut::new_unchecked(out);
+                let _ = o.set_admin_state(1);
+                let _ = o.set_state(u32::from(self.options.link_up));
+                Ok(())
+            }
+            CmdOpcode::QueryNicVportContext => {
+                let v = QueryNicVportContextIn::new_unchecked(input);
+                if v.other_vport() != 0 || v.vport_number() != 0 {
+                    return param(syn::OTHER_VPORT);
+                }
+                let mut o = QueryNicVportContextOut::new_unchecked(out);
+                let mut c = o.nic_vport_context_mut();
+                let _ = c.set_roce_en(u32::from(self.roce_en));
+                let _ = c.set_mtu(self.mtu);
+                let mac = self.options.mac;
+                let mut be = [0u8; 8];
+                be[2..].copy_from_slice(&mac);
+                let _ = c.set_permanent_address(u64::from_be_bytes(be));
+                Ok(())
+            }
+            CmdOpcode::ModifyNicVportContext => self.modify_nic_vport(input),
+            // `spec` returned Some only for the opcodes above.
+            _ => refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE),
+        }
+    }
+
+    fn enable_disable(&mut self, op: CmdOpcode, input: &[u8]) -> Outcome {
+        // ENABLE_HCA and DISABLE_HCA inputs have the same layout.
+        let v = EnableHcaIn::new_unchecked(input);
+        if v.function_id() != 0 || v.embedded_cpu_function() != 0 {
+            return param(syn::OTHER_FUNCTION);
+        }
+        if op == CmdOpcode::EnableHca {
+            self.phase = Phase::Enabled;
+            return Ok(());
+        }
+        if self.phase == Phase::Initialized {
+            return refuse(CmdStatus::BadSysState, syn::DISABLE_WHILE_INITIALIZED);
+        }
+        if !self.pages.is_empty() {
+            return refuse(CmdStatus::BadSysState, syn::DISABLE_PAGES_HELD);
+        }
+        let options = self.options;
+        *self = State::new(options);
+        Ok(())
+    }
+
+    fn query_pages(&mut self, input: &[u8], out: &mut [u8]) -> Outcome {
+        let v = QueryPagesIn::new_unchecked(input);
+        if v.function_id() != 0 || v.embedded_cpu_function() != 0 {
+            return param(syn::OTHER_FUNCTION);
+        }
+        let n = match v.op_mod() {
+            query_pages_op_mod::BOOT => self.boot_missing(),
+            query_pages_op_mod::INIT => self.init_missing(),
+            query_pages_op_mod::REGULAR => 0,
+            _ => return param(syn::PAGES_OP_MOD),
+        };
+        let mut o = QueryPagesOut::new_unchecked(out);
+        let _ = o.set_function_id(0);
+        // At most boot + init pages, both u32.
+        let _ = o.set_num_pages(u32::try_from(n).unwrap_or(u32::MAX));
+        Ok(())
+    }
+
+    fn manage_pages(
+        &mut self,
+        dev: &Device,
+        input: &[u8],
+        outlen: usize,
+        out: &mut [u8],
+    ) -> Outcome {
+        let v = ManagePagesIn::new_unchecked(input);
+        if v.function_id() != 0 || v.embedded_cpu_function() != 0 {
+            return param(syn::OTHER_FUNCTION);
+        }
+        let n = v.input_num_entries() as usize;
+        let pas_at = manage_pages_in::pas.byte_offset();
+        match v.op_mod() {
+            manage_pages_op_mod::ALLOC_FAIL => Ok(()),
+            manage_pages_op_mod::GIVE => {
+                if n == 0 {
+                    return param(syn::PAGES_ZERO);
+                }
+                if input.len() < pas_at + 8 * n {
+                    return refuse(CmdStatus::BadInpLen, syn::PAGES_INPUT_TOO_SHORT);
+                }
+                if self.pages.len() + n > self.options.max_pages as usize {
+                    return refuse(CmdStatus::ExceedLim, syn::PAGES_LIMIT);
+                }
+                let mut new = BTreeSet::new();
+                let mut page = vec![0u8; UAR_PAGE as usize];
+                for i in 0..n {
+                    let addr = v.pas(i).unwrap_or(0);
+                    if !addr.is_multiple_of(UAR_PAGE) {
+                        return param(syn::PAGE_UNALIGNED);
+                    }
+                    if self.pages.contains(&addr) || !new.insert(addr) {
+                        return param(syn::PAGE_ALREADY_GIVEN);
+                    }
+                    // The page now belongs to the firmware: prove it can read and write all of
+                    // it (writing back what it read changes nothing).
+                    if dev.dma_read(addr, &mut page).is_err() || dev.dma_write(addr, &page).is_err()
+                    {
+                        return param(syn::PAGE_NOT_MAPPED);
+                    }
+                }
+                self.pages.extend(new);
+                Ok(())
+            }
+            manage_pages_op_mod::TAKE => {
+                if n == 0 {
+                    return param(syn::PAGES_ZERO);
+                }
+                if outlen < rnic_mlx5_prm::manage_pages_out::pas.byte_offset() + 8 * n {
+                    return refuse(CmdStatus::BadOutpLen, syn::PAGES_OUTPUT_TOO_SHORT);
+                }
+                // While initialized the firmware keeps the boot and init pages it runs on.
+                let keep = if self.phase == Phase::Initialized {
+                    u64::from(self.options.boot_pages) + u64::from(self.options.init_pages)
+                } else {
+                    0
+                };
+                let spare = usize::try_from(self.held().saturating_sub(keep)).unwrap_or(usize::MAX);
+                let count = n.min(spare);
+                let mut o = ManagePagesOut::new_unchecked(out);
+                for i in 0..count {
+                    let Some(addr) = self.pages.pop_last() else {
+                        break;
+                    };
+                    let _ = o.set_pas(i, addr);
+                }
+                // count <= n, which came from a u32.
+                let _ = o.set_output_num_entries(count as u32);
+                Ok(())
+            }
+            _ => param(syn::PAGES_OP_MOD),
+        }
+    }
+
+    fn cap_type_of(op_mod: u32) -> Option<u32> {
+        match op_mod >> 1 {
+            cap_type::GENERAL => Some(cap_type::GENERAL),
+            cap_type::ROCE => Some(cap_type::ROCE),
+            _ => None,
+        }
+    }
+
+    fn query_hca_cap(&mut self, input: &[u8], out: &mut [u8]) -> Outcome {
+        let v = QueryHcaCapIn::new_unchecked(input);
+        if v.other_function() != 0 || v.function_id() != 0 {
+            return param(syn::OTHER_FUNCTION);
+        }
+        let Some(t) = Self::cap_type_of(v.op_mod()) else {
+            return param(syn::CAP_TYPE_UNSUPPORTED);
+        };
+        if self.boot_missing() > 0 {
+            return refuse(CmdStatus::BadSysState, syn::CAP_WITHOUT_BOOT_PAGES);
+        }
+        let pair = if t == cap_type::ROCE {
+            &self.caps.roce
+        } else {
+            &self.caps.general
+        };
+        let page = pair.page(v.op_mod() & 1 == 1);
+        let at = query_hca_cap_out::cmd_hca_cap.byte_offset();
+        if let Some(dst) = out.get_mut(at..at + CAP_PAGE_BYTES) {
+            dst.copy_from_slice(page);
+        }
+        Ok(())
+    }
+
+    fn set_hca_cap(&mut self, input: &[u8]) -> Outcome {
+        let v = SetHcaCapIn::new_unchecked(input);
+        if v.other_function() != 0 || v.function_id() != 0 {
+            return param(syn::OTHER_FUNCTION);
+        }
+        if v.op_mod() & 1 != 0 {
+            return param(syn::CAP_SET_OP_MOD);
+        }
+        let Some(t) = Self::cap_type_of(v.op_mod()) else {
+            return param(syn::CAP_TYPE_UNSUPPORTED);
+        };
+        if self.boot_missing() > 0 {
+            return refuse(CmdStatus::BadSysState, syn::CAP_WITHOUT_BOOT_PAGES);
+        }
+        let at = set_hca_cap_in::cmd_hca_cap.byte_offset();
+        let page = input.get(at..).unwrap_or(&[]);
+        let pair = if t == cap_type::ROCE {
+            &mut self.caps.roce
+        } else {
+            &mut self.caps.general
+        };
+        pair.set(page).map_err(|r| {
+            tracing::info!(field = r.field, "SET_HCA_CAP refused");
+            Refusal {
+                status: CmdStatus::BadParam,
+                syndrome: r.syndrome,
+            }
+        })
+    }
+
+    fn access_reg(&mut self, input: &[u8], outlen: usize, out: &mut [u8]) -> Outcome {
+        let v = AccessRegisterIn::new_unchecked(input);
+        if v.register_id() != register_id::HOST_ENDIANNESS {
+            return param(syn::REGISTER_UNSUPPORTED);
+        }
+        if self.boot_missing() > 0 {
+            return refuse(CmdStatus::BadSysState, syn::CAP_WITHOUT_BOOT_PAGES);
+        }
+        let data_at = access_register_in::register_data.byte_offset();
+        let size = register_host_endianness::SIZE_BYTES;
+        match v.op_mod() {
+            access_reg_op_mod::WRITE => {
+                let Some(data) = input.get(data_at..data_at + size) else {
+                    return refuse(CmdStatus::BadInpLen, syn::REGISTER_LENGTH);
+                };
+                self.host_endianness = Some(RegisterHostEndianness::new_unchecked(data).he());
+                Ok(())
+            }
+            access_reg_op_mod::READ => {
+                if outlen < data_at + size {
+                    return refuse(CmdStatus::BadOutpLen, syn::REGISTER_LENGTH);
+                }
+                if let Some(dst) = out.get_mut(data_at..data_at + size) {
+                    let _ = RegisterHostEndianness::new_unchecked(dst)
+                        .set_he(self.host_endianness.unwrap_or(0));
+                }
+                Ok(())
+            }
+            _ => param(syn::REGISTER_OP_MOD),
+        }
+    }
+
+    fn modify_nic_vport(&mut self, input: &[u8]) -> Outcome {
+        let v = ModifyNicVportContextIn::new_unchecked(input);
+        if v.other_vport() != 0 || v.vport_number() != 0 {
+            return param(syn::OTHER_VPORT);
+        }
+        let f = modify_nic_vport_context_in::field_select;
+        let select = get_bits(input, f.bit_offset as usize, f.width).unwrap_or(0) as u32;
+        let roce = modify_nic_vport_field_select::roce_en.insert(0, 1);
+        let mtu = modify_nic_vport_field_select::mtu.insert(0, 1);
+        if select & !(roce | mtu) != 0 {
+            return param(syn::VPORT_FIELD_UNSUPPORTED);
+        }
+        let ctx = v.nic_vport_context();
+        if select & mtu != 0 && !(MIN_MTU..=MAX_MTU).contains(&ctx.mtu()) {
+            return param(syn::VPORT_MTU);
+        }
+        if select & roce != 0 {
+            self.roce_en = ctx.roce_en() == 1;
+        }
+        if select & mtu != 0 {
+            self.mtu = ctx.mtu();
+        }
+        Ok(())
+    }
+}

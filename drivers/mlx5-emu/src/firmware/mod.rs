@@ -1,0 +1,480 @@
+//! The strict emulated firmware: a [`DoorbellHandler`] that executes the mlx5 command
+//! interface (mlx5.md §3–§5) over the driver's DMA mappings.
+//!
+//! # What it does
+//!
+//! - **Command queue** ([`cmdq`]): the queue address is what the driver wrote into
+//!   `cmdq_phy_addr` (BAR0 0x010/0x014, read at each doorbell, low 12 bits masked); the
+//!   geometry is the one the init segment publishes (32 entries of 64 bytes, read-only). On
+//!   doorbell bit *i* the firmware reads entry *i*, requires ownership = hardware (else the ring
+//!   is ignored and counted, as hardware does) and type = PCIe command, gathers `inlen` bytes
+//!   from the inline bytes and the input mailboxes, validates the output chain, executes, writes
+//!   `outlen` bytes back and finally the delivery status with ownership cleared. Completion is
+//!   by polling only: no EQ exists yet (a later step posts CMD EQEs on MSI-X vector 0).
+//! - **Commands** ([`exec`]): the life cycle Disabled → (ENABLE_HCA) Enabled → (INIT_HCA)
+//!   Initialized → (TEARDOWN_HCA) Enabled → (DISABLE_HCA) Disabled, ISSI, pages, capabilities
+//!   ([`caps`]), HOST_ENDIANNESS, driver version, UAR/PD/transport domain, vport state and
+//!   context. Every refusal carries a nonzero [`syndrome`] naming the check.
+//! - **Fault hooks** ([`Faults`]): fail the next command of an opcode with a chosen status and
+//!   syndrome, swallow the next command (never completed), declare a fatal health syndrome
+//!   (health counter stops, commands are no longer served).
+//! - **Accounting** ([`FirmwareHandle::accounting`], [`FirmwareHandle::stats`]): pages held,
+//!   live UARs/PDs/TDs, DMA mappings; commands by opcode, errors by status, delivery errors.
+//!
+//! # Locking
+//!
+//! The device calls the handler under its handler lock; the handler then takes the state
+//! lock. A [`FirmwareHandle`] takes only the state, fault or stats locks, never the handler
+//! lock, so test threads can inspect the firmware while it runs.
+
+pub mod caps;
+pub mod cmdq;
+pub mod exec;
+pub mod syndrome;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use rnic_mlx5_prm::{
+    CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxOut, health_buffer, initial_seg,
+};
+
+use crate::bar::iseg;
+use crate::device::Device;
+use crate::watch::DoorbellHandler;
+
+pub use exec::{Phase, Refusal, State};
+
+/// What the firmware is configured with (part of [`crate::Options`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirmwareOptions {
+    /// Pages QUERY_PAGES(boot) asks for (default 16).
+    pub boot_pages: u32,
+    /// Pages QUERY_PAGES(init) asks for (default 32).
+    pub init_pages: u32,
+    /// Most pages the firmware holds at once (default 65536 = 256 MiB).
+    pub max_pages: u32,
+    /// The permanent MAC address (QUERY_NIC_VPORT_CONTEXT).
+    pub mac: [u8; 6],
+    /// The vport MTU at power-on (default 1500).
+    pub mtu: u16,
+    /// Whether the port reports link up (QUERY_VPORT_STATE `state`).
+    pub link_up: bool,
+}
+
+impl Default for FirmwareOptions {
+    fn default() -> FirmwareOptions {
+        FirmwareOptions {
+            boot_pages: 16,
+            init_pages: 32,
+            max_pages: 1 << 16,
+            mac: [0x02, 0x00, 0x15, 0xb3, 0x10, 0x17],
+            mtu: 1500,
+            link_up: true,
+        }
+    }
+}
+
+/// Counters since the emulator started (a reset does not clear them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FirmwareStats {
+    /// Commands completed (delivered, any command status), by raw opcode.
+    pub commands: BTreeMap<u16, u64>,
+    /// Commands completed with a nonzero command status, by raw status.
+    pub errors: BTreeMap<u8, u64>,
+    /// Entries completed with a nonzero delivery status, by raw delivery status.
+    pub delivery_errors: BTreeMap<u8, u64>,
+    /// Rings of slots whose entry was owned by software (ignored).
+    pub ignored_not_owned: u64,
+    /// Rings before the driver wrote a command queue address (ignored).
+    pub ignored_no_queue: u64,
+    /// Rings whose entry could not be read through DMA (ignored).
+    pub ignored_unreadable: u64,
+    /// Rings of slots beyond the queue's 32 entries (ignored).
+    pub ignored_bad_slot: u64,
+    /// Rings after a fatal health syndrome (ignored).
+    pub ignored_dead: u64,
+    /// Commands swallowed by [`Faults::swallow_next`].
+    pub swallowed: u64,
+    /// Commands failed by [`Faults::fail_next`].
+    pub injected: u64,
+}
+
+impl FirmwareStats {
+    /// Commands of `op` completed.
+    pub fn executed(&self, op: CmdOpcode) -> u64 {
+        self.commands.get(&op.as_raw()).copied().unwrap_or(0)
+    }
+
+    /// Commands completed with `status`.
+    pub fn errors_with(&self, status: CmdStatus) -> u64 {
+        self.errors.get(&status.as_raw()).copied().unwrap_or(0)
+    }
+
+    /// Entries completed with delivery status `status`.
+    pub fn delivery_errors_with(&self, status: DeliveryStatus) -> u64 {
+        self.delivery_errors
+            .get(&status.as_raw())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// What the firmware and the device hold on the driver's behalf: for "teardown leaves nothing
+/// behind" checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accounting {
+    /// The life-cycle state.
+    pub phase: Phase,
+    /// Pages given with MANAGE_PAGES and not taken back.
+    pub pages_held: usize,
+    /// UARs allocated.
+    pub uars: usize,
+    /// PDs allocated.
+    pub pds: usize,
+    /// Transport domains allocated.
+    pub tds: usize,
+    /// The driver's live DMA mappings (0 when no device is attached).
+    pub dma_mappings: usize,
+}
+
+impl Accounting {
+    /// No pages, no objects, no DMA mappings.
+    pub fn is_clean(&self) -> bool {
+        self.pages_held == 0
+            && self.uars == 0
+            && self.pds == 0
+            && self.tds == 0
+            && self.dma_mappings == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Injection {
+    opcode: CmdOpcode,
+    status: CmdStatus,
+    syndrome: u32,
+}
+
+#[derive(Debug, Default)]
+struct FaultPlan {
+    fail: Vec<Injection>,
+    swallow: Vec<Option<CmdOpcode>>,
+    dead: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    faults: Mutex<FaultPlan>,
+    stats: Mutex<FirmwareStats>,
+    device: Mutex<Weak<Device>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The firmware, as the device's [`DoorbellHandler`]; see the module docs.
+pub struct Firmware {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Firmware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Firmware").finish_non_exhaustive()
+    }
+}
+
+/// A handle to a running [`Firmware`]: faults, counters, accounting.
+#[derive(Clone)]
+pub struct FirmwareHandle {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FirmwareHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirmwareHandle")
+            .field("accounting", &self.accounting())
+            .finish()
+    }
+}
+
+/// The fault hooks of a firmware (from [`FirmwareHandle::faults`]).
+#[derive(Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Faults")
+            .field(&*lock(&self.shared.faults))
+            .finish()
+    }
+}
+
+impl Firmware {
+    /// A powered-on firmware.
+    pub fn new(options: FirmwareOptions) -> Firmware {
+        Firmware {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(options)),
+                faults: Mutex::new(FaultPlan::default()),
+                stats: Mutex::new(FirmwareStats::default()),
+                device: Mutex::new(Weak::new()),
+            }),
+        }
+    }
+
+    /// A handle for tests and tools.
+    pub fn handle(&self) -> FirmwareHandle {
+        FirmwareHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl FirmwareHandle {
+    /// Tell the handle which device the firmware runs in (for [`Faults::fatal`] and the DMA
+    /// mapping count). [`crate::Emulator::start`] does it.
+    pub fn attach(&self, dev: &Arc<Device>) {
+        *lock(&self.shared.device) = Arc::downgrade(dev);
+    }
+
+    /// The fault hooks.
+    pub fn faults(&self) -> Faults {
+        Faults {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> FirmwareStats {
+        lock(&self.shared.stats).clone()
+    }
+
+    /// What is held now.
+    pub fn accounting(&self) -> Accounting {
+        let dma_mappings = lock(&self.shared.device)
+            .upgrade()
+            .map_or(0, |d| d.dma().mappings().len());
+        let s = lock(&self.shared.state);
+        Accounting {
+            phase: s.phase,
+            pages_held: s.pages.len(),
+            uars: s.uars.len(),
+            pds: s.pds.len(),
+            tds: s.tds.len(),
+            dma_mappings,
+        }
+    }
+
+    /// The life-cycle state.
+    pub fn phase(&self) -> Phase {
+        lock(&self.shared.state).phase
+    }
+
+    /// The pages held, ascending.
+    pub fn pages(&self) -> Vec<u64> {
+        lock(&self.shared.state).pages.iter().copied().collect()
+    }
+
+    /// The HOST_ENDIANNESS `he` bit the driver wrote (None before any write).
+    pub fn host_endianness(&self) -> Option<u32> {
+        lock(&self.shared.state).host_endianness
+    }
+
+    /// The string of the last SET_DRIVER_VERSION.
+    pub fn driver_version(&self) -> Option<String> {
+        lock(&self.shared.state).driver_version.clone()
+    }
+
+    /// The current ISSI.
+    pub fn issi(&self) -> u32 {
+        lock(&self.shared.state).issi
+    }
+}
+
+impl Faults {
+    /// The next command with `opcode` fails with `status` and `syndrome` (0 becomes
+    /// [`syndrome::INJECTED`]) without executing. Several may be queued; each fires once.
+    pub fn fail_next(&self, opcode: CmdOpcode, status: CmdStatus, syndrome: u32) {
+        let syndrome = if syndrome == 0 {
+            syndrome::INJECTED
+        } else {
+            syndrome
+        };
+        lock(&self.shared.faults).fail.push(Injection {
+            opcode,
+            status,
+            syndrome,
+        });
+    }
+
+    /// The next command (with `opcode`, or any when `None`) is neither executed nor
+    /// completed: its entry stays owned by hardware, so the driver must time out.
+    pub fn swallow_next(&self, opcode: Option<CmdOpcode>) {
+        lock(&self.shared.faults).swallow.push(opcode);
+    }
+
+    /// Declare a fatal error: health buffer `synd` (and the `health_syndrome` byte of
+    /// `health_counter`) = `synd`, the health counter stops, and commands are no longer
+    /// served (rings are ignored). A function reset clears it. Needs an attached device.
+    pub fn fatal(&self, synd: HealthSyndrome) -> bool {
+        let Some(dev) = lock(&self.shared.device).upgrade() else {
+            return false;
+        };
+        lock(&self.shared.faults).dead = true;
+        declare_fatal(&dev, synd);
+        true
+    }
+
+    /// Drop every pending hook (a declared fatal error stays until reset).
+    pub fn clear(&self) {
+        let mut f = lock(&self.shared.faults);
+        f.fail.clear();
+        f.swallow.clear();
+    }
+}
+
+fn declare_fatal(dev: &Device, synd: HealthSyndrome) {
+    let raw = u32::from(synd.as_raw());
+    let at = (initial_seg::health_buffer.byte_offset() + health_buffer::synd.dword_offset()) as u64;
+    let bar = dev.bar();
+    bar.write32_be(at, health_buffer::synd.insert(bar.read32_be(at), raw));
+    let hc = initial_seg::health_syndrome.dword_offset() as u64;
+    bar.write32_be(
+        hc,
+        initial_seg::health_syndrome.insert(bar.read32_be(hc), raw),
+    );
+    dev.stop_health_counter();
+    tracing::warn!(syndrome = %synd, "fatal health syndrome declared (fault hook)");
+}
+
+/// The command queue's IOVA as the driver wrote it into the init segment, if it did.
+fn cmdq_base(dev: &Device) -> Option<u64> {
+    let bar = dev.bar();
+    let h = bar.read32_be(initial_seg::cmdq_phy_addr_63_32.dword_offset() as u64);
+    let l = bar.read32_be(initial_seg::cmdq_phy_addr_31_12.dword_offset() as u64);
+    let base =
+        (u64::from(h) << 32) | (u64::from(initial_seg::cmdq_phy_addr_31_12.extract(l)) << 12);
+    (base != 0).then_some(base)
+}
+
+impl Firmware {
+    fn run_slot(&self, dev: &Device, base: u64, slot: u32) {
+        let sh = &self.shared;
+        let cmd = match cmdq::fetch(dev, base, iseg::LOG_CMDQ_STRIDE, slot) {
+            cmdq::Fetch::Ignored(why) => {
+                let mut st = lock(&sh.stats);
+                match why {
+                    cmdq::Ignored::NoQueue => st.ignored_no_queue += 1,
+                    cmdq::Ignored::EntryUnreadable => st.ignored_unreadable += 1,
+                    cmdq::Ignored::NotOwned => st.ignored_not_owned += 1,
+                }
+                tracing::debug!(slot, ?why, "command doorbell ignored");
+                return;
+            }
+            cmdq::Fetch::Refused { entry_iova, status } => {
+                tracing::warn!(slot, %status, "command refused by the transport (delivery status)");
+                cmdq::finish(dev, entry_iova, status);
+                *lock(&sh.stats)
+                    .delivery_errors
+                    .entry(status.as_raw())
+                    .or_default() += 1;
+                return;
+            }
+            cmdq::Fetch::Ready(cmd) => cmd,
+        };
+        let op = CmdOpcode::from_raw(cmd.opcode);
+        let injected = {
+            let mut f = lock(&sh.faults);
+            if let Some(i) = f.swallow.iter().position(|o| o.is_none_or(|o| o == op)) {
+                f.swallow.remove(i);
+                drop(f);
+                lock(&sh.stats).swallowed += 1;
+                tracing::info!(slot, %op, "command swallowed (fault hook): never completed");
+                return;
+            }
+            f.fail
+                .iter()
+                .position(|i| i.opcode == op)
+                .map(|i| f.fail.remove(i))
+        };
+        let mut out = vec![0u8; cmd.outlen.max(rnic_mlx5_prm::CMD_INLINE_BYTES)];
+        let result = match injected {
+            Some(i) => {
+                lock(&sh.stats).injected += 1;
+                Err(Refusal {
+                    status: i.status,
+                    syndrome: i.syndrome,
+                })
+            }
+            None => lock(&sh.state).execute(dev, op, &cmd.input, cmd.outlen, &mut out),
+        };
+        if let Err(r) = result {
+            out.fill(0);
+            let mut o = MboxOut::new_unchecked(&mut out[..]);
+            let _ = o.set_status(u32::from(r.status.as_raw()));
+            let _ = o.set_syndrome(r.syndrome);
+            tracing::debug!(slot, %op, status = %r.status, syndrome = format_args!("{:#x}", r.syndrome), "command failed");
+        } else {
+            tracing::debug!(slot, %op, "command ok");
+        }
+        let delivery = cmdq::complete(dev, &cmd, &out);
+        let mut st = lock(&sh.stats);
+        if delivery != DeliveryStatus::Ok {
+            *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
+            return;
+        }
+        *st.commands.entry(op.as_raw()).or_default() += 1;
+        if let Err(r) = result {
+            *st.errors.entry(r.status.as_raw()).or_default() += 1;
+        }
+    }
+}
+
+impl DoorbellHandler for Firmware {
+    fn command_doorbell(&mut self, dev: &Device, bits: u32) {
+        if lock(&self.shared.faults).dead {
+            lock(&self.shared.stats).ignored_dead += u64::from(bits.count_ones());
+            return;
+        }
+        let slots = 1u32 << iseg::LOG_CMDQ_SIZE;
+        let Some(base) = cmdq_base(dev) else {
+            lock(&self.shared.stats).ignored_no_queue += u64::from(bits.count_ones());
+            return;
+        };
+        for slot in 0..32 {
+            if bits & (1 << slot) == 0 {
+                continue;
+            }
+            if slot >= slots {
+                lock(&self.shared.stats).ignored_bad_slot += 1;
+                continue;
+            }
+            self.run_slot(dev, base, slot);
+        }
+    }
+
+    fn uar_doorbell(&mut self, _dev: &Device, page: u32, offset: u32, value: u64) {
+        // No EQs, CQs or QPs exist yet: nothing to ring.
+        tracing::debug!(page, offset, value, "UAR doorbell (no queues yet)");
+    }
+
+    fn init_segment_write(&mut self, _dev: &Device, offset: u32, value: u32) {
+        tracing::debug!(
+            offset = format_args!("{offset:#x}"),
+            value = format_args!("{value:#x}"),
+            "command queue address register written"
+        );
+    }
+
+    fn reset(&mut self, _dev: &Device) {
+        let mut s = lock(&self.shared.state);
+        let options = s.options;
+        *s = State::new(options);
+        lock(&self.shared.faults).dead = false;
+    }
+}
