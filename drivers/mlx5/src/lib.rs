@@ -1,8 +1,22 @@
-//! rnic-mlx5: the ConnectX (mlx5) userspace driver — so far the layer under
-//! it: how the driver reaches its PCI function.
+//! rnic-mlx5: the ConnectX (mlx5) userspace driver — so far its PCI-function
+//! layer, the firmware command interface and the bring-up of a function.
 //!
 //! # What it owns
 //!
+//! - **[`Hca`]** ([`init`]): a brought-up function. [`Hca::bring_up`] runs
+//!   mlx5.md §3 in order (reset if left initialized, cmdif revision 5, wait
+//!   for firmware, command queue, ENABLE_HCA, ISSI, boot pages, host
+//!   endianness, general and RoCE caps, init pages, INIT_HCA,
+//!   SET_DRIVER_VERSION, re-query, ALLOC_UAR, ALLOC_PD); dropping it (or
+//!   [`Hca::shutdown`]) tears down in reverse and takes every page back
+//!   before the DMA buffers are unmapped. [`Hca::info`] reports versions,
+//!   capabilities and pages.
+//! - **[`CmdQueue`]** ([`cmd`]): the command interface of mlx5.md §4 — one
+//!   4 KiB page of entries, mailbox chains, tokens, signatures, ownership
+//!   set last behind a named barrier, polled completion, typed errors
+//!   ([`Mlx5Error::Command`], [`Mlx5Error::Delivery`],
+//!   [`Mlx5Error::CommandTimeout`], [`Mlx5Error::Reply`]). Every byte goes
+//!   through the rnic-mlx5-prm views.
 //! - **[`PciFunction`]**, the only door the driver has to its function: BAR0
 //!   as an [`rnic_dma::Mmio`] (and the 4 KiB UAR pages within it), PCI config
 //!   read/write, device-visible memory ([`PciFunction::alloc_dma`] →
@@ -35,8 +49,31 @@
 //! - The two IOVA allocators of a function (buffers, `DmaDomain`) cover
 //!   disjoint halves of its aperture.
 //! - All system calls are in one module (`sys`).
+//! - A command entry is handed to the device only after its mailboxes and
+//!   body are written ([`rnic_dma::barrier::dma_wmb_before_doorbell`] before
+//!   the ownership bit and before the doorbell); its output is read only
+//!   after ownership came back ([`rnic_dma::barrier::dma_rmb_after_owner_bit`]).
+//!   A slot whose command timed out is not reused until the device returns it.
+//! - Nothing the device writes into an entry or mailbox can make the driver
+//!   panic or read out of bounds; disagreements are typed errors.
 //!
-//! # Example
+//! # Bring-up example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use rnic_mlx5::{Hca, HcaOptions, PciFunction, VfioUserFunction};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect("/tmp/mlx5.sock")?);
+//! let hca = Hca::bring_up(f, HcaOptions::default())?;
+//! let info = hca.info();
+//! println!("fw {} log_max_qp {} pd {}", info.fw_version, info.log_max_qp, info.pd);
+//! hca.shutdown()?; // or drop it
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Transport example
 //!
 //! ```no_run
 //! use rnic_mlx5::{PciFunction, VfioUserFunction};
