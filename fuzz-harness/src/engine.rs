@@ -477,7 +477,11 @@ pub fn hostile_request(
     bases: &[u64],
 ) -> (Vec<u8>, bool) {
     let opcode = match inp.u8() {
-        x if x < 0xf0 => REQUESTS[usize::from(x) % REQUESTS.len()],
+        x if x < 0xf0 => {
+            static REQUESTS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+            let requests = REQUESTS.get_or_init(|| rc_opcodes(true));
+            requests[usize::from(x) % requests.len()]
+        }
         x => x.wrapping_mul(17),
     };
     let delta = match inp.u8() {
@@ -496,14 +500,23 @@ fn rig_bases() -> [u64; 6] {
     [0x1_0000, 0x2_0000, 0x3_0000, 0x4_0000, 0x5_0000, 0x6_0000]
 }
 
-/// Every RC request opcode (what a requester may send).
-const REQUESTS: [u8; 20] = [
-    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x13, 0x14, 0x16,
-    0x17, 0x04, 0x0a, 0x0c,
-];
-
-/// Every RC response opcode (what a responder may send).
-const RESPONSES: [u8; 6] = [0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12];
+/// The RC opcodes the wire table classes as requests (`requests`) or as
+/// responses, in numeric order.
+fn rc_opcodes(requests: bool) -> Vec<u8> {
+    use rnic_roce::wire::Transport;
+    (0..=255u8)
+        .filter(|&op| {
+            Opcode(op).info().is_some_and(|i| {
+                i.transport == Transport::Rc
+                    && if requests {
+                        i.operation.is_request()
+                    } else {
+                        i.operation.is_response()
+                    }
+            })
+        })
+        .collect()
+}
 
 /// Extension-header bytes naming the rig's regions (or random keys).
 fn field(h: ExtHeader, inp: &mut Input<'_>, keys: &[u32], bases: &[u64]) -> Vec<u8> {
@@ -576,6 +589,7 @@ pub fn requester(data: &[u8]) {
         Mtu::Mtu1024
     };
     let mut rig = Rig::new(mtu, PSN0, 7);
+    let responses = rc_opcodes(false);
     const STRIDE: usize = 2048;
     let local = rig
         .mem
@@ -638,7 +652,7 @@ pub fn requester(data: &[u8]) {
             }
             _ => {
                 let opcode = match inp.u8() {
-                    x if x < 0xf0 => RESPONSES[usize::from(x) % RESPONSES.len()],
+                    x if x < 0xf0 => responses[usize::from(x) % responses.len()],
                     x => x.wrapping_mul(13),
                 };
                 let at = PSN0.wrapping_add(u32::from(inp.u8() % 40)).wrapping_sub(2);

@@ -44,8 +44,8 @@ use std::os::fd::AsFd;
 
 use rnic_core::{Gid, QpType, Qpn};
 use rnic_roce::transport::{PacketDest, PacketSink};
-use rnic_roce::wire::icrc;
 use rnic_roce::wire::roce::MIN_LEN;
+use rnic_roce::wire::{Opcode, Transport, icrc};
 use rustc_hash::FxHashMap;
 
 use crate::gid::{qp_udp_sport, rc_udp_sport};
@@ -62,7 +62,7 @@ const GSO_MAX_SEGS: usize = 64;
 /// Datagrams (groups) queued before a flush.
 const MAX_MSGS: usize = 256;
 /// BTH opcode of an RC ACKNOWLEDGE (ACK or NAK).
-const OP_ACKNOWLEDGE: u8 = 0x11;
+const OP_ACKNOWLEDGE: u8 = Opcode::RC_ACKNOWLEDGE.0;
 /// Bytes of a plain ACKNOWLEDGE: BTH (12) + AETH (4) + ICRC (4).
 const ACK_LEN: usize = 20;
 
@@ -70,10 +70,9 @@ const ACK_LEN: usize = 20;
 /// request, atomic), as opposed to a responder's (READ response,
 /// ACKNOWLEDGE, ATOMIC ACKNOWLEDGE) or another transport's.
 fn rc_request(pkt: &[u8]) -> bool {
-    match pkt.first() {
-        Some(&op) => op & 0xe0 == 0 && !(0x0d..=0x12).contains(&op),
-        None => false,
-    }
+    pkt.first()
+        .and_then(|&op| Opcode(op).info())
+        .is_some_and(|i| i.transport == Transport::Rc && i.operation.is_request())
 }
 
 /// The queued ACK a newer ACK of the same connection may replace: the last
@@ -637,5 +636,16 @@ mod tests {
         other[0] = 0x12;
         assert_eq!(plain_ack(&other), None);
         assert_eq!(plain_ack(&[OP_ACKNOWLEDGE; 4]), None);
+    }
+
+    /// The request/response split comes from the wire table: RC SENDs,
+    /// WRITEs, READ requests and atomics are requests; READ responses,
+    /// ACKNOWLEDGEs, other transports and unknown bytes are not.
+    #[test]
+    fn rc_requests_by_the_opcode_table() {
+        let requests: Vec<u8> = (0..=255u8).filter(|&op| rc_request(&[op])).collect();
+        let want: Vec<u8> = (0x00..=0x0c).chain([0x13, 0x14, 0x16, 0x17]).collect();
+        assert_eq!(requests, want);
+        assert!(!rc_request(&[]));
     }
 }
