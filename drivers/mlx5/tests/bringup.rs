@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rnic_mlx5::{
     FwVersion, Hca, HcaOptions, Mlx5Error, PciFunction, PortType, ResetPolicy, VfioUserFunction,
 };
-use rnic_mlx5_emu::{Emulator, NoFirmware, Options};
+use rnic_mlx5_emu::{Emulator, FirmwareHandle, FirmwareOptions, NoFirmware, Options, Phase};
 use rnic_mlx5_prm::{
     AllocPdOut, CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, EnableHcaIn, EnableHcaOut,
     HCA_CAP_OPMOD_MAX, QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut, cap_type, initial_seg,
@@ -49,6 +49,10 @@ fn hca_options() -> HcaOptions {
         cmd_timeout: Some(Duration::from_secs(10)),
         ..HcaOptions::default()
     }
+}
+
+fn fw(r: &Rig) -> &FirmwareHandle {
+    r.emu.firmware().unwrap()
 }
 
 /// DMA mappings the emulated function still holds.
@@ -362,4 +366,182 @@ fn set_issi_with_an_unsupported_value_before_init_is_bad_param() {
         .unwrap();
     q.exec(CmdOpcode::SetIssi, 0, &cmd, SetIssiOut::<&[u8]>::SIZE_BYTES)
         .unwrap();
+}
+
+#[test]
+fn teardown_leaves_the_firmware_holding_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        firmware: FirmwareOptions {
+            boot_pages: 600,
+            init_pages: 1100,
+            ..FirmwareOptions::default()
+        },
+        ..options()
+    };
+    let r = connect(
+        Emulator::start(dir.path().join("mlx5.sock"), options).unwrap(),
+        dir,
+    );
+    let hca = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    let info = hca.info();
+    assert_eq!(
+        (info.pages.boot, info.pages.init, info.pages.held),
+        (600, 1100, 1700)
+    );
+    let acc = fw(&r).accounting();
+    assert_eq!(acc.phase, Phase::Initialized);
+    assert_eq!((acc.pages_held, acc.uars, acc.pds), (1700, 1, 1));
+    assert_eq!(fw(&r).issi(), 1);
+    assert_eq!(fw(&r).host_endianness(), Some(0), "little-endian host");
+    assert!(
+        fw(&r)
+            .driver_version()
+            .is_some_and(|v| v.starts_with("rnic,rnic-mlx5,")),
+        "{:?}",
+        fw(&r).driver_version()
+    );
+    // 600 = 512 + 88 and 1100 = 512 + 512 + 76: five gives.
+    let gives = fw(&r).stats().executed(CmdOpcode::ManagePages);
+    assert_eq!(gives, 5);
+    hca.shutdown().unwrap();
+    let acc = fw(&r).accounting();
+    assert_eq!(acc.phase, Phase::Disabled);
+    assert!(acc.is_clean(), "{acc:?}");
+    // 1700 pages back in ceil(1700 / 512) = 4 takes.
+    assert_eq!(fw(&r).stats().executed(CmdOpcode::ManagePages), gives + 4);
+}
+
+#[test]
+fn a_failure_at_any_bring_up_step_is_undone() {
+    let r = rig();
+    let steps = [
+        CmdOpcode::EnableHca,
+        CmdOpcode::QueryIssi,
+        CmdOpcode::SetIssi,
+        CmdOpcode::QueryPages,
+        CmdOpcode::ManagePages,
+        CmdOpcode::AccessReg,
+        CmdOpcode::QueryHcaCap,
+        CmdOpcode::SetHcaCap,
+        CmdOpcode::InitHca,
+        CmdOpcode::AllocUar,
+        CmdOpcode::AllocPd,
+    ];
+    for (i, &op) in steps.iter().enumerate() {
+        let syndrome = 0x5000 + i as u32;
+        fw(&r)
+            .faults()
+            .fail_next(op, CmdStatus::ExceedLim, syndrome);
+        let err = Hca::bring_up(r.function.clone(), hca_options()).unwrap_err();
+        match err {
+            Mlx5Error::Command {
+                opcode,
+                status: CmdStatus::ExceedLim,
+                syndrome: s,
+                ..
+            } if opcode == op && s == syndrome => {}
+            other => panic!("{op}: expected its EXCEED_LIM, got {other}"),
+        }
+        let acc = fw(&r).accounting();
+        assert!(acc.is_clean(), "{op}: {acc:?}");
+        assert_eq!(acc.phase, Phase::Disabled, "{op}");
+    }
+    // A failing SET_DRIVER_VERSION is informational only.
+    fw(&r)
+        .faults()
+        .fail_next(CmdOpcode::SetDriverVersion, CmdStatus::BadParam, 0);
+    let hca = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    assert_eq!(fw(&r).stats().injected, steps.len() as u64 + 1);
+    hca.shutdown().unwrap();
+    assert!(fw(&r).accounting().is_clean());
+}
+
+#[test]
+fn a_swallowed_command_times_out_and_the_driver_goes_on() {
+    let r = rig();
+    let hca = Hca::bring_up(
+        r.function.clone(),
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_millis(300)),
+            ..hca_options()
+        },
+    )
+    .unwrap();
+    fw(&r).faults().swallow_next(Some(CmdOpcode::AllocPd));
+    let alloc = || {
+        hca.exec(
+            CmdOpcode::AllocPd,
+            0,
+            &[0u8; 16],
+            AllocPdOut::<&[u8]>::SIZE_BYTES,
+        )
+    };
+    let err = alloc().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::CommandTimeout {
+                opcode: CmdOpcode::AllocPd,
+                slot: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(hca.cmdq().stuck_slots(), 1, "slot 0 stays reserved");
+    // The next command runs in another slot.
+    let out = alloc().unwrap();
+    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
+    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
+    DeallocPdIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_pd(pd)
+        .unwrap();
+    hca.exec(
+        CmdOpcode::DeallocPd,
+        0,
+        &cmd,
+        DeallocPdOut::<&[u8]>::SIZE_BYTES,
+    )
+    .unwrap();
+    assert_eq!(fw(&r).stats().swallowed, 1);
+    hca.shutdown().unwrap();
+    let acc = fw(&r).accounting();
+    assert!(acc.is_clean(), "{acc:?}");
+}
+
+#[test]
+fn a_swallowed_bring_up_command_fails_clearly_and_a_new_bring_up_recovers() {
+    let r = rig();
+    fw(&r).faults().swallow_next(Some(CmdOpcode::InitHca));
+    let err = Hca::bring_up(
+        r.function.clone(),
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_millis(300)),
+            ..hca_options()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::CommandTimeout {
+                opcode: CmdOpcode::InitHca,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The firmware answers other slots: the failed bring-up's teardown took
+    // every page back and disabled the function, slot 0 stays reserved.
+    let acc = fw(&r).accounting();
+    assert!(acc.is_clean(), "{acc:?}");
+    assert_eq!(acc.phase, Phase::Disabled);
+    // The next bring-up resets the function (its old queue is seen).
+    let hca = Hca::bring_up(r.function.clone(), hca_options()).unwrap();
+    assert!(hca.info().reset_first);
+    hca.shutdown().unwrap();
+    let acc = fw(&r).accounting();
+    assert!(acc.is_clean(), "{acc:?}");
 }
