@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use rnic_mlx5_prm::{health_buffer, initial_seg};
 use tracing::info;
 
 use crate::bar::MSIX_VECTORS;
@@ -264,6 +265,24 @@ impl Device {
     /// stuck). A reset restarts it.
     pub fn stop_health_counter(&self) {
         self.health_stopped.store(true, Ordering::Release);
+    }
+
+    /// A fatal error: health buffer `synd` and the `health_syndrome` byte of
+    /// `health_counter` become `synd`, and the counter stops. Serialized with the health
+    /// tick (both hold the boot lock), so neither write is lost. A reset clears it.
+    pub fn declare_fatal(&self, synd: u8) {
+        let _boot = lock(&self.boot);
+        self.stop_health_counter();
+        let raw = u32::from(synd);
+        let at =
+            (initial_seg::health_buffer.byte_offset() + health_buffer::synd.dword_offset()) as u64;
+        self.bar
+            .write32_be(at, health_buffer::synd.insert(self.bar.read32_be(at), raw));
+        let hc = initial_seg::health_syndrome.dword_offset() as u64;
+        self.bar.write32_be(
+            hc,
+            initial_seg::health_syndrome.insert(self.bar.read32_be(hc), raw),
+        );
     }
 
     /// Whether the health counter was stopped.

@@ -2,9 +2,11 @@
 //! over vfio-user, so the real mlx5 driver (rnic-mlx5's
 //! `VfioUserFunction`) runs end to end without hardware.
 //!
-//! This crate is the device *shell*: PCI, BAR0, DMA, interrupts and the
-//! doorbell hook. The firmware (command interface, pages, queues) plugs in
-//! through [`DoorbellHandler`].
+//! This crate is the device *shell* — PCI, BAR0, DMA, interrupts and the
+//! doorbell hook — and the strict [`firmware`] behind that hook (command
+//! interface, life cycle, pages, capabilities, UAR/PD/TD, vport queries), the
+//! default of [`Emulator::start`]. Other firmware plugs in through
+//! [`DoorbellHandler`] ([`Emulator::start_with`]).
 //!
 //! # What it owns
 //!
@@ -24,6 +26,10 @@
 //! - **The watcher** ([`watch`]): adaptive polling of the command doorbell,
 //!   the cmdq address registers and the watched UAR pages, delivering events
 //!   to the [`DoorbellHandler`].
+//! - **The firmware** ([`firmware`]): executes commands from the driver's
+//!   command queue through DMA only, refuses every broken transport or
+//!   command with the status mlx5.md names and a stable syndrome, and offers
+//!   fault hooks ([`Faults`]) and accounting ([`Accounting`]) to tests.
 //! - **The server** ([`Emulator`]): socket handling (stale sockets removed
 //!   only if nothing listens), one driver at a time, panics of the vfio-user
 //!   crate contained, power-on reset between drivers.

@@ -41,7 +41,7 @@ use crate::bar::BAR0_SIZE;
 use crate::config::CONFIG_SIZE;
 use crate::device::{Device, Options};
 use crate::error::EmuError;
-use crate::firmware::{Firmware, FirmwareHandle};
+use crate::firmware::{Accounting, Firmware, FirmwareHandle};
 use crate::watch::{Backoff, DoorbellHandler, NoFirmware, Watcher};
 
 /// Make `path` usable for a new listener: absent is fine; a socket nobody
@@ -275,6 +275,12 @@ impl Emulator {
     /// [`Emulator::start`]; `None` with a custom handler.
     pub fn firmware(&self) -> Option<&FirmwareHandle> {
         self.firmware.as_ref()
+    }
+
+    /// What the firmware and the device hold for the driver (pages, UARs, PDs, TDs, DMA
+    /// mappings); `None` with a custom handler.
+    pub fn accounting(&self) -> Option<Accounting> {
+        self.firmware.as_ref().map(FirmwareHandle::accounting)
     }
 
     /// Start an emulator whose doorbell events go to `handler`.

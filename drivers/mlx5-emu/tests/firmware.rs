@@ -652,6 +652,7 @@ fn fault_hooks_fail_swallow_and_kill() {
     let counter = || {
         initial_seg::health_counter.extract(bar.read32_be(init_seg_offset::HEALTH_COUNTER).unwrap())
     };
+    std::thread::sleep(Duration::from_millis(20));
     let c0 = counter();
     std::thread::sleep(Duration::from_millis(150));
     assert_eq!(counter(), c0, "the health counter stopped");

@@ -675,3 +675,90 @@ impl State {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Options;
+    use crate::watch::NoFirmware;
+    use rnic_mlx5_prm::{ManagePagesIn, mbox_in};
+
+    fn run(s: &mut State, dev: &Device, input: &[u8], outlen: usize) -> (Outcome, Vec<u8>) {
+        let op = CmdOpcode::from_raw(MboxIn::new_unchecked(input).opcode() as u16);
+        let mut out = vec![0u8; outlen.max(16)];
+        (s.execute(dev, op, input, outlen, &mut out), out)
+    }
+
+    fn cmd(op: CmdOpcode, op_mod: u32, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len.max(mbox_in::SIZE_BYTES)];
+        let mut h = MboxIn::new_unchecked(&mut b[..]);
+        h.set_opcode(op.as_raw().into()).unwrap();
+        h.set_op_mod(op_mod).unwrap();
+        b
+    }
+
+    #[test]
+    fn page_demand_moves_from_boot_to_init_and_take_keeps_what_init_needs() {
+        let dev = Device::new(Options::default(), Box::new(NoFirmware)).unwrap();
+        let opts = FirmwareOptions {
+            boot_pages: 2,
+            init_pages: 3,
+            ..FirmwareOptions::default()
+        };
+        let mut s = State::new(opts);
+        s.phase = Phase::Enabled;
+        s.issi_set = true;
+        assert_eq!((s.boot_missing(), s.init_missing()), (2, 3));
+        s.pages.extend([0x1000, 0x2000, 0x3000]);
+        assert_eq!((s.boot_missing(), s.init_missing()), (0, 2));
+        s.pages.extend([0x4000, 0x5000, 0x6000]);
+        assert_eq!((s.boot_missing(), s.init_missing()), (0, 0));
+        let (r, _) = run(&mut s, &dev, &cmd(CmdOpcode::InitHca, 0, 0x20), 0x10);
+        assert_eq!(r, Ok(()));
+        // One spare page beyond boot + init: only it comes back while initialized.
+        let mut take = cmd(CmdOpcode::ManagePages, manage_pages_op_mod::TAKE, 0x10);
+        ManagePagesIn::new_unchecked(&mut take[..])
+            .set_input_num_entries(4)
+            .unwrap();
+        let (r, out) = run(&mut s, &dev, &take, 0x10 + 32);
+        assert_eq!(r, Ok(()));
+        let o = ManagePagesOut::new_unchecked(&out[..]);
+        assert_eq!((o.output_num_entries(), o.pas(0)), (1, Some(0x6000)));
+        assert_eq!(s.pages.len(), 5);
+        // Short outlen for 4 entries.
+        let (r, _) = run(&mut s, &dev, &take, 0x10 + 24);
+        assert_eq!(
+            r,
+            Err(Refusal {
+                status: CmdStatus::BadOutpLen,
+                syndrome: syn::PAGES_OUTPUT_TOO_SHORT
+            })
+        );
+    }
+
+    #[test]
+    fn checks_run_in_the_documented_order() {
+        let dev = Device::new(Options::default(), Box::new(NoFirmware)).unwrap();
+        let mut s = State::new(FirmwareOptions::default());
+        // Disabled, short input, short output, nonzero uid: the uid check wins over lengths,
+        // lengths over state.
+        let mut c = cmd(CmdOpcode::QueryIssi, 0, 0x8);
+        c[3] = 9;
+        let (r, _) = run(&mut s, &dev, &c, 0);
+        assert_eq!(r.unwrap_err().syndrome, syn::UID_NOT_ZERO);
+        c[3] = 0;
+        let (r, _) = run(&mut s, &dev, &c, 0);
+        assert_eq!(r.unwrap_err().status, CmdStatus::BadInpLen);
+        let c = cmd(CmdOpcode::QueryIssi, 0, 0x10);
+        let (r, _) = run(&mut s, &dev, &c, 0);
+        assert_eq!(r.unwrap_err().status, CmdStatus::BadOutpLen);
+        let (r, _) = run(&mut s, &dev, &c, 0x70);
+        assert_eq!(r.unwrap_err().syndrome, syn::NOT_ENABLED);
+        let (r, _) = run(&mut s, &dev, &cmd(CmdOpcode::CreateQp, 0, 0x10), 0x10);
+        assert_eq!(
+            r.unwrap_err().status,
+            CmdStatus::BadOp,
+            "not implemented yet"
+        );
+    }
+}

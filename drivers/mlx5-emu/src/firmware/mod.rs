@@ -36,9 +36,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use rnic_mlx5_prm::{
-    CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxOut, health_buffer, initial_seg,
-};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxOut, initial_seg};
 
 use crate::bar::iseg;
 use crate::device::Device;
@@ -326,7 +324,8 @@ impl Faults {
             return false;
         };
         lock(&self.shared.faults).dead = true;
-        declare_fatal(&dev, synd);
+        dev.declare_fatal(synd.as_raw());
+        tracing::warn!(syndrome = %synd, "fatal health syndrome declared (fault hook)");
         true
     }
 
@@ -336,20 +335,6 @@ impl Faults {
         f.fail.clear();
         f.swallow.clear();
     }
-}
-
-fn declare_fatal(dev: &Device, synd: HealthSyndrome) {
-    let raw = u32::from(synd.as_raw());
-    let at = (initial_seg::health_buffer.byte_offset() + health_buffer::synd.dword_offset()) as u64;
-    let bar = dev.bar();
-    bar.write32_be(at, health_buffer::synd.insert(bar.read32_be(at), raw));
-    let hc = initial_seg::health_syndrome.dword_offset() as u64;
-    bar.write32_be(
-        hc,
-        initial_seg::health_syndrome.insert(bar.read32_be(hc), raw),
-    );
-    dev.stop_health_counter();
-    tracing::warn!(syndrome = %synd, "fatal health syndrome declared (fault hook)");
 }
 
 /// The command queue's IOVA as the driver wrote it into the init segment, if it did.
