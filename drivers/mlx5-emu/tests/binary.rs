@@ -48,6 +48,9 @@ fn help_explains_the_options() {
         "vfio-user",
         "ConnectX-5",
         "stale",
+        "--boot-pages",
+        "--init-pages",
+        "firmware",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}:\n{text}");
     }
