@@ -667,7 +667,11 @@ impl CmdQueue {
         while self.owned_by_hw(slot)? {
             let waited = start.elapsed();
             if waited >= self.timeout {
-                warn!(%opcode, slot, token, after = ?waited, "command timed out; slot reserved");
+                let health = crate::init::Health::read(self.function.as_ref());
+                warn!(
+                    %opcode, slot, token, after = ?waited, ?health,
+                    "command timed out; slot reserved until the device returns it"
+                );
                 st.slots[slot].stuck = Some(Stuck {
                     opcode,
                     token,

@@ -22,13 +22,14 @@ use std::time::{Duration, Instant};
 use rnic_mlx5_prm::{
     AccessRegisterIn, AllocPdIn, AllocPdOut, AllocUarIn, AllocUarOut, CMD_INTERFACE_REV, CmdHcaCap,
     CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, DeallocUarIn, DeallocUarOut, DisableHcaIn,
-    DisableHcaOut, EnableHcaIn, EnableHcaOut, HCA_CAP_OPMOD_CURRENT, HCA_CAP_OPMOD_MAX, InitHcaIn,
-    InitHcaOut, ManagePagesIn, ManagePagesOut, PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB,
-    QueryHcaCapIn, QueryHcaCapOut, QueryIssiIn, QueryIssiOut, QueryPagesIn, QueryPagesOut,
-    RegisterHostEndianness, RoceCap, SetDriverVersionIn, SetDriverVersionOut, SetHcaCapIn,
-    SetHcaCapOut, SetIssiIn, SetIssiOut, TeardownHcaIn, TeardownHcaOut, access_reg_op_mod,
-    cap_type, default_timeout_ms, initial_seg, manage_pages_op_mod, query_hca_cap_out,
-    query_pages_op_mod, register_id, set_hca_cap_in, teardown_profile,
+    DisableHcaOut, EnableHcaIn, EnableHcaOut, FW_VERSION_PCI_DEAD, HCA_CAP_OPMOD_CURRENT,
+    HCA_CAP_OPMOD_MAX, HealthSyndrome, InitHcaIn, InitHcaOut, ManagePagesIn, ManagePagesOut,
+    PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB, QueryHcaCapIn, QueryHcaCapOut, QueryIssiIn,
+    QueryIssiOut, QueryPagesIn, QueryPagesOut, RegisterHostEndianness, RoceCap, SetDriverVersionIn,
+    SetDriverVersionOut, SetHcaCapIn, SetHcaCapOut, SetIssiIn, SetIssiOut, TeardownHcaIn,
+    TeardownHcaOut, access_reg_op_mod, cap_type, default_timeout_ms, health_buffer, initial_seg,
+    manage_pages_op_mod, query_hca_cap_out, query_pages_op_mod, register_id, set_hca_cap_in,
+    teardown_profile,
 };
 use tracing::{info, info_span, warn};
 
@@ -139,6 +140,54 @@ pub struct PageCounts {
     pub init: u64,
     /// Pages the firmware holds now.
     pub held: u64,
+}
+
+/// The health buffer and counter (§2), as read now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// `synd`: nonzero is fatal.
+    pub syndrome: Option<HealthSyndrome>,
+    /// `ext_synd`.
+    pub ext_syndrome: u32,
+    /// `rfr`: reset firmware required.
+    pub reset_required: bool,
+    /// `severity` (with `valid`).
+    pub severity: Option<u32>,
+    /// `fw_version` of the health buffer; 0xffffffff means the PCI link is gone.
+    pub fw_version: u32,
+    /// `health_counter` (the firmware increments it periodically).
+    pub counter: u32,
+}
+
+impl Health {
+    /// Read the health buffer of `function`.
+    pub fn read(function: &dyn PciFunction) -> Result<Health, Mlx5Error> {
+        let base = initial_seg::health_buffer.byte_offset();
+        let bar = function.bar0();
+        let field = |f: &rnic_mlx5_prm::FieldLayout| -> Result<u32, Mlx5Error> {
+            let dword = bar
+                .read32_be(base + f.dword_offset())
+                .map_err(Mlx5Error::Bar)?;
+            Ok(f.extract(dword))
+        };
+        let synd = field(&health_buffer::synd)?;
+        Ok(Health {
+            syndrome: (synd != 0).then(|| HealthSyndrome::from_raw(synd as u8)),
+            ext_syndrome: field(&health_buffer::ext_synd)?,
+            reset_required: field(&health_buffer::rfr)? != 0,
+            severity: (field(&health_buffer::valid)? != 0)
+                .then(|| field(&health_buffer::severity))
+                .transpose()?,
+            fw_version: field(&health_buffer::fw_version)?,
+            counter: read_iseg(function, &initial_seg::health_counter)?,
+        })
+    }
+
+    /// Whether the function is in a fatal state (§2: a nonzero `synd`, or a
+    /// health `fw_version` of all-ones: PCI gone).
+    pub fn is_fatal(&self) -> bool {
+        self.syndrome.is_some() || self.fw_version == FW_VERSION_PCI_DEAD
+    }
 }
 
 /// What a brought-up function is: versions, the capabilities that matter,
@@ -463,6 +512,11 @@ impl Hca {
             ..pool.counts
         };
         info
+    }
+
+    /// The function's health buffer now (§2).
+    pub fn health(&self) -> Result<Health, Mlx5Error> {
+        Health::read(self.function.as_ref())
     }
 
     /// The current general capabilities (queried after INIT_HCA).

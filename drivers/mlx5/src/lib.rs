@@ -115,7 +115,7 @@ use rnic_dma::{DmaDomain, Mmio};
 
 pub use cmd::{CmdQueue, CmdQueueOptions};
 pub use error::Mlx5Error;
-pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, PageCounts, PortType, ResetPolicy};
+pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};

@@ -12,7 +12,8 @@ use rnic_mlx5::{
 use rnic_mlx5_emu::{Emulator, FirmwareHandle, FirmwareOptions, NoFirmware, Options, Phase};
 use rnic_mlx5_prm::{
     AllocPdOut, CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, EnableHcaIn, EnableHcaOut,
-    HCA_CAP_OPMOD_MAX, QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut, cap_type, initial_seg,
+    HCA_CAP_OPMOD_MAX, HealthSyndrome, QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut,
+    cap_type, initial_seg,
 };
 
 struct Rig {
@@ -544,4 +545,40 @@ fn a_swallowed_bring_up_command_fails_clearly_and_a_new_bring_up_recovers() {
     hca.shutdown().unwrap();
     let acc = fw(&r).accounting();
     assert!(acc.is_clean(), "{acc:?}");
+}
+
+#[test]
+fn a_fatal_firmware_error_shows_in_the_health_buffer_and_commands_time_out() {
+    let r = rig();
+    let hca = Hca::bring_up(
+        r.function.clone(),
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_millis(200)),
+            ..hca_options()
+        },
+    )
+    .unwrap();
+    let health = hca.health().unwrap();
+    assert!(!health.is_fatal(), "{health:?}");
+    assert!(fw(&r).faults().fatal(HealthSyndrome::HwFatal));
+    let health = hca.health().unwrap();
+    assert!(health.is_fatal());
+    assert_eq!(health.syndrome, Some(HealthSyndrome::HwFatal));
+    let err = hca
+        .exec(
+            CmdOpcode::AllocPd,
+            0,
+            &[0u8; 16],
+            AllocPdOut::<&[u8]>::SIZE_BYTES,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Mlx5Error::CommandTimeout { .. }), "{err}");
+    // Teardown gives up after its first timeout and still unmaps everything.
+    let start = Instant::now();
+    assert!(matches!(
+        hca.shutdown(),
+        Err(Mlx5Error::CommandTimeout { .. })
+    ));
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(mappings(&r), 0);
 }
