@@ -389,8 +389,12 @@ impl Hca {
             f.reset()?;
         }
         if reset_first {
-            // A reset clears the command register: enable again.
+            // A reset clears the command register: enable again. A function
+            // recovering from FLR may read all-ones (bit 31 of
+            // `initializing` set), so wait for the firmware before reading
+            // the revision.
             f.enable_bus_master()?;
+            wait_initializing(f, "after the function reset", opts.pre_init_timeout)?;
         }
 
         // Step 1: interface revision.
