@@ -119,12 +119,13 @@ pub fn decode_timeout(raw: u32) -> Option<Duration> {
     (ms != 0).then(|| Duration::from_millis(ms))
 }
 
-/// Fill one mailbox chain of `blocks` blocks in `chain` (at least
+/// Fill one mailbox chain (for `opcode`, named in errors) of `blocks` blocks in `chain` (at least
 /// `blocks * BLOCK_STRIDE` bytes), which the device sees at `chain_iova`
 /// (1 KiB aligned): block *i* at `chain_iova + i * BLOCK_STRIDE` carries
 /// `data[i * 512 ..]` (zero-padded), `next` = the following block (0 for the
 /// last), `block_number` = *i*, `token`, and both signatures (§4.2).
 pub fn encode_chain(
+    opcode: CmdOpcode,
     chain: &mut [u8],
     chain_iova: u64,
     data: &[u8],
@@ -134,7 +135,7 @@ pub fn encode_chain(
     let p = prm("mailbox block");
     if !chain_iova.is_multiple_of(MAILBOX_ALIGN as u64) {
         return Err(Mlx5Error::CommandInput {
-            opcode: CmdOpcode::Unknown(0),
+            opcode,
             reason: format!("mailbox chain at IOVA {chain_iova:#x} is not 1 KiB aligned"),
         });
     }
@@ -627,12 +628,12 @@ impl CmdQueue {
         if let Some(buf) = &inbox {
             let mut chain = vec![0u8; in_blocks * BLOCK_STRIDE];
             let rest = input.get(CMD_INLINE_BYTES..).unwrap_or(&[]);
-            encode_chain(&mut chain, posted.in_chain, rest, in_blocks, token)?;
+            encode_chain(opcode, &mut chain, posted.in_chain, rest, in_blocks, token)?;
             buf.write(0, &chain).map_err(dma("input mailboxes"))?;
         }
         if let Some(buf) = &outbox {
             let mut chain = vec![0u8; out_blocks * BLOCK_STRIDE];
-            encode_chain(&mut chain, posted.out_chain, &[], out_blocks, token)?;
+            encode_chain(opcode, &mut chain, posted.out_chain, &[], out_blocks, token)?;
             buf.write(0, &chain).map_err(dma("output mailboxes"))?;
         }
         let mut entry = [0u8; ENTRY_BYTES];
@@ -835,7 +836,7 @@ mod tests {
         let data: Vec<u8> = (0..1100u32).map(|i| (i * 7 + 3) as u8).collect();
         let base = 0x4_0000_0000u64 + 0x2000;
         let mut chain = vec![0xeeu8; 3 * BLOCK_STRIDE];
-        encode_chain(&mut chain, base, &data, 3, 0x33).unwrap();
+        encode_chain(CmdOpcode::Nop, &mut chain, base, &data, 3, 0x33).unwrap();
         for i in 0..3 {
             let b = &chain[i * BLOCK_STRIDE..i * BLOCK_STRIDE + 576];
             // mlx5.md §4.2 offsets.
@@ -868,11 +869,11 @@ mod tests {
             base + 2048
         );
         assert!(
-            encode_chain(&mut chain, base + 512, &data, 3, 1).is_err(),
+            encode_chain(CmdOpcode::Nop, &mut chain, base + 512, &data, 3, 1).is_err(),
             "unaligned"
         );
         assert!(
-            encode_chain(&mut chain, base, &data, 4, 1).is_err(),
+            encode_chain(CmdOpcode::Nop, &mut chain, base, &data, 4, 1).is_err(),
             "staging buffer too short"
         );
     }
@@ -887,6 +888,7 @@ mod tests {
         let blocks = blocks_for(p.out_len as usize);
         let mut chain = vec![0u8; blocks * BLOCK_STRIDE];
         encode_chain(
+            p.opcode,
             &mut chain,
             p.out_chain,
             out.get(16..).unwrap_or(&[]),

@@ -582,3 +582,45 @@ fn a_fatal_firmware_error_shows_in_the_health_buffer_and_commands_time_out() {
     assert!(start.elapsed() < Duration::from_secs(2));
     assert_eq!(mappings(&r), 0);
 }
+
+#[test]
+fn commands_from_several_threads_are_serialized() {
+    let r = rig();
+    let hca = Arc::new(Hca::bring_up(r.function.clone(), hca_options()).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let hca = hca.clone();
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    let out = hca
+                        .exec(
+                            CmdOpcode::AllocPd,
+                            0,
+                            &[0u8; 16],
+                            AllocPdOut::<&[u8]>::SIZE_BYTES,
+                        )
+                        .unwrap();
+                    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
+                    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
+                    DeallocPdIn::new_checked(&mut cmd[..])
+                        .unwrap()
+                        .set_pd(pd)
+                        .unwrap();
+                    hca.exec(
+                        CmdOpcode::DeallocPd,
+                        0,
+                        &cmd,
+                        DeallocPdOut::<&[u8]>::SIZE_BYTES,
+                    )
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(fw(&r).accounting().pds, 1, "only the Hca's own PD is left");
+    Arc::into_inner(hca).unwrap().shutdown().unwrap();
+    assert!(fw(&r).accounting().is_clean());
+}
