@@ -387,8 +387,6 @@ impl Hca {
         if reset_first {
             info!("resetting the function first (policy {:?})", opts.reset);
             f.reset()?;
-        }
-        if reset_first {
             // A reset clears the command register: enable again. A function
             // recovering from FLR may read all-ones (bit 31 of
             // `initializing` set), so wait for the firmware before reading
