@@ -104,6 +104,23 @@ pub(crate) mod f {
 /// place the opcode facts live — so the engine, rnic-rxe and the emulated
 /// mlx5 function cannot disagree with the wire code.
 pub(crate) const fn op_flags(opcode: u8) -> Option<u32> {
+    ROLES[opcode as usize]
+}
+
+/// [`roles_of`] for every opcode byte, computed at compile time: a lookup
+/// per packet.
+static ROLES: [Option<u32>; 256] = {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = roles_of(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// The role bits of `opcode` from its wire table entry.
+const fn roles_of(opcode: u8) -> Option<u32> {
     use crate::wire::{ExtHeader as H, Operation as O, Position as P, Transport as T};
     use f::*;
     let Some(info) = Opcode(opcode).info() else {
