@@ -7,9 +7,9 @@ use rnic_core::{
     AccessFlags, AddressVector, Gid, Lkey, Mtu, PdHandle, Psn, QpAttr, QpAttrMask, QpState, Qpn,
     RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
+use rnic_roce::transport::testkit::{MemTable, Region};
 use rnic_roce::transport::{
-    Access, AtomicOp, CompletionSink, CqSide, Instant, Io, MemError, MemKey, MemoryAccess,
-    PacketDest, PacketSink, Qp, QpConfig,
+    CompletionSink, CqSide, Instant, Io, PacketDest, PacketSink, Qp, QpConfig,
 };
 use rnic_roce::wire::{ExtHeader, Opcode, RocePacket, RoceRepr};
 
@@ -24,175 +24,23 @@ const PSN0: u32 = 1000;
 /// Most inputs steps a harness runs.
 const MAX_STEPS: usize = 256;
 
-/// One registered region of the model.
-#[derive(Clone, Debug)]
-struct Region {
-    key: u32,
-    pd: PdHandle,
-    access: AccessFlags,
-    base: u64,
-    data: Vec<u8>,
-    /// Bytes written through the engine since registration.
-    written: Vec<bool>,
-}
-
-/// A strict memory model: keys are `(index + 1) << 8 | 0x5a`; every access
-/// is checked for key, PD, right and range before a byte moves, as
-/// [`MemoryAccess`] requires; nothing is remotely invalidatable (as a
-/// plain `reg_mr`).
+/// The strict memory model every engine harness uses: rnic-roce's testkit
+/// table (keys checked before a byte moves, local keys only for local
+/// access, written bytes recorded), with each region filled with a pattern.
 #[derive(Clone, Debug, Default)]
-struct Model {
-    regions: Vec<Region>,
-}
+struct Model(MemTable);
 
 impl Model {
     fn register(&mut self, pd: PdHandle, base: u64, len: usize, access: AccessFlags) -> u32 {
-        let key = ((self.regions.len() as u32 + 1) << 8) | 0x5a;
-        let data = (0..len)
-            .map(|i| (i as u8).wrapping_mul(7) ^ key as u8)
-            .collect();
-        self.regions.push(Region {
-            key,
-            pd,
-            access,
-            base,
-            data,
-            written: vec![false; len],
-        });
+        let key = self.0.register(pd, base, len, access);
+        for (i, b) in self.0.bytes_mut(key).iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7) ^ key as u8;
+        }
         key
     }
 
     fn region(&self, key: u32) -> &Region {
-        &self.regions[(key >> 8) as usize - 1]
-    }
-
-    fn find(
-        &self,
-        pd: PdHandle,
-        key: MemKey,
-        addr: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(usize, usize), MemError> {
-        let k = match key {
-            MemKey::Local(l) => l.get(),
-            MemKey::Remote(r) => r.get(),
-        };
-        let i = ((k >> 8) as usize)
-            .checked_sub(1)
-            .ok_or(MemError::InvalidKey)?;
-        let r = self
-            .regions
-            .get(i)
-            .filter(|r| r.key == k)
-            .ok_or(MemError::InvalidKey)?;
-        if r.pd != pd {
-            return Err(MemError::WrongPd);
-        }
-        let need = match access {
-            Access::LocalRead => AccessFlags::empty(),
-            Access::LocalWrite => AccessFlags::LOCAL_WRITE,
-            Access::RemoteRead => AccessFlags::REMOTE_READ,
-            Access::RemoteWrite => AccessFlags::REMOTE_WRITE,
-            Access::RemoteAtomic => AccessFlags::REMOTE_ATOMIC,
-        };
-        let remote = matches!(key, MemKey::Remote(_));
-        let remote_access = matches!(
-            access,
-            Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic
-        );
-        assert_eq!(
-            remote, remote_access,
-            "the engine used a {key:?} for {access:?}: local keys are for local access only"
-        );
-        if !r.access.contains(need) {
-            return Err(MemError::AccessDenied);
-        }
-        let off = addr.checked_sub(r.base).ok_or(MemError::OutOfBounds)?;
-        let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
-        if end > r.data.len() as u64 {
-            return Err(MemError::OutOfBounds);
-        }
-        Ok((i, off as usize))
-    }
-}
-
-impl MemoryAccess for Model {
-    fn check(
-        &self,
-        pd: PdHandle,
-        key: MemKey,
-        addr: u64,
-        len: u64,
-        access: Access,
-    ) -> Result<(), MemError> {
-        self.find(pd, key, addr, len, access).map(drop)
-    }
-
-    fn read(
-        &self,
-        pd: PdHandle,
-        key: MemKey,
-        addr: u64,
-        dst: &mut [u8],
-        access: Access,
-    ) -> Result<(), MemError> {
-        let (i, s) = self.find(pd, key, addr, dst.len() as u64, access)?;
-        dst.copy_from_slice(&self.regions[i].data[s..s + dst.len()]);
-        Ok(())
-    }
-
-    fn write(
-        &mut self,
-        pd: PdHandle,
-        key: MemKey,
-        addr: u64,
-        src: &[u8],
-        access: Access,
-    ) -> Result<(), MemError> {
-        let (i, s) = self.find(pd, key, addr, src.len() as u64, access)?;
-        let r = &mut self.regions[i];
-        r.data[s..s + src.len()].copy_from_slice(src);
-        r.written[s..s + src.len()].fill(true);
-        Ok(())
-    }
-
-    fn atomic(
-        &mut self,
-        pd: PdHandle,
-        rkey: Rkey,
-        addr: u64,
-        op: AtomicOp,
-    ) -> Result<u64, MemError> {
-        if !addr.is_multiple_of(8) {
-            return Err(MemError::Misaligned);
-        }
-        let (i, s) = self.find(pd, MemKey::Remote(rkey), addr, 8, Access::RemoteAtomic)?;
-        let cell = &mut self.regions[i].data[s..s + 8];
-        let mut w = [0u8; 8];
-        w.copy_from_slice(cell);
-        let orig = u64::from_ne_bytes(w);
-        let new = match op {
-            AtomicOp::CompareSwap { compare, swap } => {
-                if orig == compare {
-                    swap
-                } else {
-                    orig
-                }
-            }
-            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
-        };
-        cell.copy_from_slice(&new.to_ne_bytes());
-        Ok(orig)
-    }
-
-    fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {
-        self.find(pd, MemKey::Remote(rkey), 0, 0, Access::RemoteRead)
-            .or_else(|e| match e {
-                MemError::OutOfBounds | MemError::AccessDenied => Ok((0, 0)),
-                e => Err(e),
-            })?;
-        Err(MemError::NotInvalidatable)
+        self.0.region(key).expect("a region the harness registered")
     }
 }
 
@@ -326,7 +174,7 @@ impl Rig {
 
     fn with<R>(&mut self, f: impl FnOnce(&mut Qp, Instant, &mut Io<'_>) -> R) -> R {
         let mut io = Io {
-            mem: &mut self.mem,
+            mem: &mut self.mem.0,
             tx: &mut self.tx,
             cq: &mut self.cq,
         };

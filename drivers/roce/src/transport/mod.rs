@@ -96,6 +96,8 @@ mod ud;
 
 #[cfg(test)]
 pub(crate) mod sim;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 #[cfg(test)]
 mod tests;
 

@@ -9,10 +9,10 @@
 //! atomic is at the head is a retry from `comp.psn`).
 
 use proptest::prelude::*;
-use rnic_core::{Mtu, Psn, Rkey, SendFlags, SendOp, SendWr, WcStatus};
+use rnic_core::{Mtu, Rkey, SendFlags, SendOp, SendWr, WcStatus};
 
 use super::*;
-use crate::transport::pkt::{self, Out, op, syndrome};
+use crate::transport::pkt::{op, syndrome};
 use crate::transport::sim::Endpoint;
 use crate::transport::{Instant, QpStats};
 
@@ -30,33 +30,6 @@ fn truth(len: usize) -> Vec<u8> {
         .map(|i| {
             let b = (i % 251) as u8;
             if b == CANARY { 0x55 } else { b }
-        })
-        .collect()
-}
-
-/// A response packet from B (QPN_B) to A (QPN_A) with `syn` in its AETH
-/// (READ MIDDLE carries none; `pkt::emit` leaves it out by opcode).
-fn resp(opcode: u8, psn: u32, syn: u8, payload: &[u8]) -> Vec<u8> {
-    let mut o = Out {
-        opcode,
-        dest_qp: Qpn::from_wire(QPN_A),
-        psn: Psn::from_wire(psn),
-        ..Out::default()
-    };
-    o.aeth = pkt::aeth(syn, 1);
-    let mut b = vec![0u8; pkt::packet_len(opcode, payload.len())];
-    let at = pkt::emit(&mut b, &o, payload.len()).expect("fits");
-    b[at..at + payload.len()].copy_from_slice(payload);
-    b
-}
-
-/// Requests A emitted since the last call: (opcode, PSN, RETH va, RETH len).
-fn requests(ep: &mut Endpoint) -> Vec<(u8, u32, u64, u32)> {
-    std::mem::take(&mut ep.tx.out)
-        .iter()
-        .map(|(b, _)| {
-            let p = pkt::parse(b).expect("A emits valid packets");
-            (p.opcode, p.psn.get(), p.reth.va, p.reth.len)
         })
         .collect()
 }
@@ -107,6 +80,15 @@ fn feed(ep: &mut Endpoint, now: Instant, p: &[u8]) {
     ep.with(|qp, io| qp.receive(now, p, gid(2), io));
 }
 
+/// Feed READ response data `opcode` at `psn` (AETH "ACK").
+fn answer(ep: &mut Endpoint, now: Instant, opcode: u8, psn: u32, payload: &[u8]) {
+    feed(
+        ep,
+        now,
+        &response(opcode, psn, syndrome::ACK_UNLIMITED, payload),
+    );
+}
+
 /// The reproducer, for the PSN-sequence NAK (0x60) and the RNR NAK
 /// (0x21): 2048-byte READ at MTU 1024, a NAK naming P+1, an honest
 /// READ_RESPONSE_ONLY at P+1. The READ must not complete; the requester asks
@@ -121,7 +103,7 @@ fn nak_inside_a_read(syn: u8) {
         vec![(op::READ_REQUEST, p, REMOTE_VA, 2 * MTU as u32)]
     );
     let now = Instant::from_nanos(1_000);
-    feed(&mut ep, now, &resp(op::ACK, p + 1, syn, &[]));
+    feed(&mut ep, now, &response(op::ACK, p + 1, syn, &[]));
     // Asked again from the first missing PSN, P: the whole READ.
     let again = requests(&mut ep);
     let now = if again.is_empty() {
@@ -143,39 +125,12 @@ fn nak_inside_a_read(syn: u8) {
         "syndrome {syn:#x}: the retry starts at the READ's first PSN"
     );
     // The liar's tail: data for P+1 while P is missing.
-    feed(
-        &mut ep,
-        now,
-        &resp(
-            op::READ_RESP_ONLY,
-            p + 1,
-            syndrome::ACK_UNLIMITED,
-            &data[MTU..],
-        ),
-    );
+    answer(&mut ep, now, op::READ_RESP_ONLY, p + 1, &data[MTU..]);
     assert!(ep.cq.send.is_empty(), "syndrome {syn:#x}: {:?}", ep.cq.send);
     assert!(ep.mem.bytes(key)[..MTU].iter().all(|&b| b == CANARY));
     // Honest answer to the retry.
-    feed(
-        &mut ep,
-        now,
-        &resp(
-            op::READ_RESP_FIRST,
-            p,
-            syndrome::ACK_UNLIMITED,
-            &data[..MTU],
-        ),
-    );
-    feed(
-        &mut ep,
-        now,
-        &resp(
-            op::READ_RESP_LAST,
-            p + 1,
-            syndrome::ACK_UNLIMITED,
-            &data[MTU..],
-        ),
-    );
+    answer(&mut ep, now, op::READ_RESP_FIRST, p, &data[..MTU]);
+    answer(&mut ep, now, op::READ_RESP_LAST, p + 1, &data[MTU..]);
     assert_eq!(ep.cq.send.len(), 1, "syndrome {syn:#x}");
     let wc = ep.cq.send[0];
     assert_eq!(
@@ -206,20 +161,11 @@ fn nak_past_the_received_part_retries_from_the_first_missing_psn() {
     let p = SQ_PSN;
     requests(&mut ep);
     let now = Instant::from_nanos(1_000);
+    answer(&mut ep, now, op::READ_RESP_FIRST, p, &data[..MTU]);
     feed(
         &mut ep,
         now,
-        &resp(
-            op::READ_RESP_FIRST,
-            p,
-            syndrome::ACK_UNLIMITED,
-            &data[..MTU],
-        ),
-    );
-    feed(
-        &mut ep,
-        now,
-        &resp(op::ACK, p + 3, syndrome::NAK_PSN_SEQ, &[]),
+        &response(op::ACK, p + 3, syndrome::NAK_PSN_SEQ, &[]),
     );
     assert_eq!(
         requests(&mut ep),
@@ -231,16 +177,7 @@ fn nak_past_the_received_part_retries_from_the_first_missing_psn() {
         )]
     );
     // The liar answers the last PSN only: nothing completes.
-    feed(
-        &mut ep,
-        now,
-        &resp(
-            op::READ_RESP_LAST,
-            p + 3,
-            syndrome::ACK_UNLIMITED,
-            &data[3 * MTU..],
-        ),
-    );
+    answer(&mut ep, now, op::READ_RESP_LAST, p + 3, &data[3 * MTU..]);
     assert!(ep.cq.send.is_empty());
     for (k, opcode) in [
         op::READ_RESP_MIDDLE,
@@ -252,11 +189,7 @@ fn nak_past_the_received_part_retries_from_the_first_missing_psn() {
     {
         let i = k + 1;
         let chunk = &data[i * MTU..(i + 1) * MTU];
-        feed(
-            &mut ep,
-            now,
-            &resp(opcode, p + i as u32, syndrome::ACK_UNLIMITED, chunk),
-        );
+        answer(&mut ep, now, opcode, p + i as u32, chunk);
     }
     assert_eq!(ep.cq.send.len(), 1);
     assert_eq!(ep.cq.send[0].status, WcStatus::Success);
@@ -332,10 +265,10 @@ proptest! {
                         op::READ_RESP_LAST,
                         op::READ_RESP_ONLY,
                     ][usize::from(kind)];
-                    feed(&mut ep, now, &resp(opcode, at, syndrome::ACK_UNLIMITED, &chunk[..n]));
+                    feed(&mut ep, now, &response(opcode, at, syndrome::ACK_UNLIMITED, &chunk[..n]));
                 }
                 Move::Aeth { off, syn } => {
-                    feed(&mut ep, now, &resp(op::ACK, SQ_PSN + off, syn, &[]));
+                    feed(&mut ep, now, &response(op::ACK, SQ_PSN + off, syn, &[]));
                 }
                 Move::Timer => {
                     if let Some(t) = ep.qp.next_deadline() {

@@ -161,3 +161,31 @@ pub(super) fn post_recv(sim: &mut Sim, side: usize, wr: &RecvWr<'_>) {
     let r = sim.ep[side].with(|qp, io| qp.post_recv(wr, io));
     assert!(r.is_ok(), "post_recv: {r:?}");
 }
+
+/// A response packet from B (QPN_B) to A (QPN_A): `opcode` at `psn` with
+/// AETH syndrome `syn` (left out by `pkt::emit` where the opcode has no
+/// AETH) and `payload`.
+pub(super) fn response(opcode: u8, psn: u32, syn: u8, payload: &[u8]) -> Vec<u8> {
+    let mut o = crate::transport::pkt::Out {
+        opcode,
+        dest_qp: Qpn::from_wire(QPN_A),
+        psn: rnic_core::Psn::from_wire(psn),
+        ..crate::transport::pkt::Out::default()
+    };
+    o.aeth = crate::transport::pkt::aeth(syn, 1);
+    let mut b = vec![0u8; crate::transport::pkt::packet_len(opcode, payload.len())];
+    let at = crate::transport::pkt::emit(&mut b, &o, payload.len()).expect("fits");
+    b[at..at + payload.len()].copy_from_slice(payload);
+    b
+}
+
+/// Requests `ep` emitted since the last call: (opcode, PSN, RETH va, RETH len).
+pub(super) fn requests(ep: &mut Endpoint) -> Vec<(u8, u32, u64, u32)> {
+    std::mem::take(&mut ep.tx.out)
+        .iter()
+        .map(|(b, _)| {
+            let p = crate::transport::pkt::parse(b).expect("the QP emits valid packets");
+            (p.opcode, p.psn.get(), p.reth.va, p.reth.len)
+        })
+        .collect()
+}

@@ -9,10 +9,10 @@
 //! completer required a FIRST after every retry, dropped each replay, asked
 //! again, forever (1197 READ requests until the scenario's timeout).
 
-use rnic_core::{Mtu, Psn, Rkey, SendFlags, SendOp, SendWr, WcStatus};
+use rnic_core::{Mtu, Rkey, SendFlags, SendOp, SendWr, WcStatus};
 
 use super::*;
-use crate::transport::pkt::{self, Out, op};
+use crate::transport::pkt::{op, syndrome};
 use crate::transport::sim::Endpoint;
 use crate::transport::{Instant, QpStats};
 
@@ -21,30 +21,9 @@ const LOCAL_VA: u64 = 0x1_0000;
 const REMOTE_VA: u64 = 0x8_0000;
 const SQ_PSN: u32 = 7;
 
-/// A READ response packet from B (QPN_B) to A (QPN_A).
+/// A READ response packet from B (QPN_B) to A (QPN_A), AETH "ACK".
 fn resp(opcode: u8, psn: u32, payload: &[u8]) -> Vec<u8> {
-    let mut o = Out {
-        opcode,
-        dest_qp: Qpn::from_wire(QPN_A),
-        psn: Psn::from_wire(psn),
-        ..Out::default()
-    };
-    o.aeth = pkt::aeth(0x1f, 1);
-    let mut b = vec![0u8; pkt::packet_len(opcode, payload.len())];
-    let at = pkt::emit(&mut b, &o, payload.len()).expect("fits");
-    b[at..at + payload.len()].copy_from_slice(payload);
-    b
-}
-
-/// Requests A emitted since the last call: (opcode, PSN, RETH va, RETH len).
-fn requests(ep: &mut Endpoint) -> Vec<(u8, u32, u64, u32)> {
-    std::mem::take(&mut ep.tx.out)
-        .iter()
-        .map(|(b, _)| {
-            let p = pkt::parse(b).expect("A emits valid packets");
-            (p.opcode, p.psn.get(), p.reth.va, p.reth.len)
-        })
-        .collect()
+    response(opcode, psn, syndrome::ACK_UNLIMITED, payload)
 }
 
 #[test]
