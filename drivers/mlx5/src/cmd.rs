@@ -344,6 +344,16 @@ struct State {
     token: u8,
     slots: Vec<Slot>,
     executed: u64,
+    events: Option<Arc<dyn CommandEvents>>,
+}
+
+/// Command completion by event (mlx5.md §11 type 0x0a): implemented by the
+/// event queue once it exists.
+pub(crate) trait CommandEvents: Send + Sync + fmt::Debug {
+    /// A command is about to be posted in `slot`: forget a stale completion.
+    fn begin(&self, slot: usize);
+    /// Wait up to `slice` for the completion EQE of `slot`; whether it came.
+    fn wait_command(&self, slot: usize, slice: Duration) -> bool;
 }
 
 /// The command queue of one function (mlx5.md §4).
@@ -476,6 +486,7 @@ impl CmdQueue {
                 token: 0,
                 slots: (0..geometry.slots()).map(|_| Slot::default()).collect(),
                 executed: 0,
+                events: None,
             }),
         })
     }
@@ -566,7 +577,18 @@ impl CmdQueue {
         Ok(have.clone())
     }
 
-    /// Execute one command and wait for it (polling). `input` is the whole
+    /// Complete commands by EQE (`Some`) or by polling ownership (`None`).
+    pub(crate) fn set_events(&self, events: Option<Arc<dyn CommandEvents>>) {
+        lock(&self.state).events = events;
+    }
+
+    /// Whether commands complete by event.
+    pub fn event_mode(&self) -> bool {
+        lock(&self.state).events.is_some()
+    }
+
+    /// Execute one command and wait for it (polling, or by its completion
+    /// EQE once the event queue exists). `input` is the whole
     /// command input (at least the 8-byte header, whose opcode and op_mod
     /// this sets); `out_len` the whole output length (at least 8). The
     /// output comes back only with command status OK.
@@ -651,6 +673,10 @@ impl CmdQueue {
         self.page
             .write(at + STATUS_OWN, &[own])
             .map_err(dma("command entry ownership"))?;
+        let events = st.events.clone();
+        if let Some(ev) = &events {
+            ev.begin(slot);
+        }
         // 4.-5. Ownership before the doorbell.
         dma_wmb_before_doorbell();
         debug!(%opcode, op_mod, slot, token, in_len = input.len(), out_len, "command posted");
@@ -662,10 +688,16 @@ impl CmdQueue {
             )
             .map_err(bar_err)?;
 
-        // 6. Poll ownership.
+        // 6. Poll ownership (with events: wait for the EQE, then check that
+        // ownership came back — the EQE alone is not trusted).
         let start = Instant::now();
         let mut spins = 0u32;
-        while self.owned_by_hw(slot)? {
+        let mut eqe_seen = false;
+        while events.is_some() && !eqe_seen || self.owned_by_hw(slot)? {
+            if let Some(ev) = events.as_ref().filter(|_| !eqe_seen) {
+                let left = self.timeout.saturating_sub(start.elapsed());
+                eqe_seen = ev.wait_command(slot, left.min(Duration::from_millis(2)));
+            }
             let waited = start.elapsed();
             if waited >= self.timeout {
                 let health = crate::init::Health::read(self.function.as_ref());
@@ -683,6 +715,9 @@ impl CmdQueue {
                     slot,
                     after: waited,
                 });
+            }
+            if events.is_some() && !eqe_seen {
+                continue;
             }
             spins = spins.saturating_add(1);
             if spins < 200 {

@@ -320,6 +320,51 @@ pub enum Mlx5Error {
         /// What happened and what to do.
         reason: String,
     },
+    /// A CQ was asked for before the event queue it must name (§7.2).
+    #[error("no event queue: call Hca::enable_events before creating CQs (a CQ names its EQ)")]
+    NoEventQueue,
+    /// A queue larger than the function allows, or of no valid size.
+    #[error("{what} of {asked} entries: the function allows at most {max}; ask for fewer")]
+    QueueSize {
+        /// CQ or QP.
+        what: &'static str,
+        /// Entries asked for.
+        asked: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// QP creation options the driver does not support.
+    #[error("QP options: {reason}")]
+    QpOptions {
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// A send request could not be posted; those before it were.
+    #[error("post_send: request {index} not posted: {reason}")]
+    PostSend {
+        /// Index of the failed request in the batch.
+        index: usize,
+        /// Why.
+        reason: crate::wqe::PostFailure,
+    },
+    /// A receive request could not be posted; those before it were.
+    #[error("post_recv: request {index} not posted: {reason}")]
+    PostRecv {
+        /// Index of the failed request in the batch.
+        index: usize,
+        /// Why.
+        reason: crate::wqe::PostFailure,
+    },
+    /// The function is in a fatal state (§2): no command is sent any more.
+    #[error(
+        "the function is in a fatal state (health syndrome {syndrome:?}, counter stuck:          {counter_stuck}): its QPs are in ERR and their work is flushed; drop every object,          then reset the function and bring it up again"
+    )]
+    DeviceFatal {
+        /// The health syndrome, if one is set.
+        syndrome: Option<rnic_mlx5_prm::HealthSyndrome>,
+        /// The health counter stopped.
+        counter_stuck: bool,
+    },
 }
 
 /// What to do about a failed command, per status (mlx5.md §4.3).

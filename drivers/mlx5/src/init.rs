@@ -307,6 +307,8 @@ pub struct Hca {
     done: Done,
     // Dropped after the teardown commands ran, before the command queue.
     pages: Mutex<PagePool>,
+    pub(crate) runtime: crate::events::HcaRuntime,
+    pub(crate) roce: Mutex<crate::resources::RoceState>,
     cmdq: CmdQueue,
     function: Arc<dyn PciFunction>,
     torn_down: bool,
@@ -454,6 +456,8 @@ impl Hca {
             function_id: 0,
             done: Done::default(),
             pages: Mutex::new(PagePool::default()),
+            runtime: Default::default(),
+            roce: Default::default(),
             cmdq,
             function,
             torn_down: false,
@@ -484,7 +488,8 @@ impl Hca {
         Ok(hca)
     }
 
-    /// Run one command (see [`CmdQueue::exec`]).
+    /// Run one command (see [`CmdQueue::exec`]); with the event queue,
+    /// page requests that arrived meanwhile are served right after it.
     pub fn exec(
         &self,
         opcode: CmdOpcode,
@@ -492,7 +497,17 @@ impl Hca {
         input: &[u8],
         out_len: usize,
     ) -> Result<Vec<u8>, Mlx5Error> {
-        self.cmdq.exec(opcode, op_mod, input, out_len)
+        if self.is_fatal() {
+            return Err(Mlx5Error::DeviceFatal {
+                syndrome: None,
+                counter_stuck: false,
+            });
+        }
+        let out = self.cmdq.exec(opcode, op_mod, input, out_len);
+        if let Err(e) = self.service_pages() {
+            warn!(%e, "serving a page request failed");
+        }
+        out
     }
 
     /// The command queue.
@@ -660,7 +675,7 @@ impl Hca {
 
     /// Give `count` 4 KiB pages, in DMA buffers of up to
     /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer.
-    fn give_pages(&self, count: usize) -> Result<(), Mlx5Error> {
+    pub(crate) fn give_pages(&self, count: usize) -> Result<(), Mlx5Error> {
         let mut left = count;
         while left > 0 {
             let n = left.min(PAGES_PER_COMMAND);
@@ -716,9 +731,18 @@ impl Hca {
     /// MANAGE_PAGES take until the firmware holds none of the driver's
     /// pages (§3.2); the number taken back.
     fn reclaim_pages(&self) -> Result<usize, Mlx5Error> {
+        self.take_pages(usize::MAX)
+    }
+
+    /// MANAGE_PAGES take of up to `limit` pages (a negative PAGE_REQUEST,
+    /// or all of them at teardown); the number taken back.
+    pub(crate) fn take_pages(&self, limit: usize) -> Result<usize, Mlx5Error> {
         let mut taken = 0;
         loop {
-            let want = lock(&self.pages).held().min(PAGES_PER_COMMAND);
+            let want = lock(&self.pages)
+                .held()
+                .min(PAGES_PER_COMMAND)
+                .min(limit.saturating_sub(taken));
             if want == 0 {
                 return Ok(taken);
             }
@@ -1072,7 +1096,17 @@ impl Hca {
                 first.get_or_insert(e);
             }
         };
-        if let Some(pd) = self.done.pd.take() {
+        if self.is_fatal() {
+            // The firmware answers nothing any more: no command is sent.
+            hung = true;
+            self.done.pd = None;
+            self.runtime.events = None;
+        }
+        if !hung {
+            let r = self.roce_teardown();
+            step(&mut hung, "RoCE address and vport", r);
+        }
+        if let Some(pd) = self.done.pd.take().filter(|_| !hung) {
             let sizes = (
                 DeallocPdIn::<&[u8]>::SIZE_BYTES,
                 DeallocPdOut::<&[u8]>::SIZE_BYTES,
@@ -1081,6 +1115,10 @@ impl Hca {
                 DeallocPdIn::new_checked(b).and_then(|mut v| v.set_pd(pd))
             });
             step(&mut hung, "DEALLOC_PD", r);
+        }
+        if !hung {
+            let r = self.destroy_events();
+            step(&mut hung, "DESTROY_EQ", r);
         }
         if let Some(uar) = self.done.uar.take().filter(|_| !hung) {
             let sizes = (

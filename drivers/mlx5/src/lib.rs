@@ -97,12 +97,18 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod cmd;
+pub mod cq;
 mod error;
+pub mod events;
 pub mod init;
 pub mod memory;
+pub mod qp;
+pub mod resources;
 mod sys;
+mod track;
 mod vfio_kernel;
 mod vfio_user;
+pub mod wqe;
 
 use std::fmt;
 use std::io;
@@ -114,11 +120,16 @@ use nix::sys::eventfd::EventFd;
 use rnic_dma::{DmaDomain, Mmio};
 
 pub use cmd::{CmdQueue, CmdQueueOptions};
+pub use cq::{Cq, CqCounters};
 pub use error::Mlx5Error;
+pub use events::{EventCounters, HealthPoller};
 pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
+pub use qp::{Qp, QpCounters, QpOptions};
+pub use resources::Mkey;
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};
+pub use wqe::PostFailure;
 
 /// PCI config space: vendor ID (16 bits).
 pub const PCI_VENDOR_ID: u16 = 0x00;

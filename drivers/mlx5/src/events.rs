@@ -1,0 +1,540 @@
+//! The asynchronous event queue (mlx5.md §7.1, §8, §11) and health
+//! monitoring (§2).
+//!
+//! [`Hca::enable_events`] creates one EQ on MSI-X vector 0 (RC's VFIO
+//! driver: a single EQ) with the command-completion, page-request and K's
+//! async event types (port change, CQ error, QP events) in its mask; every
+//! CQ names it as `c_eqn`. Entries start with owner = 1 and are valid iff
+//! `owner == (ci >> log_size) & 1`; after the owner check
+//! [`dma_rmb_after_owner_bit`]; the consumer index goes to UAR+0x48 (no arm)
+//! every 0x80 entries and to UAR+0x40 (arm) when a drain ends.
+//!
+//! Events are taken by whoever waits: a command in flight (its completion
+//! EQE), [`Hca::process_events`], [`crate::Cq::wait_event`]. Page requests
+//! are queued while a command holds the queue and served right after it
+//! (MANAGE_PAGES give/take). Unknown event types are counted and ignored.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rnic_dma::Mmio;
+use rnic_dma::barrier::dma_rmb_after_owner_bit;
+use rnic_mlx5_prm::{
+    ASYNC_EVENT_TYPES, CmdOpcode, CreateEqIn, CreateEqOut, DestroyEqIn, DestroyEqOut, EQE_BYTES,
+    EQE_OWNER_INIT, EventType, FieldLayout, NUM_SPARE_EQE, UAR_EQ_DOORBELL_ARM,
+    UAR_EQ_DOORBELL_NO_ARM, cmd_inter_comp_event, comp_event, cq_error, eq_uar_doorbell, eqe,
+    pages_req_event,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::cmd::CommandEvents;
+use crate::cq::CqNotify;
+use crate::init::Health;
+use crate::memory::lock;
+use rnic_core::Memory;
+
+use crate::{DmaBuffer, Hca, Mlx5Error, Vector};
+
+/// EQ entries asked for (the ring has this + [`NUM_SPARE_EQE`], rounded up
+/// to a power of two: 256).
+pub const EQ_ENTRIES: u32 = 0x80;
+
+/// What the event queue counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounters {
+    /// EQEs consumed.
+    pub eqes: u64,
+    /// Command completion EQEs.
+    pub command: u64,
+    /// Page request EQEs.
+    pub page_requests: u64,
+    /// Pages given at run time.
+    pub pages_given: u64,
+    /// Pages taken back at run time.
+    pub pages_taken: u64,
+    /// Completion EQEs.
+    pub completion: u64,
+    /// Completion EQEs naming no CQ of this function.
+    pub unknown_cq: u64,
+    /// CQ error EQEs.
+    pub cq_error: u64,
+    /// QP (affiliated) EQEs.
+    pub qp_events: u64,
+    /// Port change EQEs.
+    pub port_change: u64,
+    /// Known types the driver takes no action on.
+    pub other: u64,
+    /// Types the driver does not know.
+    pub unknown_type: u64,
+}
+
+#[derive(Debug, Default)]
+struct EqState {
+    ci: u32,
+    cmd_done: u32,
+    pages: i64,
+    counters: EventCounters,
+    cqs: HashMap<u32, Arc<CqNotify>>,
+}
+
+/// The function's EQ.
+pub(crate) struct EventQueue {
+    pub eqn: u32,
+    ring: Arc<DmaBuffer>,
+    log_size: u32,
+    uar: Mmio,
+    vector: Vector,
+    state: Mutex<EqState>,
+}
+
+impl fmt::Debug for EventQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventQueue")
+            .field("eqn", &self.eqn)
+            .field("log_size", &self.log_size)
+            .finish_non_exhaustive()
+    }
+}
+
+fn dword(e: &[u8; EQE_BYTES], base: usize, f: &FieldLayout) -> u32 {
+    let at = base + f.dword_offset();
+    match e.get(at..at + 4) {
+        Some(b) => f.extract(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        None => 0,
+    }
+}
+
+impl EventQueue {
+    fn doorbell(&self, ci: u32, arm: bool) {
+        let dw = eq_uar_doorbell::cons_index
+            .insert(eq_uar_doorbell::eqn.insert(0, self.eqn), ci & 0xff_ffff);
+        let off = if arm {
+            UAR_EQ_DOORBELL_ARM
+        } else {
+            UAR_EQ_DOORBELL_NO_ARM
+        };
+        if let Err(e) = self.uar.write32_be(off, dw) {
+            warn!(%e, "EQ doorbell write failed");
+        }
+    }
+
+    /// Consume every valid EQE.
+    fn drain(&self, st: &mut EqState) {
+        let words = self.ring.words();
+        let mask = (1u32 << self.log_size) - 1;
+        let mut n = 0u32;
+        loop {
+            let idx = (st.ci & mask) as usize * 8;
+            let Some(last) = words.get(idx + 7) else {
+                break;
+            };
+            let owner = last.load(Ordering::Acquire).to_ne_bytes()[7] & 1;
+            if u32::from(owner) != (st.ci >> self.log_size) & 1 {
+                break;
+            }
+            dma_rmb_after_owner_bit();
+            let mut e = [0u8; EQE_BYTES];
+            for (i, chunk) in e.chunks_exact_mut(8).enumerate() {
+                if let Some(w) = words.get(idx + i) {
+                    chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+                }
+            }
+            st.ci = st.ci.wrapping_add(1);
+            n += 1;
+            Self::handle(st, &e);
+            if n.is_multiple_of(NUM_SPARE_EQE) {
+                self.doorbell(st.ci, false);
+            }
+        }
+        if n > 0 {
+            self.doorbell(st.ci, true);
+        }
+    }
+
+    fn handle(st: &mut EqState, e: &[u8; EQE_BYTES]) {
+        let data = eqe::event_data.byte_offset();
+        st.counters.eqes += 1;
+        let raw = dword(e, 0, &eqe::event_type) as u8;
+        match EventType::from_raw(raw) {
+            EventType::Cmd => {
+                st.counters.command += 1;
+                st.cmd_done |= dword(e, data, &cmd_inter_comp_event::command_completion_vector);
+            }
+            EventType::PageRequest => {
+                st.counters.page_requests += 1;
+                let n = dword(e, data, &pages_req_event::num_pages) as i32;
+                st.pages += i64::from(n);
+                debug!(num_pages = n, "PAGE_REQUEST");
+            }
+            EventType::Completion => {
+                st.counters.completion += 1;
+                let cqn = dword(e, data, &comp_event::cq_number);
+                match st.cqs.get(&cqn) {
+                    Some(c) => {
+                        c.events.fetch_add(1, Ordering::Release);
+                    }
+                    None => st.counters.unknown_cq += 1,
+                }
+            }
+            EventType::CqError => {
+                st.counters.cq_error += 1;
+                let cqn = dword(e, data, &cq_error::cqn);
+                let synd = dword(e, data, &cq_error::syndrome);
+                error!(
+                    cqn,
+                    syndrome = synd,
+                    "CQ error event (overrun or bad access)"
+                );
+            }
+            EventType::PathMig
+            | EventType::CommEst
+            | EventType::SqDrained
+            | EventType::WqCatasError
+            | EventType::PathMigFailed
+            | EventType::WqInvalReq
+            | EventType::WqAccessError => {
+                st.counters.qp_events += 1;
+                debug!(event = raw, "QP event");
+            }
+            EventType::PortChange => {
+                st.counters.port_change += 1;
+                info!(sub_type = dword(e, 0, &eqe::event_sub_type), "port change");
+            }
+            EventType::Unknown(_) => st.counters.unknown_type += 1,
+            _ => st.counters.other += 1,
+        }
+    }
+
+    fn take(st: &mut EqState, slot: usize) -> bool {
+        let bit = 1u32.checked_shl(slot as u32).unwrap_or(0);
+        let done = st.cmd_done & bit != 0;
+        st.cmd_done &= !bit;
+        done
+    }
+
+    /// Wait up to `timeout` for the vector, then drain.
+    fn wait_and_drain(&self, timeout: Duration) {
+        {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+        }
+        if !timeout.is_zero() {
+            let _ = self.vector.wait(timeout);
+        }
+        let mut st = lock(&self.state);
+        self.drain(&mut st);
+    }
+}
+
+impl CommandEvents for EventQueue {
+    fn begin(&self, slot: usize) {
+        let mut st = lock(&self.state);
+        Self::take(&mut st, slot);
+    }
+
+    fn wait_command(&self, slot: usize, slice: Duration) -> bool {
+        {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+            if Self::take(&mut st, slot) {
+                return true;
+            }
+        }
+        let _ = self.vector.wait(slice);
+        let mut st = lock(&self.state);
+        self.drain(&mut st);
+        Self::take(&mut st, slot)
+    }
+}
+
+/// The event-queue and health state of an [`Hca`].
+#[derive(Debug, Default)]
+pub(crate) struct HcaRuntime {
+    pub events: Option<Arc<EventQueue>>,
+    pub fatal: std::sync::atomic::AtomicBool,
+    pub watch: Mutex<HealthWatch>,
+    pub bf_regs: Mutex<u8>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct HealthWatch {
+    last: Option<(u32, Instant)>,
+}
+
+/// How long the health counter may stand still before the function is
+/// taken as dead (RC: three 1 s polls).
+pub const HEALTH_STUCK: Duration = Duration::from_secs(3);
+
+fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
+    move |source| Mlx5Error::Prm { what, source }
+}
+
+impl Hca {
+    /// Create the async EQ on MSI-X vector 0 and complete commands by its
+    /// EQEs from now on; page requests are served at run time. Destroyed in
+    /// teardown after DEALLOC_PD and before DEALLOC_UAR.
+    pub fn enable_events(&mut self) -> Result<(), Mlx5Error> {
+        if self.runtime.events.is_some() {
+            return Ok(());
+        }
+        let function = self.function().clone();
+        let mut vectors = function.enable_msix(1)?;
+        let vector = vectors.pop().ok_or_else(|| Mlx5Error::Vectors {
+            function: function.name().into(),
+            wanted: 1,
+            count: 0,
+        })?;
+        let nent = (EQ_ENTRIES + NUM_SPARE_EQE).next_power_of_two();
+        let log_size = nent.trailing_zeros();
+        let len = nent as usize * EQE_BYTES;
+        let ring = function.alloc_dma(len)?;
+        let mut init = vec![0u8; len];
+        for e in init.chunks_mut(EQE_BYTES) {
+            e[EQE_BYTES - 1] = EQE_OWNER_INIT;
+        }
+        ring.write(0, &init)
+            .map_err(|source| Mlx5Error::DmaAccess {
+                what: "EQ ring init",
+                source,
+            })?;
+        let pages = len.div_ceil(4096);
+        let iova = ring.iova().get();
+        let uar_index = self.info().uar;
+        let mut mask = 0u64;
+        for t in ASYNC_EVENT_TYPES
+            .iter()
+            .chain(&[EventType::Cmd, EventType::PageRequest])
+        {
+            mask |= t.mask_bit().unwrap_or(0);
+        }
+        let mut cmd = vec![0u8; CreateEqIn::<&[u8]>::SIZE_BYTES + 8 * pages];
+        {
+            let mut v = CreateEqIn::new_checked(&mut cmd[..]).map_err(prm("CREATE_EQ"))?;
+            v.set_event_bitmask(0, mask).map_err(prm("CREATE_EQ"))?;
+            for p in 0..pages {
+                v.set_pas(p, iova + (p * 4096) as u64)
+                    .map_err(prm("CREATE_EQ pas"))?;
+            }
+            let mut c = v.eq_context_entry_mut();
+            c.set_log_eq_size(log_size).map_err(prm("CREATE_EQ"))?;
+            c.set_uar_page(uar_index).map_err(prm("CREATE_EQ"))?;
+            c.set_intr(vector.vector).map_err(prm("CREATE_EQ"))?;
+            c.set_log_page_size(0).map_err(prm("CREATE_EQ"))?;
+            c.set_page_offset(0).map_err(prm("CREATE_EQ"))?;
+        }
+        let out = self.cmdq().exec(
+            CmdOpcode::CreateEq,
+            0,
+            &cmd,
+            CreateEqOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let eqn = CreateEqOut::new_checked(&out[..])
+            .map_err(prm("CREATE_EQ"))?
+            .eq_number();
+        let eq = Arc::new(EventQueue {
+            eqn,
+            ring,
+            log_size,
+            uar: function.uar(uar_index)?,
+            vector,
+            state: Mutex::new(EqState::default()),
+        });
+        // §7.1: arm right after creation.
+        eq.doorbell(0, true);
+        self.cmdq().set_events(Some(eq.clone()));
+        self.runtime.events = Some(eq);
+        info!(
+            eqn,
+            nent,
+            mask = format_args!("{mask:#x}"),
+            "async EQ on vector 0"
+        );
+        Ok(())
+    }
+
+    /// Back to polled commands, then DESTROY_EQ (teardown).
+    pub(crate) fn destroy_events(&mut self) -> Result<(), Mlx5Error> {
+        let Some(eq) = self.runtime.events.take() else {
+            return Ok(());
+        };
+        self.cmdq().set_events(None);
+        let mut buf = vec![0u8; DestroyEqIn::<&[u8]>::SIZE_BYTES];
+        DestroyEqIn::new_checked(&mut buf[..])
+            .and_then(|mut v| v.set_eq_number(eq.eqn))
+            .map_err(prm("DESTROY_EQ"))?;
+        let r = self.cmdq().exec(
+            CmdOpcode::DestroyEq,
+            0,
+            &buf,
+            DestroyEqOut::<&[u8]>::SIZE_BYTES,
+        );
+        let _ = self.function().disable_msix();
+        r.map(|_| ())
+    }
+
+    /// The EQ number CQs name, once [`Hca::enable_events`] ran.
+    pub fn eqn(&self) -> Option<u32> {
+        self.runtime.events.as_ref().map(|e| e.eqn)
+    }
+
+    /// What the event queue counted (zeros without one).
+    pub fn event_counters(&self) -> EventCounters {
+        self.runtime
+            .events
+            .as_ref()
+            .map(|e| lock(&e.state).counters)
+            .unwrap_or_default()
+    }
+
+    /// Take events for up to `timeout` (waiting for the interrupt), then
+    /// serve page requests.
+    pub fn process_events(&self, timeout: Duration) -> Result<(), Mlx5Error> {
+        if let Some(eq) = &self.runtime.events {
+            eq.wait_and_drain(timeout);
+        }
+        self.service_pages()
+    }
+
+    /// Give or take the pages the firmware asked for by PAGE_REQUEST.
+    pub(crate) fn service_pages(&self) -> Result<(), Mlx5Error> {
+        let Some(eq) = &self.runtime.events else {
+            return Ok(());
+        };
+        for _ in 0..8 {
+            let want = std::mem::take(&mut lock(&eq.state).pages);
+            if want == 0 {
+                return Ok(());
+            }
+            if want > 0 {
+                let n = want.min(crate::init::MAX_PAGES_PER_REQUEST) as usize;
+                self.give_pages(n)?;
+                lock(&eq.state).counters.pages_given += n as u64;
+                info!(pages = n, "PAGE_REQUEST served: pages given");
+            } else {
+                let n = self.take_pages(want.unsigned_abs().min(50_000) as usize)?;
+                lock(&eq.state).counters.pages_taken += n as u64;
+                info!(pages = n, "PAGE_REQUEST served: pages taken back");
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn events_register_cq(&self, cqn: u32) -> Arc<CqNotify> {
+        let notify = Arc::new(CqNotify::default());
+        if let Some(eq) = &self.runtime.events {
+            lock(&eq.state).cqs.insert(cqn, notify.clone());
+        }
+        notify
+    }
+
+    pub(crate) fn events_unregister_cq(&self, cqn: u32) {
+        if let Some(eq) = &self.runtime.events {
+            lock(&eq.state).cqs.remove(&cqn);
+        }
+    }
+
+    /// Whether the function was found fatal by [`Hca::check_health`].
+    #[inline(always)]
+    pub fn is_fatal(&self) -> bool {
+        self.runtime.fatal.load(Ordering::Relaxed)
+    }
+
+    /// Read the health buffer and counter (§2). A fatal syndrome, PCI gone
+    /// (fw_version all-ones) or a counter standing still for
+    /// [`HEALTH_STUCK`] marks the function fatal: every QP is then in ERR,
+    /// posts fail with [`crate::PostFailure::DeviceFatal`], CQ polls return
+    /// the outstanding work flushed, and no further command is sent.
+    pub fn check_health(&self) -> Result<Health, Mlx5Error> {
+        let health = self.health()?;
+        let stuck = {
+            let mut w = lock(&self.runtime.watch);
+            let now = Instant::now();
+            match w.last {
+                Some((c, since)) if c == health.counter => {
+                    now.duration_since(since) >= HEALTH_STUCK
+                }
+                _ => {
+                    w.last = Some((health.counter, now));
+                    false
+                }
+            }
+        };
+        if health.is_fatal() || stuck {
+            if !self.runtime.fatal.swap(true, Ordering::SeqCst) {
+                error!(
+                    ?health,
+                    stuck, "function is in a fatal state: QPs to ERR, commands stop"
+                );
+            }
+            return Err(Mlx5Error::DeviceFatal {
+                syndrome: health.syndrome,
+                counter_stuck: stuck,
+            });
+        }
+        Ok(health)
+    }
+
+    /// A thread that runs [`Hca::check_health`] every `period` (and
+    /// [`Hca::process_events`] in between) until the handle drops or the
+    /// function turns fatal. It holds the `Hca` only weakly.
+    pub fn spawn_health_poller(self: &Arc<Self>, period: Duration) -> HealthPoller {
+        let weak: Weak<Hca> = Arc::downgrade(self);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("mlx5-health".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    let Some(hca) = weak.upgrade() else { return };
+                    if hca.check_health().is_err() {
+                        return;
+                    }
+                    let _ = hca.process_events(period.min(Duration::from_millis(50)));
+                    drop(hca);
+                    std::thread::sleep(period);
+                }
+            })
+            .ok();
+        HealthPoller { stop, handle }
+    }
+
+    pub(crate) fn alloc_bf_reg(&self) -> Option<usize> {
+        let mut used = lock(&self.runtime.bf_regs);
+        let free = (0..rnic_mlx5_prm::UAR_NUM_BF_REGS).find(|i| *used & (1 << i) == 0)?;
+        *used |= 1 << free;
+        Some(free)
+    }
+
+    pub(crate) fn free_bf_reg(&self, i: usize) {
+        *lock(&self.runtime.bf_regs) &= !(1u8 << i);
+    }
+
+    /// BlueFlame register size: 1 << `log_bf_reg_size` (§8; 512 if unset).
+    pub fn bf_reg_size(&self) -> usize {
+        let log = self
+            .general_caps()
+            .map(|c| c.log_bf_reg_size())
+            .unwrap_or(9);
+        1usize << log.clamp(6, 9)
+    }
+}
+
+/// The thread of [`Hca::spawn_health_poller`]; dropping it stops it.
+#[derive(Debug)]
+pub struct HealthPoller {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for HealthPoller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Memory keys (mlx5.md §6) and the port's RoCE addresses (§5.4, §11a
+//! steps 2–3): [`Mkey`], [`Hca::set_gid`].
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use rnic_core::{AccessFlags, Gid, Lkey, Rkey};
+use rnic_mlx5_prm::{
+    CmdOpcode, CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
+    MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut,
+    QueryNicVportContextIn, QueryNicVportContextOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6,
+    ROCE_VERSION_2, SetRoceAddressIn, SetRoceAddressOut, mkey_access_mode,
+};
+use tracing::{debug, info, warn};
+
+use crate::memory::lock;
+use crate::{DmaBuffer, Hca, Mlx5Error};
+
+fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
+    move |source| Mlx5Error::Prm { what, source }
+}
+
+/// Bytes of one MKey translation page (the MTT's `log_page_size` = 12).
+pub const MTT_PAGE_BYTES: usize = 4096;
+
+/// RoCE state of the function: its MAC, whether `roce_en` was set, and the
+/// GID indexes written.
+#[derive(Debug, Default)]
+pub(crate) struct RoceState {
+    mac: Option<[u8; 6]>,
+    roce_enabled: bool,
+    gids: BTreeSet<u16>,
+}
+
+impl Hca {
+    /// The function's permanent MAC (QUERY_NIC_VPORT_CONTEXT), once
+    /// [`Hca::set_gid`] ran.
+    pub fn mac(&self) -> Option<[u8; 6]> {
+        lock(&self.roce).mac
+    }
+
+    fn query_mac(&self) -> Result<[u8; 6], Mlx5Error> {
+        let buf = vec![0u8; QueryNicVportContextIn::<&[u8]>::SIZE_BYTES];
+        let out = self.exec(
+            CmdOpcode::QueryNicVportContext,
+            0,
+            &buf,
+            QueryNicVportContextOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let v = QueryNicVportContextOut::new_checked(&out[..])
+            .map_err(prm("QUERY_NIC_VPORT_CONTEXT"))?;
+        let addr = v.nic_vport_context().permanent_address().to_be_bytes();
+        Ok([addr[2], addr[3], addr[4], addr[5], addr[6], addr[7]])
+    }
+
+    fn set_roce_en(&self, on: bool) -> Result<(), Mlx5Error> {
+        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES];
+        {
+            let mut v = ModifyNicVportContextIn::new_checked(&mut buf[..])
+                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
+            v.field_select_mut()
+                .set_roce_en(1)
+                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
+            v.nic_vport_context_mut()
+                .set_roce_en(on.into())
+                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
+        }
+        self.exec(
+            CmdOpcode::ModifyNicVportContext,
+            0,
+            &buf,
+            ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        Ok(())
+    }
+
+    fn set_roce_address(&self, index: u16, gid: &Gid, mac: [u8; 6]) -> Result<(), Mlx5Error> {
+        let mut buf = vec![0u8; SetRoceAddressIn::<&[u8]>::SIZE_BYTES];
+        {
+            let mut v =
+                SetRoceAddressIn::new_checked(&mut buf[..]).map_err(prm("SET_ROCE_ADDRESS"))?;
+            v.set_roce_address_index(index.into())
+                .map_err(prm("SET_ROCE_ADDRESS"))?;
+            if *gid != Gid::ZERO {
+                let mut a = v.roce_address_mut();
+                (|| -> Result<(), rnic_mlx5_prm::Error> {
+                    a.set_source_l3_address(gid.raw())?;
+                    a.set_source_mac_47_32(u16::from_be_bytes([mac[0], mac[1]]).into())?;
+                    a.set_source_mac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))?;
+                    let l3 = if gid.to_ipv4().is_some() {
+                        ROCE_L3_TYPE_IPV4
+                    } else {
+                        ROCE_L3_TYPE_IPV6
+                    };
+                    a.set_roce_l3_type(l3)?;
+                    a.set_roce_version(ROCE_VERSION_2)
+                })()
+                .map_err(prm("SET_ROCE_ADDRESS"))?;
+            }
+        }
+        self.exec(
+            CmdOpcode::SetRoceAddress,
+            0,
+            &buf,
+            SetRoceAddressOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        Ok(())
+    }
+
+    /// Program GID table entry `index` of port 1 with `ip` (RoCEv2,
+    /// IPv4-mapped for IPv4; source MAC = the function's MAC). The first
+    /// call reads the MAC and sets the vport's `roce_en` (§11a steps 2–3).
+    /// The emulator serves RoCE on UDP/4791 at this address. Teardown
+    /// clears every entry written and `roce_en`.
+    pub fn set_gid(&self, index: u16, ip: IpAddr) -> Result<Gid, Mlx5Error> {
+        let mac = match self.mac() {
+            Some(m) => m,
+            None => {
+                let m = self.query_mac()?;
+                lock(&self.roce).mac = Some(m);
+                m
+            }
+        };
+        if !lock(&self.roce).roce_enabled {
+            self.set_roce_en(true)?;
+            lock(&self.roce).roce_enabled = true;
+        }
+        let gid = Gid::from_ip(ip);
+        self.set_roce_address(index, &gid, mac)?;
+        lock(&self.roce).gids.insert(index);
+        info!(index, %ip, mac = ?mac, "SET_ROCE_ADDRESS");
+        Ok(gid)
+    }
+
+    /// Clear the GID entries and `roce_en` (teardown, before DEALLOC_PD).
+    pub(crate) fn roce_teardown(&self) -> Result<(), Mlx5Error> {
+        let (gids, enabled) = {
+            let mut r = lock(&self.roce);
+            (
+                std::mem::take(&mut r.gids),
+                std::mem::take(&mut r.roce_enabled),
+            )
+        };
+        let mut first = Ok(());
+        for g in gids {
+            if let Err(e) = self.set_roce_address(g, &Gid::ZERO, [0; 6]) {
+                warn!(index = g, %e, "clearing a GID entry failed");
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        let disabled = if enabled {
+            self.set_roce_en(false)
+        } else {
+            Ok(())
+        };
+        first.and(disabled)
+    }
+}
+
+static KEY_BYTE: AtomicU8 = AtomicU8::new(0);
+
+/// A memory key over one [`DmaBuffer`] (CREATE_MKEY, MTT access mode): the
+/// address space of SGEs and RETHs is the buffer's host virtual address
+/// ([`Mkey::addr`]), translated by the MTT to its IOVA pages. Dropping it
+/// destroys the key; the buffer lives as long as the key (and any QP that
+/// [`crate::Qp::use_region`]d it).
+pub struct Mkey {
+    hca: Arc<Hca>,
+    index: u32,
+    key: u32,
+    buf: Arc<DmaBuffer>,
+    access: AccessFlags,
+}
+
+impl fmt::Debug for Mkey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mkey")
+            .field("key", &format_args!("{:#x}", self.key))
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.buf.len())
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// The MTT entries of a buffer: each 4 KiB page's IOVA | read | write (§6).
+pub fn mtt_entries(iova: u64, len: usize) -> impl Iterator<Item = u64> {
+    (0..len.div_ceil(MTT_PAGE_BYTES))
+        .map(move |p| (iova + (p * MTT_PAGE_BYTES) as u64) | MTT_READ_ENABLE | MTT_WRITE_ENABLE)
+}
+
+impl Mkey {
+    /// Register `buf` with `access` (local read always).
+    pub fn new(
+        hca: &Arc<Hca>,
+        buf: Arc<DmaBuffer>,
+        access: AccessFlags,
+    ) -> Result<Mkey, Mlx5Error> {
+        let len = buf.len();
+        let pages = len.div_ceil(MTT_PAGE_BYTES).max(1);
+        let octwords = pages.div_ceil(2);
+        let key_byte = KEY_BYTE.fetch_add(1, Ordering::Relaxed);
+        let mut cmd = vec![0u8; CreateMkeyIn::<&[u8]>::SIZE_BYTES + 16 * octwords];
+        {
+            let mut v = CreateMkeyIn::new_checked(&mut cmd[..]).map_err(prm("CREATE_MKEY"))?;
+            v.set_pg_access(1).map_err(prm("CREATE_MKEY"))?;
+            v.set_translations_octword_actual_size(octwords as u32)
+                .map_err(prm("CREATE_MKEY"))?;
+            for (i, e) in mtt_entries(buf.iova().get(), len).enumerate() {
+                v.set_klm_pas_mtt(2 * i, (e >> 32) as u32)
+                    .map_err(prm("CREATE_MKEY mtt"))?;
+                v.set_klm_pas_mtt(2 * i + 1, e as u32)
+                    .map_err(prm("CREATE_MKEY mtt"))?;
+            }
+            let mut m = v.memory_key_mkey_entry_mut();
+            (|| -> Result<(), rnic_mlx5_prm::Error> {
+                m.set_access_mode_1_0(mkey_access_mode::MTT & 3)?;
+                m.set_access_mode_4_2(mkey_access_mode::MTT >> 2)?;
+                m.set_a(access.contains(AccessFlags::REMOTE_ATOMIC).into())?;
+                m.set_rw(access.contains(AccessFlags::REMOTE_WRITE).into())?;
+                m.set_rr(access.contains(AccessFlags::REMOTE_READ).into())?;
+                m.set_lw(access.contains(AccessFlags::LOCAL_WRITE).into())?;
+                m.set_lr(1)?;
+                m.set_qpn(MKEY_QPN_UNBOUND)?;
+                m.set_mkey_7_0(key_byte.into())?;
+                m.set_length64(0)?;
+                m.set_pd(hca.info().pd)?;
+                m.set_start_addr(buf.as_ptr() as u64)?;
+                m.set_len(len as u64)?;
+                m.set_translations_octword_size(octwords as u32)?;
+                m.set_log_page_size(MTT_PAGE_BYTES.trailing_zeros())
+            })()
+            .map_err(prm("CREATE_MKEY mkc"))?;
+        }
+        let out = hca.exec(
+            CmdOpcode::CreateMkey,
+            0,
+            &cmd,
+            CreateMkeyOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let index = CreateMkeyOut::new_checked(&out[..])
+            .map_err(prm("CREATE_MKEY"))?
+            .mkey_index();
+        let key = (index << 8) | u32::from(key_byte);
+        debug!(key = format_args!("{key:#x}"), pages, "CREATE_MKEY");
+        Ok(Mkey {
+            hca: hca.clone(),
+            index,
+            key,
+            buf,
+            access,
+        })
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> Lkey {
+        Lkey(self.key)
+    }
+
+    /// The remote key.
+    pub fn rkey(&self) -> Rkey {
+        Rkey(self.key)
+    }
+
+    /// The address of byte 0 in SGEs and RETHs.
+    pub fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The registered buffer.
+    pub fn buffer(&self) -> &Arc<DmaBuffer> {
+        &self.buf
+    }
+}
+
+impl Drop for Mkey {
+    fn drop(&mut self) {
+        if self.hca.is_fatal() {
+            return;
+        }
+        let mut buf = vec![0u8; DestroyMkeyIn::<&[u8]>::SIZE_BYTES];
+        let r = DestroyMkeyIn::new_checked(&mut buf[..])
+            .and_then(|mut v| v.set_mkey_index(self.index))
+            .map_err(prm("DESTROY_MKEY"))
+            .and_then(|_| {
+                self.hca.exec(
+                    CmdOpcode::DestroyMkey,
+                    0,
+                    &buf,
+                    DestroyMkeyOut::<&[u8]>::SIZE_BYTES,
+                )
+            });
+        if let Err(e) = r {
+            warn!(key = self.key, %e, "DESTROY_MKEY failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtt_entries_are_page_iovas_with_read_and_write() {
+        let e: Vec<u64> = mtt_entries(0x10_0000, 8192 + 1).collect();
+        assert_eq!(e, vec![0x10_0003, 0x10_1003, 0x10_2003]);
+    }
+}

@@ -1,0 +1,256 @@
+//! What a QP's poster and its CQs' pollers share: per-WQE `wr_id`s and
+//! metadata, the producer and consumer counters — atomics only, no lock.
+//!
+//! The poster ([`crate::Qp`], `&mut`) writes a WQE's entry, then publishes
+//! its producer counter with `Release`; a poller ([`crate::Cq`], `&mut`)
+//! reads the counter with `Acquire` before trusting an entry, and publishes
+//! the consumer counter with `Release` so the poster sees the space freed.
+//! A CQE the device writes names a WQE by index: every index is checked
+//! against the outstanding window and against the start of a WQE before it
+//! is used, so no CQE can retire what was never posted, or index out of
+//! bounds.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use rnic_core::WcOpcode;
+
+/// Completion opcodes stored per WQE (one byte).
+pub(crate) fn wc_opcode_code(op: WcOpcode) -> u32 {
+    match op {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        _ => 0xff,
+    }
+}
+
+pub(crate) fn wc_opcode_from_code(code: u32) -> WcOpcode {
+    match code {
+        0 => WcOpcode::Send,
+        1 => WcOpcode::RdmaWrite,
+        2 => WcOpcode::RdmaRead,
+        3 => WcOpcode::CompSwap,
+        4 => WcOpcode::FetchAdd,
+        other => WcOpcode::Unknown(other),
+    }
+}
+
+/// One SQ entry's metadata, at the index of its first WQEBB: the 16-bit
+/// WQE index (so a CQE naming a WQEBB inside a WQE is refused), its size in
+/// WQEBBs and its completion opcode.
+#[inline(always)]
+pub(crate) const fn sq_meta(wqe_index: u16, wqebbs: u32, wc_code: u32) -> u32 {
+    ((wqe_index as u32) << 16) | ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
+}
+
+/// A send queue's tracking, indexed by WQEBB.
+#[derive(Debug)]
+pub(crate) struct SqTrack {
+    pub wrid: Box<[AtomicU64]>,
+    pub meta: Box<[AtomicU32]>,
+    /// Producer in WQEBBs (free-running), published by the poster.
+    pub head: AtomicU32,
+    /// Consumer in WQEBBs (free-running), published by the poller.
+    pub tail: AtomicU32,
+    pub mask: u32,
+}
+
+/// A receive queue's tracking, indexed by WQE.
+#[derive(Debug)]
+pub(crate) struct RqTrack {
+    pub wrid: Box<[AtomicU64]>,
+    pub head: AtomicU32,
+    pub tail: AtomicU32,
+    pub mask: u32,
+}
+
+fn atomics64(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+fn atomics32(n: usize) -> Box<[AtomicU32]> {
+    (0..n).map(|_| AtomicU32::new(0)).collect()
+}
+
+impl SqTrack {
+    pub fn new(wqebbs: u32) -> SqTrack {
+        SqTrack {
+            wrid: atomics64(wqebbs as usize),
+            meta: atomics32(wqebbs as usize),
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            mask: wqebbs - 1,
+        }
+    }
+
+    /// Retire every WQE up to and including the one whose WQE index is
+    /// `counter` (§10: unsignaled WQEs before it are done too); its
+    /// `(wr_id, completion opcode code)`, or `None` if `counter` names no
+    /// outstanding WQE start.
+    pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Relaxed);
+        let outstanding = head.wrapping_sub(tail);
+        let ahead = u32::from(counter.wrapping_sub(tail as u16));
+        if ahead >= outstanding {
+            return None;
+        }
+        let idx = (u32::from(counter) & self.mask) as usize;
+        let meta = self.meta.get(idx)?.load(Ordering::Relaxed);
+        let bbs = (meta >> 8) & 0xff;
+        if (meta >> 16) as u16 != counter || bbs == 0 || ahead + bbs > outstanding {
+            return None;
+        }
+        let wr_id = self.wrid.get(idx)?.load(Ordering::Relaxed);
+        self.tail
+            .store(tail.wrapping_add(ahead + bbs), Ordering::Release);
+        Some((wr_id, meta & 0xff))
+    }
+
+    /// The oldest outstanding WQE, retired: for software flushes.
+    pub fn pop(&self) -> Option<(u64, u32)> {
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Relaxed);
+        if head == tail {
+            return None;
+        }
+        self.complete(tail as u16).or_else(|| {
+            // Inconsistent metadata: drop everything rather than loop.
+            self.tail.store(head, Ordering::Release);
+            None
+        })
+    }
+
+    pub fn outstanding(&self) -> u32 {
+        self.head
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.tail.load(Ordering::Acquire))
+    }
+}
+
+impl RqTrack {
+    pub fn new(entries: u32) -> RqTrack {
+        RqTrack {
+            wrid: atomics64(entries as usize),
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            mask: entries - 1,
+        }
+    }
+
+    /// Retire the oldest receive (a plain RQ completes in order, §10);
+    /// `(wr_id, index matches counter)`, or `None` when nothing is posted.
+    pub fn complete(&self, counter: u16) -> Option<(u64, bool)> {
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Relaxed);
+        if head == tail {
+            return None;
+        }
+        let idx = tail & self.mask;
+        let wr_id = self.wrid.get(idx as usize)?.load(Ordering::Relaxed);
+        self.tail.store(tail.wrapping_add(1), Ordering::Release);
+        let matches = (u32::from(counter) ^ tail) & self.mask == 0;
+        Some((wr_id, matches))
+    }
+
+    pub fn outstanding(&self) -> u32 {
+        self.head
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.tail.load(Ordering::Acquire))
+    }
+}
+
+/// What a QP shares with its CQs.
+#[derive(Debug)]
+pub(crate) struct QpShared {
+    pub qpn: u32,
+    pub sq: SqTrack,
+    pub rq: RqTrack,
+    /// Set once the device is fatal (or the QP went to ERR in software):
+    /// CQ pollers flush what is outstanding.
+    pub flush: AtomicBool,
+    /// The QP was destroyed: CQs drop it at their next attach.
+    pub destroyed: AtomicBool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(sq: &SqTrack, wr_id: u64, bbs: u32) -> u16 {
+        let head = sq.head.load(Ordering::Relaxed);
+        let idx = (head & sq.mask) as usize;
+        sq.wrid[idx].store(wr_id, Ordering::Relaxed);
+        sq.meta[idx].store(sq_meta(head as u16, bbs, 1), Ordering::Relaxed);
+        sq.head.store(head.wrapping_add(bbs), Ordering::Release);
+        head as u16
+    }
+
+    #[test]
+    fn a_cqe_retires_the_unsignaled_wqes_before_it() {
+        let sq = SqTrack::new(8);
+        post(&sq, 1, 1);
+        post(&sq, 2, 2);
+        let c = post(&sq, 3, 1);
+        assert_eq!(sq.outstanding(), 4);
+        assert_eq!(sq.complete(c), Some((3, 1)));
+        assert_eq!(sq.outstanding(), 0);
+        // Replayed CQE: nothing outstanding.
+        assert_eq!(sq.complete(c), None);
+    }
+
+    #[test]
+    fn hostile_counters_are_refused() {
+        let sq = SqTrack::new(8);
+        post(&sq, 1, 2);
+        post(&sq, 2, 1);
+        // Inside the first WQE (not its start), beyond head, far away.
+        assert_eq!(sq.complete(1), None);
+        assert_eq!(sq.complete(3), None);
+        assert_eq!(sq.complete(0x8000), None);
+        assert_eq!(sq.complete(u16::MAX), None);
+        assert_eq!(sq.outstanding(), 3);
+        assert_eq!(sq.complete(0), Some((1, 1)));
+        assert_eq!(sq.complete(2), Some((2, 1)));
+    }
+
+    #[test]
+    fn the_16_bit_index_wraps() {
+        let sq = SqTrack::new(4);
+        sq.head.store(0xfffe, Ordering::Relaxed);
+        sq.tail.store(0xfffe, Ordering::Relaxed);
+        let a = post(&sq, 10, 1);
+        let b = post(&sq, 11, 2);
+        assert_eq!((a, b), (0xfffe, 0xffff));
+        let c = post(&sq, 12, 1);
+        assert_eq!(c, 0x0001);
+        assert_eq!(sq.complete(0x0001), Some((12, 1)));
+        assert_eq!(sq.tail.load(Ordering::Relaxed), 0x1_0002);
+    }
+
+    #[test]
+    fn software_flush_pops_in_order() {
+        let sq = SqTrack::new(8);
+        post(&sq, 1, 1);
+        post(&sq, 2, 3);
+        assert_eq!(sq.pop(), Some((1, 1)));
+        assert_eq!(sq.pop(), Some((2, 1)));
+        assert_eq!(sq.pop(), None);
+    }
+
+    #[test]
+    fn receives_complete_in_order() {
+        let rq = RqTrack::new(4);
+        for i in 0..3u64 {
+            let h = rq.head.load(Ordering::Relaxed);
+            rq.wrid[(h & rq.mask) as usize].store(100 + i, Ordering::Relaxed);
+            rq.head.store(h + 1, Ordering::Release);
+        }
+        assert_eq!(rq.complete(0), Some((100, true)));
+        assert_eq!(rq.complete(7), Some((101, false)));
+        assert_eq!(rq.complete(2), Some((102, true)));
+        assert_eq!(rq.complete(3), None);
+    }
+}
