@@ -214,6 +214,19 @@ impl Bar {
         })
     }
 
+    /// Replace the big-endian qword with `new` if it is `current`.
+    pub fn cas64_be(&self, offset: u64, current: u64, new: u64) -> bool {
+        self.u64_at(offset).is_some_and(|w| {
+            w.compare_exchange(
+                current.to_be(),
+                new.to_be(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        })
+    }
+
     /// Copy bytes out (REGION_READ); bytes outside the BAR read 0xff.
     pub fn read_bytes(&self, offset: u64, dst: &mut [u8]) {
         for (i, b) in dst.iter_mut().enumerate() {

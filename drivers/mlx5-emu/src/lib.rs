@@ -76,6 +76,7 @@ pub mod device;
 pub mod dma;
 mod error;
 pub mod firmware;
+pub mod hca;
 pub mod irq;
 pub mod server;
 mod sys;
@@ -88,6 +89,7 @@ pub use error::EmuError;
 pub use firmware::{
     Accounting, Faults, Firmware, FirmwareHandle, FirmwareOptions, FirmwareStats, Phase,
 };
+pub use hca::HcaStats;
 pub use irq::Signal;
 pub use server::Emulator;
 pub use watch::{DoorbellHandler, NoFirmware};

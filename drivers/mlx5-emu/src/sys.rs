@@ -113,3 +113,39 @@ pub(crate) fn page_size() -> u64 {
         .and_then(|v| u64::try_from(v).ok())
         .unwrap_or(4096)
 }
+
+/// `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (or the IPv6 option): DF set, never fragmented; an
+/// unconnected IPv4 socket then sends identification 0, which the peer's ICRC check
+/// predicts.
+pub(crate) fn set_pmtudisc_do(fd: BorrowedFd<'_>, ipv6: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (level, name, value) = if ipv6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    };
+    // SAFETY: `fd` is a live socket borrowed for the call; the option value points at a
+    // c_int on this stack frame whose size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -9,11 +9,15 @@
 //! - `cmd_dbell` (0x018) is consumed: the watcher atomically swaps it to 0
 //!   and reports the bits (`1 << slot`), so ringing the same slot twice is
 //!   two events.
-//! - `cmdq_addr_h`/`cmdq_addr_l_sz` and UAR doorbells are *state*: the
-//!   watcher compares them with a shadow copy and reports changes. Two equal
-//!   writes in a row are one event; mlx5 doorbells are idempotent
-//!   (producer/consumer indices, arm sequence numbers), and the firmware reads
-//!   the authoritative counters (doorbell records) on each event anyway.
+//! - UAR doorbells are consumed too: the watcher keeps each watched register
+//!   at a sentinel ([`UAR_IDLE`], all-ones), reports any other value it finds
+//!   and puts the sentinel back with a compare-and-swap (a write racing the
+//!   swap stays and is the next event). So every write is an event — an EQ 0
+//!   armed at consumer index 0 writes 0, which a change detector would miss —
+//!   except a write of the all-ones sentinel itself, which no mlx5 doorbell
+//!   carries (EQ 255 at index 0xffffff; opcode 0xff for QPN 0xffffff).
+//! - `cmdq_addr_h`/`cmdq_addr_l_sz` are *state*: the watcher compares them
+//!   with a shadow copy and reports changes.
 //! - After the driver writes `cmdq_addr_l_sz`, the watcher restores its low
 //!   byte to the read-only queue geometry (log size / log stride), as the
 //!   hardware register reads back.
@@ -37,6 +41,9 @@ pub const SPIN_FOR: Duration = Duration::from_micros(50);
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep between scans while idle.
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// What a watched UAR doorbell register holds between writes.
+pub const UAR_IDLE: u64 = u64::MAX;
 
 /// Doorbell registers of a UAR page: (offset, width in bytes) — CQ doorbell,
 /// EQ update+arm, EQ update, and the first 8 bytes of each half of the four
@@ -171,16 +178,24 @@ impl Watcher {
         for page in watched {
             for (offset, width) in UAR_DOORBELLS {
                 let v = read_doorbell(dev, page, offset, width);
-                let old = self.shadow.insert((page, offset), v);
-                match old {
-                    // First look at a newly watched page: no event.
-                    None => {}
-                    Some(o) if o == v => {}
-                    Some(_) => {
-                        dev.stats().uar_doorbells.fetch_add(1, Ordering::Relaxed);
-                        dev.with_handler(|hd| hd.uar_doorbell(dev, page, offset, v));
-                        events += 1;
-                    }
+                let idle = if width == 8 { UAR_IDLE } else { UAR_IDLE >> 32 };
+                let first = self.shadow.insert((page, offset), idle).is_none();
+                if v == idle {
+                    continue;
+                }
+                // Consume: put the sentinel back unless the driver wrote again meanwhile
+                // (then that write is the next scan's event).
+                let at = u64::from(page) * UAR_PAGE + u64::from(offset);
+                if width == 8 {
+                    bar.cas64_be(at, v, idle);
+                } else {
+                    bar.cas32_be(at, v as u32, idle as u32);
+                }
+                // First look at a newly watched page: what it held is no write.
+                if !first {
+                    dev.stats().uar_doorbells.fetch_add(1, Ordering::Relaxed);
+                    dev.with_handler(|hd| hd.uar_doorbell(dev, page, offset, v));
+                    events += 1;
                 }
             }
         }

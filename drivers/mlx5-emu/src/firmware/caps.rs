@@ -247,6 +247,11 @@ impl Caps {
     pub fn general(&self) -> CmdHcaCap<&[u8]> {
         CmdHcaCap::new_unchecked(&self.general.current[..])
     }
+
+    /// The current RoCE capabilities as a view.
+    pub fn roce(&self) -> rnic_mlx5_prm::RoceCap<&[u8]> {
+        rnic_mlx5_prm::RoceCap::new_unchecked(&self.roce.current[..])
+    }
 }
 
 #[cfg(test)]

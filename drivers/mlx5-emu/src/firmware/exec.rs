@@ -7,6 +7,7 @@
 //! state.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, Weak};
 
 use rnic_mlx5_prm::{
     AccessRegisterIn, AllocPdOut, AllocTransportDomainOut, AllocUarOut, CmdOpcode, CmdStatus,
@@ -25,6 +26,7 @@ use super::caps::{CAP_PAGE_BYTES, Caps};
 use super::syndrome as syn;
 use crate::bar::{FIRST_NON_UAR_PAGE, INIT_SEGMENT_PAGES, UAR_PAGE};
 use crate::device::Device;
+use crate::hca::{Ctx, Hca, lock};
 
 /// The function's life-cycle state (mlx5.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +187,10 @@ fn spec(op: CmdOpcode) -> Option<(usize, usize, Needs)> {
             p::modify_nic_vport_context_out::SIZE_BYTES,
             Needs::Initialized,
         ),
-        _ => return None,
+        _ => {
+            let (i, o) = crate::hca::spec(op)?;
+            (i, o, Needs::Initialized)
+        }
     })
 }
 
@@ -214,6 +219,10 @@ pub struct State {
     pub(crate) tds: BTreeSet<u32>,
     pub(crate) roce_en: bool,
     pub(crate) mtu: u32,
+    /// EQs, CQs, MKeys, QPs, GIDs and the data path.
+    pub(crate) hca: Arc<Mutex<Hca>>,
+    /// Pages the firmware wants beyond boot + init at run time (PAGE_REQUEST events).
+    pub(crate) run_pages: i64,
 }
 
 fn lowest_free(set: &BTreeSet<u32>, from: u32, below: u64) -> Option<u32> {
@@ -239,7 +248,38 @@ impl State {
             tds: BTreeSet::new(),
             roce_en: false,
             mtu: u32::from(options.mtu),
+            hca: Hca::new_shared(Weak::new()),
+            run_pages: 0,
         }
+    }
+
+    /// A power-on state whose HCA reaches the device through `dev`.
+    pub(crate) fn attached(options: FirmwareOptions, dev: Weak<Device>) -> State {
+        let s = State::new(options);
+        lock(&s.hca).attach(dev);
+        s
+    }
+
+    /// The pages the firmware keeps while initialized: boot + init + run-time demand.
+    fn keep_initialized(&self) -> u64 {
+        let base = u64::from(self.options.boot_pages) + u64::from(self.options.init_pages);
+        base.saturating_add_signed(self.run_pages)
+    }
+
+    /// QUERY_PAGES(regular): what the run-time demand still lacks (> 0) or leaves over (< 0).
+    fn regular_demand(&self) -> i64 {
+        if self.phase != Phase::Initialized {
+            return 0;
+        }
+        i64::try_from(self.keep_initialized()).unwrap_or(i64::MAX) - self.held() as i64
+    }
+
+    /// The firmware wants `n` pages more than it holds now (or `-n` fewer; never fewer than
+    /// boot + init): the target QUERY_PAGES(regular) then reports against.
+    pub(crate) fn request_pages(&mut self, n: i32) {
+        let base = i64::from(self.options.boot_pages) + i64::from(self.options.init_pages);
+        let target = (self.held() as i64 + i64::from(n)).max(base);
+        self.run_pages = target - base;
     }
 
     fn held(&self) -> u64 {
@@ -256,7 +296,7 @@ impl State {
     }
 
     fn live_objects(&self) -> usize {
-        self.uars.len() + self.pds.len() + self.tds.len()
+        self.uars.len() + self.pds.len() + self.tds.len() + lock(&self.hca).objects()
     }
 
     /// Execute command `op` (its opcode, from the inline bytes) with `input` (`inlen` bytes)
@@ -348,6 +388,8 @@ impl State {
                 if self.live_objects() > 0 {
                     return refuse(CmdStatus::BadResState, syn::TEARDOWN_OBJECTS_LIVE);
                 }
+                lock(&self.hca).teardown();
+                self.run_pages = 0;
                 self.phase = Phase::Enabled;
                 Ok(())
             }
@@ -370,9 +412,13 @@ impl State {
                 if !(FIRST_UAR..FIRST_NON_UAR_PAGE).contains(&idx) {
                     return param(syn::UAR_INDEX);
                 }
-                if !self.uars.remove(&idx) {
+                if !self.uars.contains(&idx) {
                     return refuse(CmdStatus::BadRes, syn::UAR_NOT_ALLOCATED);
                 }
+                if lock(&self.hca).uses_uar(idx) {
+                    return refuse(CmdStatus::BadResState, syn::RESOURCE_IN_USE);
+                }
+                self.uars.remove(&idx);
                 dev.unwatch_uar(idx);
                 Ok(())
             }
@@ -386,9 +432,14 @@ impl State {
                 Ok(())
             }
             CmdOpcode::DeallocPd => {
-                if !self.pds.remove(&DeallocPdIn::new_unchecked(input).pd()) {
+                let pd = DeallocPdIn::new_unchecked(input).pd();
+                if !self.pds.contains(&pd) {
                     return refuse(CmdStatus::BadRes, syn::PD_NOT_ALLOCATED);
                 }
+                if lock(&self.hca).uses_pd(pd) {
+                    return refuse(CmdStatus::BadResState, syn::RESOURCE_IN_USE);
+                }
+                self.pds.remove(&pd);
                 Ok(())
             }
             CmdOpcode::AllocTransportDomain => {
@@ -437,6 +488,17 @@ impl State {
                 Ok(())
             }
             CmdOpcode::ModifyNicVportContext => self.modify_nic_vport(input),
+            op if crate::hca::spec(op).is_some() => {
+                let ctx = Ctx {
+                    pds: &self.pds,
+                    uars: &self.uars,
+                    caps: &self.caps,
+                    mac: self.options.mac,
+                    mtu: self.mtu,
+                    roce_en: self.roce_en,
+                };
+                lock(&self.hca).command(dev, op, input, out, &ctx)
+            }
             // `spec` returned Some only for the opcodes above.
             _ => refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE),
         }
@@ -459,7 +521,8 @@ impl State {
             return refuse(CmdStatus::BadSysState, syn::DISABLE_PAGES_HELD);
         }
         let options = self.options;
-        *self = State::new(options);
+        let dev = lock(&self.hca).device();
+        *self = State::attached(options, dev);
         Ok(())
     }
 
@@ -471,7 +534,16 @@ impl State {
         let n = match v.op_mod() {
             query_pages_op_mod::BOOT => self.boot_missing(),
             query_pages_op_mod::INIT => self.init_missing(),
-            query_pages_op_mod::REGULAR => 0,
+            query_pages_op_mod::REGULAR => {
+                let d = self
+                    .regular_demand()
+                    .clamp(i64::from(i32::MIN), i64::from(i32::MAX));
+                let mut o = QueryPagesOut::new_unchecked(out);
+                let _ = o.set_function_id(0);
+                // num_pages is signed: negative = the firmware returns pages.
+                let _ = o.set_num_pages(d as i32 as u32);
+                return Ok(());
+            }
             _ => return param(syn::PAGES_OP_MOD),
         };
         let mut o = QueryPagesOut::new_unchecked(out);
@@ -535,7 +607,7 @@ impl State {
                 }
                 // While initialized the firmware keeps the boot and init pages it runs on.
                 let keep = if self.phase == Phase::Initialized {
-                    u64::from(self.options.boot_pages) + u64::from(self.options.init_pages)
+                    self.keep_initialized()
                 } else {
                     0
                 };
@@ -754,11 +826,7 @@ mod tests {
         assert_eq!(r.unwrap_err().status, CmdStatus::BadOutpLen);
         let (r, _) = run(&mut s, &dev, &c, 0x70);
         assert_eq!(r.unwrap_err().syndrome, syn::NOT_ENABLED);
-        let (r, _) = run(&mut s, &dev, &cmd(CmdOpcode::CreateQp, 0, 0x10), 0x10);
-        assert_eq!(
-            r.unwrap_err().status,
-            CmdStatus::BadOp,
-            "not implemented yet"
-        );
+        let (r, _) = run(&mut s, &dev, &cmd(CmdOpcode::QueryAdapter, 0, 0x10), 0x10);
+        assert_eq!(r.unwrap_err().status, CmdStatus::BadOp, "not implemented");
     }
 }

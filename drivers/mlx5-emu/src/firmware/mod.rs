@@ -97,6 +97,8 @@ pub struct FirmwareStats {
     pub swallowed: u64,
     /// Commands failed by [`Faults::fail_next`].
     pub injected: u64,
+    /// Command completion EQEs posted.
+    pub command_events: u64,
 }
 
 impl FirmwareStats {
@@ -133,17 +135,32 @@ pub struct Accounting {
     pub pds: usize,
     /// Transport domains allocated.
     pub tds: usize,
+    /// EQs alive.
+    pub eqs: usize,
+    /// CQs alive.
+    pub cqs: usize,
+    /// QPs alive.
+    pub qps: usize,
+    /// MKeys alive.
+    pub mkeys: usize,
+    /// GID table entries set (each binds a RoCE address).
+    pub gids: usize,
     /// The driver's live DMA mappings (0 when no device is attached).
     pub dma_mappings: usize,
 }
 
 impl Accounting {
-    /// No pages, no objects, no DMA mappings.
+    /// No pages, no objects (UAR, PD, TD, EQ, CQ, QP, MKey, GID), no DMA mappings.
     pub fn is_clean(&self) -> bool {
         self.pages_held == 0
             && self.uars == 0
             && self.pds == 0
             && self.tds == 0
+            && self.eqs == 0
+            && self.cqs == 0
+            && self.qps == 0
+            && self.mkeys == 0
+            && self.gids == 0
             && self.dma_mappings == 0
     }
 }
@@ -238,6 +255,20 @@ impl FirmwareHandle {
     /// mapping count). [`crate::Emulator::start`] does it.
     pub fn attach(&self, dev: &Arc<Device>) {
         *lock(&self.shared.device) = Arc::downgrade(dev);
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).attach(Arc::downgrade(dev));
+    }
+
+    /// The data path's counters (EQEs, CQEs, interrupts, packets, faults).
+    pub fn hca_stats(&self) -> crate::hca::HcaStats {
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).stats()
+    }
+
+    /// The RoCE addresses the GID table has bound.
+    pub fn bound_addresses(&self) -> Vec<std::net::IpAddr> {
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).bound_addresses()
     }
 
     /// The fault hooks.
@@ -258,12 +289,18 @@ impl FirmwareHandle {
             .upgrade()
             .map_or(0, |d| d.dma().mappings().len());
         let s = lock(&self.shared.state);
+        let live = crate::hca::lock(&s.hca).live();
         Accounting {
             phase: s.phase,
             pages_held: s.pages.len(),
             uars: s.uars.len(),
             pds: s.pds.len(),
             tds: s.tds.len(),
+            eqs: live.eqs,
+            cqs: live.cqs,
+            qps: live.qps,
+            mkeys: live.mkeys,
+            gids: live.gids,
             dma_mappings,
         }
     }
@@ -327,6 +364,20 @@ impl Faults {
         dev.declare_fatal(synd.as_raw());
         tracing::warn!(syndrome = %synd, "fatal health syndrome declared (fault hook)");
         true
+    }
+
+    /// The firmware wants `n` more pages (`n` < 0: wants to return `-n`) at run time: a
+    /// PAGE_REQUEST EQE (type 0x0b, `num_pages` = n) goes to the EQ that asks for page
+    /// requests, and QUERY_PAGES(regular) reports the demand. `false` when no EQ asks for
+    /// page requests or no device is attached (the demand stands either way).
+    pub fn request_pages(&self, n: i32) -> bool {
+        let dev = lock(&self.shared.device).upgrade();
+        let mut s = lock(&self.shared.state);
+        s.request_pages(n);
+        let Some(dev) = dev else {
+            return false;
+        };
+        crate::hca::lock(&s.hca).page_request_event(&dev, n)
     }
 
     /// Drop every pending hook (a declared fatal error stays until reset).
@@ -408,6 +459,15 @@ impl Firmware {
             tracing::debug!(slot, %op, "command ok");
         }
         let delivery = cmdq::complete(dev, &cmd, &out);
+        // Events mode: a command completion EQE on the EQ that asks for them.
+        {
+            let s = lock(&sh.state);
+            let posted = crate::hca::lock(&s.hca).command_event(dev, slot);
+            drop(s);
+            if posted {
+                lock(&sh.stats).command_events += 1;
+            }
+        }
         let mut st = lock(&sh.stats);
         if delivery != DeliveryStatus::Ok {
             *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
@@ -443,9 +503,9 @@ impl DoorbellHandler for Firmware {
         }
     }
 
-    fn uar_doorbell(&mut self, _dev: &Device, page: u32, offset: u32, value: u64) {
-        // No EQs, CQs or QPs exist yet: nothing to ring.
-        tracing::debug!(page, offset, value, "UAR doorbell (no queues yet)");
+    fn uar_doorbell(&mut self, dev: &Device, page: u32, offset: u32, value: u64) {
+        let hca = lock(&self.shared.state).hca.clone();
+        crate::hca::lock(&hca).uar_doorbell(dev, page, offset, value);
     }
 
     fn init_segment_write(&mut self, _dev: &Device, offset: u32, value: u32) {
@@ -457,9 +517,10 @@ impl DoorbellHandler for Firmware {
     }
 
     fn reset(&mut self, _dev: &Device) {
+        let dev = lock(&self.shared.device).clone();
         let mut s = lock(&self.shared.state);
         let options = s.options;
-        *s = State::new(options);
+        *s = State::attached(options, dev);
         lock(&self.shared.faults).dead = false;
     }
 }

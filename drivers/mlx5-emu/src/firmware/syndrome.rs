@@ -4,7 +4,8 @@
 //! Real syndromes are NVIDIA-internal and undocumented (mlx5.md §4.3, §12); these are the
 //! emulator's own. Layout: `0x0e00_0000 | group << 12 | n` — the `0x0e` top byte marks
 //! "emulator", the group is the command family (0 = command interface, 1 = HCA life cycle,
-//! 2 = pages, 3 = capabilities, 4 = registers, 5 = resources, 6 = vport). Every value is listed
+//! 2 = pages, 3 = capabilities, 4 = registers, 5 = resources, 6 = vport, 7 = RoCE
+//! addresses, 8 = EQ, 9 = CQ, 0xa = MKey, 0xb = QP). Every value is listed
 //! in docs/mlx5-emu.md (a unit test holds the two together).
 
 macro_rules! syndromes {
@@ -116,6 +117,85 @@ syndromes! {
     VPORT_FIELD_UNSUPPORTED = 0x0e00_6003 => "MODIFY_NIC_VPORT_CONTEXT: field_select other than roce_en/mtu",
     /// MODIFY_NIC_VPORT_CONTEXT with an MTU out of range.
     VPORT_MTU = 0x0e00_6004 => "MODIFY_NIC_VPORT_CONTEXT: mtu outside 68..=9978",
+    /// DEALLOC_PD / DEALLOC_UAR while an object still uses it.
+    RESOURCE_IN_USE = 0x0e00_5008 => "DEALLOC_PD/DEALLOC_UAR: an MKey, EQ, CQ or QP still uses it",
+
+    /// GID table index at or above gid_table_size.
+    GID_INDEX = 0x0e00_7001 => "SET/QUERY_ROCE_ADDRESS: roce_address_index >= gid_table_size (256)",
+    /// vhca_port_num nonzero while num_vhca_ports is 0.
+    GID_PORT = 0x0e00_7002 => "SET/QUERY_ROCE_ADDRESS: vhca_port_num must be 0 (num_vhca_ports is 0)",
+    /// A RoCE version other than 2.
+    GID_VERSION = 0x0e00_7003 => "SET_ROCE_ADDRESS: roce_version must be 2 (RoCE v1 is not emulated)",
+    /// l3 type does not match the address (IPv4-mapped for IPv4).
+    GID_L3_TYPE = 0x0e00_7004 => "SET_ROCE_ADDRESS: roce_l3_type does not match the GID (IPv4 = ::ffff:a.b.c.d, IPv6 otherwise)",
+    /// The source MAC is not the function's.
+    GID_MAC = 0x0e00_7005 => "SET_ROCE_ADDRESS: source MAC is not the function's permanent address",
+    /// VLANs are not emulated.
+    GID_VLAN = 0x0e00_7006 => "SET_ROCE_ADDRESS: vlan_valid set (VLANs are not emulated)",
+    /// The address could not be bound (UDP/4791).
+    GID_BIND = 0x0e00_7007 => "SET_ROCE_ADDRESS: binding UDP/4791 on the address failed (see the log)",
+    /// RoCE disabled in the NIC vport context.
+    ROCE_DISABLED = 0x0e00_7008 => "SET_ROCE_ADDRESS: roce_en is 0 (MODIFY_NIC_VPORT_CONTEXT roce_en first)",
+    /// The GID entry is used by a QP.
+    GID_IN_USE = 0x0e00_7009 => "SET_ROCE_ADDRESS: the entry is the source address of a QP past INIT",
+
+    /// No free EQ number.
+    EQ_EXHAUSTED = 0x0e00_8001 => "CREATE_EQ: 2^log_max_eq EQs exist",
+    /// log_eq_size above log_max_eq_sz (or 0).
+    EQ_SIZE = 0x0e00_8002 => "CREATE_EQ: log_eq_size 0 or above log_max_eq_sz",
+    /// The UAR page is not allocated.
+    EQ_UAR = 0x0e00_8003 => "CREATE_EQ/CREATE_CQ/CREATE_QP: uar_page not allocated",
+    /// MSI-X vector out of range.
+    EQ_VECTOR = 0x0e00_8004 => "CREATE_EQ: intr is not an MSI-X vector of the function (0..64)",
+    /// pas[] too short, misaligned, or page_offset nonzero.
+    QUEUE_PAS = 0x0e00_8005 => "CREATE_EQ/CQ/QP: pas[] shorter than the queue, an entry not page aligned, page_offset nonzero, or log_page_size too large",
+    /// Not an EQ.
+    EQ_NOT_FOUND = 0x0e00_8006 => "DESTROY_EQ/CREATE_CQ: no such EQ",
+    /// A CQ still reports to the EQ.
+    EQ_IN_USE = 0x0e00_8007 => "DESTROY_EQ: a CQ still names this EQ",
+    /// Non-zero status / unsupported context bit.
+    QUEUE_CONTEXT = 0x0e00_8008 => "CREATE_EQ/CQ: status nonzero, umem, CQE compression or a CQE size other than 64 bytes",
+
+    /// No free CQ number.
+    CQ_EXHAUSTED = 0x0e00_9001 => "CREATE_CQ: 2^log_max_cq CQs exist",
+    /// log_cq_size above the cap.
+    CQ_SIZE = 0x0e00_9002 => "CREATE_CQ: log_cq_size above log_max_cq_sz",
+    /// dbr_addr not 8-byte aligned.
+    DBR_ALIGN = 0x0e00_9003 => "CREATE_CQ/CREATE_QP: dbr_addr not 8-byte aligned",
+    /// Not a CQ.
+    CQ_NOT_FOUND = 0x0e00_9004 => "DESTROY_CQ/CREATE_QP: no such CQ",
+    /// A QP still reports to the CQ.
+    CQ_IN_USE = 0x0e00_9005 => "DESTROY_CQ: a QP still names this CQ",
+
+    /// No free MKey index.
+    MKEY_EXHAUSTED = 0x0e00_a001 => "CREATE_MKEY: 2^log_max_mkey MKeys exist",
+    /// Access mode other than PA or MTT.
+    MKEY_ACCESS_MODE = 0x0e00_a002 => "CREATE_MKEY: access mode other than PA (0) or MTT (1)",
+    /// The PD does not exist.
+    MKEY_PD = 0x0e00_a003 => "CREATE_MKEY/CREATE_QP: pd not allocated",
+    /// MTT translation short or malformed.
+    MKEY_MTT = 0x0e00_a004 => "CREATE_MKEY: translations do not cover start_addr..+len, an entry is not page aligned or lacks rd_en, or log_page_size outside 12..=30",
+    /// Unsupported mkc bits.
+    MKEY_CONTEXT = 0x0e00_a005 => "CREATE_MKEY: lr clear, free set, qpn bound, umem or umr_en set, or length 0",
+    /// Not an MKey.
+    MKEY_NOT_FOUND = 0x0e00_a006 => "DESTROY_MKEY: no such MKey",
+
+    /// No free QPN.
+    QP_EXHAUSTED = 0x0e00_b001 => "CREATE_QP: 2^log_max_qp QPs exist",
+    /// Service type unsupported.
+    QP_TYPE = 0x0e00_b002 => "CREATE_QP: st other than RC (0) or UD (2)",
+    /// Queue sizes.
+    QP_SIZE = 0x0e00_b003 => "CREATE_QP: log_sq_size/log_rq_size above log_max_qp_sz, RQ stride above max_wqe_sz_rq, or an unsupported rq_type",
+    /// Unsupported context bits.
+    QP_CONTEXT = 0x0e00_b004 => "CREATE_QP: pm_state not migrated (3), umem, ts_format real-time, cs_req/cs_res or input_qpn set",
+    /// Not a QP.
+    QP_NOT_FOUND = 0x0e00_b005 => "QP command: no such QP",
+    /// The address path is unusable.
+    QP_PATH = 0x0e00_b006 => "INIT2RTR: src_addr_index not a bound RoCE v2 GID, rgid of another L3 type, or udp_sport outside the RoCE cap range",
+    /// Bad transition attribute.
+    QP_ATTR = 0x0e00_b007 => "QP transition: mtu invalid or larger than the vport MTU allows, log_msg_max/log_sra_max/log_rra_max above caps, pkey_index or port invalid",
+    /// Transition illegal from the current state.
+    QP_STATE = 0x0e00_b008 => "QP transition not legal from the QP's current state",
 }
 
 /// The description of `syndrome`, if it is one of ours.

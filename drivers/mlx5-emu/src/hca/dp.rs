@@ -1,0 +1,824 @@
+//! The data path (mlx5.md §8–§10): send WQEs from the SQ ring at the doorbell, receive
+//! WQEs from the RQ ring by the doorbell record, both handed to the QP's transport engine;
+//! engine completions turned into CQEs (and completion EQEs); received packets and timers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use rnic_core::{
+    AddressVector, Gid, Lkey, QpAttr, QpAttrMask, QpState as Vs, Qpn, RecvWr, Rkey, SendFlags,
+    SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+use rnic_mlx5_prm::{
+    CQE_SYNDROME_TO_IBV, Cqe64, CqeOpcode, CqeSyndrome, ErrCqe, EventType, INLINE_SEG_FLAG,
+    INVALID_LKEY, QpState, UdAdrsVector, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeOpcode,
+    WqeRaddrSeg, cqe_l3_hdr_type,
+};
+use rnic_roce::transport::{CompletionSink, CqSide, Instant, Io, MemKey, MemoryAccess};
+
+use super::mkey::{INLINE_KEY, MemView};
+use super::port::{Sink, ip_gid, verify_icrc};
+use super::qp::{ENGINE_DEPTH, QpObj, SendMeta};
+use super::{Hca, queues::CQE};
+use crate::device::Device;
+
+/// Completions the engine produced during one call.
+#[derive(Debug, Default)]
+pub(crate) struct Collect(pub(crate) Vec<(CqSide, WorkCompletion)>);
+
+impl CompletionSink for Collect {
+    fn complete(&mut self, side: CqSide, wc: WorkCompletion) {
+        self.0.push((side, wc));
+    }
+}
+
+/// The mlx5 syndrome of an engine status (the reverse of `CQE_SYNDROME_TO_IBV`); statuses
+/// with no syndrome of their own report a local QP operation error.
+pub(crate) fn syndrome_of(s: WcStatus) -> u8 {
+    CQE_SYNDROME_TO_IBV
+        .iter()
+        .find(|(_, ibv)| *ibv == s.as_raw())
+        .map_or(CqeSyndrome::LocalQpOp.as_raw(), |(syn, _)| syn.as_raw())
+}
+
+/// A parsed send WQE.
+struct Parsed {
+    op: SendOp,
+    sges: Vec<Sge>,
+    inline: Option<Vec<u8>>,
+    ud: Option<UdDest>,
+    flags: SendFlags,
+    atomic_result: Option<(u32, u64)>,
+    len: u64,
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        x.copy_from_slice(s);
+    }
+    u32::from_be_bytes(x)
+}
+
+/// Parse the segments after the control segment. `Err(syndrome)` for a WQE the hardware
+/// refuses before the transport sees it.
+fn parse_segments(
+    qp: &QpObj,
+    op: WqeOpcode,
+    ctrl: &WqeCtrlSeg<&[u8]>,
+    body: &[u8],
+    gids: &[Option<super::port::GidEntry>],
+) -> Result<Parsed, u8> {
+    let qp_op = CqeSyndrome::LocalQpOp.as_raw();
+    let len_err = CqeSyndrome::LocalLength.as_raw();
+    let mut at = 0usize;
+    let mut seg = |n: usize| -> Result<&[u8], u8> {
+        let s = body.get(at..at + n).ok_or(qp_op)?;
+        at += n;
+        Ok(s)
+    };
+    let mut ud = None;
+    if qp.ud {
+        let av = UdAdrsVector::new_unchecked(seg(UdAdrsVector::<&[u8]>::SIZE_BYTES)?);
+        let gi = av.src_addr_index();
+        if gids.get(gi as usize).copied().flatten().is_none() {
+            return Err(qp_op);
+        }
+        let mut g = [0u8; 16];
+        g.copy_from_slice(av.rgid_rip());
+        let qkey = if av.q_key() & 0x8000_0000 != 0 {
+            qp.q_key
+        } else {
+            av.q_key()
+        };
+        let sport = av.rlid_udp_sport() as u16;
+        ud = Some(UdDest {
+            av: AddressVector {
+                dgid: Gid(g),
+                sgid_index: gi as u8,
+                hop_limit: av.hop_limit() as u8,
+                traffic_class: av.tclass() as u8,
+                flow_label: av.flow_label(),
+                udp_sport: (sport != 0).then_some(sport),
+                dmac: None,
+            },
+            remote_qpn: Qpn::from_wire(av.destination_qp_dct()),
+            remote_qkey: qkey,
+        });
+    }
+    let imm = ctrl.imm();
+    let mut remote = (0u64, 0u32);
+    if matches!(
+        op,
+        WqeOpcode::RdmaWrite
+            | WqeOpcode::RdmaWriteImm
+            | WqeOpcode::RdmaRead
+            | WqeOpcode::AtomicCs
+            | WqeOpcode::AtomicFa
+    ) {
+        let r = WqeRaddrSeg::new_unchecked(seg(16)?);
+        remote = (r.raddr(), r.rkey());
+    }
+    let mut atomic = (0u64, 0u64);
+    if matches!(op, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) {
+        let a = WqeAtomicSeg::new_unchecked(seg(16)?);
+        atomic = (a.swap_add(), a.compare());
+    }
+    let (rk, raddr) = (Rkey(remote.1), remote.0);
+    let sop = match op {
+        WqeOpcode::Send => SendOp::Send,
+        WqeOpcode::SendImm => SendOp::SendWithImm { imm },
+        WqeOpcode::SendInval => SendOp::SendWithInv { rkey: Rkey(imm) },
+        WqeOpcode::RdmaWrite => SendOp::RdmaWrite {
+            remote_addr: raddr,
+            rkey: rk,
+        },
+        WqeOpcode::RdmaWriteImm => SendOp::RdmaWriteWithImm {
+            remote_addr: raddr,
+            rkey: rk,
+            imm,
+        },
+        WqeOpcode::RdmaRead => SendOp::RdmaRead {
+            remote_addr: raddr,
+            rkey: rk,
+        },
+        WqeOpcode::AtomicCs => SendOp::AtomicCmpSwap {
+            remote_addr: raddr,
+            rkey: rk,
+            compare: atomic.1,
+            swap: atomic.0,
+        },
+        WqeOpcode::AtomicFa => SendOp::AtomicFetchAdd {
+            remote_addr: raddr,
+            rkey: rk,
+            add: atomic.0,
+        },
+        _ => return Err(qp_op),
+    };
+    // Data: pointer segments or inline segments, not both.
+    let mut sges = Vec::new();
+    let mut inline: Option<Vec<u8>> = None;
+    while at < body.len() {
+        let head = be32(body, at);
+        if head & INLINE_SEG_FLAG != 0 {
+            if !sges.is_empty() {
+                return Err(qp_op);
+            }
+            let n = (head & !INLINE_SEG_FLAG) as usize;
+            let padded = (4 + n).div_ceil(16) * 16;
+            let data = body.get(at + 4..at + 4 + n).ok_or(qp_op)?;
+            inline.get_or_insert_with(Vec::new).extend_from_slice(data);
+            at += padded;
+        } else {
+            if inline.is_some() {
+                return Err(qp_op);
+            }
+            let d = WqeDataSeg::new_unchecked(body.get(at..at + 16).ok_or(qp_op)?);
+            // byte_count 0 means 2 GiB, beyond any log_msg_max: a local length error.
+            let n = d.byte_count();
+            if n == 0 || n > 0x8000_0000 {
+                return Err(len_err);
+            }
+            sges.push(Sge::new(d.addr(), n, Lkey(d.lkey())));
+            at += 16;
+        }
+    }
+    let len = match &inline {
+        Some(b) => b.len() as u64,
+        None => sges.iter().map(|s| u64::from(s.length)).sum(),
+    };
+    if len > 1u64 << qp.log_msg_max {
+        return Err(len_err);
+    }
+    let rd_atomic = matches!(
+        op,
+        WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+    );
+    if rd_atomic && inline.is_some() {
+        return Err(qp_op);
+    }
+    let mut atomic_result = None;
+    if matches!(op, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) {
+        if sges.len() != 1 || sges[0].length != 8 {
+            return Err(len_err);
+        }
+        atomic_result = Some((sges[0].lkey.0, sges[0].addr));
+    }
+    if qp.ud && !matches!(op, WqeOpcode::Send | WqeOpcode::SendImm) {
+        return Err(qp_op);
+    }
+    let mut flags = SendFlags::SIGNALED;
+    if ctrl.solicited() == 1 {
+        flags |= SendFlags::SOLICITED;
+    }
+    // Fence modes 2 (fence), 3 (strong ordering), 4 (small and fence) wait for earlier
+    // READs/atomics; 1 (initiator small fence) does not stall the emulated requester.
+    if ctrl.fence_mode() >= 2 {
+        flags |= SendFlags::FENCE;
+    }
+    if inline.is_some() {
+        flags |= SendFlags::INLINE;
+    }
+    Ok(Parsed {
+        op: sop,
+        sges,
+        inline,
+        ud,
+        flags,
+        atomic_result,
+        len,
+    })
+}
+
+impl Hca {
+    /// Nanoseconds on the engine's clock.
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Run `f` on QP `qpn`'s engine with the HCA's memory, sink and a collector, then settle
+    /// the completions it produced.
+    pub(crate) fn engine<R>(
+        &mut self,
+        dev: &Device,
+        qpn: u32,
+        inline: Option<&[u8]>,
+        f: impl FnOnce(&mut rnic_roce::transport::Qp, &mut Io<'_>) -> R,
+    ) -> Option<R> {
+        let mut cq = Collect::default();
+        let r = {
+            let Hca {
+                qps,
+                mkeys,
+                ports,
+                gids,
+                stats,
+                txbuf,
+                ..
+            } = self;
+            let qp = qps.get_mut(&qpn)?;
+            let mut mem = MemView {
+                dev,
+                mkeys,
+                inline,
+                dma_faults: std::cell::Cell::new(0),
+            };
+            let mut sink = Sink {
+                buf: txbuf,
+                ports,
+                gids,
+                stats,
+                default_sport: qp.sport,
+            };
+            let mut io = Io {
+                mem: &mut mem,
+                tx: &mut sink,
+                cq: &mut cq,
+            };
+            let r = f(&mut qp.engine, &mut io);
+            let faults = mem.dma_faults.get();
+            self.stats.dma_faults += faults;
+            r
+        };
+        self.settle(dev, qpn, cq.0);
+        Some(r)
+    }
+
+    /// Turn engine completions into CQEs, complete firmware-local WQEs that reached the head,
+    /// and follow a firmware-detected error into ERR (flushing).
+    fn settle(&mut self, dev: &Device, qpn: u32, mut wcs: Vec<(CqSide, WorkCompletion)>) {
+        loop {
+            for (side, wc) in wcs.drain(..) {
+                self.deliver(dev, qpn, side, &wc);
+            }
+            let mut failed = false;
+            loop {
+                let Some(qp) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                let Some(m) = qp.sq_meta.front().copied() else {
+                    break;
+                };
+                let Some(syndrome) = m.local else { break };
+                qp.sq_meta.pop_front();
+                let cqn = qp.cqn_snd;
+                if syndrome == 0 {
+                    if m.signaled {
+                        let cqe = req_cqe(qp, &m);
+                        self.q
+                            .complete(dev, cqn, cqe, m.solicited, m.force_eqe, &mut self.stats);
+                    }
+                    continue;
+                }
+                let cqe = err_cqe(qp, CqeOpcode::ReqErr, syndrome, m.opcode, m.index);
+                self.q
+                    .complete(dev, cqn, cqe, true, m.force_eqe, &mut self.stats);
+                failed = true;
+                break;
+            }
+            if !failed {
+                return;
+            }
+            // A firmware-refused WQE: the QP goes to ERR; the engine flushes what it holds
+            // (receives), the SQ's later WQEs are flushed by the next pump.
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            let mut c = Collect::default();
+            let attr = QpAttr {
+                qp_state: Vs::Err,
+                ..QpAttr::default()
+            };
+            let _ = qp.engine.modify(&attr, QpAttrMask::STATE, &mut c);
+            qp.state = QpState::Err;
+            qp.sq_stopped = false;
+            self.stats.wqe_errors += 1;
+            wcs = c.0;
+        }
+    }
+
+    fn deliver(&mut self, dev: &Device, qpn: u32, side: CqSide, wc: &WorkCompletion) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        match side {
+            CqSide::Send => {
+                let Some(m) = qp.sq_meta.pop_front() else {
+                    tracing::error!(qpn, "send completion with no WQE outstanding (bug)");
+                    return;
+                };
+                if wc.status == WcStatus::Success {
+                    if let Some((lkey, addr)) = m.atomic_result {
+                        fix_atomic_result(dev, &self.mkeys, qp, lkey, addr);
+                    }
+                    if !m.signaled {
+                        return;
+                    }
+                    let cqe = req_cqe(qp, &m);
+                    let cqn = qp.cqn_snd;
+                    self.q
+                        .complete(dev, cqn, cqe, m.solicited, m.force_eqe, &mut self.stats);
+                } else {
+                    let s = syndrome_of(wc.status);
+                    let cqe = err_cqe(qp, CqeOpcode::ReqErr, s, m.opcode, m.index);
+                    let cqn = qp.cqn_snd;
+                    self.q
+                        .complete(dev, cqn, cqe, true, m.force_eqe, &mut self.stats);
+                }
+            }
+            CqSide::Recv => {
+                let Some(idx) = qp.rq_meta.pop_front() else {
+                    tracing::error!(qpn, "receive completion with no WQE outstanding (bug)");
+                    return;
+                };
+                let cqn = qp.cqn_rcv;
+                let cqe = if wc.status == WcStatus::Success {
+                    resp_cqe(qp, idx, wc)
+                } else {
+                    err_cqe(qp, CqeOpcode::RespErr, syndrome_of(wc.status), 0, idx)
+                };
+                let solicited = wc.status != WcStatus::Success;
+                self.q
+                    .complete(dev, cqn, cqe, solicited, false, &mut self.stats);
+            }
+        }
+    }
+
+    /// The send doorbell (UAR + 0x800 …): `value` is the first 8 bytes of the last WQE's
+    /// control segment; the QPN is in its second dword.
+    pub(crate) fn sq_doorbell(&mut self, dev: &Device, page: u32, value: u64) {
+        let qpn = (value as u32) >> 8;
+        match self.qps.get(&qpn) {
+            Some(qp) if qp.uar == page => self.pump(dev, qpn),
+            _ => {
+                self.stats.bad_doorbells += 1;
+                tracing::debug!(
+                    qpn,
+                    page,
+                    "send doorbell for no QP of this UAR page: ignored"
+                );
+            }
+        }
+    }
+
+    /// Move work from the rings into the engine while there is room, and run it.
+    pub(crate) fn pump(&mut self, dev: &Device, qpn: u32) {
+        for _ in 0..64 {
+            let before = self.qps.get(&qpn).map(|q| (q.sq_fetched, q.rq_fetched));
+            self.fetch_recv(dev, qpn);
+            self.fetch_send(dev, qpn);
+            let now = self.now();
+            self.engine(dev, qpn, None, |e, io| e.run(now, io));
+            if self.qps.get(&qpn).map(|q| (q.sq_fetched, q.rq_fetched)) == before {
+                return;
+            }
+        }
+    }
+
+    fn dbr(dev: &Device, qp: &QpObj) -> Option<(u16, u16)> {
+        let mut b = [0u8; 8];
+        dev.dma_read(qp.dbr, &mut b).ok()?;
+        Some((be32(&b, 0) as u16, be32(&b, 4) as u16))
+    }
+
+    /// Receive WQEs up to the doorbell record's receive counter.
+    fn fetch_recv(&mut self, dev: &Device, qpn: u32) {
+        loop {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            if !qp.has_rq || qp.state == QpState::Rst {
+                return;
+            }
+            let Some((head, _)) = Self::dbr(dev, qp) else {
+                self.stats.dma_faults += 1;
+                return;
+            };
+            if qp.rq_fetched == head {
+                return;
+            }
+            let idx = qp.rq_fetched;
+            if qp.state == QpState::Err {
+                qp.rq_fetched = idx.wrapping_add(1);
+                let cqe = err_cqe(
+                    qp,
+                    CqeOpcode::RespErr,
+                    CqeSyndrome::WrFlushed.as_raw(),
+                    0,
+                    idx,
+                );
+                let cqn = qp.cqn_rcv;
+                self.q.complete(dev, cqn, cqe, true, false, &mut self.stats);
+                continue;
+            }
+            if qp.engine.recv_outstanding() >= (1u32 << qp.log_rq).min(ENGINE_DEPTH) {
+                return;
+            }
+            let stride = 1usize << qp.log_rq_stride;
+            let mut w = vec![0u8; stride];
+            let off = u64::from(u32::from(idx) & ((1 << qp.log_rq) - 1)) << qp.log_rq_stride;
+            let ok = qp.wq.as_ref().is_some_and(|r| r.read(dev, off, &mut w));
+            if !ok {
+                self.stats.dma_faults += 1;
+                self.wq_fatal(dev, qpn, "RQ WQE unreadable");
+                return;
+            }
+            let mut sges = Vec::new();
+            for s in w.chunks_exact(16) {
+                let d = WqeDataSeg::new_unchecked(s);
+                if d.lkey() == INVALID_LKEY {
+                    break;
+                }
+                sges.push(Sge::new(d.addr(), d.byte_count(), Lkey(d.lkey())));
+            }
+            qp.rq_fetched = idx.wrapping_add(1);
+            qp.rq_meta.push_back(idx);
+            let wr = RecvWr {
+                wr_id: u64::from(idx),
+                sg_list: &sges,
+            };
+            let posted = self.engine(dev, qpn, None, |e, io| e.post_recv(&wr, io));
+            if let Some(Err(e)) = posted {
+                tracing::warn!(qpn, %e, "receive WQE refused by the engine");
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.rq_meta.pop_back();
+                }
+                self.wq_fatal(dev, qpn, "receive WQE refused");
+                return;
+            }
+        }
+    }
+
+    /// A work queue the firmware cannot use: WQ catastrophic error event, QP to ERR.
+    fn wq_fatal(&mut self, dev: &Device, qpn: u32, why: &str) {
+        tracing::warn!(qpn, why, "WQ catastrophic error: QP to ERR");
+        let mut data = [0u8; 28];
+        data[0x14] = 0; // qp_events.type: QP
+        data[0x18..0x1c].copy_from_slice(&qpn.to_be_bytes());
+        self.q
+            .event(dev, EventType::WqCatasError, 0, &data, &mut self.stats);
+        let attr = QpAttr {
+            qp_state: Vs::Err,
+            ..QpAttr::default()
+        };
+        self.engine(dev, qpn, None, |e, io| {
+            let _ = e.modify(&attr, QpAttrMask::STATE, io.cq);
+        });
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = QpState::Err;
+        }
+    }
+
+    /// Send WQEs up to the doorbell record's send counter (RTS: to the engine; ERR: flushed).
+    fn fetch_send(&mut self, dev: &Device, qpn: u32) {
+        loop {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            qp.sync_state();
+            if qp.no_sq || qp.sq_stopped || !matches!(qp.state, QpState::Rts | QpState::Err) {
+                return;
+            }
+            let Some((_, producer)) = Self::dbr(dev, qp) else {
+                self.stats.dma_faults += 1;
+                return;
+            };
+            let idx = qp.sq_fetched;
+            let avail = producer.wrapping_sub(idx);
+            if avail == 0 {
+                return;
+            }
+            let nbb = 1u32 << qp.log_sq;
+            let mut ctrl_raw = [0u8; 16];
+            let base = qp.sq_offset;
+            let bb = |i: u16| base + u64::from(u32::from(i) & (nbb - 1)) * 64;
+            let ring = qp.wq.clone();
+            let read_ok = ring
+                .as_ref()
+                .is_some_and(|r| r.read(dev, bb(idx), &mut ctrl_raw));
+            let ctrl = WqeCtrlSeg::new_unchecked(&ctrl_raw[..]);
+            let ds = ctrl.ds();
+            let size = ds.div_ceil(4).max(1);
+            let opcode = ctrl.opcode() as u8;
+            let cm = ctrl.completion_mode();
+            let mut meta = SendMeta {
+                index: idx,
+                opcode,
+                signaled: cm >= 2,
+                force_eqe: cm == 3,
+                solicited: ctrl.solicited() == 1,
+                local: None,
+                atomic_result: None,
+                len: 0,
+            };
+            if qp.state == QpState::Err {
+                // Flush: every WQE gets its error CQE with syndrome WR_FLUSHED.
+                let step = if read_ok && ds > 0 && size <= u32::from(avail) {
+                    size
+                } else {
+                    1
+                };
+                qp.sq_fetched = idx.wrapping_add(step as u16);
+                let cqe = err_cqe(
+                    qp,
+                    CqeOpcode::ReqErr,
+                    CqeSyndrome::WrFlushed.as_raw(),
+                    opcode,
+                    idx,
+                );
+                let cqn = qp.cqn_snd;
+                self.q
+                    .complete(dev, cqn, cqe, true, meta.force_eqe, &mut self.stats);
+                continue;
+            }
+            if qp.engine.send_outstanding() >= nbb.min(ENGINE_DEPTH) {
+                return;
+            }
+            let qp_op = CqeSyndrome::LocalQpOp.as_raw();
+            let mut refused = None;
+            let mut body = Vec::new();
+            if !read_ok {
+                self.stats.dma_faults += 1;
+                refused = Some(qp_op);
+            } else if ds == 0
+                || ds > 63
+                || size > u32::from(avail)
+                || ctrl.wqe_index() != u32::from(idx)
+                || ctrl.qpn() != qpn
+            {
+                refused = Some(qp_op);
+            } else {
+                let mut w = vec![0u8; size as usize * 64];
+                let ok = (0..size).all(|k| {
+                    let at = k as usize * 64;
+                    ring.as_ref().is_some_and(|r| {
+                        r.read(dev, bb(idx.wrapping_add(k as u16)), &mut w[at..at + 64])
+                    })
+                });
+                if ok {
+                    w.truncate(ds as usize * 16);
+                    body = w.split_off(16);
+                } else {
+                    self.stats.dma_faults += 1;
+                    refused = Some(qp_op);
+                }
+            }
+            let op = WqeOpcode::from_raw(opcode);
+            if refused.is_none() && op == WqeOpcode::Nop {
+                meta.local = Some(0);
+                qp.sq_fetched = idx.wrapping_add(size as u16);
+                qp.sq_meta.push_back(meta);
+                self.settle(dev, qpn, Vec::new());
+                continue;
+            }
+            let parsed = match refused {
+                Some(s) => Err(s),
+                None => parse_segments(qp, op, &ctrl, &body, &self.gids),
+            };
+            let p = match parsed {
+                Ok(p) => p,
+                Err(s) => {
+                    tracing::info!(qpn, index = idx, opcode, syndrome = s, "send WQE refused");
+                    meta.local = Some(s);
+                    qp.sq_stopped = true;
+                    qp.sq_fetched = idx.wrapping_add(size as u16);
+                    qp.sq_meta.push_back(meta);
+                    self.settle(dev, qpn, Vec::new());
+                    continue;
+                }
+            };
+            meta.atomic_result = p.atomic_result;
+            meta.len = u32::try_from(p.len).unwrap_or(u32::MAX);
+            qp.sq_fetched = idx.wrapping_add(size as u16);
+            qp.sq_meta.push_back(meta);
+            let inline_sge;
+            let sg_list: &[Sge] = match &p.inline {
+                Some(b) => {
+                    inline_sge = [Sge::new(0, b.len() as u32, Lkey(INLINE_KEY))];
+                    &inline_sge
+                }
+                None => &p.sges,
+            };
+            let wr = SendWr {
+                wr_id: u64::from(idx),
+                op: p.op,
+                sg_list,
+                flags: p.flags,
+                ud: p.ud,
+            };
+            let posted = self.engine(dev, qpn, p.inline.as_deref(), |e, io| e.post_send(&wr, io));
+            if let Some(Err(e)) = posted {
+                tracing::info!(qpn, index = idx, %e, "send WQE refused by the engine");
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    if let Some(m) = qp.sq_meta.back_mut() {
+                        m.local = Some(qp_op);
+                    }
+                    qp.sq_stopped = true;
+                }
+                self.settle(dev, qpn, Vec::new());
+            }
+        }
+    }
+
+    /// A datagram at `local` from `from`.
+    pub(crate) fn on_packet(&mut self, local: IpAddr, from: SocketAddr, pkt: &[u8]) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        self.stats.rx_packets += 1;
+        if !verify_icrc(local, from, pkt, &mut self.last_ident) {
+            self.stats.rx_bad_icrc += 1;
+            return;
+        }
+        let Some(qpn) = rnic_roce::transport::dest_qpn(pkt).map(Qpn::get) else {
+            self.stats.rx_dropped += 1;
+            return;
+        };
+        if !self.qps.contains_key(&qpn) {
+            self.stats.rx_dropped += 1;
+            return;
+        }
+        // Receive WQEs first: the doorbell record is read when a packet needs one.
+        self.fetch_recv(&dev, qpn);
+        let now = self.now();
+        let (src, dst) = (ip_gid(from.ip()), ip_gid(local));
+        self.engine(&dev, qpn, None, |e, io| {
+            e.receive_at(now, pkt, src, dst, io)
+        });
+        self.pump(&dev, qpn);
+    }
+
+    /// Run the engines' due timers.
+    pub(crate) fn on_timers(&mut self) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        let now = self.now();
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.engine.next_deadline().is_some_and(|d| d <= now))
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in due {
+            self.engine(&dev, qpn, None, |e, io| e.on_timer(now, io));
+            self.pump(&dev, qpn);
+        }
+    }
+
+    /// How long a receive thread may block: up to the nearest engine deadline, 50 µs..50 ms.
+    pub(crate) fn poll_timeout(&self) -> Duration {
+        let now = self.now();
+        let next = self
+            .qps
+            .values()
+            .filter_map(|q| q.engine.next_deadline())
+            .min();
+        let d = next.map_or(Duration::from_millis(50), |d| {
+            Duration::from_nanos(d.nanos().saturating_sub(now.nanos()))
+        });
+        d.clamp(Duration::from_micros(50), Duration::from_millis(50))
+    }
+}
+
+/// The requester wrote an atomic's original value in host order; mlx5 without the 8-byte
+/// endianness mode returns it big-endian (mlx5.md §9.3).
+fn fix_atomic_result(
+    dev: &Device,
+    mkeys: &super::mkey::MkeyTable,
+    qp: &QpObj,
+    lkey: u32,
+    addr: u64,
+) {
+    let pd = rnic_core::PdHandle(qp.pd);
+    let mut mem = MemView {
+        dev,
+        mkeys,
+        inline: None,
+        dma_faults: std::cell::Cell::new(0),
+    };
+    let key = MemKey::Local(Lkey(lkey));
+    let access = rnic_roce::transport::Access::LocalWrite;
+    let mut b = [0u8; 8];
+    if mem.read(pd, key, addr, &mut b, access).is_ok() {
+        let v = u64::from_ne_bytes(b);
+        let _ = mem.write(pd, key, addr, &v.to_be_bytes(), access);
+    }
+}
+
+fn l3_type(qp: &QpObj) -> u32 {
+    match qp.src {
+        Some((_, IpAddr::V6(_))) => cqe_l3_hdr_type::IPV6,
+        _ => cqe_l3_hdr_type::IPV4,
+    }
+}
+
+/// A requester CQE (opcode REQ) for `m`.
+fn req_cqe(qp: &QpObj, m: &SendMeta) -> [u8; CQE] {
+    let mut b = [0u8; CQE];
+    let mut c = Cqe64::new_unchecked(&mut b[..]);
+    let _ = c.set_opcode(u32::from(CqeOpcode::Req.as_raw()));
+    let _ = c.set_wqe_opcode(u32::from(m.opcode));
+    let _ = c.set_qpn(qp.qpn);
+    let _ = c.set_wqe_counter(u32::from(m.index));
+    let _ = c.set_srqn_uidx(qp.user_index);
+    let op = WqeOpcode::from_raw(m.opcode);
+    if matches!(
+        op,
+        WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+    ) {
+        let _ = c.set_byte_cnt(m.len);
+    }
+    if m.solicited {
+        let _ = c.set_se(1);
+    }
+    b
+}
+
+/// A responder CQE for RQ WQE `idx`.
+fn resp_cqe(qp: &QpObj, idx: u16, wc: &WorkCompletion) -> [u8; CQE] {
+    let mut b = [0u8; CQE];
+    let mut c = Cqe64::new_unchecked(&mut b[..]);
+    let op = match (wc.opcode, wc.imm_data, wc.invalidated_rkey) {
+        (WcOpcode::RecvRdmaWithImm, ..) => CqeOpcode::RespWrImm,
+        (_, Some(_), _) => CqeOpcode::RespSendImm,
+        (_, _, Some(_)) => CqeOpcode::RespSendInv,
+        _ => CqeOpcode::RespSend,
+    };
+    let _ = c.set_opcode(u32::from(op.as_raw()));
+    let _ = c.set_byte_cnt(wc.byte_len);
+    if let Some(imm) = wc.imm_data {
+        let _ = c.set_imm_inval_pkey(imm);
+    } else if let Some(r) = wc.invalidated_rkey {
+        let _ = c.set_imm_inval_pkey(r.0);
+    }
+    let _ = c.set_qpn(qp.qpn);
+    let _ = c.set_wqe_counter(u32::from(idx));
+    let _ = c.set_srqn_uidx(qp.user_index);
+    if qp.ud {
+        let _ = c.set_rqpn(wc.src_qp.get());
+        let _ = c.set_g(u32::from(wc.wc_flags.contains(WcFlags::GRH)));
+        let ipv6 = wc.wc_flags.contains(WcFlags::GRH) && l3_type(qp) == cqe_l3_hdr_type::IPV6;
+        let _ = c.set_l3_hdr_type(if ipv6 {
+            cqe_l3_hdr_type::IPV6
+        } else {
+            cqe_l3_hdr_type::IPV4
+        });
+    } else {
+        let _ = c.set_l3_hdr_type(l3_type(qp));
+    }
+    b
+}
+
+/// An error CQE.
+fn err_cqe(qp: &QpObj, op: CqeOpcode, syndrome: u8, wqe_opcode: u8, counter: u16) -> [u8; CQE] {
+    let mut b = [0u8; CQE];
+    let mut c = ErrCqe::new_unchecked(&mut b[..]);
+    let _ = c.set_opcode(u32::from(op.as_raw()));
+    let _ = c.set_syndrome(u32::from(syndrome));
+    let _ = c.set_wqe_opcode(u32::from(wqe_opcode));
+    let _ = c.set_qpn(qp.qpn);
+    let _ = c.set_wqe_counter(u32::from(counter));
+    let _ = c.set_srqn(qp.user_index);
+    b
+}
