@@ -299,6 +299,16 @@ impl CqRing {
         self.buf.words()
     }
 
+    #[cfg(test)]
+    pub(crate) fn record(&self) -> [u8; 8] {
+        self.doorbell_record()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn counters(&self) -> CqCounters {
+        self.counters
+    }
+
     fn doorbell_record(&self) -> [u8; 8] {
         let at = (self.mask as usize + 1) * 8;
         self.words()

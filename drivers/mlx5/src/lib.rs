@@ -98,6 +98,8 @@
 
 pub mod cmd;
 pub mod cq;
+#[cfg(test)]
+mod datapath_tests;
 mod error;
 pub mod events;
 pub mod init;
@@ -108,6 +110,7 @@ mod sys;
 mod track;
 mod vfio_kernel;
 mod vfio_user;
+pub mod wq;
 pub mod wqe;
 
 use std::fmt;

@@ -25,28 +25,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rnic_core::{
-    AccessFlags, Gid, InitParams, Memory, Psn, QpType, Qpn, RecvWr, RtrParams, RtsParams, SendOp,
-    SendWr,
+    AccessFlags, Gid, InitParams, Psn, QpType, Qpn, RecvWr, RtrParams, RtsParams, SendWr,
 };
 use rnic_dma::Mmio;
-use rnic_dma::barrier::{dma_wmb_before_doorbell, wc_flush};
+use rnic_dma::barrier::wc_flush;
 use rnic_mlx5_prm::{
-    ATOMIC_MODE_IB_COMP, BLUEFLAME_MAX_BYTES, CmdOpcode, CreateQpIn, CreateQpOut, DestroyQpIn,
-    DestroyQpOut, Init2rtrQpIn, Init2rtrQpOut, LOG_ACK_REQ_FREQ_DEFAULT, QP_PM_STATE_MIGRATED,
-    Qp2errIn, Qp2errOut, Qp2rstIn, Qp2rstOut, QpServiceType, QpState, Qpc, QueryQpIn, QueryQpOut,
+    ATOMIC_MODE_IB_COMP, CmdOpcode, CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut,
+    Init2rtrQpIn, Init2rtrQpOut, LOG_ACK_REQ_FREQ_DEFAULT, QP_PM_STATE_MIGRATED, Qp2errIn,
+    Qp2errOut, Qp2rstIn, Qp2rstOut, QpServiceType, QpState, Qpc, QueryQpIn, QueryQpOut,
     RQ_TYPE_REGULAR, Rst2initQpIn, Rst2initQpOut, Rtr2rtsQpIn, Rtr2rtsQpOut, TS_FORMAT_DEFAULT,
-    TS_FORMAT_FREE_RUNNING, UAR_BF_REG_0, WQEBB_BYTES, qp_doorbell_record,
+    TS_FORMAT_FREE_RUNNING, UAR_BF_REG_0, WQEBB_BYTES,
 };
 use tracing::{debug, warn};
 
 use crate::cq::{Cq, CqCore};
-use crate::track::{QpShared, RqTrack, SqTrack, sq_meta, wc_opcode_code};
-use crate::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure, RECV_TERMINATOR,
-    RingWriter, SendLimits, atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se,
-    inline_header, plan, push_sges, raddr_words,
-};
-use crate::{DmaBuffer, Hca, Mkey, Mlx5Error};
+use crate::track::{QpShared, RqTrack, SqTrack};
+use crate::wq::{Region, SendDoorbell, WorkQueues, next_bf_offset};
+use crate::wqe::{DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, SendLimits};
+use crate::{Hca, Mkey, Mlx5Error};
 
 /// How big a QP's queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,13 +90,6 @@ pub struct QpCounters {
     pub doorbells: u64,
 }
 
-struct Region {
-    lkey: u32,
-    start: u64,
-    len: u64,
-    buf: Arc<DmaBuffer>,
-}
-
 struct BlueFlame {
     reg: Mmio,
     offset: usize,
@@ -112,39 +101,21 @@ struct BlueFlame {
 /// Dropping it destroys the firmware QP, then releases its CQs.
 pub struct Qp {
     hca: Arc<Hca>,
-    qpn: u32,
     qp_type: QpType,
-    state: QpState,
-    buf: Arc<DmaBuffer>,
-    shared: Arc<QpShared>,
     send_cq: Arc<CqCore>,
     recv_cq: Arc<CqCore>,
-    sq_word_base: usize,
-    sq_mask_words: usize,
-    sq_wqebbs: u32,
-    sq_head: u32,
-    rq_entries: u32,
-    rq_stride_words: usize,
-    rq_mask_words: usize,
-    rq_head: u32,
-    max_recv_sge: usize,
-    dbrec_word: usize,
-    limits: SendLimits,
-    sig_all: bool,
     bf: BlueFlame,
-    regions: Vec<Region>,
-    mac: [u8; 6],
     port: u8,
-    counters: QpCounters,
+    wq: WorkQueues,
 }
 
 impl fmt::Debug for Qp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Qp")
-            .field("qpn", &self.qpn)
+            .field("qpn", &self.wq.qpn)
             .field("type", &self.qp_type)
-            .field("state", &self.state)
-            .field("counters", &self.counters)
+            .field("state", &self.wq.state)
+            .field("counters", &self.wq.counters)
             .finish_non_exhaustive()
     }
 }
@@ -183,7 +154,7 @@ macro_rules! modify_qp {
         let mut buf = vec![0u8; $In::<&[u8]>::SIZE_BYTES];
         {
             let mut v = $In::new_checked(&mut buf[..]).map_err(prm($what))?;
-            v.set_qpn($self.qpn).map_err(prm($what))?;
+            v.set_qpn($self.wq.qpn).map_err(prm($what))?;
             v.set_opt_param_mask(0).map_err(prm($what))?;
             let mut $q = v.qpc_mut();
             $self.common_qpc(&mut $q).map_err(prm($what))?;
@@ -336,83 +307,89 @@ impl Qp {
         debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, "CREATE_QP");
         Ok(Qp {
             hca: hca.clone(),
-            qpn,
             qp_type: opts.qp_type,
-            state: QpState::Rst,
-            buf,
-            shared,
             send_cq: send_core,
             recv_cq: recv_core,
-            sq_word_base: rq_bytes / 8,
-            sq_mask_words: sq_bytes / 8 - 1,
-            sq_wqebbs,
-            sq_head: 0,
-            rq_entries,
-            rq_stride_words: stride / 8,
-            rq_mask_words: rq_bytes / 8 - 1,
-            rq_head: 0,
-            max_recv_sge: opts.max_recv_sge as usize,
-            dbrec_word: wq_bytes / 8,
-            limits: SendLimits {
-                max_sge: opts.max_send_sge as usize,
-                max_inline: opts.max_inline_data as usize,
-                ud,
-            },
-            sig_all: opts.sq_sig_all,
             bf: BlueFlame {
                 reg,
                 offset: 0,
                 half: reg_size / 2,
                 exclusive,
             },
-            regions: Vec::new(),
-            mac: hca.mac().unwrap_or([0; 6]),
             port: 1,
-            counters: QpCounters::default(),
+            wq: WorkQueues {
+                qpn,
+                state: QpState::Rst,
+                buf,
+                shared,
+                sq_word_base: rq_bytes / 8,
+                sq_mask_words: sq_bytes / 8 - 1,
+                sq_wqebbs,
+                sq_head: 0,
+                rq_entries,
+                rq_stride_words: stride / 8,
+                rq_mask_words: rq_bytes / 8 - 1,
+                rq_head: 0,
+                max_recv_sge: opts.max_recv_sge as usize,
+                dbrec_word: wq_bytes / 8,
+                limits: SendLimits {
+                    max_sge: opts.max_send_sge as usize,
+                    max_inline: opts.max_inline_data as usize,
+                    ud,
+                },
+                sig_all: opts.sq_sig_all,
+                regions: Vec::new(),
+                mac: hca.mac().unwrap_or([0; 6]),
+                counters: QpCounters::default(),
+            },
         })
     }
 
     /// The QP number.
     pub fn qpn(&self) -> Qpn {
-        Qpn::from_wire(self.qpn)
+        Qpn::from_wire(self.wq.qpn)
     }
 
     /// The state the driver last moved the QP to (ERR once the device is fatal).
     pub fn state(&self) -> QpState {
-        if self.hca.is_fatal() || self.shared.flush.load(Ordering::Acquire) {
+        if self.hca.is_fatal() || self.wq.shared.flush.load(Ordering::Acquire) {
             QpState::Err
         } else {
-            self.state
+            self.wq.state
         }
     }
 
     /// What the QP counted.
     pub fn counters(&self) -> QpCounters {
-        self.counters
+        self.wq.counters
     }
 
     /// Outstanding (posted, not yet completed) SQ WQEBBs and RQ WQEs.
     pub fn outstanding(&self) -> (u32, u32) {
-        (self.shared.sq.outstanding(), self.shared.rq.outstanding())
+        (
+            self.wq.shared.sq.outstanding(),
+            self.wq.shared.rq.outstanding(),
+        )
     }
 
     /// SQ size in WQEBBs, RQ size in WQEs.
     pub fn sizes(&self) -> (u32, u32) {
-        (self.sq_wqebbs, self.rq_entries)
+        (self.wq.sq_wqebbs, self.wq.rq_entries)
     }
 
     /// The doorbell record (receive counter, send counter) as stored now.
     pub fn doorbell_record(&self) -> [u8; 8] {
-        self.buf
+        self.wq
+            .buf
             .words()
-            .get(self.dbrec_word)
+            .get(self.wq.dbrec_word)
             .map_or([0; 8], |w| w.load(Ordering::Acquire).to_ne_bytes())
     }
 
     /// Let inline sends read from `mkey`'s region (and keep it alive as
     /// long as the QP).
     pub fn use_region(&mut self, mkey: &Mkey) {
-        self.regions.push(Region {
+        self.wq.regions.push(Region {
             lkey: mkey.lkey().get(),
             start: mkey.addr(),
             len: mkey.len() as u64,
@@ -421,7 +398,7 @@ impl Qp {
     }
 
     fn common_qpc(&self, q: &mut Qpc<&mut [u8]>) -> Result<(), rnic_mlx5_prm::Error> {
-        let st = if self.limits.ud {
+        let st = if self.wq.limits.ud {
             QpServiceType::Ud
         } else {
             QpServiceType::Rc
@@ -438,9 +415,9 @@ impl Qp {
     /// RST → INIT (§7.4): remote access rights, port, P_Key index; Q_Key on UD.
     pub fn init(&mut self, p: &InitParams) -> Result<(), Mlx5Error> {
         self.port = p.port_num.max(1);
-        let ud = self.limits.ud;
+        let ud = self.wq.limits.ud;
         let access = p.access;
-        let dbr = self.buf.iova().get() + (self.dbrec_word * 8) as u64;
+        let dbr = self.wq.buf.iova().get() + (self.wq.dbrec_word * 8) as u64;
         modify_qp!(
             self,
             Rst2initQpIn,
@@ -465,7 +442,7 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.state = QpState::Init;
+        self.wq.state = QpState::Init;
         Ok(())
     }
 
@@ -478,11 +455,11 @@ impl Qp {
         dgid: Gid,
         p: &RtrParams,
     ) -> Result<(), Mlx5Error> {
-        let ud = self.limits.ud;
-        let dmac = resolve_dmac(&dgid, p.dmac, self.mac);
+        let ud = self.wq.limits.ud;
+        let dmac = resolve_dmac(&dgid, p.dmac, self.wq.mac);
         let sport = p
             .udp_sport
-            .unwrap_or_else(|| default_udp_sport(self.qpn, dest_qpn.get()));
+            .unwrap_or_else(|| default_udp_sport(self.wq.qpn, dest_qpn.get()));
         let log_msg_max = self.hca.general_caps()?.log_max_msg();
         modify_qp!(
             self,
@@ -516,13 +493,13 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.state = QpState::Rtr;
+        self.wq.state = QpState::Rtr;
         Ok(())
     }
 
     /// RTR → RTS: send PSN, retries, timeout, outstanding reads/atomics.
     pub fn ready_to_send(&mut self, sq_psn: Psn, p: &RtsParams) -> Result<(), Mlx5Error> {
-        let ud = self.limits.ud;
+        let ud = self.wq.limits.ud;
         modify_qp!(
             self,
             Rtr2rtsQpIn,
@@ -543,7 +520,7 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.state = QpState::Rts;
+        self.wq.state = QpState::Rts;
         Ok(())
     }
 
@@ -569,11 +546,11 @@ impl Qp {
     pub fn to_error(&mut self) -> Result<(), Mlx5Error> {
         let mut buf = vec![0u8; Qp2errIn::<&[u8]>::SIZE_BYTES];
         Qp2errIn::new_checked(&mut buf[..])
-            .and_then(|mut v| v.set_qpn(self.qpn))
+            .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("2ERR_QP"))?;
         self.hca
             .exec(CmdOpcode::Qp2Err, 0, &buf, Qp2errOut::<&[u8]>::SIZE_BYTES)?;
-        self.state = QpState::Err;
+        self.wq.state = QpState::Err;
         Ok(())
     }
 
@@ -581,22 +558,22 @@ impl Qp {
     pub fn to_reset(&mut self) -> Result<(), Mlx5Error> {
         let mut buf = vec![0u8; Qp2rstIn::<&[u8]>::SIZE_BYTES];
         Qp2rstIn::new_checked(&mut buf[..])
-            .and_then(|mut v| v.set_qpn(self.qpn))
+            .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("2RST_QP"))?;
         self.hca
             .exec(CmdOpcode::Qp2Rst, 0, &buf, Qp2rstOut::<&[u8]>::SIZE_BYTES)?;
-        self.state = QpState::Rst;
-        self.sq_head = 0;
-        self.rq_head = 0;
+        self.wq.state = QpState::Rst;
+        self.wq.sq_head = 0;
+        self.wq.rq_head = 0;
         for t in [
-            &self.shared.sq.head,
-            &self.shared.sq.tail,
-            &self.shared.rq.head,
-            &self.shared.rq.tail,
+            &self.wq.shared.sq.head,
+            &self.wq.shared.sq.tail,
+            &self.wq.shared.rq.head,
+            &self.wq.shared.rq.tail,
         ] {
             t.store(0, Ordering::Release);
         }
-        self.store_dbrec();
+        self.wq.store_dbrec();
         Ok(())
     }
 
@@ -604,7 +581,7 @@ impl Qp {
     pub fn query_state(&self) -> Result<QpState, Mlx5Error> {
         let mut buf = vec![0u8; QueryQpIn::<&[u8]>::SIZE_BYTES];
         QueryQpIn::new_checked(&mut buf[..])
-            .and_then(|mut v| v.set_qpn(self.qpn))
+            .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("QUERY_QP"))?;
         let out = self
             .hca
@@ -613,255 +590,58 @@ impl Qp {
         Ok(QpState::from_raw(v.qpc().state() as u8))
     }
 
-    #[inline(always)]
-    fn store_dbrec(&self) {
-        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
-        let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
-        if let Some(w) = self.buf.words().get(self.dbrec_word) {
-            w.store(be_pair(recv, send), Ordering::Relaxed);
-        }
-    }
-
-    fn gather_inline(
-        &self,
-        wr: &SendWr<'_>,
-        len: usize,
-        w: &mut RingWriter<'_>,
-    ) -> Result<(), PostFailure> {
-        let mut data = [0u8; 4 + MAX_INLINE_DATA];
-        data[..4].copy_from_slice(&inline_header(len as u32).to_be_bytes());
-        let mut at = 4;
-        for s in wr.sg_list.iter().filter(|s| s.length > 0) {
-            let n = s.length as usize;
-            let miss = PostFailure::InlineRegion {
-                addr: s.addr,
-                len: s.length,
-                lkey: s.lkey.get(),
-            };
-            let r = self
-                .regions
-                .iter()
-                .find(|r| {
-                    r.lkey == s.lkey.get()
-                        && s.addr >= r.start
-                        && s.addr
-                            .checked_add(n as u64)
-                            .is_some_and(|e| e <= r.start + r.len)
-                })
-                .ok_or(miss)?;
-            let dst = data.get_mut(at..at + n).ok_or(miss)?;
-            r.buf
-                .read((s.addr - r.start) as usize, dst)
-                .map_err(|_| miss)?;
-            at += n;
-        }
-        w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
-        Ok(())
-    }
-
     /// Post a batch of sends: one doorbell for the batch. On a failure the
     /// requests before it are posted (and rung) and the error names the
     /// failing one.
+    #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Mlx5Error> {
-        let start = self.sq_head;
-        let mut last_ctrl = 0u64;
-        let mut bf_words = [0u64; 32];
-        let mut bf_len = 0usize;
-        let mut failed = None;
-        for (index, wr) in wrs.iter().enumerate() {
-            match self.write_send(wr, &mut last_ctrl, &mut bf_words, &mut bf_len) {
-                Ok(()) => {}
-                Err(reason) => {
-                    failed = Some(Mlx5Error::PostSend { index, reason });
-                    break;
-                }
-            }
+        let fatal = self.hca.is_fatal();
+        let (ring, result) = self.wq.post_send(wrs, fatal);
+        if let Some(ring) = ring {
+            self.ring(&ring);
         }
-        let posted = self.sq_head.wrapping_sub(start);
-        if posted > 0 {
-            let single = failed.is_none() && wrs.len() == 1 && bf_len * 8 <= BLUEFLAME_MAX_BYTES;
-            self.ring_send(last_ctrl, single.then_some(&bf_words[..bf_len]));
-        }
-        failed.map_or(Ok(()), Err)
+        result
     }
 
+    /// The UAR write of step 5 (§8): a BlueFlame copy of a single WQE of ≤
+    /// 256 bytes in 64-byte units then [`wc_flush`], else the 8-byte
+    /// control word; then the other half of the register next time.
     #[inline(always)]
-    fn write_send(
-        &mut self,
-        wr: &SendWr<'_>,
-        last_ctrl: &mut u64,
-        bf_words: &mut [u64; 32],
-        bf_len: &mut usize,
-    ) -> Result<(), PostFailure> {
-        if self.hca.is_fatal() || self.shared.flush.load(Ordering::Relaxed) {
-            return Err(PostFailure::DeviceFatal);
-        }
-        if self.state != QpState::Rts {
-            return Err(PostFailure::BadState {
-                state: self.state.name().unwrap_or("?"),
-            });
-        }
-        let p = plan(wr, &self.limits)?;
-        let tail = self.shared.sq.tail.load(Ordering::Acquire);
-        let used = self.sq_head.wrapping_sub(tail);
-        if used + p.wqebbs > self.sq_wqebbs {
-            return Err(PostFailure::QueueFull { outstanding: used });
-        }
-        let head = self.sq_head;
-        let words = self.buf.words();
-        let mut w = RingWriter::new(
-            words,
-            self.sq_word_base,
-            self.sq_mask_words,
-            head as usize * 8,
-        )
-        .ok_or(PostFailure::QueueFull { outstanding: used })?;
-        let ctrl = ctrl_words(
-            p.opcode,
-            head as u16,
-            self.qpn,
-            p.ds,
-            fm_ce_se(wr.flags, self.sig_all),
-            p.imm,
-        );
-        w.seg(ctrl);
-        if self.limits.ud {
-            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?;
-            let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, self.mac);
-            let sport = dest
-                .av
-                .udp_sport
-                .unwrap_or_else(|| default_udp_sport(self.qpn, dest.remote_qpn.get()));
-            let seg = datagram_seg(dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)?;
-            w.bytes(&seg);
-        }
-        if let Some((raddr, rkey)) = wr.op.remote() {
-            w.seg(raddr_words(raddr, rkey.get()));
-        }
-        match wr.op {
-            SendOp::AtomicCmpSwap { compare, swap, .. } => w.seg(atomic_words(swap, compare)),
-            SendOp::AtomicFetchAdd { add, .. } => w.seg(atomic_words(add, 0)),
-            _ => {}
-        }
-        if p.inline {
-            if p.inline_len > 0 {
-                self.gather_inline(wr, p.inline_len, &mut w)?;
-            }
-        } else {
-            push_sges(&mut w, wr.sg_list);
-        }
-        *last_ctrl = ctrl[0];
-        *bf_len = w.len.min(32);
-        bf_words[..*bf_len].copy_from_slice(&w.head[..*bf_len]);
-        let idx = (head & self.shared.sq.mask) as usize;
-        if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
-            id.store(wr.wr_id, Ordering::Relaxed);
-            m.store(
-                sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
-                Ordering::Relaxed,
-            );
-        }
-        self.sq_head = head.wrapping_add(p.wqebbs);
-        self.counters.sends += 1;
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn ring_send(&mut self, last_ctrl: u64, bf: Option<&[u64]>) {
-        self.shared.sq.head.store(self.sq_head, Ordering::Release);
-        // WQEs before the doorbell record.
-        dma_wmb_before_doorbell();
-        self.store_dbrec();
-        // The record before the UAR write that makes the device read it.
-        dma_wmb_before_doorbell();
+    fn ring(&mut self, ring: &SendDoorbell) {
         let off = self.bf.offset;
-        match bf {
+        match ring.blueflame() {
             Some(words) if self.bf.exclusive.is_some() => {
-                // 64-byte units (§8): pad the last one with zeros.
-                let units = words.len().div_ceil(8) * 8;
-                for i in 0..units {
-                    let w = words.get(i).copied().unwrap_or(0);
+                for (i, w) in words.iter().enumerate() {
                     let _ = self
                         .bf
                         .reg
                         .write64(off + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
                 }
                 wc_flush();
-                self.counters.blueflame += 1;
+                self.wq.counters.blueflame += 1;
             }
             _ => {
                 let _ = self
                     .bf
                     .reg
-                    .write64(off, u64::from_le_bytes(last_ctrl.to_ne_bytes()));
-                self.counters.doorbells += 1;
+                    .write64(off, u64::from_le_bytes(ring.ctrl.to_ne_bytes()));
+                self.wq.counters.doorbells += 1;
             }
         }
-        self.bf.offset ^= self.bf.half;
+        self.bf.offset = next_bf_offset(off, self.bf.half);
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).
+    #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Mlx5Error> {
-        let start = self.rq_head;
-        let mut failed = None;
-        for (index, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = self.write_recv(wr) {
-                failed = Some(Mlx5Error::PostRecv { index, reason });
-                break;
-            }
-        }
-        if self.rq_head != start {
-            self.shared.rq.head.store(self.rq_head, Ordering::Release);
-            // RQ WQEs before the record that hands them to the device.
-            dma_wmb_before_doorbell();
-            self.store_dbrec();
-        }
-        failed.map_or(Ok(()), Err)
-    }
-
-    #[inline(always)]
-    fn write_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostFailure> {
-        if self.hca.is_fatal() || self.shared.flush.load(Ordering::Relaxed) {
-            return Err(PostFailure::DeviceFatal);
-        }
-        if self.state == QpState::Rst {
-            return Err(PostFailure::BadState { state: "RST" });
-        }
-        if wr.sg_list.len() > self.max_recv_sge {
-            return Err(PostFailure::TooManySge {
-                got: wr.sg_list.len(),
-                max: self.max_recv_sge,
-            });
-        }
-        let tail = self.shared.rq.tail.load(Ordering::Acquire);
-        let used = self.rq_head.wrapping_sub(tail);
-        if used >= self.rq_entries {
-            return Err(PostFailure::QueueFull { outstanding: used });
-        }
-        let slot = (self.rq_head & (self.rq_entries - 1)) as usize * self.rq_stride_words;
-        let mut w = RingWriter::new(self.buf.words(), 0, self.rq_mask_words, slot)
-            .ok_or(PostFailure::QueueFull { outstanding: used })?;
-        let mut n = 0;
-        for s in wr.sg_list {
-            w.seg(data_words(s.length, s.lkey.get(), s.addr));
-            n += 1;
-        }
-        if n * 2 < self.rq_stride_words {
-            w.seg(RECV_TERMINATOR);
-        }
-        let idx = (self.rq_head & self.shared.rq.mask) as usize;
-        if let Some(id) = self.shared.rq.wrid.get(idx) {
-            id.store(wr.wr_id, Ordering::Relaxed);
-        }
-        self.rq_head = self.rq_head.wrapping_add(1);
-        self.counters.recvs += 1;
-        Ok(())
+        let fatal = self.hca.is_fatal();
+        self.wq.post_recv(wrs, fatal)
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        self.shared.destroyed.store(true, Ordering::Release);
+        self.wq.shared.destroyed.store(true, Ordering::Release);
         if let Some(i) = self.bf.exclusive {
             self.hca.free_bf_reg(i);
         }
@@ -870,7 +650,7 @@ impl Drop for Qp {
         }
         let mut buf = vec![0u8; DestroyQpIn::<&[u8]>::SIZE_BYTES];
         let r = DestroyQpIn::new_checked(&mut buf[..])
-            .and_then(|mut v| v.set_qpn(self.qpn))
+            .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("DESTROY_QP"))
             .and_then(|_| {
                 self.hca.exec(
@@ -881,8 +661,8 @@ impl Drop for Qp {
                 )
             });
         match r {
-            Ok(_) => debug!(qpn = self.qpn, "DESTROY_QP"),
-            Err(e) => warn!(qpn = self.qpn, %e, "DESTROY_QP failed"),
+            Ok(_) => debug!(qpn = self.wq.qpn, "DESTROY_QP"),
+            Err(e) => warn!(qpn = self.wq.qpn, %e, "DESTROY_QP failed"),
         }
     }
 }

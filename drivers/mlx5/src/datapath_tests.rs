@@ -1,0 +1,517 @@
+//! The data path end to end below the MMIO store, over plain DMA buffers
+//! with a fake device (a test that writes CQEs the way mlx5.md §10 says the
+//! device does): WQE bytes in the SQ/RQ rings, doorbell records, the
+//! doorbell a post asks for, CQE decoding (success and each error syndrome),
+//! owner parity across ring wraps, and hostile CQEs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rnic_core::{
+    Lkey, Memory, Qpn, RecvWr, Rkey, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use rnic_dma::{IovaAllocator, RecordingMapper};
+use rnic_mlx5_prm::{
+    CQE_OP_OWN_INIT, Cqe64, CqeOpcode, CqeSyndrome, ErrCqe, QpState, WqeCtrlSeg, WqeDataSeg,
+    WqeOpcode, WqeRaddrSeg,
+};
+
+use crate::cq::{CqRing, cq_buffer_bytes};
+use crate::memory::IovaSpace;
+use crate::qp::QpCounters;
+use crate::track::{QpShared, RqTrack, SqTrack};
+use crate::wq::{Region, WorkQueues, next_bf_offset};
+use crate::wqe::{PostFailure, SendLimits};
+use crate::{DmaBuffer, Mlx5Error};
+
+fn space() -> Arc<IovaSpace> {
+    IovaSpace::new(
+        "fake".into(),
+        Arc::new(RecordingMapper::new()),
+        IovaAllocator::new(&[0x10_0000..=0xFFFF_FFFF]),
+    )
+}
+
+const QPN: u32 = 0x2a;
+const SQ_BBS: u32 = 8;
+const RQ: u32 = 4;
+const STRIDE: usize = 32; // two slots
+
+fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
+    let rq_bytes = RQ as usize * STRIDE;
+    let sq_bytes = SQ_BBS as usize * 64;
+    let wq_bytes = (rq_bytes + sq_bytes).div_ceil(4096) * 4096;
+    let buf = space.alloc(wq_bytes + 64).unwrap();
+    let data = space.alloc(4096).unwrap();
+    data.write(0, b"inline!!").unwrap();
+    let shared = Arc::new(QpShared {
+        qpn: QPN,
+        sq: SqTrack::new(SQ_BBS),
+        rq: RqTrack::new(RQ),
+        flush: AtomicBool::new(false),
+        destroyed: AtomicBool::new(false),
+    });
+    let wq = WorkQueues {
+        qpn: QPN,
+        state: QpState::Rts,
+        buf: buf.clone(),
+        shared,
+        sq_word_base: rq_bytes / 8,
+        sq_mask_words: sq_bytes / 8 - 1,
+        sq_wqebbs: SQ_BBS,
+        sq_head: 0,
+        rq_entries: RQ,
+        rq_stride_words: STRIDE / 8,
+        rq_mask_words: rq_bytes / 8 - 1,
+        rq_head: 0,
+        max_recv_sge: 2,
+        dbrec_word: wq_bytes / 8,
+        limits: SendLimits {
+            max_sge: 2,
+            max_inline: 64,
+            ud,
+        },
+        sig_all: false,
+        regions: vec![Region {
+            lkey: 0x500,
+            start: data.as_ptr() as u64,
+            len: 4096,
+            buf: data.clone(),
+        }],
+        mac: [2, 0, 0, 0, 0, 1],
+        counters: QpCounters::default(),
+    };
+    (wq, data)
+}
+
+fn read(buf: &DmaBuffer, at: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    buf.read(at, &mut v).unwrap();
+    v
+}
+
+fn sq_at(wq: &WorkQueues, bb: usize) -> usize {
+    wq.sq_word_base * 8 + bb * 64
+}
+
+#[test]
+fn an_inline_write_is_one_wqebb_with_blueflame_and_a_doorbell_record() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let mut wr = SendWr::rdma_write(7, &sge, 0x1000_0000, Rkey(0x1234));
+    wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    let (ring, r) = wq.post_send(&[wr], false);
+    r.unwrap();
+    let ring = ring.unwrap();
+    // ctrl + raddr + inline(4 + 8 → 16) = 3 DS, one WQEBB.
+    let mut golden = [0u8; 48];
+    {
+        let mut c = WqeCtrlSeg::new_checked(&mut golden[..16]).unwrap();
+        c.set_opcode(WqeOpcode::RdmaWrite.as_raw().into()).unwrap();
+        c.set_wqe_index(0).unwrap();
+        c.set_qpn(QPN).unwrap();
+        c.set_ds(3).unwrap();
+        c.set_completion_mode(2).unwrap();
+        let mut r = WqeRaddrSeg::new_checked(&mut golden[16..32]).unwrap();
+        r.set_raddr(0x1000_0000).unwrap();
+        r.set_rkey(0x1234).unwrap();
+    }
+    golden[32..36].copy_from_slice(&[0x80, 0, 0, 8]);
+    golden[36..44].copy_from_slice(b"inline!!");
+    assert_eq!(read(&wq.buf, sq_at(&wq, 0), 48), golden);
+    // Doorbell record: receive counter 0, send counter 1 (WQEBBs).
+    let rec = read(&wq.buf, wq.dbrec_word * 8, 8);
+    assert_eq!(rec, [0, 0, 0, 0, 0, 0, 0, 1]);
+    // A single WQE of 64 bytes: BlueFlame, one 64-byte unit; ctrl word = first 8 bytes.
+    let bf = ring.blueflame().unwrap();
+    assert_eq!(bf.len(), 8);
+    let bytes: Vec<u8> = bf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert_eq!(&bytes[..48], &golden[..]);
+    assert_eq!(ring.ctrl.to_ne_bytes(), golden[..8]);
+    assert_eq!(wq.shared.sq.outstanding(), 1);
+    // Halves alternate 0x000 ↔ 0x100.
+    assert_eq!(next_bf_offset(0, 256), 256);
+    assert_eq!(next_bf_offset(256, 256), 0);
+}
+
+#[test]
+fn a_batch_rings_once_without_blueflame_and_wraps_the_sq() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let sge = [Sge::new(data.as_ptr() as u64, 64, Lkey(0x500))];
+    // 2 SGEs: ctrl + raddr + 2 data = 4 DS = 1 WQEBB; atomics: ctrl+raddr+atomic+data = 1.
+    let two = [sge[0], Sge::new(data.as_ptr() as u64 + 64, 64, Lkey(0x500))];
+    let wrs: Vec<SendWr<'_>> = (0..7)
+        .map(|i| SendWr::rdma_write(i, &two, 0x2000, Rkey(9)))
+        .collect();
+    let (ring, r) = wq.post_send(&wrs, false);
+    r.unwrap();
+    let ring = ring.unwrap();
+    assert!(
+        ring.blueflame().is_none(),
+        "a batch rings the 8-byte doorbell"
+    );
+    // The ctrl word names the last WQE (index 6).
+    assert_eq!(ring.ctrl.to_ne_bytes()[..4], [0, 0, 6, 0x08]);
+    // Full: 8 WQEBBs, 7 used; a 2-WQEBB WQE does not fit.
+    let many = [sge[0]; 2];
+    let mut big = SendWr::send(99, &many);
+    big.flags = SendFlags::INLINE; // 4 + 128 bytes > 64 max_inline
+    let (_, r) = wq.post_send(&[big], false);
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            index: 0,
+            reason: PostFailure::InlineTooLong { .. }
+        })
+    ));
+    // Retire all 7 with one CQE naming the last (unsignaled before it).
+    assert_eq!(wq.shared.sq.complete(6), Some((6, 1)));
+    // Now post 3 more: indices 7, 8, 9 at WQEBBs 7, 0, 1 (wrap).
+    let wrs: Vec<SendWr<'_>> = (10..13).map(|i| SendWr::send(i, &sge)).collect();
+    let (_, r) = wq.post_send(&wrs, false);
+    r.unwrap();
+    let at = sq_at(&wq, 0);
+    let c = read(&wq.buf, at, 4);
+    assert_eq!(c, [0, 0, 8, 0x0a], "WQE index 8 at WQEBB 0 after the wrap");
+    let rec = read(&wq.buf, wq.dbrec_word * 8 + 4, 4);
+    assert_eq!(rec, [0, 0, 0, 10]);
+}
+
+#[test]
+fn full_queue_and_fatal_and_state_are_refused_without_writing() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let wrs: Vec<SendWr<'_>> = (0..9).map(|i| SendWr::send(i, &sge)).collect();
+    let (ring, r) = wq.post_send(&wrs, false);
+    assert!(ring.is_some(), "the 8 that fit are rung");
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            index: 8,
+            reason: PostFailure::QueueFull { outstanding: 8 }
+        })
+    ));
+    let (ring, r) = wq.post_send(&wrs[..1], true);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::DeviceFatal,
+            ..
+        })
+    ));
+    wq.state = QpState::Rtr;
+    let (ring, r) = wq.post_send(&wrs[..1], false);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::BadState { .. },
+            ..
+        })
+    ));
+    // An inline SGE outside every region.
+    wq.state = QpState::Rts;
+    let _ = wq.shared.sq.complete(7);
+    let stray = [Sge::new(0x10, 8, Lkey(0x500))];
+    let mut w = SendWr::send(1, &stray);
+    w.flags = SendFlags::INLINE;
+    let (_, r) = wq.post_send(&[w], false);
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::InlineRegion { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn receives_fill_slots_with_a_terminator_and_update_the_record() {
+    let s = space();
+    let (mut wq, _data) = queues(&s, false);
+    let one = [Sge::new(0xabc0, 256, Lkey(0x77))];
+    let two = [one[0], Sge::new(0xdef0, 16, Lkey(0x78))];
+    let three = [one[0]; 3];
+    wq.post_recv(&[RecvWr::new(1, &one), RecvWr::new(2, &two)], false)
+        .unwrap();
+    let mut g = [0u8; 32];
+    {
+        let mut d = WqeDataSeg::new_checked(&mut g[..16]).unwrap();
+        d.set_byte_count(256).unwrap();
+        d.set_lkey(0x77).unwrap();
+        d.set_addr(0xabc0).unwrap();
+        let mut t = WqeDataSeg::new_checked(&mut g[16..]).unwrap();
+        t.set_lkey(rnic_mlx5_prm::INVALID_LKEY).unwrap();
+    }
+    assert_eq!(read(&wq.buf, 0, 32), g, "slot 0: SGE then terminator");
+    assert_eq!(
+        read(&wq.buf, 32 + 16, 16)[..8],
+        [0, 0, 0, 16, 0, 0, 0, 0x78]
+    );
+    assert_eq!(read(&wq.buf, wq.dbrec_word * 8, 4), [0, 0, 0, 2]);
+    assert!(matches!(
+        wq.post_recv(&[RecvWr::new(3, &three)], false),
+        Err(Mlx5Error::PostRecv {
+            reason: PostFailure::TooManySge { got: 3, max: 2 },
+            ..
+        })
+    ));
+    wq.post_recv(&[RecvWr::new(3, &one), RecvWr::new(4, &one)], false)
+        .unwrap();
+    assert!(matches!(
+        wq.post_recv(&[RecvWr::new(5, &one)], false),
+        Err(Mlx5Error::PostRecv {
+            reason: PostFailure::QueueFull { outstanding: 4 },
+            ..
+        })
+    ));
+}
+
+/// The fake device: writes a CQE at `ci` with the owner bit of that pass.
+struct FakeCq {
+    buf: Arc<DmaBuffer>,
+    log: u32,
+    pi: u32,
+}
+
+impl FakeCq {
+    fn push(&mut self, fill: impl FnOnce(&mut [u8; 64])) {
+        let mut c = [0u8; 64];
+        fill(&mut c);
+        let owner = (self.pi >> self.log) & 1;
+        c[63] = (c[63] & 0xfe) | owner as u8;
+        let at = ((self.pi & ((1 << self.log) - 1)) * 64) as usize;
+        // Body first, op_own last (as the device must).
+        self.buf.write(at, &c[..63]).unwrap();
+        self.buf.write(at + 63, &c[63..]).unwrap();
+        self.pi += 1;
+    }
+}
+
+fn cq(space: &Arc<IovaSpace>, log: u32) -> (CqRing, FakeCq) {
+    let n = 1u32 << log;
+    let buf = space.alloc(cq_buffer_bytes(n)).unwrap();
+    for i in 0..n as usize {
+        buf.write(i * 64 + 63, &[CQE_OP_OWN_INIT]).unwrap();
+    }
+    (CqRing::new(buf.clone(), log), FakeCq { buf, log, pi: 0 })
+}
+
+fn req(qpn: u32, counter: u16, byte_cnt: u32) -> impl FnOnce(&mut [u8; 64]) {
+    move |c| {
+        let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+        v.set_qpn(qpn).unwrap();
+        v.set_wqe_counter(counter.into()).unwrap();
+        v.set_byte_cnt(byte_cnt).unwrap();
+        v.set_opcode(CqeOpcode::Req.as_raw().into()).unwrap();
+    }
+}
+
+#[test]
+fn requester_completions_retire_unsignaled_wqes_and_respect_owner_parity() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 1); // 2 CQEs: wraps every 2
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let mut wcs = [WorkCompletion::default(); 4];
+    assert_eq!(ring.poll(&mut wcs, false), 0, "0xF0 CQEs are invalid");
+    for round in 0..5u64 {
+        let mut wrs = [
+            SendWr::send(round * 10, &sge),
+            SendWr::rdma_read(round * 10 + 1, &sge, 0x40, Rkey(3)),
+        ];
+        wrs[1].flags = SendFlags::SIGNALED;
+        let (_, r) = wq.post_send(&wrs, false);
+        r.unwrap();
+        let last = wq.sq_head.wrapping_sub(1) as u16;
+        dev.push(req(QPN, last, 8));
+        let n = ring.poll(&mut wcs, false);
+        assert_eq!(n, 1, "round {round}");
+        assert_eq!(wcs[0].wr_id, round * 10 + 1);
+        assert_eq!(wcs[0].opcode, WcOpcode::RdmaRead);
+        assert_eq!(wcs[0].byte_len, 8);
+        assert_eq!(wcs[0].status, WcStatus::Success);
+        assert_eq!(wcs[0].qp_num, Qpn::from_wire(QPN));
+        assert_eq!(wq.shared.sq.outstanding(), 0);
+        // A stale CQE of the previous pass (owner of the other parity) is not taken.
+        assert_eq!(ring.poll(&mut wcs, false), 0);
+    }
+    // Doorbell record: set_ci = 5 consumed, arm word 0.
+    let rec = ring_dbrec(&ring);
+    assert_eq!(rec, [0, 0, 0, 5, 0, 0, 0, 0]);
+}
+
+fn ring_dbrec(ring: &CqRing) -> [u8; 8] {
+    ring.record()
+}
+
+#[test]
+fn every_error_syndrome_maps_to_its_wc_status_with_vendor_err() {
+    let table = [
+        (CqeSyndrome::LocalLength, WcStatus::LocLenErr),
+        (CqeSyndrome::LocalQpOp, WcStatus::LocQpOpErr),
+        (CqeSyndrome::LocalProt, WcStatus::LocProtErr),
+        (CqeSyndrome::WrFlushed, WcStatus::WrFlushErr),
+        (CqeSyndrome::MwBind, WcStatus::MwBindErr),
+        (CqeSyndrome::BadResp, WcStatus::BadRespErr),
+        (CqeSyndrome::LocalAccess, WcStatus::LocAccessErr),
+        (CqeSyndrome::RemoteInvalReq, WcStatus::RemInvReqErr),
+        (CqeSyndrome::RemoteAccess, WcStatus::RemAccessErr),
+        (CqeSyndrome::RemoteOp, WcStatus::RemOpErr),
+        (CqeSyndrome::TransportRetryExceeded, WcStatus::RetryExcErr),
+        (CqeSyndrome::RnrRetryExceeded, WcStatus::RnrRetryExcErr),
+        (CqeSyndrome::RemoteAborted, WcStatus::RemAbortErr),
+        (CqeSyndrome::Unknown(0x7e), WcStatus::GeneralErr),
+    ];
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 4);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let mut wcs = [WorkCompletion::default(); 1];
+    for (i, (synd, status)) in table.into_iter().enumerate() {
+        let (_, r) = wq.post_send(&[SendWr::send(i as u64, &sge)], false);
+        r.unwrap();
+        let counter = wq.sq_head.wrapping_sub(1) as u16;
+        dev.push(|c| {
+            let mut v = ErrCqe::new_checked(&mut c[..]).unwrap();
+            v.set_qpn(QPN).unwrap();
+            v.set_wqe_counter(counter.into()).unwrap();
+            v.set_syndrome(synd.as_raw().into()).unwrap();
+            v.set_vendor_err_synd(0x40 + i as u32).unwrap();
+            v.set_opcode(CqeOpcode::ReqErr.as_raw().into()).unwrap();
+        });
+        assert_eq!(ring.poll(&mut wcs, false), 1);
+        assert_eq!(wcs[0].status, status, "{synd:?}");
+        assert_eq!(wcs[0].vendor_err, 0x40 + i as u32);
+        assert_eq!(wcs[0].wr_id, i as u64);
+        assert_eq!(wcs[0].opcode, WcOpcode::Send);
+    }
+}
+
+#[test]
+fn responder_completions_carry_imm_inval_and_source_qp() {
+    let s = space();
+    let (mut wq, _) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 2);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(0x1000, 64, Lkey(1))];
+    let wrs: Vec<RecvWr<'_>> = (0..3).map(|i| RecvWr::new(100 + i, &sge)).collect();
+    wq.post_recv(&wrs, false).unwrap();
+    for (i, op) in [
+        CqeOpcode::RespSendImm,
+        CqeOpcode::RespWrImm,
+        CqeOpcode::RespSendInv,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        dev.push(move |c| {
+            let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+            v.set_qpn(QPN).unwrap();
+            v.set_wqe_counter(i as u32).unwrap();
+            v.set_byte_cnt(17).unwrap();
+            v.set_imm_inval_pkey(0xcafe_0000 + i as u32).unwrap();
+            v.set_rqpn(0x99).unwrap();
+            v.set_opcode(op.as_raw().into()).unwrap();
+        });
+    }
+    let mut wcs = [WorkCompletion::default(); 4];
+    assert_eq!(ring.poll(&mut wcs, false), 3);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].opcode, wcs[0].imm_data),
+        (100, WcOpcode::Recv, Some(0xcafe_0000))
+    );
+    assert!(wcs[0].wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(wcs[0].byte_len, 17);
+    assert_eq!(wcs[0].src_qp, Qpn::from_wire(0x99));
+    assert_eq!(
+        (wcs[1].wr_id, wcs[1].opcode, wcs[1].imm_data),
+        (101, WcOpcode::RecvRdmaWithImm, Some(0xcafe_0001))
+    );
+    assert_eq!(wcs[2].invalidated_rkey, Some(Rkey(0xcafe_0002)));
+    assert!(wcs[2].wc_flags.contains(WcFlags::WITH_INV));
+}
+
+#[test]
+fn hostile_cqes_are_counted_and_never_complete_anything() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 3);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let (_, r) = wq.post_send(&[SendWr::send(1, &sge)], false);
+    r.unwrap();
+    dev.push(req(0x77, 0, 0)); // unknown QPN
+    dev.push(req(QPN, 5, 0)); // beyond what was posted
+    dev.push(req(QPN, 0xffff, 0)); // far out of range
+    dev.push(|c| {
+        // A responder CQE with no receive posted.
+        let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+        v.set_qpn(QPN).unwrap();
+        v.set_opcode(CqeOpcode::RespSend.as_raw().into()).unwrap();
+    });
+    dev.push(|c| {
+        let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+        v.set_opcode(CqeOpcode::ResizeCq.as_raw().into()).unwrap();
+    });
+    dev.push(|c| {
+        // Compressed format (never enabled).
+        c[63] = 0x0c;
+    });
+    let mut wcs = [WorkCompletion::default(); 8];
+    assert_eq!(ring.poll(&mut wcs, false), 0);
+    let k = ring.counters();
+    assert_eq!(k.cqes, 6);
+    assert_eq!(k.unknown_qpn, 1);
+    assert_eq!(k.bad_wqe_counter, 2);
+    assert_eq!(k.unexpected_recv, 1);
+    assert_eq!(k.unknown_cqe, 2);
+    assert_eq!(wq.shared.sq.outstanding(), 1, "nothing was retired");
+    dev.push(req(QPN, 0, 0));
+    assert_eq!(ring.poll(&mut wcs, false), 1);
+    assert_eq!(wcs[0].wr_id, 1);
+}
+
+#[test]
+fn a_fatal_device_flushes_everything_outstanding_in_software() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, _dev) = cq(&s, 3);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let (_, r) = wq.post_send(
+        &[
+            SendWr::send(1, &sge),
+            SendWr::rdma_write(2, &sge, 0, Rkey(1)),
+        ],
+        false,
+    );
+    r.unwrap();
+    wq.post_recv(&[RecvWr::new(3, &sge)], false).unwrap();
+    let mut wcs = [WorkCompletion::default(); 8];
+    assert_eq!(ring.poll(&mut wcs, false), 0);
+    let n = ring.poll(&mut wcs, true);
+    assert_eq!(n, 3);
+    let got: Vec<(u64, WcStatus, WcOpcode)> = wcs[..n]
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::WrFlushErr, WcOpcode::Send),
+            (2, WcStatus::WrFlushErr, WcOpcode::RdmaWrite),
+            (3, WcStatus::WrFlushErr, WcOpcode::Recv)
+        ]
+    );
+    assert!(wq.shared.flush.load(Ordering::Acquire));
+    assert_eq!(ring.poll(&mut wcs, true), 0);
+    assert_eq!(ring.counters().software_flushed, 3);
+}

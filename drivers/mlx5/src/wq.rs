@@ -1,0 +1,302 @@
+//! The data path of a QP's work queues, sans-IO apart from its DMA words:
+//! [`WorkQueues`] builds send WQEs in the SQ ring and receive WQEs in the RQ
+//! ring, publishes the tracking the CQs read, stores the doorbell record
+//! between the two named barriers, and tells the caller what UAR write
+//! ([`SendDoorbell`]) the post needs — so the whole path below the MMIO
+//! store runs in unit tests over plain buffers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rnic_core::{Memory, RecvWr, SendOp, SendWr};
+use rnic_dma::barrier::dma_wmb_before_doorbell;
+use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, qp_doorbell_record};
+
+use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
+use crate::track::{QpShared, sq_meta, wc_opcode_code};
+use crate::wqe::{
+    MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits, atomic_words, be_pair,
+    ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan, push_sges, raddr_words,
+};
+use crate::{DmaBuffer, Mlx5Error};
+
+/// A region inline sends may read from.
+pub(crate) struct Region {
+    pub lkey: u32,
+    pub start: u64,
+    pub len: u64,
+    pub buf: Arc<DmaBuffer>,
+}
+
+/// The UAR write a send post needs (§8 step 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendDoorbell {
+    /// The first 8 bytes of the last WQE's control segment (memory order).
+    pub ctrl: u64,
+    /// The words of the WQE (for a BlueFlame copy).
+    pub words: [u64; 32],
+    /// How many of `words` the WQE has.
+    pub len: usize,
+    /// One WQE of at most 256 bytes: a BlueFlame copy may carry it.
+    pub single: bool,
+}
+
+impl SendDoorbell {
+    /// The BlueFlame copy: the WQE padded to whole 64-byte units, when the
+    /// post was a single small WQE.
+    pub fn blueflame(&self) -> Option<&[u64]> {
+        if !self.single {
+            return None;
+        }
+        self.words.get(..self.len.div_ceil(8) * 8)
+    }
+}
+
+/// The other half of a BlueFlame register after a ring (§8: `offset ^= size`).
+#[inline(always)]
+pub const fn next_bf_offset(offset: usize, half: usize) -> usize {
+    offset ^ half
+}
+
+/// A QP's rings and the state of its one poster.
+pub(crate) struct WorkQueues {
+    pub qpn: u32,
+    pub state: QpState,
+    pub buf: Arc<DmaBuffer>,
+    pub shared: Arc<QpShared>,
+    pub sq_word_base: usize,
+    pub sq_mask_words: usize,
+    pub sq_wqebbs: u32,
+    pub sq_head: u32,
+    pub rq_entries: u32,
+    pub rq_stride_words: usize,
+    pub rq_mask_words: usize,
+    pub rq_head: u32,
+    pub max_recv_sge: usize,
+    pub dbrec_word: usize,
+    pub limits: SendLimits,
+    pub sig_all: bool,
+    pub regions: Vec<Region>,
+    pub mac: [u8; 6],
+    pub counters: QpCounters,
+}
+
+impl WorkQueues {
+    #[inline(always)]
+    pub(crate) fn store_dbrec(&self) {
+        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
+        let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
+        if let Some(w) = self.buf.words().get(self.dbrec_word) {
+            w.store(be_pair(recv, send), Ordering::Relaxed);
+        }
+    }
+
+    fn gather_inline(
+        &self,
+        wr: &SendWr<'_>,
+        len: usize,
+        w: &mut RingWriter<'_>,
+    ) -> Result<(), PostFailure> {
+        let mut data = [0u8; 4 + MAX_INLINE_DATA];
+        data[..4].copy_from_slice(&inline_header(len as u32).to_be_bytes());
+        let mut at = 4;
+        for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+            let n = s.length as usize;
+            let miss = PostFailure::InlineRegion {
+                addr: s.addr,
+                len: s.length,
+                lkey: s.lkey.get(),
+            };
+            let r = self
+                .regions
+                .iter()
+                .find(|r| {
+                    r.lkey == s.lkey.get()
+                        && s.addr >= r.start
+                        && s.addr
+                            .checked_add(n as u64)
+                            .is_some_and(|e| e <= r.start + r.len)
+                })
+                .ok_or(miss)?;
+            let dst = data.get_mut(at..at + n).ok_or(miss)?;
+            r.buf
+                .read((s.addr - r.start) as usize, dst)
+                .map_err(|_| miss)?;
+            at += n;
+        }
+        w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
+        Ok(())
+    }
+
+    /// Steps 1–4 of a send post: WQEs, tracking, barrier, record, barrier;
+    /// what the UAR write (step 5) must be, if anything was posted.
+    pub fn post_send(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        fatal: bool,
+    ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
+        let start = self.sq_head;
+        let mut ring = SendDoorbell {
+            ctrl: 0,
+            words: [0; 32],
+            len: 0,
+            single: false,
+        };
+        let mut failed = None;
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = self.write_send(wr, fatal, &mut ring) {
+                failed = Some(Mlx5Error::PostSend { index, reason });
+                break;
+            }
+        }
+        if self.sq_head == start {
+            return (None, failed.map_or(Ok(()), Err));
+        }
+        ring.single = failed.is_none() && wrs.len() == 1 && ring.len * 8 <= BLUEFLAME_MAX_BYTES;
+        self.shared.sq.head.store(self.sq_head, Ordering::Release);
+        // WQEs before the doorbell record.
+        dma_wmb_before_doorbell();
+        self.store_dbrec();
+        // The record before the UAR write that makes the device read it.
+        dma_wmb_before_doorbell();
+        (Some(ring), failed.map_or(Ok(()), Err))
+    }
+
+    #[inline(always)]
+    fn write_send(
+        &mut self,
+        wr: &SendWr<'_>,
+        fatal: bool,
+        ring: &mut SendDoorbell,
+    ) -> Result<(), PostFailure> {
+        if fatal || self.shared.flush.load(Ordering::Relaxed) {
+            return Err(PostFailure::DeviceFatal);
+        }
+        if self.state != QpState::Rts {
+            return Err(PostFailure::BadState {
+                state: self.state.name().unwrap_or("?"),
+            });
+        }
+        let p = plan(wr, &self.limits)?;
+        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let used = self.sq_head.wrapping_sub(tail);
+        if used + p.wqebbs > self.sq_wqebbs {
+            return Err(PostFailure::QueueFull { outstanding: used });
+        }
+        let head = self.sq_head;
+        let words = self.buf.words();
+        let mut w = RingWriter::new(
+            words,
+            self.sq_word_base,
+            self.sq_mask_words,
+            head as usize * 8,
+        )
+        .ok_or(PostFailure::QueueFull { outstanding: used })?;
+        let ctrl = ctrl_words(
+            p.opcode,
+            head as u16,
+            self.qpn,
+            p.ds,
+            fm_ce_se(wr.flags, self.sig_all),
+            p.imm,
+        );
+        w.seg(ctrl);
+        if self.limits.ud {
+            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?;
+            let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, self.mac);
+            let sport = dest
+                .av
+                .udp_sport
+                .unwrap_or_else(|| default_udp_sport(self.qpn, dest.remote_qpn.get()));
+            let seg = datagram_seg(dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)?;
+            w.bytes(&seg);
+        }
+        if let Some((raddr, rkey)) = wr.op.remote() {
+            w.seg(raddr_words(raddr, rkey.get()));
+        }
+        match wr.op {
+            SendOp::AtomicCmpSwap { compare, swap, .. } => w.seg(atomic_words(swap, compare)),
+            SendOp::AtomicFetchAdd { add, .. } => w.seg(atomic_words(add, 0)),
+            _ => {}
+        }
+        if p.inline {
+            if p.inline_len > 0 {
+                self.gather_inline(wr, p.inline_len, &mut w)?;
+            }
+        } else {
+            push_sges(&mut w, wr.sg_list);
+        }
+        ring.ctrl = ctrl[0];
+        ring.len = w.len.min(32);
+        ring.words[..ring.len].copy_from_slice(&w.head[..ring.len]);
+        let idx = (head & self.shared.sq.mask) as usize;
+        if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
+            id.store(wr.wr_id, Ordering::Relaxed);
+            m.store(
+                sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
+                Ordering::Relaxed,
+            );
+        }
+        self.sq_head = head.wrapping_add(p.wqebbs);
+        self.counters.sends += 1;
+        Ok(())
+    }
+
+    /// Post a batch of receives (RQ WQEs, then the record's receive counter).
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>], fatal: bool) -> Result<(), Mlx5Error> {
+        let start = self.rq_head;
+        let mut failed = None;
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = self.write_recv(wr, fatal) {
+                failed = Some(Mlx5Error::PostRecv { index, reason });
+                break;
+            }
+        }
+        if self.rq_head != start {
+            self.shared.rq.head.store(self.rq_head, Ordering::Release);
+            // RQ WQEs before the record that hands them to the device.
+            dma_wmb_before_doorbell();
+            self.store_dbrec();
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    #[inline(always)]
+    fn write_recv(&mut self, wr: &RecvWr<'_>, fatal: bool) -> Result<(), PostFailure> {
+        if fatal || self.shared.flush.load(Ordering::Relaxed) {
+            return Err(PostFailure::DeviceFatal);
+        }
+        if self.state == QpState::Rst {
+            return Err(PostFailure::BadState { state: "RST" });
+        }
+        if wr.sg_list.len() > self.max_recv_sge {
+            return Err(PostFailure::TooManySge {
+                got: wr.sg_list.len(),
+                max: self.max_recv_sge,
+            });
+        }
+        let tail = self.shared.rq.tail.load(Ordering::Acquire);
+        let used = self.rq_head.wrapping_sub(tail);
+        if used >= self.rq_entries {
+            return Err(PostFailure::QueueFull { outstanding: used });
+        }
+        let slot = (self.rq_head & (self.rq_entries - 1)) as usize * self.rq_stride_words;
+        let mut w = RingWriter::new(self.buf.words(), 0, self.rq_mask_words, slot)
+            .ok_or(PostFailure::QueueFull { outstanding: used })?;
+        let mut n = 0;
+        for s in wr.sg_list {
+            w.seg(data_words(s.length, s.lkey.get(), s.addr));
+            n += 1;
+        }
+        if n * 2 < self.rq_stride_words {
+            w.seg(RECV_TERMINATOR);
+        }
+        let idx = (self.rq_head & self.shared.rq.mask) as usize;
+        if let Some(id) = self.shared.rq.wrid.get(idx) {
+            id.store(wr.wr_id, Ordering::Relaxed);
+        }
+        self.rq_head = self.rq_head.wrapping_add(1);
+        self.counters.recvs += 1;
+        Ok(())
+    }
+}
