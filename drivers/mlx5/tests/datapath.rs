@@ -1,0 +1,646 @@
+//! The driver's objects and data path end to end: `Hca` + event queue +
+//! `Mkey` + `Cq` + `Qp` over vfio-user against rnic-mlx5-emu, talking RoCEv2
+//! (UDP/4791 on 127.x addresses) to an rnic-rxe peer.
+#![allow(clippy::unwrap_used)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rnic_core::{
+    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
+    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
+    SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
+use rnic_mlx5::{
+    Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, VfioUserFunction,
+};
+use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_prm::{HealthSyndrome, QpState};
+
+const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+fn ip_pair() -> (IpAddr, IpAddr) {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // A /24 of its own per process and test (the emulator's tests use 30..230).
+    let b = 231 + (std::process::id() % 20) as u8;
+    let c = (n % 250) as u8;
+    (
+        IpAddr::V4(Ipv4Addr::new(127, b, c, 1)),
+        IpAddr::V4(Ipv4Addr::new(127, b, c, 2)),
+    )
+}
+
+fn v4(ip: IpAddr) -> Gid {
+    let IpAddr::V4(a) = ip else { unreachable!() };
+    Gid::from_ipv4(a)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+/// The rxe peer.
+struct Peer {
+    _dev: rnic_rxe::RxeDevice,
+    _ctx: Context,
+    _pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mem: Arc<HeapMemory>,
+    mr: MemoryRegion,
+    qp: QueuePair,
+}
+
+impl Peer {
+    fn new(ip: IpAddr) -> Peer {
+        let dev = rnic_rxe::RxeDevice::open(
+            &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
+                .with_progress(rnic_rxe::Progress::Thread),
+        )
+        .expect("open rxe");
+        let ctx = dev.context();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(256).unwrap();
+        let mem = Arc::new(HeapMemory::new(64 << 10));
+        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
+        let caps = QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        let qp = pd
+            .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+            .unwrap();
+        Peer {
+            _dev: dev,
+            _ctx: ctx,
+            _pd: pd,
+            cq,
+            mem,
+            mr,
+            qp,
+        }
+    }
+
+    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::default(); 16];
+        let start = Instant::now();
+        while out.len() < n {
+            let got = self.cq.poll(&mut wcs).unwrap();
+            out.extend_from_slice(&wcs[..got]);
+            assert!(start.elapsed() < Duration::from_secs(10), "peer: {out:?}");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        out
+    }
+
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mem.read(off, &mut v).unwrap();
+        v
+    }
+}
+
+/// Emulator, driver objects and a connected RC pair.
+struct Rig {
+    peer: Peer,
+    qp: Qp,
+    cq: Cq,
+    mkey: Mkey,
+    hca: Arc<Hca>,
+    emu: Emulator,
+    _dir: tempfile::TempDir,
+}
+
+const EMU_PSN: u32 = 0x1000;
+const PEER_PSN: u32 = 0xab_cdef;
+
+fn hca_options() -> HcaOptions {
+    HcaOptions {
+        pre_init_timeout: Duration::from_secs(10),
+        cmd_timeout: Some(Duration::from_secs(5)),
+        ..HcaOptions::default()
+    }
+}
+
+fn up() -> (Emulator, tempfile::TempDir, Arc<Hca>) {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start(
+        dir.path().join("mlx5.sock"),
+        Options {
+            boot_delay: Duration::from_millis(10),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let mut hca = Hca::bring_up(f, hca_options()).unwrap();
+    hca.enable_events().unwrap();
+    assert!(hca.cmdq().event_mode());
+    (emu, dir, Arc::new(hca))
+}
+
+fn rig() -> Rig {
+    let (emu_ip, peer_ip) = ip_pair();
+    let (emu, dir, hca) = up();
+    let gid = hca.set_gid(0, emu_ip).unwrap();
+    assert_eq!(gid, v4(emu_ip));
+    let mut cq = Cq::new(&hca, 256).unwrap();
+    let buf = hca.function().alloc_dma(16 * 4096).unwrap();
+    let mkey = Mkey::new(&hca, buf, ALL).unwrap();
+    let mut qp = Qp::new(
+        &hca,
+        &mut cq,
+        None,
+        QpOptions {
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            ..QpOptions::default()
+        },
+    )
+    .unwrap();
+    qp.use_region(&mkey);
+    let mut peer = Peer::new(peer_ip);
+    let rtr = RtrParams {
+        path_mtu: Mtu::Mtu1024,
+        max_dest_rd_atomic: 16,
+        ..RtrParams::default()
+    };
+    let rts = RtsParams {
+        max_rd_atomic: 16,
+        ..RtsParams::default()
+    };
+    let init = InitParams {
+        access: ALL,
+        ..InitParams::default()
+    };
+    peer.qp.to_init(&init).unwrap();
+    peer.qp
+        .to_rtr(qp.qpn(), Psn::from_wire(EMU_PSN), v4(emu_ip), &rtr)
+        .unwrap();
+    peer.qp.to_rts(Psn::from_wire(PEER_PSN), &rts).unwrap();
+    qp.connect(
+        &init,
+        peer.qp.qpn(),
+        v4(peer_ip),
+        Psn::from_wire(PEER_PSN),
+        Psn::from_wire(EMU_PSN),
+        &rtr,
+        &rts,
+    )
+    .unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
+    assert_eq!(qp.query_state().unwrap(), QpState::Rts);
+    Rig {
+        peer,
+        qp,
+        cq,
+        mkey,
+        hca,
+        emu,
+        _dir: dir,
+    }
+}
+
+impl Rig {
+    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::default(); 16];
+        let start = Instant::now();
+        while out.len() < n {
+            let got = self.cq.poll(&mut wcs);
+            out.extend_from_slice(&wcs[..got]);
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out: {out:?}, {:?}",
+                self.cq.counters()
+            );
+            if got == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        out
+    }
+
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge::new(self.mkey.addr() + off, len, self.mkey.lkey())
+    }
+
+    fn local(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mkey.buffer().read(off, &mut v).unwrap();
+        v
+    }
+
+    fn teardown_is_clean(self) {
+        let Rig {
+            peer,
+            qp,
+            cq,
+            mkey,
+            hca,
+            emu,
+            _dir,
+        } = self;
+        drop((qp, cq, mkey));
+        let hca = Arc::into_inner(hca).expect("nothing else holds the Hca");
+        hca.shutdown().unwrap();
+        let acc = emu.accounting().unwrap();
+        assert!(acc.is_clean(), "{acc:?}");
+        drop(peer);
+    }
+}
+
+#[test]
+fn rc_write_read_send_write_imm_and_atomics_byte_exact() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+
+    // WRITE 3000 bytes (crossing a page of the MTT), unsignaled, then a signaled one.
+    let src = pattern(3000, 7);
+    r.mkey.buffer().write(3000, &src).unwrap();
+    let a = [r.sge(3000, 1000)];
+    let b = [r.sge(4000, 2000)];
+    let mut second = SendWr::rdma_write(2, &b, raddr + 1064, rkey);
+    second.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[SendWr::rdma_write(1, &a, raddr + 64, rkey), second])
+        .unwrap();
+    let wc = r.wait(1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (2, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    assert_eq!(r.peer.bytes(64, 3000), src, "byte-exact at the peer");
+    assert_eq!(r.peer.bytes(3064, 1), [0]);
+    assert_eq!(
+        r.qp.outstanding(),
+        (0, 0),
+        "the unsignaled WRITE retired too"
+    );
+
+    // Inline WRITE of 8 bytes (BlueFlame).
+    r.mkey.buffer().write(0, b"8 bytes!").unwrap();
+    let s = [r.sge(0, 8)];
+    let mut w = SendWr::rdma_write(3, &s, raddr + 5000, rkey);
+    w.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    r.qp.post_send(&[w]).unwrap();
+    assert_eq!(r.wait(1)[0].status, WcStatus::Success);
+    assert_eq!(r.peer.bytes(5000, 8), b"8 bytes!");
+    assert!(r.qp.counters().blueflame >= 1);
+
+    // READ 2048 bytes of the peer.
+    let remote = pattern(2048, 11);
+    r.peer.mem.write(16384, &remote).unwrap();
+    let d = [r.sge(12288, 2048)];
+    let mut rd = SendWr::rdma_read(4, &d, raddr + 16384, rkey);
+    rd.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[rd]).unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (4, WcStatus::Success, WcOpcode::RdmaRead, 2048)
+    );
+    assert_eq!(r.local(12288, 2048), remote);
+
+    // SEND from the peer into a receive, with immediate data.
+    let rs = [r.sge(8192, 4096)];
+    r.qp.post_recv(&[RecvWr::new(50, &rs)]).unwrap();
+    let msg = pattern(1500, 3);
+    r.peer.mem.write(8192, &msg).unwrap();
+    let ps = [Sge::new(raddr + 8192, 1500, r.peer.mr.lkey())];
+    r.peer
+        .qp
+        .post_send(&[SendWr {
+            wr_id: 9,
+            op: SendOp::SendWithImm { imm: 0x1234_5678 },
+            sg_list: &ps,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm_data),
+        (
+            50,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            1500,
+            Some(0x1234_5678)
+        )
+    );
+    assert_eq!(r.local(8192, 1500), msg);
+    assert_eq!(r.peer.wait(1)[0].status, WcStatus::Success);
+
+    // SEND from us into the peer's receive.
+    let pr = [Sge::new(raddr + 20000, 512, r.peer.mr.lkey())];
+    r.peer.qp.post_recv(&[RecvWr::new(77, &pr)]).unwrap();
+    let out = pattern(300, 5);
+    r.mkey.buffer().write(24000, &out).unwrap();
+    let s = [r.sge(24000, 300)];
+    let mut snd = SendWr::send(5, &s);
+    snd.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[snd]).unwrap();
+    assert_eq!(r.wait(1)[0].opcode, WcOpcode::Send);
+    let pw = r.peer.wait(1)[0];
+    assert_eq!((pw.wr_id, pw.byte_len), (77, 300));
+    assert_eq!(r.peer.bytes(20000, 300), out);
+
+    // WRITE_IMM from the peer consumes our receive.
+    r.qp.post_recv(&[RecvWr::new(51, &rs)]).unwrap();
+    let wi = pattern(256, 17);
+    r.peer.mem.write(30000, &wi).unwrap();
+    let ps = [Sge::new(raddr + 30000, 256, r.peer.mr.lkey())];
+    r.peer
+        .qp
+        .post_send(&[SendWr {
+            wr_id: 10,
+            op: SendOp::RdmaWriteWithImm {
+                remote_addr: r.mkey.addr() + 40000,
+                rkey: r.mkey.rkey(),
+                imm: 0xfeed_f00d,
+            },
+            sg_list: &ps,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.imm_data),
+        (51, WcOpcode::RecvRdmaWithImm, Some(0xfeed_f00d))
+    );
+    assert_eq!(r.local(40000, 256), wi);
+    r.peer.wait(1);
+
+    // Our WRITE_IMM into the peer.
+    let pr = [Sge::new(raddr + 20000, 64, r.peer.mr.lkey())];
+    r.peer.qp.post_recv(&[RecvWr::new(78, &pr)]).unwrap();
+    let s = [r.sge(24000, 100)];
+    let mut w = SendWr::rdma_write_with_imm(6, &s, raddr + 45000, rkey, 0x0102_0304);
+    w.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[w]).unwrap();
+    assert_eq!(r.wait(1)[0].status, WcStatus::Success);
+    let pw = r.peer.wait(1)[0];
+    assert_eq!((pw.wr_id, pw.imm_data), (78, Some(0x0102_0304)));
+    assert_eq!(r.peer.bytes(45000, 100), out[..100]);
+
+    // Fetch-and-add and compare-and-swap return the original value
+    // (big-endian: no atomic endianness mode is set, mlx5.md §9.3).
+    r.peer.mem.write(32768, &41u64.to_ne_bytes()).unwrap();
+    let res = [r.sge(200, 8)];
+    let mut fa = SendWr::new(
+        7,
+        SendOp::AtomicFetchAdd {
+            remote_addr: raddr + 32768,
+            rkey,
+            add: 1,
+        },
+        &res,
+    );
+    fa.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[fa]).unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!(
+        (wc.opcode, wc.byte_len, wc.status),
+        (WcOpcode::FetchAdd, 8, WcStatus::Success)
+    );
+    assert_eq!(u64::from_be_bytes(r.local(200, 8).try_into().unwrap()), 41);
+    assert_eq!(
+        u64::from_ne_bytes(r.peer.bytes(32768, 8).try_into().unwrap()),
+        42
+    );
+    let res = [r.sge(208, 8)];
+    let mut cs = SendWr::atomic_cmp_swap(8, &res, raddr + 32768, rkey, 42, 7);
+    cs.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[cs]).unwrap();
+    assert_eq!(r.wait(1)[0].opcode, WcOpcode::CompSwap);
+    assert_eq!(u64::from_be_bytes(r.local(208, 8).try_into().unwrap()), 42);
+    assert_eq!(
+        u64::from_ne_bytes(r.peer.bytes(32768, 8).try_into().unwrap()),
+        7
+    );
+
+    let k = r.cq.counters();
+    assert_eq!(
+        (k.unknown_qpn, k.bad_wqe_counter, k.unknown_cqe),
+        (0, 0, 0),
+        "{k:?}"
+    );
+    r.teardown_is_clean();
+}
+
+#[test]
+fn a_remote_access_error_completes_with_rem_access_err_then_flushes() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let s = [r.sge(0, 64)];
+    let mut bad = SendWr::rdma_write(1, &s, raddr, rnic_core::Rkey(r.peer.mr.rkey().get() ^ 0x80));
+    bad.flags = SendFlags::SIGNALED;
+    let mut after = SendWr::rdma_write(2, &s, raddr, r.peer.mr.rkey());
+    after.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[bad, after]).unwrap();
+    let wcs = r.wait(2);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (1, WcStatus::RemAccessErr),
+        "{wcs:?}"
+    );
+    assert_ne!(wcs[0].vendor_err, u32::MAX);
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (2, WcStatus::WrFlushErr));
+    assert_eq!(r.qp.query_state().unwrap(), QpState::Err);
+    // Back to RST and usable for a new connection attempt.
+    r.qp.to_reset().unwrap();
+    assert_eq!(r.qp.query_state().unwrap(), QpState::Rst);
+    r.teardown_is_clean();
+}
+
+#[test]
+fn an_armed_cq_raises_a_completion_event() {
+    let mut r = rig();
+    assert!(
+        !r.cq.wait_event(Duration::from_millis(50)).unwrap(),
+        "not armed: no event"
+    );
+    r.cq.arm(false).unwrap();
+    let rec = r.cq.doorbell_record();
+    assert_eq!(rec[4] >> 4, 0, "arm_sn 0, cmd 'next completion'");
+    let s = [r.sge(0, 16)];
+    let mut w = SendWr::rdma_write(1, &s, r.peer.mr.addr(), r.peer.mr.rkey());
+    w.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[w]).unwrap();
+    assert!(
+        r.cq.wait_event(Duration::from_secs(5)).unwrap(),
+        "completion event"
+    );
+    assert_eq!(r.cq.counters().events, 1);
+    assert_eq!(r.wait(1)[0].status, WcStatus::Success);
+    // Re-armed with arm_sn 1 (incremented per event, §8).
+    r.cq.arm(false).unwrap();
+    assert_eq!(r.cq.doorbell_record()[4] >> 4, 1);
+    let mut w = SendWr::rdma_write(2, &s, r.peer.mr.addr(), r.peer.mr.rkey());
+    w.flags = SendFlags::SIGNALED;
+    r.qp.post_send(&[w]).unwrap();
+    assert!(r.cq.wait_event(Duration::from_secs(5)).unwrap());
+    r.wait(1);
+    assert!(r.hca.event_counters().completion >= 2);
+    r.teardown_is_clean();
+}
+
+#[test]
+fn a_fatal_health_event_mid_traffic_moves_qps_to_err_with_flushed_completions() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+    // Traffic: receives posted, a stream of writes.
+    let rs = [r.sge(8192, 1024)];
+    r.qp.post_recv(&[RecvWr::new(100, &rs), RecvWr::new(101, &rs)])
+        .unwrap();
+    let s = [r.sge(0, 256)];
+    for i in 0..4 {
+        let mut w = SendWr::rdma_write(i, &s, raddr, rkey);
+        w.flags = SendFlags::SIGNALED;
+        r.qp.post_send(&[w]).unwrap();
+    }
+    assert!(
+        r.emu
+            .firmware()
+            .unwrap()
+            .faults()
+            .fatal(HealthSyndrome::HwFatal)
+    );
+    // More work posted after the device died, before the driver noticed.
+    for i in 4..8 {
+        let mut w = SendWr::rdma_write(i, &s, raddr, rkey);
+        w.flags = SendFlags::SIGNALED;
+        let _ = r.qp.post_send(&[w]);
+    }
+    let err = r.hca.check_health().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Mlx5Error::DeviceFatal {
+                syndrome: Some(HealthSyndrome::HwFatal),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(r.hca.is_fatal());
+    assert_eq!(r.qp.state(), QpState::Err);
+    // Every request completes once: done ones with success, the rest flushed.
+    let wcs = r.wait(10);
+    let mut ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 101], "{wcs:?}");
+    assert!(wcs.iter().any(|w| w.status == WcStatus::WrFlushErr));
+    assert!(
+        wcs.iter()
+            .filter(|w| w.wr_id >= 100)
+            .all(|w| w.status == WcStatus::WrFlushErr && w.opcode == WcOpcode::Recv)
+    );
+    let mut more = [WorkCompletion::default(); 4];
+    assert_eq!(r.cq.poll(&mut more), 0, "nothing completes twice");
+    let mut w = SendWr::rdma_write(9, &s, raddr, rkey);
+    w.flags = SendFlags::SIGNALED;
+    assert!(matches!(
+        r.qp.post_send(&[w]),
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::DeviceFatal,
+            ..
+        })
+    ));
+    // Teardown sends nothing more and still unmaps everything.
+    let Rig {
+        qp,
+        cq,
+        mkey,
+        hca,
+        emu,
+        peer,
+        ..
+    } = r;
+    let start = Instant::now();
+    drop((qp, cq, mkey));
+    let hca = Arc::into_inner(hca).unwrap();
+    let _ = hca.shutdown();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "no command waited for"
+    );
+    assert_eq!(emu.device().dma().mappings().len(), 0);
+    drop(peer);
+}
+
+#[test]
+fn page_requests_at_run_time_are_served_both_ways() {
+    let (emu, _dir, hca) = up();
+    let fw = emu.firmware().unwrap();
+    let before = emu.accounting().unwrap().pages_held;
+    assert!(fw.faults().request_pages(40));
+    let start = Instant::now();
+    while emu.accounting().unwrap().pages_held < before + 40 {
+        hca.process_events(Duration::from_millis(20)).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "pages not given");
+    }
+    assert!(fw.faults().request_pages(-25));
+    while emu.accounting().unwrap().pages_held > before + 15 {
+        hca.process_events(Duration::from_millis(20)).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "pages not taken");
+    }
+    let k = hca.event_counters();
+    assert_eq!(
+        (k.page_requests, k.pages_given, k.pages_taken),
+        (2, 40, 25),
+        "{k:?}"
+    );
+    assert_eq!(hca.info().pages.held as usize, before + 15);
+    assert!(k.command > 0, "commands completed by EQE");
+    Arc::into_inner(hca).unwrap().shutdown().unwrap();
+    assert!(emu.accounting().unwrap().is_clean());
+}
+
+#[test]
+fn teardown_in_ownership_order_leaves_the_emulator_clean() {
+    let r = rig();
+    let acc = r.emu.accounting().unwrap();
+    assert_eq!(
+        (acc.eqs, acc.cqs, acc.qps, acc.mkeys, acc.gids),
+        (1, 1, 1, 1, 1),
+        "{acc:?}"
+    );
+    // The QP keeps its CQ's firmware object alive: drop the CQ handle first.
+    let Rig {
+        peer,
+        qp,
+        cq,
+        mkey,
+        hca,
+        emu,
+        _dir,
+    } = r;
+    drop(cq);
+    assert_eq!(
+        emu.accounting().unwrap().cqs,
+        1,
+        "the QP still holds the CQ"
+    );
+    drop(qp);
+    assert_eq!(emu.accounting().unwrap().cqs, 0);
+    drop(mkey);
+    let hca = Arc::into_inner(hca).unwrap();
+    hca.shutdown().unwrap();
+    assert!(emu.accounting().unwrap().is_clean());
+    drop(peer);
+}
