@@ -5,7 +5,9 @@
 //! This crate is the device *shell* — PCI, BAR0, DMA, interrupts and the
 //! doorbell hook — and the strict [`firmware`] behind that hook (command
 //! interface, life cycle, pages, capabilities, UAR/PD/TD, vport queries), the
-//! default of [`Emulator::start`]. Other firmware plugs in through
+//! default of [`Emulator::start`], with its [`hca`]: GID table and RoCE v2
+//! addresses (UDP/4791), EQs, CQs, MKeys, RC/UD QPs and the data path over the
+//! rnic-roce transport engine. Other firmware plugs in through
 //! [`DoorbellHandler`] ([`Emulator::start_with`]).
 //!
 //! # What it owns

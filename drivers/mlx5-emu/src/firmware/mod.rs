@@ -9,12 +9,13 @@
 //!   doorbell bit *i* the firmware reads entry *i*, requires ownership = hardware (else the ring
 //!   is ignored and counted, as hardware does) and type = PCIe command, gathers `inlen` bytes
 //!   from the inline bytes and the input mailboxes, validates the output chain, executes, writes
-//!   `outlen` bytes back and finally the delivery status with ownership cleared. Completion is
-//!   by polling only: no EQ exists yet (a later step posts CMD EQEs on MSI-X vector 0).
+//!   `outlen` bytes back and finally the delivery status with ownership cleared, then a
+//!   command-completion EQE on the EQ that asks for command events (if any).
 //! - **Commands** ([`exec`]): the life cycle Disabled → (ENABLE_HCA) Enabled → (INIT_HCA)
 //!   Initialized → (TEARDOWN_HCA) Enabled → (DISABLE_HCA) Disabled, ISSI, pages, capabilities
 //!   ([`caps`]), HOST_ENDIANNESS, driver version, UAR/PD/transport domain, vport state and
-//!   context. Every refusal carries a nonzero [`syndrome`] naming the check.
+//!   context; the RoCE address, EQ, CQ, MKey and QP commands go to the [`crate::hca`]. Every
+//!   refusal carries a nonzero [`syndrome`] naming the check.
 //! - **Fault hooks** ([`Faults`]): fail the next command of an opcode with a chosen status and
 //!   syndrome, swallow the next command (never completed), declare a fatal health syndrome
 //!   (health counter stops, commands are no longer served).

@@ -424,7 +424,6 @@ impl QpObj {
                     ) {
                         d.copy_from_slice(s);
                     }
-                    let _ = a::udp_sport;
                 }
             }
             Transition::Rtr2Rts => {
@@ -444,7 +443,9 @@ impl QpObj {
                         | QpAttrMask::TIMEOUT
                         | QpAttrMask::MAX_QP_RD_ATOMIC;
                     let pa = q::primary_address_path.bit_offset as usize;
-                    copy_bits(&mut stored[pa / 8..], &qpc_in[pa / 8..], a::ack_timeout);
+                    if let (Some(d), Some(s)) = (stored.get_mut(pa / 8..), qpc_in.get(pa / 8..)) {
+                        copy_bits(d, s, a::ack_timeout);
+                    }
                 }
                 for f in [
                     q::next_send_psn,
