@@ -141,6 +141,10 @@ impl Hw {
 
     /// SET_ROCE_ADDRESS index `idx` = `ip` (RoCE v2).
     fn set_gid(&self, idx: u32, ip: IpAddr) -> (u8, u32) {
+        self.set_gid_with(idx, ip, MAC, 2)
+    }
+
+    fn set_gid_with(&self, idx: u32, ip: IpAddr, mac: [u8; 6], version: u32) -> (u8, u32) {
         let mut c = cmd(CmdOpcode::SetRoceAddress, 0, 0x30);
         let mut v = SetRoceAddressIn::new_unchecked(&mut c[..]);
         v.set_roce_address_index(idx).unwrap();
@@ -148,11 +152,11 @@ impl Hw {
         let IpAddr::V4(v4) = ip else { panic!() };
         l.set_source_l3_address(&rnic_core::Gid::from_ipv4(v4).0)
             .unwrap();
-        l.set_source_mac_47_32(u32::from(u16::from_be_bytes([MAC[0], MAC[1]])))
+        l.set_source_mac_47_32(u32::from(u16::from_be_bytes([mac[0], mac[1]])))
             .unwrap();
-        l.set_source_mac_31_0(u32::from_be_bytes([MAC[2], MAC[3], MAC[4], MAC[5]]))
+        l.set_source_mac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
             .unwrap();
-        l.set_roce_version(2).unwrap();
+        l.set_roce_version(version).unwrap();
         l.set_roce_l3_type(0).unwrap();
         status(&self.r.exec(&c, OUT).out())
     }
@@ -484,6 +488,10 @@ struct Peer {
 
 impl Peer {
     fn new(ip: IpAddr) -> Peer {
+        Peer::with(ip, QpType::Rc)
+    }
+
+    fn with(ip: IpAddr, qp_type: QpType) -> Peer {
         let dev = rnic_rxe::RxeDevice::open(
             &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
                 .with_progress(rnic_rxe::Progress::Thread),
@@ -502,7 +510,7 @@ impl Peer {
             max_inline_data: 64,
         };
         let qp = pd
-            .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+            .create_qp(&cq, &cq, &QpInitAttr::new(qp_type, caps))
             .unwrap();
         Peer {
             dev,
@@ -580,6 +588,7 @@ const VA: u64 = 0x7f00_0000_1000;
 /// Everything up to a connected RC pair: (hw, cq, comp EQ ring, qp, peer, data buffer, lkey).
 struct Pair {
     hw: Hw,
+    aeq: (u32, Arc<DmaBuffer>),
     cq: Cq,
     ceq: (u32, Arc<DmaBuffer>),
     qp: EmuQp,
@@ -597,7 +606,7 @@ fn pair() -> Pair {
     let async_mask = (1u64 << EventType::PageRequest.as_raw())
         | (1 << EventType::CqError.as_raw())
         | (1 << EventType::WqCatasError.as_raw());
-    let _aeq = hw.eq(7, 0, async_mask);
+    let aeq = hw.eq(7, 0, async_mask);
     let ceq = hw.eq(6, 1, 0);
     let cq = hw.cq(ceq.0);
     let data = hw.buf(4 * 4096);
@@ -610,6 +619,7 @@ fn pair() -> Pair {
     assert_eq!(qp.state(&hw), 3, "RTS");
     Pair {
         hw,
+        aeq,
         cq,
         ceq,
         qp,
@@ -1006,6 +1016,33 @@ fn object_checks_and_teardown_accounting() {
     let mut hw = Hw::new();
     let (st, synd) = hw.set_gid(0, emu_ip);
     assert_eq!((st, synd), (0, 0));
+    // Refusals: another MAC, RoCE v1, an address of no local interface.
+    let IpAddr::V4(e4) = emu_ip else { panic!() };
+    let o = e4.octets();
+    let other = IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], 9));
+    assert_eq!(
+        hw.set_gid_with(1, other, [2, 0, 0, 0, 0, 1], 2),
+        (CmdStatus::BadParam.as_raw(), syn::GID_MAC)
+    );
+    assert_eq!(
+        hw.set_gid_with(1, other, MAC, 0),
+        (CmdStatus::BadParam.as_raw(), syn::GID_VERSION)
+    );
+    let nowhere = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77));
+    assert_eq!(
+        hw.set_gid(1, nowhere),
+        (CmdStatus::BadParam.as_raw(), syn::GID_BIND)
+    );
+    // QUERY_ROCE_ADDRESS returns what was set.
+    let mut q = cmd(CmdOpcode::QueryRoceAddress, 0, 0x10);
+    rnic_mlx5_prm::QueryRoceAddressIn::new_unchecked(&mut q[..])
+        .set_roce_address_index(0)
+        .unwrap();
+    let out = hw.r.ok(&q, 0x30);
+    let o = rnic_mlx5_prm::QueryRoceAddressOut::new_unchecked(&out[..]);
+    let l = o.roce_address();
+    assert_eq!(l.source_l3_address(), &rnic_core::Gid::from_ipv4(e4).0[..]);
+    assert_eq!((l.roce_version(), l.roce_l3_type()), (2, 0));
     // Index out of range, and a CQ on a missing EQ.
     let mut c = cmd(CmdOpcode::SetRoceAddress, 0, 0x30);
     SetRoceAddressIn::new_unchecked(&mut c[..])
@@ -1125,4 +1162,183 @@ fn object_checks_and_teardown_accounting() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+#[test]
+fn write_imm_from_the_peer_and_cq_overrun() {
+    let mut p = pair();
+    // RDMA WRITE with immediate from the peer: RESP_WR_IMM on the receive WQE.
+    let ridx = p.qp.post_recv(VA, 0, p.lkey);
+    let w = pattern(300, 5);
+    p.peer.mem.write(0, &w).unwrap();
+    let sge = [Sge::new(p.peer.mr.addr(), 300, p.peer.mr.lkey())];
+    p.peer
+        .qp
+        .post_send(&[SendWr {
+            wr_id: 1,
+            op: SendOp::RdmaWriteWithImm {
+                remote_addr: VA + 5000,
+                rkey: rnic_core::Rkey(p.lkey),
+                imm: 0xfeed_beef,
+            },
+            sg_list: &sge,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+    let c = p.cq.expect();
+    let v = Cqe64::new_unchecked(&c[..]);
+    assert_eq!(opcode(&c), CqeOpcode::RespWrImm, "{c:x?}");
+    assert_eq!((v.imm_inval_pkey(), v.byte_cnt()), (0xfeed_beef, 300));
+    assert_eq!(v.wqe_counter(), u32::from(ridx));
+    let mut got = vec![0u8; 300];
+    p.data.read(5000, &mut got).unwrap();
+    assert_eq!(got, w);
+
+    // 64 signaled NOPs fill the 64-entry CQ (set_ci not advanced); the 65th overruns it:
+    // not written, a CQ error EQE instead.
+    let first = p.cq.ci;
+    for _ in 0..64 {
+        p.qp.post(&p.hw, WqeOpcode::Nop, true, &[]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.hw.r.fw().hca_stats().cqes < u64::from(first) + 64 {
+        assert!(Instant::now() < deadline, "{:?}", p.hw.r.fw().hca_stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut slot0 = [0u8; 64];
+    p.cq.ring
+        .read(((first & 63) as usize) * 64, &mut slot0)
+        .unwrap();
+    p.qp.post(&p.hw, WqeOpcode::Nop, true, &[]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.hw.r.fw().hca_stats().cq_overruns == 0 {
+        assert!(Instant::now() < deadline, "{:?}", p.hw.r.fw().hca_stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut again = [0u8; 64];
+    p.cq.ring
+        .read(((first & 63) as usize) * 64, &mut again)
+        .unwrap();
+    assert_eq!(again, slot0, "never written past the ring");
+    let mut e = [0u8; 64];
+    let found = (0..128).any(|i| {
+        p.aeq.1.read(i * 64, &mut e).unwrap();
+        let v = Eqe::new_unchecked(&e[..]);
+        v.event_type() == u32::from(EventType::CqError.as_raw())
+            && v.cq_error().cqn() == p.cq.cqn
+            && v.cq_error().syndrome() == 1
+    });
+    assert!(found, "CQ error EQE on the async EQ");
+}
+
+#[test]
+fn ud_both_ways_against_rxe() {
+    let (emu_ip, peer_ip) = ip_pair();
+    let mut hw = Hw::new();
+    assert_eq!(hw.set_gid(0, emu_ip), (0, 0));
+    let ceq = hw.eq(6, 1, 0);
+    let mut cq = hw.cq(ceq.0);
+    let data = hw.buf(4 * 4096);
+    let lkey = hw.mkey(&data, VA, &["lw"]);
+    let mut qp = EmuQp::create(&mut hw, &cq, QpServiceType::Ud);
+    let qkey = 0x1111_1111;
+    assert_eq!(
+        qp.modify(&hw, CmdOpcode::Rst2InitQp, |q| q.set_q_key(qkey).unwrap()),
+        (0, 0)
+    );
+    assert_eq!(qp.modify(&hw, CmdOpcode::Init2RtrQp, |_| {}), (0, 0));
+    assert_eq!(
+        qp.modify(&hw, CmdOpcode::Rtr2RtsQp, |q| q
+            .set_next_send_psn(5)
+            .unwrap()),
+        (0, 0)
+    );
+    let mut peer = Peer::with(peer_ip, QpType::Ud);
+    let IpAddr::V4(e4) = emu_ip else { panic!() };
+    let IpAddr::V4(p4) = peer_ip else { panic!() };
+    peer.qp
+        .to_init(&InitParams {
+            qkey,
+            ..InitParams::default()
+        })
+        .unwrap();
+    peer.qp
+        .to_rtr(
+            rnic_core::Qpn::from_wire(0),
+            Psn::from_wire(0),
+            rnic_core::Gid::from_ipv4(e4),
+            &RtrParams {
+                path_mtu: Mtu::Mtu1024,
+                ..RtrParams::default()
+            },
+        )
+        .unwrap();
+    peer.qp
+        .to_rts(Psn::from_wire(0x22), &RtsParams::default())
+        .unwrap();
+
+    // Emulator → peer: ctrl + datagram segment (3 DS) + one data segment.
+    let msg = pattern(500, 21);
+    data.write(0, &msg).unwrap();
+    let rsge = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
+    peer.qp
+        .post_recv(&[rnic_core::RecvWr {
+            wr_id: 3,
+            sg_list: &rsge,
+        }])
+        .unwrap();
+    let mut av = [0u8; 48];
+    {
+        let mut v = rnic_mlx5_prm::UdAdrsVector::new_unchecked(&mut av[..]);
+        v.set_q_key(qkey).unwrap();
+        v.set_destination_qp_dct(peer.qp.qpn().get()).unwrap();
+        v.set_hop_limit(64).unwrap();
+        v.set_src_addr_index(0).unwrap();
+        v.set_rgid_rip(&rnic_core::Gid::from_ipv4(p4).0).unwrap();
+    }
+    let mut segs = [[0u8; 16]; 4];
+    for (i, s) in segs.iter_mut().take(3).enumerate() {
+        s.copy_from_slice(&av[i * 16..i * 16 + 16]);
+    }
+    segs[3] = data_seg(500, lkey, VA);
+    let idx = qp.post(&hw, WqeOpcode::Send, true, &segs);
+    let c = cq.expect();
+    assert_eq!(opcode(&c), CqeOpcode::Req, "{c:x?}");
+    assert_eq!(Cqe64::new_unchecked(&c[..]).wqe_counter(), u32::from(idx));
+    let wc = peer.wait(1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(wc[0].src_qp.get(), qp.qpn);
+    assert_eq!(wc[0].byte_len, 540);
+    assert_eq!(peer.bytes(40, 500), msg);
+
+    // Peer → emulator: the GRH area first, then the payload; source QPN in the CQE.
+    let ridx = qp.post_recv(VA + 4096, 40 + 1024, lkey);
+    let back = pattern(700, 33);
+    peer.mem.write(8192, &back).unwrap();
+    let sge = [Sge::new(peer.mr.addr() + 8192, 700, peer.mr.lkey())];
+    peer.qp
+        .post_send(&[SendWr {
+            wr_id: 4,
+            op: SendOp::SendWithImm { imm: 0xabc },
+            sg_list: &sge,
+            flags: SendFlags::SIGNALED,
+            ud: Some(rnic_core::UdDest {
+                av: rnic_core::AddressVector::new(rnic_core::Gid::from_ipv4(e4)),
+                remote_qpn: rnic_core::Qpn::from_wire(qp.qpn),
+                remote_qkey: qkey,
+            }),
+        }])
+        .unwrap();
+    let c = cq.expect();
+    let v = Cqe64::new_unchecked(&c[..]);
+    assert_eq!(opcode(&c), CqeOpcode::RespSendImm, "{c:x?}");
+    assert_eq!(
+        (v.byte_cnt(), v.imm_inval_pkey(), v.rqpn()),
+        (740, 0xabc, peer.qp.qpn().get())
+    );
+    assert_eq!((v.wqe_counter(), v.g()), (u32::from(ridx), 1));
+    let mut got = vec![0u8; 700];
+    data.read(4096 + 40, &mut got).unwrap();
+    assert_eq!(got, back);
 }

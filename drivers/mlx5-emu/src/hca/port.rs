@@ -256,7 +256,10 @@ impl PacketSink for Sink<'_> {
             return;
         };
         let dst = gid_ip(&dest.av.dgid);
-        let sport = dest.av.udp_sport.unwrap_or(self.default_sport);
+        let sport = match dest.av.udp_sport {
+            Some(p) if p != 0 => p,
+            _ => self.default_sport,
+        };
         let stats = &mut *self.stats;
         let Some((sock, sport)) = self.ports.sender(src.ip, sport, stats) else {
             stats.tx_dropped += 1;

@@ -247,7 +247,9 @@ pub(crate) fn create(
         sq_stopped: false,
         qpc,
         src: None,
-        sport: 0,
+        // UD datagrams whose address vector names no port leave from this one (the
+        // firmware's choice, like the RC hash); RC sets its own at INIT2RTR.
+        sport: 0xc000 | (qpn & 0x3fff) as u16,
         log_msg_max: caps.log_max_msg(),
         q_key: 0,
     })
