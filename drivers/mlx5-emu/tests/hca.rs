@@ -1342,3 +1342,124 @@ fn ud_both_ways_against_rxe() {
     data.read(4096 + 40, &mut got).unwrap();
     assert_eq!(got, back);
 }
+
+/// xorshift64*: deterministic noise for the hostile-driver tests.
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn fill(&mut self, b: &mut [u8]) {
+        for x in b.iter_mut() {
+            *x = self.next() as u8;
+        }
+    }
+}
+
+#[test]
+fn hostile_command_bytes_never_crash_the_firmware() {
+    let hw = Hw::new();
+    let mut n = Noise(0x9e37_79b9_7f4a_7c15);
+    let ops = [
+        CmdOpcode::SetRoceAddress,
+        CmdOpcode::QueryRoceAddress,
+        CmdOpcode::CreateEq,
+        CmdOpcode::DestroyEq,
+        CmdOpcode::CreateCq,
+        CmdOpcode::DestroyCq,
+        CmdOpcode::CreateMkey,
+        CmdOpcode::DestroyMkey,
+        CmdOpcode::CreateQp,
+        CmdOpcode::DestroyQp,
+        CmdOpcode::Rst2InitQp,
+        CmdOpcode::Init2RtrQp,
+        CmdOpcode::Rtr2RtsQp,
+        CmdOpcode::Qp2Err,
+        CmdOpcode::Qp2Rst,
+        CmdOpcode::QueryQp,
+    ];
+    for op in ops {
+        for _ in 0..40 {
+            let mut c = vec![0u8; 0x110 + 8 * (n.next() % 8) as usize];
+            n.fill(&mut c);
+            let mut h = rnic_mlx5_prm::MboxIn::new_unchecked(&mut c[..]);
+            h.set_opcode(op.as_raw().into()).unwrap();
+            h.set_uid(0).unwrap();
+            let out = hw.r.exec(&c, 0x110 + 16);
+            assert!(
+                matches!(out, common::Reply::Done(_)),
+                "{op}: no completion: {out:?}"
+            );
+        }
+    }
+    // Still serving.
+    assert_eq!(status(&hw.r.ok(&cmd(CmdOpcode::Nop, 0, 0x10), OUT)), (0, 0));
+}
+
+#[test]
+fn hostile_wqes_and_doorbells_never_crash_the_data_path() {
+    let mut p = pair();
+    let mut n = Noise(0x1234_5678_9abc_def1);
+    for round in 0..200 {
+        // Random ring contents, random counters, random doorbells of every kind.
+        let mut junk = vec![0u8; 2 * 4096];
+        n.fill(&mut junk);
+        p.qp.wq.write(0, &junk).unwrap();
+        let mut dbr = [0u8; 8];
+        n.fill(&mut dbr);
+        p.qp.dbr.write(0, &dbr).unwrap();
+        let v = n.next();
+        let off = [0x20usize, 0x800, 0x900, 0xa00][round % 4];
+        p.hw.uar_write64(off, (v & !0xffff_ff00) | (u64::from(p.qp.qpn) << 8));
+        p.hw.uar_write32(0x40 + 8 * (round % 2), n.next() as u32);
+        if round % 50 == 0 {
+            // A peer SEND lands on whatever the RQ holds.
+            let sge = [Sge::new(p.peer.mr.addr(), 64, p.peer.mr.lkey())];
+            let _ = p.peer.qp.post_send(&[SendWr {
+                wr_id: round as u64,
+                op: SendOp::Send,
+                sg_list: &sge,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }]);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Still serving commands; the QP answers QUERY_QP (in whatever state it ended).
+    assert_eq!(
+        status(&p.hw.r.ok(&cmd(CmdOpcode::Nop, 0, 0x10), OUT)),
+        (0, 0)
+    );
+    let st = p.qp.state(&p.hw);
+    assert!(st <= 7, "{st}");
+    let stats = p.hw.r.fw().hca_stats();
+    assert!(
+        stats.wqe_errors + stats.bad_doorbells + stats.cqes > 0,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_silent_peer_exhausts_the_retries_on_the_engine_timers() {
+    let mut p = pair();
+    // The peer drops everything from now on: no ACKs. ack_timeout 14 (~67 ms), retry_count 7
+    // (seven retries, not infinite) → TRANSPORT_RETRY_EXCEEDED after ~0.5 s.
+    p.peer.qp.to_error().unwrap();
+    let rkey = p.peer.mr.rkey().get();
+    let idx = p.qp.post(
+        &p.hw,
+        WqeOpcode::RdmaWrite,
+        true,
+        &[raddr_seg(p.peer.mr.addr(), rkey), data_seg(32, p.lkey, VA)],
+    );
+    let c = p.cq.expect();
+    assert_eq!(opcode(&c), CqeOpcode::ReqErr, "{c:x?}");
+    assert_eq!(syndrome(&c), CqeSyndrome::TransportRetryExceeded);
+    assert_eq!(ErrCqe::new_unchecked(&c[..]).wqe_counter(), u32::from(idx));
+    assert_eq!(p.qp.state(&p.hw), 6, "ERR after the transport error");
+}
