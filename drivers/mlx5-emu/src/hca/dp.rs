@@ -377,9 +377,9 @@ impl Hca {
                 } else {
                     err_cqe(qp, CqeOpcode::RespErr, syndrome_of(wc.status), 0, idx)
                 };
-                let solicited = wc.status != WcStatus::Success;
-                self.q
-                    .complete(dev, cqn, cqe, solicited, false, &mut self.stats);
+                // The engine does not surface the packet's SE bit: every receive completion
+                // counts as solicited, so a solicited-only arm never misses one.
+                self.q.complete(dev, cqn, cqe, true, false, &mut self.stats);
             }
         }
     }
@@ -821,4 +821,21 @@ fn err_cqe(qp: &QpObj, op: CqeOpcode, syndrome: u8, wqe_opcode: u8, counter: u16
     let _ = c.set_wqe_counter(u32::from(counter));
     let _ = c.set_srqn(qp.user_index);
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_ibverbs_status_maps_back_to_its_syndrome() {
+        for (s, ibv) in CQE_SYNDROME_TO_IBV {
+            assert_eq!(syndrome_of(WcStatus::from_raw(*ibv)), s.as_raw(), "{s}");
+        }
+        assert_eq!(syndrome_of(WcStatus::LocProtErr), 0x04);
+        assert_eq!(syndrome_of(WcStatus::WrFlushErr), 0x05);
+        assert_eq!(syndrome_of(WcStatus::RetryExcErr), 0x15);
+        // No syndrome of its own: a local QP operation error.
+        assert_eq!(syndrome_of(WcStatus::from_raw(21)), 0x02);
+    }
 }

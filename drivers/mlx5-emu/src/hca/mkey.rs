@@ -367,3 +367,84 @@ impl MemoryAccess for MemView<'_> {
         Err(MemError::NotInvalidatable)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> MkeyTable {
+        let mut t = MkeyTable::default();
+        t.keys.insert(
+            5,
+            Mkey {
+                key_byte: 0x5a,
+                pd: 3,
+                lw: true,
+                rr: true,
+                rw: false,
+                atomic: false,
+                start: 0x10_0800,
+                len: Some(0x2000),
+                tr: Translation::Mtt {
+                    log_page: 12,
+                    entries: vec![0xa000 | 3, 0x5000 | 1, 0x9000 | 3],
+                },
+            },
+        );
+        t
+    }
+
+    #[test]
+    fn keys_are_checked_before_any_access() {
+        let t = table();
+        let (pd, key) = (PdHandle(3), (5 << 8) | 0x5a);
+        assert!(
+            t.find(pd, key, 0x10_0800, 0x2000, Access::LocalRead)
+                .is_ok()
+        );
+        assert_eq!(
+            t.find(pd, key ^ 1, 0x10_0800, 1, Access::LocalRead).err(),
+            Some(MemError::InvalidKey)
+        );
+        assert_eq!(
+            t.find(PdHandle(4), key, 0x10_0800, 1, Access::LocalRead)
+                .err(),
+            Some(MemError::WrongPd)
+        );
+        assert_eq!(
+            t.find(pd, key, 0x10_0800, 1, Access::RemoteWrite).err(),
+            Some(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.find(pd, key, 0x10_07ff, 1, Access::LocalRead).err(),
+            Some(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            t.find(pd, key, 0x10_2000, 0x801, Access::LocalRead).err(),
+            Some(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            t.find(pd, key, u64::MAX, 2, Access::LocalRead).err(),
+            Some(MemError::OutOfBounds)
+        );
+    }
+
+    #[test]
+    fn mtt_translation_splits_at_pages_and_needs_wr_en_to_write() {
+        let t = table();
+        let k = t.keys.get(&5).unwrap();
+        let mut got = Vec::new();
+        k.chunks(0x10_0ff0, 0x20, false, |iova, at, n| {
+            got.push((iova, at, n));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec![(0xaff0, 0, 0x10), (0x5000, 0x10, 0x10)]);
+        // Page 1 (0x5000) lacks wr_en.
+        assert_eq!(
+            k.chunks(0x10_1000, 8, true, |_, _, _| Ok(())),
+            Err(MemError::AccessDenied)
+        );
+        assert!(k.chunks(0x10_2000, 8, true, |_, _, _| Ok(())).is_ok());
+    }
+}

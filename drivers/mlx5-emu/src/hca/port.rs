@@ -289,3 +289,39 @@ impl PacketSink for Sink<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_and_addresses_round_trip() {
+        let v4 = IpAddr::V4(Ipv4Addr::new(127, 9, 8, 7));
+        assert_eq!(gid_ip(&ip_gid(v4)), v4);
+        assert_eq!(ip_gid(v4).0[10..12], [0xff, 0xff]);
+        let v6 = IpAddr::V6("fe80::1".parse().unwrap());
+        assert_eq!(gid_ip(&ip_gid(v6)), v6);
+        // ::ffff:0:0/96 only; ::1 is IPv6.
+        assert!(gid_ip(&Gid(Ipv6Addr::LOCALHOST.octets())).is_ipv6());
+    }
+
+    #[test]
+    fn icrc_verification_finds_identification_zero_and_refuses_garbage() {
+        let (s, d) = (Ipv4Addr::new(127, 1, 1, 1), Ipv4Addr::new(127, 1, 1, 2));
+        let mut pkt = vec![0u8; 12 + 8 + 4];
+        pkt[0] = 0x04; // SEND ONLY
+        icrc::fill_v4(s, d, 0, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
+        let from = SocketAddr::new(IpAddr::V4(s), 0xc001);
+        let mut last = 0;
+        assert!(verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+        icrc::fill_v4(s, d, 7, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
+        assert!(
+            verify_icrc(IpAddr::V4(d), from, &pkt, &mut last),
+            "a GSO index"
+        );
+        assert_eq!(last, 7);
+        let n = pkt.len();
+        pkt[n - 1] ^= 1;
+        assert!(!verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+    }
+}
