@@ -14,6 +14,7 @@ mod mkey;
 mod port;
 mod qp;
 mod queues;
+mod wqe;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

@@ -4,6 +4,8 @@
 //! command code.
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod hw;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
