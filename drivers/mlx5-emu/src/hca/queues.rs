@@ -287,11 +287,13 @@ impl Cq {
     /// The CQ doorbell: arm with `cmd` (0 next completion, 1 solicited only) at consumer
     /// index `ci`. `true` when CQEs beyond `ci` already exist: the event fires at once.
     pub(crate) fn arm(&mut self, cmd: u32, ci: u32, stats: &mut HcaStats) -> bool {
-        if cmd > 1 || self.error {
+        let pending = self.pi.wrapping_sub(ci) & MASK24;
+        if cmd > 1 || self.error || pending > self.ring.entries() {
+            // An unknown command, a CQ in error, or a consumer index beyond the producer.
             stats.bad_doorbells += 1;
             return false;
         }
-        if self.pi != ci & MASK24 {
+        if pending != 0 {
             self.armed = None;
             return true;
         }
