@@ -146,13 +146,51 @@ fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
     move |source| Mlx5Error::Prm { what, source }
 }
 
-#[inline(always)]
-fn dword(cqe: &[u8; CQE_BYTES], f: &FieldLayout) -> u32 {
-    let at = f.dword_offset();
-    match cqe.get(at..at + 4) {
-        Some(b) => f.extract(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-        None => 0,
+/// Where a CQE's dwords are read from: the ring itself on the hot path
+/// (only the dwords a completion needs are loaded), a byte array in tests.
+trait CqeSource {
+    /// The big-endian dword at byte `at` (a multiple of 4).
+    fn dw(&self, at: usize) -> u32;
+}
+
+impl CqeSource for [u8; CQE_BYTES] {
+    #[inline(always)]
+    fn dw(&self, at: usize) -> u32 {
+        match self.get(at..at + 4) {
+            Some(b) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            None => 0,
+        }
     }
+}
+
+/// A CQE in the ring: words `base .. base + 8`; the last word (opcode,
+/// owner, QPN, `wqe_counter`) was loaded for the owner check and is reused.
+struct CqeWords<'a> {
+    words: &'a [AtomicU64],
+    base: usize,
+    last: u64,
+}
+
+impl CqeSource for CqeWords<'_> {
+    #[inline(always)]
+    fn dw(&self, at: usize) -> u32 {
+        let word = if at / 8 == 7 {
+            self.last
+        } else {
+            self.words
+                .get(self.base + at / 8)
+                .map_or(0, |w| w.load(Ordering::Relaxed))
+        };
+        let b = word.to_ne_bytes();
+        let i = at % 8;
+        u32::from_be_bytes([b[i & 7], b[(i + 1) & 7], b[(i + 2) & 7], b[(i + 3) & 7]])
+    }
+}
+
+/// One field of a CQE through its PRM layout.
+#[inline(always)]
+fn dword<S: CqeSource + ?Sized>(cqe: &S, f: &FieldLayout) -> u32 {
+    f.extract(cqe.dw(f.dword_offset()))
 }
 
 /// Bytes of a CQ buffer of `entries` CQEs: the CQEs, then the doorbell record.
@@ -266,6 +304,13 @@ impl Cq {
         self.ring.attach(qp, send, recv);
     }
 
+    /// Whether the next CQE is valid (owner parity, opcode not INVALID)
+    /// without consuming it.
+    #[inline]
+    pub fn pending(&self) -> bool {
+        self.ring.pending()
+    }
+
     /// Poll up to `wcs.len()` completions; how many were written. Once the
     /// function is fatal ([`Hca::check_health`]), the outstanding work of
     /// the attached QPs follows as WR_FLUSH_ERR completions.
@@ -324,6 +369,20 @@ impl CqRing {
         }
     }
 
+    #[inline(always)]
+    fn valid(&self, op_own: u8) -> bool {
+        op_own >> 4 != CqeOpcode::Invalid.as_raw()
+            && u32::from(op_own & 1) == (self.ci >> self.log_size) & 1
+    }
+
+    fn pending(&self) -> bool {
+        let idx = (self.ci & self.mask) as usize * 8;
+        self.buf
+            .words()
+            .get(idx + 7)
+            .is_some_and(|w| self.valid(w.load(Ordering::Acquire).to_ne_bytes()[7]))
+    }
+
     pub(crate) fn poll(&mut self, wcs: &mut [WorkCompletion], fatal: bool) -> usize {
         let mut n = 0;
         let mut consumed = false;
@@ -333,24 +392,22 @@ impl CqRing {
             let Some(last) = words.get(idx + 7) else {
                 break;
             };
-            let op_own = last.load(Ordering::Acquire).to_ne_bytes()[7];
-            let opcode = op_own >> 4;
-            if opcode == CqeOpcode::Invalid.as_raw()
-                || u32::from(op_own & 1) != (self.ci >> self.log_size) & 1
-            {
+            let last = last.load(Ordering::Acquire);
+            if !self.valid(last.to_ne_bytes()[7]) {
                 break;
             }
             dma_rmb_after_owner_bit();
-            let mut cqe = [0u8; CQE_BYTES];
-            for (i, chunk) in cqe.chunks_exact_mut(8).enumerate() {
-                if let Some(w) = words.get(idx + i) {
-                    chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-                }
-            }
+            // Re-read after the barrier (§10: "read barrier, re-read").
+            let last = words.get(idx + 7).map_or(0, |w| w.load(Ordering::Relaxed));
+            let cqe = CqeWords {
+                words,
+                base: idx,
+                last,
+            };
             self.ci = self.ci.wrapping_add(1);
             consumed = true;
             self.counters.cqes += 1;
-            if let Some(wc) = self.decode(&cqe) {
+            if let Some(wc) = decode(&self.qps, &mut self.counters, &cqe) {
                 wcs[n] = wc;
                 n += 1;
             }
@@ -401,115 +458,6 @@ impl CqRing {
         }
         self.counters.software_flushed += n as u64;
         n
-    }
-
-    fn find(&self, qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
-        self.qps
-            .iter()
-            .find(|a| a.qp.qpn == qpn && if send { a.send } else { a.recv })
-            .map(|a| &a.qp)
-    }
-
-    /// One consumed CQE as a work completion; `None` (and a counter) for
-    /// what completes nothing the application posted.
-    fn decode(&mut self, cqe: &[u8; CQE_BYTES]) -> Option<WorkCompletion> {
-        let opcode = CqeOpcode::from_raw(dword(cqe, &cqe64::opcode) as u8);
-        if dword(cqe, &cqe64::cqe_format) == CQE_FORMAT_COMPRESSED {
-            self.counters.unknown_cqe += 1;
-            return None;
-        }
-        let qpn = dword(cqe, &cqe64::qpn);
-        let counter = dword(cqe, &cqe64::wqe_counter) as u16;
-        let qp_num = Qpn::from_wire(qpn);
-        let (status, vendor_err) = match opcode {
-            CqeOpcode::ReqErr | CqeOpcode::RespErr => {
-                let synd = dword(cqe, &err_cqe::syndrome) as u8;
-                let status = WcStatus::from_raw(CqeSyndrome::from_raw(synd).ibv_wc_status());
-                (status, dword(cqe, &err_cqe::vendor_err_synd))
-            }
-            _ => (WcStatus::Success, 0),
-        };
-        match opcode {
-            CqeOpcode::Req | CqeOpcode::ReqErr => {
-                let Some(qp) = self.find(qpn, true) else {
-                    self.counters.unknown_qpn += 1;
-                    return None;
-                };
-                let Some((wr_id, code)) = qp.sq.complete(counter) else {
-                    self.counters.bad_wqe_counter += 1;
-                    return None;
-                };
-                let op = wc_opcode_from_code(code);
-                let byte_len = match op {
-                    WcOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
-                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                    _ => 0,
-                };
-                Some(WorkCompletion {
-                    wr_id,
-                    status,
-                    opcode: op,
-                    vendor_err,
-                    byte_len,
-                    qp_num,
-                    ..WorkCompletion::default()
-                })
-            }
-            CqeOpcode::RespSend
-            | CqeOpcode::RespSendImm
-            | CqeOpcode::RespSendInv
-            | CqeOpcode::RespWrImm
-            | CqeOpcode::RespErr => {
-                let Some(qp) = self.find(qpn, false) else {
-                    self.counters.unknown_qpn += 1;
-                    return None;
-                };
-                let Some((wr_id, matches)) = qp.rq.complete(counter) else {
-                    self.counters.unexpected_recv += 1;
-                    return None;
-                };
-                if !matches {
-                    self.counters.recv_counter_mismatch += 1;
-                }
-                let imm = dword(cqe, &cqe64::imm_inval_pkey);
-                let mut wc = WorkCompletion {
-                    wr_id,
-                    status,
-                    opcode: WcOpcode::Recv,
-                    vendor_err,
-                    qp_num,
-                    ..WorkCompletion::default()
-                };
-                if opcode != CqeOpcode::RespErr {
-                    wc.byte_len = dword(cqe, &cqe64::byte_cnt);
-                    wc.src_qp = Qpn::from_wire(dword(cqe, &cqe64::rqpn));
-                    if dword(cqe, &cqe64::g) != 0 {
-                        wc.wc_flags |= WcFlags::GRH;
-                    }
-                }
-                match opcode {
-                    CqeOpcode::RespSendImm => {
-                        wc.imm_data = Some(imm);
-                        wc.wc_flags |= WcFlags::WITH_IMM;
-                    }
-                    CqeOpcode::RespWrImm => {
-                        wc.opcode = WcOpcode::RecvRdmaWithImm;
-                        wc.imm_data = Some(imm);
-                        wc.wc_flags |= WcFlags::WITH_IMM;
-                    }
-                    CqeOpcode::RespSendInv => {
-                        wc.invalidated_rkey = Some(Rkey(imm));
-                        wc.wc_flags |= WcFlags::WITH_INV;
-                    }
-                    _ => {}
-                }
-                Some(wc)
-            }
-            _ => {
-                self.counters.unknown_cqe += 1;
-                None
-            }
-        }
     }
 
     /// Store the record's `arm` word; the UAR doorbell's high dword.
@@ -572,6 +520,119 @@ impl Cq {
             self.core
                 .hca
                 .process_events(left.min(Duration::from_millis(5)))?;
+        }
+    }
+}
+
+fn find(qps: &[Attached], qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
+    qps.iter()
+        .find(|a| a.qp.qpn == qpn && if send { a.send } else { a.recv })
+        .map(|a| &a.qp)
+}
+
+/// One consumed CQE as a work completion; `None` (and a counter) for
+/// what completes nothing the application posted.
+#[inline(always)]
+fn decode<S: CqeSource>(
+    qps: &[Attached],
+    counters: &mut CqCounters,
+    cqe: &S,
+) -> Option<WorkCompletion> {
+    let opcode = CqeOpcode::from_raw(dword(cqe, &cqe64::opcode) as u8);
+    if dword(cqe, &cqe64::cqe_format) == CQE_FORMAT_COMPRESSED {
+        counters.unknown_cqe += 1;
+        return None;
+    }
+    let qpn = dword(cqe, &cqe64::qpn);
+    let counter = dword(cqe, &cqe64::wqe_counter) as u16;
+    let qp_num = Qpn::from_wire(qpn);
+    let (status, vendor_err) = match opcode {
+        CqeOpcode::ReqErr | CqeOpcode::RespErr => {
+            let synd = dword(cqe, &err_cqe::syndrome) as u8;
+            let status = WcStatus::from_raw(CqeSyndrome::from_raw(synd).ibv_wc_status());
+            (status, dword(cqe, &err_cqe::vendor_err_synd))
+        }
+        _ => (WcStatus::Success, 0),
+    };
+    match opcode {
+        CqeOpcode::Req | CqeOpcode::ReqErr => {
+            let Some(qp) = find(qps, qpn, true) else {
+                counters.unknown_qpn += 1;
+                return None;
+            };
+            let Some((wr_id, code)) = qp.sq.complete(counter) else {
+                counters.bad_wqe_counter += 1;
+                return None;
+            };
+            let op = wc_opcode_from_code(code);
+            let byte_len = match op {
+                WcOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
+                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                _ => 0,
+            };
+            Some(WorkCompletion {
+                wr_id,
+                status,
+                opcode: op,
+                vendor_err,
+                byte_len,
+                qp_num,
+                ..WorkCompletion::default()
+            })
+        }
+        CqeOpcode::RespSend
+        | CqeOpcode::RespSendImm
+        | CqeOpcode::RespSendInv
+        | CqeOpcode::RespWrImm
+        | CqeOpcode::RespErr => {
+            let Some(qp) = find(qps, qpn, false) else {
+                counters.unknown_qpn += 1;
+                return None;
+            };
+            let Some((wr_id, matches)) = qp.rq.complete(counter) else {
+                counters.unexpected_recv += 1;
+                return None;
+            };
+            if !matches {
+                counters.recv_counter_mismatch += 1;
+            }
+            let imm = dword(cqe, &cqe64::imm_inval_pkey);
+            let mut wc = WorkCompletion {
+                wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                vendor_err,
+                qp_num,
+                ..WorkCompletion::default()
+            };
+            if opcode != CqeOpcode::RespErr {
+                wc.byte_len = dword(cqe, &cqe64::byte_cnt);
+                wc.src_qp = Qpn::from_wire(dword(cqe, &cqe64::rqpn));
+                if dword(cqe, &cqe64::g) != 0 {
+                    wc.wc_flags |= WcFlags::GRH;
+                }
+            }
+            match opcode {
+                CqeOpcode::RespSendImm => {
+                    wc.imm_data = Some(imm);
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                }
+                CqeOpcode::RespWrImm => {
+                    wc.opcode = WcOpcode::RecvRdmaWithImm;
+                    wc.imm_data = Some(imm);
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                }
+                CqeOpcode::RespSendInv => {
+                    wc.invalidated_rkey = Some(Rkey(imm));
+                    wc.wc_flags |= WcFlags::WITH_INV;
+                }
+                _ => {}
+            }
+            Some(wc)
+        }
+        _ => {
+            counters.unknown_cqe += 1;
+            None
         }
     }
 }

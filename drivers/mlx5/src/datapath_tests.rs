@@ -125,9 +125,11 @@ fn an_inline_write_is_one_wqebb_with_blueflame_and_a_doorbell_record() {
     let rec = read(&wq.buf, wq.dbrec_word * 8, 8);
     assert_eq!(rec, [0, 0, 0, 0, 0, 0, 0, 1]);
     // A single WQE of 64 bytes: BlueFlame, one 64-byte unit; ctrl word = first 8 bytes.
-    let bf = ring.blueflame().unwrap();
-    assert_eq!(bf.len(), 8);
-    let bytes: Vec<u8> = bf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert!(ring.blueflame());
+    assert_eq!((ring.wqebb, ring.wqebbs), (0, 1));
+    let bytes: Vec<u8> = (0..8)
+        .flat_map(|i| wq.sq_word(0, i).to_ne_bytes())
+        .collect();
     assert_eq!(&bytes[..48], &golden[..]);
     assert_eq!(ring.ctrl.to_ne_bytes(), golden[..8]);
     assert_eq!(wq.shared.sq.outstanding(), 1);
@@ -149,10 +151,7 @@ fn a_batch_rings_once_without_blueflame_and_wraps_the_sq() {
     let (ring, r) = wq.post_send(&wrs, false);
     r.unwrap();
     let ring = ring.unwrap();
-    assert!(
-        ring.blueflame().is_none(),
-        "a batch rings the 8-byte doorbell"
-    );
+    assert!(!ring.blueflame(), "a batch rings the 8-byte doorbell");
     // The ctrl word names the last WQE (index 6).
     assert_eq!(ring.ctrl.to_ne_bytes()[..4], [0, 0, 6, 0x08]);
     // Full: 8 WQEBBs, 7 used; a 2-WQEBB WQE does not fit.
@@ -514,4 +513,38 @@ fn a_fatal_device_flushes_everything_outstanding_in_software() {
     assert!(wq.shared.flush.load(Ordering::Acquire));
     assert_eq!(ring.poll(&mut wcs, true), 0);
     assert_eq!(ring.counters().software_flushed, 3);
+}
+
+#[test]
+fn inline_payloads_aligned_or_gathered_land_byte_exact_after_the_header() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let payload: Vec<u8> = (1..=40).collect();
+    data.write(64, &payload).unwrap();
+    let base = data.as_ptr() as u64;
+    // One aligned SGE of 13 bytes (fast path), then two unaligned SGEs of 5 + 30.
+    let one = [Sge::new(base + 64, 13, Lkey(0x500))];
+    let two = [
+        Sge::new(base + 65, 5, Lkey(0x500)),
+        Sge::new(base + 70, 30, Lkey(0x500)),
+    ];
+    for (i, sges) in [&one[..], &two[..]].into_iter().enumerate() {
+        let mut w = SendWr::send(i as u64, sges);
+        w.flags = SendFlags::INLINE;
+        let before = wq.sq_head;
+        let (_, r) = wq.post_send(&[w], false);
+        r.unwrap();
+        let len: usize = sges.iter().map(|s| s.length as usize).sum();
+        let seg = read(
+            &wq.buf,
+            sq_at(&wq, before as usize) + 16,
+            (4 + len).div_ceil(16) * 16,
+        );
+        assert_eq!(seg[..4], (0x8000_0000u32 | len as u32).to_be_bytes());
+        let start = (sges[0].addr - base) as usize - 64;
+        assert_eq!(&seg[4..4 + len], &payload[start..start + len], "case {i}");
+        assert!(seg[4 + len..].iter().all(|&b| b == 0), "padding zeroed");
+        let ds = read(&wq.buf, sq_at(&wq, before as usize) + 7, 1)[0] & 0x3f;
+        assert_eq!(ds as usize, 1 + (4 + len).div_ceil(16));
+    }
 }

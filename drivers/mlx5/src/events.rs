@@ -124,35 +124,9 @@ impl EventQueue {
 
     /// Consume every valid EQE.
     fn drain(&self, st: &mut EqState) {
-        let words = self.ring.words();
-        let mask = (1u32 << self.log_size) - 1;
-        let mut n = 0u32;
-        loop {
-            let idx = (st.ci & mask) as usize * 8;
-            let Some(last) = words.get(idx + 7) else {
-                break;
-            };
-            let owner = last.load(Ordering::Acquire).to_ne_bytes()[7] & 1;
-            if u32::from(owner) != (st.ci >> self.log_size) & 1 {
-                break;
-            }
-            dma_rmb_after_owner_bit();
-            let mut e = [0u8; EQE_BYTES];
-            for (i, chunk) in e.chunks_exact_mut(8).enumerate() {
-                if let Some(w) = words.get(idx + i) {
-                    chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-                }
-            }
-            st.ci = st.ci.wrapping_add(1);
-            n += 1;
-            Self::handle(st, &e);
-            if n.is_multiple_of(NUM_SPARE_EQE) {
-                self.doorbell(st.ci, false);
-            }
-        }
-        if n > 0 {
-            self.doorbell(st.ci, true);
-        }
+        drain_ring(self.ring.words(), self.log_size, st, |ci, arm| {
+            self.doorbell(ci, arm)
+        });
     }
 
     fn handle(st: &mut EqState, e: &[u8; EQE_BYTES]) {
@@ -228,6 +202,46 @@ impl EventQueue {
         let mut st = lock(&self.state);
         self.drain(&mut st);
     }
+}
+
+/// Consume every valid EQE of the ring (owner parity, then the read
+/// barrier, then the body); `doorbell(ci, arm)` every [`NUM_SPARE_EQE`]
+/// entries without arming and once, arming, at the end.
+fn drain_ring(
+    words: &[std::sync::atomic::AtomicU64],
+    log_size: u32,
+    st: &mut EqState,
+    mut doorbell: impl FnMut(u32, bool),
+) -> u32 {
+    let mask = (1u32 << log_size) - 1;
+    let mut n = 0u32;
+    loop {
+        let idx = (st.ci & mask) as usize * 8;
+        let Some(last) = words.get(idx + 7) else {
+            break;
+        };
+        let owner = last.load(Ordering::Acquire).to_ne_bytes()[7] & 1;
+        if u32::from(owner) != (st.ci >> log_size) & 1 {
+            break;
+        }
+        dma_rmb_after_owner_bit();
+        let mut e = [0u8; EQE_BYTES];
+        for (i, chunk) in e.chunks_exact_mut(8).enumerate() {
+            if let Some(w) = words.get(idx + i) {
+                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            }
+        }
+        st.ci = st.ci.wrapping_add(1);
+        n += 1;
+        EventQueue::handle(st, &e);
+        if n.is_multiple_of(NUM_SPARE_EQE) {
+            doorbell(st.ci, false);
+        }
+    }
+    if n > 0 {
+        doorbell(st.ci, true);
+    }
+    n
 }
 
 impl CommandEvents for EventQueue {
@@ -536,5 +550,130 @@ impl Drop for HealthPoller {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_dma::{IovaAllocator, RecordingMapper};
+    use rnic_mlx5_prm::Eqe;
+
+    use crate::memory::IovaSpace;
+
+    struct FakeEq {
+        buf: Arc<DmaBuffer>,
+        log: u32,
+        pi: u32,
+    }
+
+    impl FakeEq {
+        fn new(log: u32) -> FakeEq {
+            let space = IovaSpace::new(
+                "fake".into(),
+                Arc::new(RecordingMapper::new()),
+                IovaAllocator::new(&[0x10_0000..=0xFFFF_FFFF]),
+            );
+            let buf = space.alloc((1usize << log) * EQE_BYTES).unwrap();
+            for i in 0..1usize << log {
+                buf.write(i * EQE_BYTES + 63, &[EQE_OWNER_INIT]).unwrap();
+            }
+            FakeEq { buf, log, pi: 0 }
+        }
+
+        fn push(&mut self, ty: u8, fill: impl FnOnce(&mut Eqe<&mut [u8]>)) {
+            let mut e = [0u8; EQE_BYTES];
+            {
+                let mut v = Eqe::new_checked(&mut e[..]).unwrap();
+                v.set_event_type(ty.into()).unwrap();
+                fill(&mut v);
+                v.set_owner((self.pi >> self.log) & 1).unwrap();
+            }
+            let at = ((self.pi & ((1 << self.log) - 1)) as usize) * EQE_BYTES;
+            self.buf.write(at, &e[..63]).unwrap();
+            self.buf.write(at + 63, &e[63..]).unwrap();
+            self.pi += 1;
+        }
+    }
+
+    #[test]
+    fn eqes_are_taken_by_owner_parity_and_unknown_types_counted() {
+        let mut dev = FakeEq::new(2); // 4 entries: wraps
+        let mut st = EqState::default();
+        let notify = Arc::new(CqNotify::default());
+        st.cqs.insert(5, notify.clone());
+        let mut rings = Vec::new();
+        assert_eq!(
+            drain_ring(dev.buf.words(), 2, &mut st, |c, a| rings.push((c, a))),
+            0
+        );
+        assert!(rings.is_empty(), "owner 1 at first pass: nothing valid");
+        dev.push(EventType::Cmd.as_raw(), |v| {
+            v.cmd_inter_comp_event_mut()
+                .set_command_completion_vector(0b101)
+                .unwrap();
+        });
+        dev.push(EventType::PageRequest.as_raw(), |v| {
+            v.pages_req_event_mut().set_num_pages(10).unwrap();
+        });
+        dev.push(0x3f, |_| {}); // unknown type
+        assert_eq!(
+            drain_ring(dev.buf.words(), 2, &mut st, |c, a| rings.push((c, a))),
+            3
+        );
+        assert_eq!(rings, vec![(3, true)]);
+        assert!(EventQueue::take(&mut st, 0));
+        assert!(!EventQueue::take(&mut st, 1));
+        assert!(EventQueue::take(&mut st, 2));
+        assert!(!EventQueue::take(&mut st, 2), "taken once");
+        assert_eq!(st.pages, 10);
+        // Second pass of the ring (owner 1 now valid).
+        dev.push(EventType::PageRequest.as_raw(), |v| {
+            v.pages_req_event_mut()
+                .set_num_pages((-4i32) as u32)
+                .unwrap();
+        });
+        dev.push(EventType::Completion.as_raw(), |v| {
+            v.comp_event_mut().set_cq_number(5).unwrap();
+        });
+        dev.push(EventType::Completion.as_raw(), |v| {
+            v.comp_event_mut().set_cq_number(6).unwrap();
+        });
+        dev.push(EventType::PortChange.as_raw(), |_| {});
+        assert_eq!(drain_ring(dev.buf.words(), 2, &mut st, |_, _| {}), 4);
+        assert_eq!(st.pages, 6);
+        assert_eq!(notify.events.load(Ordering::Relaxed), 1);
+        let k = st.counters;
+        assert_eq!(
+            (
+                k.eqes,
+                k.command,
+                k.page_requests,
+                k.completion,
+                k.unknown_cq,
+                k.unknown_type,
+                k.port_change
+            ),
+            (7, 1, 2, 2, 1, 1, 1)
+        );
+        // A stale entry (previous pass's owner) stops the drain.
+        assert_eq!(drain_ring(dev.buf.words(), 2, &mut st, |_, _| {}), 0);
+        assert_eq!(st.ci, 7);
+    }
+
+    #[test]
+    fn a_long_drain_updates_the_consumer_index_every_0x80_entries() {
+        let mut dev = FakeEq::new(8);
+        let mut st = EqState::default();
+        for _ in 0..200 {
+            dev.push(EventType::SqDrained.as_raw(), |_| {});
+        }
+        let mut rings = Vec::new();
+        assert_eq!(
+            drain_ring(dev.buf.words(), 8, &mut st, |c, a| rings.push((c, a))),
+            200
+        );
+        assert_eq!(rings, vec![(0x80, false), (200, true)]);
+        assert_eq!(st.counters.qp_events, 200);
     }
 }

@@ -609,24 +609,23 @@ impl Qp {
     #[inline(always)]
     fn ring(&mut self, ring: &SendDoorbell) {
         let off = self.bf.offset;
-        match ring.blueflame() {
-            Some(words) if self.bf.exclusive.is_some() => {
-                for (i, w) in words.iter().enumerate() {
-                    let _ = self
-                        .bf
-                        .reg
-                        .write64(off + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
-                }
-                wc_flush();
-                self.wq.counters.blueflame += 1;
-            }
-            _ => {
+        if ring.blueflame() && self.bf.exclusive.is_some() {
+            let words = self.wq.buf.words();
+            for i in 0..ring.wqebbs as usize * 8 {
+                let w = self.wq.sq_word_in(words, ring.wqebb, i);
                 let _ = self
                     .bf
                     .reg
-                    .write64(off, u64::from_le_bytes(ring.ctrl.to_ne_bytes()));
-                self.wq.counters.doorbells += 1;
+                    .write64(off + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
             }
+            wc_flush();
+            self.wq.counters.blueflame += 1;
+        } else {
+            let _ = self
+                .bf
+                .reg
+                .write64(off, u64::from_le_bytes(ring.ctrl.to_ne_bytes()));
+            self.wq.counters.doorbells += 1;
         }
         self.bf.offset = next_bf_offset(off, self.bf.half);
     }

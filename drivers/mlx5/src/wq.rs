@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use rnic_core::{Memory, RecvWr, SendOp, SendWr};
 use rnic_dma::barrier::dma_wmb_before_doorbell;
-use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, qp_doorbell_record};
+use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
@@ -33,22 +33,55 @@ pub(crate) struct Region {
 pub struct SendDoorbell {
     /// The first 8 bytes of the last WQE's control segment (memory order).
     pub ctrl: u64,
-    /// The words of the WQE (for a BlueFlame copy).
-    pub words: [u64; 32],
-    /// How many of `words` the WQE has.
-    pub len: usize,
+    /// The WQEBB where the last WQE starts.
+    pub wqebb: u32,
+    /// Its size in WQEBBs.
+    pub wqebbs: u32,
     /// One WQE of at most 256 bytes: a BlueFlame copy may carry it.
     pub single: bool,
 }
 
 impl SendDoorbell {
-    /// The BlueFlame copy: the WQE padded to whole 64-byte units, when the
-    /// post was a single small WQE.
-    pub fn blueflame(&self) -> Option<&[u64]> {
-        if !self.single {
-            return None;
+    /// Whether the BlueFlame copy (the whole WQE, in 64-byte units read back
+    /// from the SQ ring) may carry this post.
+    pub fn blueflame(&self) -> bool {
+        self.single
+    }
+}
+
+/// Write an inline segment whose payload is `len` bytes starting at the
+/// first of `src` (8-aligned): header then data, shifted by the 4-byte
+/// header, bytes past `len` zeroed, padded to 16 bytes (§9.3).
+#[inline(always)]
+fn push_inline_aligned(w: &mut RingWriter<'_>, src: &[std::sync::atomic::AtomicU64], len: usize) {
+    let mut carry = inline_header(len as u32).to_be_bytes();
+    let mut left = len;
+    let mut out = 0usize;
+    for word in src {
+        let mut b = word.load(Ordering::Relaxed).to_ne_bytes();
+        if left < 8 {
+            for x in b.iter_mut().skip(left) {
+                *x = 0;
+            }
         }
-        self.words.get(..self.len.div_ceil(8) * 8)
+        left = left.saturating_sub(8);
+        let o = [
+            carry[0], carry[1], carry[2], carry[3], b[0], b[1], b[2], b[3],
+        ];
+        w.push(u64::from_ne_bytes(o));
+        carry = [b[4], b[5], b[6], b[7]];
+        out += 8;
+    }
+    let total = (4 + len).div_ceil(16) * 16;
+    if out < total {
+        w.push(u64::from_ne_bytes([
+            carry[0], carry[1], carry[2], carry[3], 0, 0, 0, 0,
+        ]));
+        out += 8;
+    }
+    while out < total {
+        w.push(0);
+        out += 8;
     }
 }
 
@@ -82,6 +115,20 @@ pub(crate) struct WorkQueues {
 }
 
 impl WorkQueues {
+    /// Word `i` (from 0) of the WQE that starts at WQEBB `wqebb`, read back
+    /// from the SQ ring (for the BlueFlame copy).
+    #[cfg(test)]
+    pub fn sq_word(&self, wqebb: u32, i: usize) -> u64 {
+        self.sq_word_in(self.buf.words(), wqebb, i)
+    }
+
+    /// [`WorkQueues::sq_word`] over the ring's words, fetched once.
+    #[inline(always)]
+    pub fn sq_word_in(&self, words: &[std::sync::atomic::AtomicU64], wqebb: u32, i: usize) -> u64 {
+        let at = self.sq_word_base + ((wqebb as usize * 8 + i) & self.sq_mask_words);
+        words.get(at).map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
     #[inline(always)]
     pub(crate) fn store_dbrec(&self) {
         let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
@@ -97,8 +144,53 @@ impl WorkQueues {
         len: usize,
         w: &mut RingWriter<'_>,
     ) -> Result<(), PostFailure> {
-        let mut data = [0u8; 4 + MAX_INLINE_DATA];
-        data[..4].copy_from_slice(&inline_header(len as u32).to_be_bytes());
+        if let [s] = wr.sg_list
+            && let Some(words) = self.inline_words(s)
+        {
+            push_inline_aligned(w, words, len);
+            return Ok(());
+        }
+        // Stage header and payload; a small payload zeroes a small buffer.
+        if len <= 60 {
+            let mut data = [0u8; 64];
+            self.stage_inline(wr, len, &mut data)?;
+            w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
+        } else {
+            let mut data = [0u8; 4 + MAX_INLINE_DATA];
+            self.stage_inline(wr, len, &mut data)?;
+            w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
+        }
+        Ok(())
+    }
+
+    /// The region words under a single inline SGE at an 8-aligned offset.
+    #[inline(always)]
+    fn inline_words(&self, s: &rnic_core::Sge) -> Option<&[std::sync::atomic::AtomicU64]> {
+        if !s.addr.is_multiple_of(8) {
+            return None;
+        }
+        let n = s.length as u64;
+        let r = self.regions.iter().find(|r| {
+            r.lkey == s.lkey.get()
+                && s.addr >= r.start
+                && s.addr.checked_add(n).is_some_and(|e| e <= r.start + r.len)
+        })?;
+        let first = ((s.addr - r.start) / 8) as usize;
+        r.buf
+            .words()
+            .get(first..first + (s.length as usize).div_ceil(8))
+    }
+
+    #[inline(always)]
+    fn stage_inline(
+        &self,
+        wr: &SendWr<'_>,
+        len: usize,
+        data: &mut [u8],
+    ) -> Result<(), PostFailure> {
+        if let Some(h) = data.get_mut(..4) {
+            h.copy_from_slice(&inline_header(len as u32).to_be_bytes());
+        }
         let mut at = 4;
         for s in wr.sg_list.iter().filter(|s| s.length > 0) {
             let n = s.length as usize;
@@ -119,12 +211,20 @@ impl WorkQueues {
                 })
                 .ok_or(miss)?;
             let dst = data.get_mut(at..at + n).ok_or(miss)?;
-            r.buf
-                .read((s.addr - r.start) as usize, dst)
-                .map_err(|_| miss)?;
+            let off = (s.addr - r.start) as usize;
+            if off.is_multiple_of(8) {
+                // Whole words straight from the region (8-aligned source).
+                let words = r.buf.words();
+                for (i, chunk) in dst.chunks_mut(8).enumerate() {
+                    let word = words.get(off / 8 + i).ok_or(miss)?;
+                    let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
+                    chunk.copy_from_slice(&bytes[..chunk.len()]);
+                }
+            } else {
+                r.buf.read(off, dst).map_err(|_| miss)?;
+            }
             at += n;
         }
-        w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
         Ok(())
     }
 
@@ -138,8 +238,8 @@ impl WorkQueues {
         let start = self.sq_head;
         let mut ring = SendDoorbell {
             ctrl: 0,
-            words: [0; 32],
-            len: 0,
+            wqebb: 0,
+            wqebbs: 0,
             single: false,
         };
         let mut failed = None;
@@ -152,7 +252,9 @@ impl WorkQueues {
         if self.sq_head == start {
             return (None, failed.map_or(Ok(()), Err));
         }
-        ring.single = failed.is_none() && wrs.len() == 1 && ring.len * 8 <= BLUEFLAME_MAX_BYTES;
+        ring.single = failed.is_none()
+            && wrs.len() == 1
+            && ring.wqebbs as usize * WQEBB_BYTES <= BLUEFLAME_MAX_BYTES;
         self.shared.sq.head.store(self.sq_head, Ordering::Release);
         // WQEs before the doorbell record.
         dma_wmb_before_doorbell();
@@ -227,8 +329,8 @@ impl WorkQueues {
             push_sges(&mut w, wr.sg_list);
         }
         ring.ctrl = ctrl[0];
-        ring.len = w.len.min(32);
-        ring.words[..ring.len].copy_from_slice(&w.head[..ring.len]);
+        ring.wqebb = head;
+        ring.wqebbs = p.wqebbs;
         let idx = (head & self.shared.sq.mask) as usize;
         if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
             id.store(wr.wr_id, Ordering::Relaxed);

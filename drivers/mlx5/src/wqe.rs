@@ -94,6 +94,45 @@ pub enum PostFailure {
     DeviceFatal,
 }
 
+/// A field's (shift, mask) inside its dword, computed at compile time from
+/// the PRM layout (the hot path then shifts and masks only).
+pub const fn pos(f: &rnic_mlx5_prm::FieldLayout) -> (u32, u32) {
+    // Every field used with `put` lies inside one dword (asserted below).
+    let shift = match f.dword_shift() {
+        Some(s) => s,
+        None => 0,
+    };
+    let mask = if f.width >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << f.width) - 1
+    };
+    (shift, mask)
+}
+
+/// Put `v` (masked to the field) at its position.
+#[inline(always)]
+pub const fn put(p: (u32, u32), v: u32) -> u32 {
+    (v & p.1) << p.0
+}
+
+const CTRL_OPCODE: (u32, u32) = pos(&wqe_ctrl_seg::opcode);
+const CTRL_INDEX: (u32, u32) = pos(&wqe_ctrl_seg::wqe_index);
+const CTRL_QPN: (u32, u32) = pos(&wqe_ctrl_seg::qpn);
+const CTRL_DS: (u32, u32) = pos(&wqe_ctrl_seg::ds);
+const CTRL_FM_CE_SE: (u32, u32) = pos(&wqe_ctrl_seg::fm_ce_se);
+const DATA_BYTE_COUNT: (u32, u32) = pos(&wqe_data_seg::byte_count);
+const INLINE_LEN: (u32, u32) = pos(&wqe_inline_seg::len);
+const _: () = assert!(
+    wqe_ctrl_seg::opcode.dword_shift().is_some()
+        && wqe_ctrl_seg::wqe_index.dword_shift().is_some()
+        && wqe_ctrl_seg::qpn.dword_shift().is_some()
+        && wqe_ctrl_seg::ds.dword_shift().is_some()
+        && wqe_ctrl_seg::fm_ce_se.dword_shift().is_some()
+        && wqe_data_seg::byte_count.dword_shift().is_some()
+        && wqe_inline_seg::len.dword_shift().is_some()
+);
+
 /// Memory word of two big-endian dwords: bytes `dw0` then `dw1`.
 #[inline(always)]
 pub const fn be_pair(dw0: u32, dw1: u32) -> u64 {
@@ -141,12 +180,9 @@ pub const fn ctrl_words(
     fm_ce_se: u32,
     imm: u32,
 ) -> [u64; 2] {
-    let dw0 = wqe_ctrl_seg::wqe_index.insert(
-        wqe_ctrl_seg::opcode.insert(0, opcode.as_raw() as u32),
-        wqe_index as u32,
-    );
-    let dw1 = wqe_ctrl_seg::ds.insert(wqe_ctrl_seg::qpn.insert(0, qpn), ds);
-    let dw2 = wqe_ctrl_seg::fm_ce_se.insert(0, fm_ce_se);
+    let dw0 = put(CTRL_INDEX, wqe_index as u32) | put(CTRL_OPCODE, opcode.as_raw() as u32);
+    let dw1 = put(CTRL_QPN, qpn) | put(CTRL_DS, ds);
+    let dw2 = put(CTRL_FM_CE_SE, fm_ce_se);
     [be_pair(dw0, dw1), be_pair(dw2, imm)]
 }
 
@@ -159,7 +195,7 @@ pub const fn raddr_words(raddr: u64, rkey: u32) -> [u64; 2] {
 /// The two memory words of a data-pointer segment (§9.3).
 #[inline(always)]
 pub const fn data_words(byte_count: u32, lkey: u32, addr: u64) -> [u64; 2] {
-    let dw0 = wqe_data_seg::byte_count.insert(0, byte_count);
+    let dw0 = put(DATA_BYTE_COUNT, byte_count);
     [be_pair(dw0, lkey), be64(addr)]
 }
 
@@ -175,7 +211,7 @@ pub const fn atomic_words(swap_add: u64, compare: u64) -> [u64; 2] {
 /// The inline segment header dword: `len | 0x80000000` (§9.3).
 #[inline(always)]
 pub const fn inline_header(len: u32) -> u32 {
-    wqe_inline_seg::len.insert(0, len) | INLINE_SEG_FLAG
+    put(INLINE_LEN, len) | INLINE_SEG_FLAG
 }
 
 /// Which segments a request needs, its opcode and its size (§9.3 table).
@@ -290,8 +326,6 @@ pub struct RingWriter<'a> {
     base: usize,
     mask: usize,
     pos: usize,
-    /// The first words written (for a BlueFlame copy), up to 32 (256 bytes).
-    pub head: [u64; 32],
     /// How many words were written.
     pub len: usize,
 }
@@ -308,7 +342,6 @@ impl<'a> RingWriter<'a> {
             base,
             mask,
             pos: start,
-            head: [0; 32],
             len: 0,
         })
     }
@@ -320,9 +353,6 @@ impl<'a> RingWriter<'a> {
         // In bounds by construction: base + mask < words.len().
         if let Some(w) = self.words.get(at) {
             w.store(word, Ordering::Relaxed);
-        }
-        if let Some(h) = self.head.get_mut(self.len) {
-            *h = word;
         }
         self.pos = self.pos.wrapping_add(1);
         self.len += 1;
@@ -560,7 +590,7 @@ mod tests {
         assert_eq!(got[8], 3);
         assert_eq!(got[9], 4);
         assert_eq!(got[..8], [0; 8]);
-        assert_eq!(&w.head[..4], &[1, 2, 3, 4]);
+        assert_eq!(w.len, 4);
         assert!(RingWriter::new(&ring, 16, 15, 0).is_none());
         assert!(RingWriter::new(&ring, 0, 14, 0).is_none());
     }

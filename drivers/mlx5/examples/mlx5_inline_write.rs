@@ -1,0 +1,141 @@
+//! Cost of the direct data path: one 8-byte inline RDMA WRITE (BlueFlame)
+//! posted and its CQE polled, in a loop, against rnic-mlx5-emu (in this
+//! process) and an rnic-rxe peer on 127.x.
+//!
+//! ```sh
+//! cargo run --release -p rnic-mlx5 --example mlx5_inline_write -- 20000
+//! # instructions per post_send / per poll (docs/mlx5.md §"Cost"):
+//! cargo build --release -p rnic-mlx5 --example mlx5_inline_write
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/mlx5.cg \
+//!   --toggle-collect='mlx5_inline_write::bench_post' \
+//!   --toggle-collect='mlx5_inline_write::bench_poll' \
+//!   target/release/examples/mlx5_inline_write 2000
+//! callgrind_annotate --inclusive=yes /tmp/mlx5.cg | grep bench_
+//! ```
+//! Divide each function's inclusive Ir by the iteration count (plus the
+//! warm-up, printed).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rnic_core::{
+    AccessFlags, Gid, HeapMemory, InitParams, Mtu, Psn, QpCaps, QpInitAttr, QpType, RtrParams,
+    RtsParams, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+};
+use rnic_mlx5::{Cq, Hca, HcaOptions, Mkey, PciFunction, Qp, QpOptions, VfioUserFunction};
+use rnic_mlx5_emu::{Emulator, Options};
+
+const WARMUP: u64 = 200;
+
+const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+#[inline(never)]
+fn bench_post(qp: &mut Qp, wr: &SendWr<'_>) {
+    if let Err(e) = qp.post_send(std::slice::from_ref(wr)) {
+        panic!("post_send: {e}");
+    }
+}
+
+#[inline(never)]
+fn bench_poll(cq: &mut Cq, wcs: &mut [WorkCompletion]) -> usize {
+    cq.poll(wcs)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let iters: u64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(20_000);
+    let dir = tempfile::tempdir()?;
+    let emu = Emulator::start(dir.path().join("mlx5.sock"), Options::default())?;
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket())?);
+    let mut hca = Hca::bring_up(
+        f,
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_secs(30)),
+            ..HcaOptions::default()
+        },
+    )?;
+    hca.enable_events()?;
+    let hca = Arc::new(hca);
+    let b = 200 + (std::process::id() % 50) as u8;
+    let emu_ip = IpAddr::V4(Ipv4Addr::new(127, 251, b, 1));
+    let peer_ip = Ipv4Addr::new(127, 251, b, 2);
+    hca.set_gid(0, emu_ip)?;
+    let mut cq = Cq::new(&hca, 64)?;
+    let mkey = Mkey::new(&hca, hca.function().alloc_dma(4096)?, ALL)?;
+    let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default())?;
+    qp.use_region(&mkey);
+
+    let dev = rnic_rxe::RxeDevice::open(
+        &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(IpAddr::V4(peer_ip)))
+            .with_progress(rnic_rxe::Progress::Thread),
+    )?;
+    let ctx = dev.context();
+    let pd = ctx.alloc_pd()?;
+    let pcq = ctx.create_cq(64)?;
+    let mr = pd.reg_mr(Arc::new(HeapMemory::new(4096)), ALL)?;
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let mut pqp = pd.create_qp(&pcq, &pcq, &QpInitAttr::new(QpType::Rc, caps))?;
+    let init = InitParams {
+        access: ALL,
+        ..InitParams::default()
+    };
+    let rtr = RtrParams {
+        path_mtu: Mtu::Mtu1024,
+        ..RtrParams::default()
+    };
+    let rts = RtsParams::default();
+    pqp.to_init(&init)?;
+    pqp.to_rtr(qp.qpn(), Psn::from_wire(1), Gid::from_ip(emu_ip), &rtr)?;
+    pqp.to_rts(Psn::from_wire(2), &rts)?;
+    qp.connect(
+        &init,
+        pqp.qpn(),
+        Gid::from_ipv4(peer_ip),
+        Psn::from_wire(2),
+        Psn::from_wire(1),
+        &rtr,
+        &rts,
+    )?;
+
+    rnic_core::Memory::write(mkey.buffer().as_ref(), 0, b"8 bytes!")?;
+    let sge = [Sge::new(mkey.addr(), 8, mkey.lkey())];
+    let mut wr = SendWr::rdma_write(1, &sge, mr.addr(), mr.rkey());
+    wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    let mut wcs = [WorkCompletion::default(); 1];
+    let mut run = |n: u64| -> Duration {
+        let start = Instant::now();
+        for _ in 0..n {
+            bench_post(&mut qp, &wr);
+            while !cq.pending() {
+                std::hint::spin_loop();
+            }
+            let got = bench_poll(&mut cq, &mut wcs);
+            assert!(got == 1 && wcs[0].status == WcStatus::Success, "{wcs:?}");
+        }
+        start.elapsed()
+    };
+    run(WARMUP);
+    let t = run(iters);
+    println!(
+        "{iters} inline 8-byte WRITEs (+{WARMUP} warm-up): {:.2} µs per post+completion round trip \
+         (emulator + rxe peer included); BlueFlame rings {}",
+        t.as_secs_f64() * 1e6 / iters as f64,
+        qp.counters().blueflame
+    );
+    drop((qp, cq, mkey));
+    Arc::into_inner(hca).ok_or("Hca still shared")?.shutdown()?;
+    Ok(())
+}
