@@ -194,6 +194,8 @@ syndromes! {
     QP_PATH = 0x0e00_b006 => "INIT2RTR: src_addr_index not a bound RoCE v2 GID, rgid of another L3 type, or udp_sport outside the RoCE cap range",
     /// Bad transition attribute.
     QP_ATTR = 0x0e00_b007 => "QP transition: mtu invalid or larger than the vport MTU allows, log_msg_max/log_sra_max/log_rra_max above caps, pkey_index or port invalid",
+    /// The engine memory budget is spent.
+    QP_MEMORY = 0x0e00_b009 => "CREATE_QP: the firmware's QP memory (256 MiB of transport rings) is spent",
     /// Transition illegal from the current state.
     QP_STATE = 0x0e00_b008 => "QP transition not legal from the QP's current state",
 }

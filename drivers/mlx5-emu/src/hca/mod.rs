@@ -295,7 +295,9 @@ impl Hca {
                     return refuse(CmdStatus::NoRes, syn::QP_EXHAUSTED);
                 };
                 let cqs = &self.q.cqs;
-                let qp = qp::create(ctx, qpn, |c| cqs.contains_key(&c), input, out)?;
+                let used: usize = self.qps.values().map(|q| q.cost).sum();
+                let left = qp::ENGINE_BUDGET.saturating_sub(used);
+                let qp = qp::create(ctx, qpn, left, |c| cqs.contains_key(&c), input, out)?;
                 tracing::debug!(qpn, ud = qp.ud, "CREATE_QP");
                 self.qps.insert(qpn, qp);
                 Ok(())

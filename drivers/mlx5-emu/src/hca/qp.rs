@@ -27,6 +27,14 @@ pub(crate) const ENGINE_DEPTH: u32 = 256;
 pub(crate) const MAX_SEND_SGE: usize = 62;
 /// Most inline bytes in a send WQE (1 KiB less control and inline header).
 pub(crate) const MAX_INLINE: usize = 1024;
+/// The transport rings all QPs together may hold (the emulator's stand-in for ICM).
+pub(crate) const ENGINE_BUDGET: usize = 256 << 20;
+
+/// The bytes of transport ring a QP with these depths costs.
+pub(crate) fn engine_cost(sq_depth: u32, rq_depth: u32, max_recv_sge: usize) -> usize {
+    sq_depth as usize * (MAX_SEND_SGE * 16 + MAX_INLINE + 64)
+        + rq_depth as usize * (max_recv_sge * 16 + 32)
+}
 
 /// What the firmware remembers of a WQE handed to the engine (completions come in order).
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +96,8 @@ pub(crate) struct QpObj {
     pub(crate) sport: u16,
     pub(crate) log_msg_max: u32,
     pub(crate) q_key: u32,
+    /// Bytes of [`ENGINE_BUDGET`] this QP holds.
+    pub(crate) cost: usize,
 }
 
 /// The mlx5 state of an engine state.
@@ -111,6 +121,7 @@ fn bad(s: u32) -> Outcome {
 pub(crate) fn create(
     ctx: &Ctx<'_>,
     qpn: u32,
+    budget_left: usize,
     cq_exists: impl Fn(u32) -> bool,
     input: &[u8],
     out: &mut [u8],
@@ -194,6 +205,15 @@ pub(crate) fn create(
     } else {
         1
     };
+    let max_recv_sge = if has_rq {
+        1usize << (log_rq_stride - 4)
+    } else {
+        1
+    };
+    let cost = engine_cost(sq_depth, rq_depth, max_recv_sge);
+    if cost > budget_left {
+        return Err(err(CmdStatus::NoRes, syn::QP_MEMORY));
+    }
     let cfg = QpConfig {
         qpn: Qpn::from_wire(qpn),
         qp_type: if ud { QpType::Ud } else { QpType::Rc },
@@ -201,11 +221,7 @@ pub(crate) fn create(
         sq_depth,
         rq_depth,
         max_send_sge: MAX_SEND_SGE,
-        max_recv_sge: if has_rq {
-            1usize << (log_rq_stride - 4)
-        } else {
-            1
-        },
+        max_recv_sge,
         max_inline: MAX_INLINE,
         sq_sig_all: true,
         local_gid: Gid::ZERO,
@@ -252,6 +268,7 @@ pub(crate) fn create(
         sport: 0xc000 | (qpn & 0x3fff) as u16,
         log_msg_max: caps.log_max_msg(),
         q_key: 0,
+        cost,
     })
 }
 
