@@ -416,3 +416,45 @@ fn a_silent_peer_exhausts_the_retries_on_the_engine_timers() {
     assert_eq!(ErrCqe::new_unchecked(&c[..]).wqe_counter(), u32::from(idx));
     assert_eq!(p.qp.state(&p.hw), 6, "ERR after the transport error");
 }
+
+#[test]
+fn rc_between_two_emulated_qps_over_ipv6_loopback() {
+    // Both QPs on one function, GID 0 = ::1 (RoCE v2, l3 type IPv6): the emulator talks to
+    // itself through its own UDP/4791 socket, ICRC filled and verified over IPv6.
+    let ip = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    let mut hw = Hw::new();
+    let (st, synd) = hw.set_gid(0, ip);
+    if (st, synd) == (CmdStatus::BadParam.as_raw(), syn::GID_BIND) {
+        println!("SKIP: [::1]:4791 not bindable here");
+        return;
+    }
+    assert_eq!((st, synd), (0, 0));
+    let ceq = hw.eq(6, 1, 0);
+    let mut cq = hw.cq(ceq.0);
+    let data = hw.buf(4 * 4096);
+    let lkey = hw.mkey(&data, VA, &["lw", "rr", "rw", "a"]);
+    let mut a = EmuQp::create(&mut hw, &cq, QpServiceType::Rc);
+    let b = EmuQp::create(&mut hw, &cq, QpServiceType::Rc);
+    a.connect(&hw, b.qpn, ip, 0x300, 0x100);
+    b.connect(&hw, a.qpn, ip, 0x100, 0x300);
+    let src = pattern(2500, 77);
+    data.write(0, &src).unwrap();
+    let idx = a.post(
+        &hw,
+        WqeOpcode::RdmaWrite,
+        true,
+        &[raddr_seg(VA + 8192, lkey), data_seg(2500, lkey, VA)],
+    );
+    let c = cq.expect();
+    let v = Cqe64::new_unchecked(&c[..]);
+    assert_eq!(
+        (opcode(&c), v.qpn(), v.wqe_counter()),
+        (CqeOpcode::Req, a.qpn, u32::from(idx)),
+        "{c:x?}"
+    );
+    let mut got = vec![0u8; 2500];
+    data.read(8192, &mut got).unwrap();
+    assert_eq!(got, src);
+    let stats = hw.r.fw().hca_stats();
+    assert_eq!(stats.rx_bad_icrc, 0, "{stats:?}");
+}

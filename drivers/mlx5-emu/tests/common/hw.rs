@@ -148,15 +148,13 @@ impl Hw {
         let mut v = SetRoceAddressIn::new_unchecked(&mut c[..]);
         v.set_roce_address_index(idx).unwrap();
         let mut l = v.roce_address_mut();
-        let IpAddr::V4(v4) = ip else { panic!() };
-        l.set_source_l3_address(&rnic_core::Gid::from_ipv4(v4).0)
-            .unwrap();
+        l.set_source_l3_address(&gid_of(ip)).unwrap();
         l.set_source_mac_47_32(u32::from(u16::from_be_bytes([mac[0], mac[1]])))
             .unwrap();
         l.set_source_mac_31_0(u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]))
             .unwrap();
         l.set_roce_version(version).unwrap();
-        l.set_roce_l3_type(0).unwrap();
+        l.set_roce_l3_type(u32::from(ip.is_ipv6())).unwrap();
         status(&self.r.exec(&c, OUT).out())
     }
 
@@ -368,7 +366,6 @@ impl EmuQp {
             }),
             (0, 0)
         );
-        let IpAddr::V4(v4) = peer_ip else { panic!() };
         assert_eq!(
             self.modify(hw, CmdOpcode::Init2RtrQp, |q| {
                 q.set_mtu(3).unwrap();
@@ -379,7 +376,7 @@ impl EmuQp {
                 q.set_log_rra_max(4).unwrap();
                 let mut a = q.primary_address_path_mut();
                 a.set_src_addr_index(0).unwrap();
-                a.set_rgid_rip(&rnic_core::Gid::from_ipv4(v4).0).unwrap();
+                a.set_rgid_rip(&gid_of(peer_ip)).unwrap();
                 a.set_hop_limit(64).unwrap();
                 a.set_udp_sport(0xdcba).unwrap();
                 a.set_vhca_port_num(1).unwrap();
@@ -449,6 +446,14 @@ impl EmuQp {
         c[0x09..0x0c].copy_from_slice(&self.qpn.to_be_bytes()[1..]);
         let out = hw.r.ok(&c, QueryQpOut::<&[u8]>::SIZE_BYTES + 16);
         QueryQpOut::new_unchecked(&out[..]).qpc().state()
+    }
+}
+
+/// The GID bytes of an address (IPv4-mapped for IPv4).
+pub fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => rnic_core::Gid::from_ipv4(v4).0,
+        IpAddr::V6(v6) => v6.octets(),
     }
 }
 
