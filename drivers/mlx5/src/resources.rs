@@ -162,7 +162,19 @@ impl Hca {
     }
 }
 
-static KEY_BYTE: AtomicU8 = AtomicU8::new(0);
+static KEY_BYTE: AtomicU8 = AtomicU8::new(1);
+
+/// The variant byte of the next key (`mkey_7_0`): 1..=255, never 0, so no
+/// key can be `1 << 8 | 0` = 0x100, `MLX5_INVALID_LKEY` — the receive
+/// terminator (§9.4) — whatever index the firmware hands out.
+fn next_key_byte() -> u8 {
+    loop {
+        let b = KEY_BYTE.fetch_add(1, Ordering::Relaxed);
+        if b != 0 {
+            return b;
+        }
+    }
+}
 
 /// A memory key over one [`DmaBuffer`] (CREATE_MKEY, MTT access mode): the
 /// address space of SGEs and RETHs is the buffer's host virtual address
@@ -204,7 +216,7 @@ impl Mkey {
         let len = buf.len();
         let pages = len.div_ceil(MTT_PAGE_BYTES).max(1);
         let octwords = pages.div_ceil(2);
-        let key_byte = KEY_BYTE.fetch_add(1, Ordering::Relaxed);
+        let key_byte = next_key_byte();
         let mut cmd = vec![0u8; CreateMkeyIn::<&[u8]>::SIZE_BYTES + 16 * octwords];
         {
             let mut v = CreateMkeyIn::new_checked(&mut cmd[..]).map_err(prm("CREATE_MKEY"))?;
@@ -314,6 +326,17 @@ impl Drop for Mkey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_key_byte_is_zero_so_no_key_is_the_invalid_lkey() {
+        for _ in 0..600 {
+            assert_ne!(next_key_byte(), 0);
+        }
+        assert_ne!(
+            (1u32 << 8) | u32::from(next_key_byte()),
+            rnic_mlx5_prm::INVALID_LKEY
+        );
+    }
 
     #[test]
     fn mtt_entries_are_page_iovas_with_read_and_write() {

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
-    SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AddressVector, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory,
+    MemoryRegion, Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
+    RtrParams, RtsParams, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use rnic_mlx5::{
     Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, VfioUserFunction,
@@ -60,6 +61,10 @@ struct Peer {
 
 impl Peer {
     fn new(ip: IpAddr) -> Peer {
+        Peer::with(ip, QpType::Rc)
+    }
+
+    fn with(ip: IpAddr, qp_type: QpType) -> Peer {
         let dev = rnic_rxe::RxeDevice::open(
             &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
                 .with_progress(rnic_rxe::Progress::Thread),
@@ -78,7 +83,7 @@ impl Peer {
             max_inline_data: 64,
         };
         let qp = pd
-            .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+            .create_qp(&cq, &cq, &QpInitAttr::new(qp_type, caps))
             .unwrap();
         Peer {
             _dev: dev,
@@ -643,4 +648,123 @@ fn teardown_in_ownership_order_leaves_the_emulator_clean() {
     hca.shutdown().unwrap();
     assert!(emu.accounting().unwrap().is_clean());
     drop(peer);
+}
+
+#[test]
+fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
+    let (emu_ip, peer_ip) = ip_pair();
+    let (emu, _dir, hca) = up();
+    hca.set_gid(0, emu_ip).unwrap();
+    let mut cq = Cq::new(&hca, 64).unwrap();
+    let mkey = Mkey::new(&hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
+    let mut qp = Qp::new(
+        &hca,
+        &mut cq,
+        None,
+        QpOptions {
+            qp_type: QpType::Ud,
+            max_recv_sge: 4,
+            ..QpOptions::default()
+        },
+    )
+    .unwrap();
+    qp.use_region(&mkey);
+    let qkey = 0x1111_1111;
+    let init = InitParams {
+        qkey,
+        ..InitParams::default()
+    };
+    qp.connect(
+        &init,
+        rnic_core::Qpn::from_wire(0),
+        Gid::ZERO,
+        Psn::from_wire(0),
+        Psn::from_wire(0x33),
+        &RtrParams::default(),
+        &RtsParams::default(),
+    )
+    .unwrap();
+    assert_eq!(qp.query_state().unwrap(), QpState::Rts);
+    let mut peer = Peer::with(peer_ip, QpType::Ud);
+    peer.qp.to_init(&init).unwrap();
+    peer.qp
+        .to_rtr(
+            rnic_core::Qpn::from_wire(0),
+            Psn::from_wire(0),
+            v4(emu_ip),
+            &RtrParams::default(),
+        )
+        .unwrap();
+    peer.qp
+        .to_rts(Psn::from_wire(0x22), &RtsParams::default())
+        .unwrap();
+
+    // Us → peer.
+    let msg = pattern(500, 21);
+    mkey.buffer().write(0, &msg).unwrap();
+    let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
+    peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
+    let s = [Sge::new(mkey.addr(), 500, mkey.lkey())];
+    let mut w = SendWr::send(1, &s);
+    w.flags = SendFlags::SIGNALED;
+    w.ud = Some(UdDest {
+        av: AddressVector::new(v4(peer_ip)),
+        remote_qpn: peer.qp.qpn(),
+        remote_qkey: qkey,
+    });
+    qp.post_send(&[w]).unwrap();
+    let pw = peer.wait(1)[0];
+    assert_eq!(
+        (pw.wr_id, pw.status, pw.byte_len),
+        (5, WcStatus::Success, 540),
+        "{pw:?}"
+    );
+    assert_eq!(pw.src_qp, qp.qpn());
+    assert_eq!(peer.bytes(40, 500), msg);
+
+    // Peer → us, with immediate data.
+    let rs = [Sge::new(mkey.addr() + 4096, 40 + 1024, mkey.lkey())];
+    qp.post_recv(&[RecvWr::new(9, &rs)]).unwrap();
+    let back = pattern(300, 4);
+    peer.mem.write(8192, &back).unwrap();
+    let ps = [Sge::new(peer.mr.addr() + 8192, 300, peer.mr.lkey())];
+    peer.qp
+        .post_send(&[SendWr {
+            wr_id: 6,
+            op: SendOp::SendWithImm { imm: 0xa5a5_0001 },
+            sg_list: &ps,
+            flags: SendFlags::SIGNALED,
+            ud: Some(UdDest {
+                av: AddressVector::new(v4(emu_ip)),
+                remote_qpn: qp.qpn(),
+                remote_qkey: qkey,
+            }),
+        }])
+        .unwrap();
+    let mut wcs = [WorkCompletion::default(); 4];
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let n = cq.poll(&mut wcs);
+        got.extend_from_slice(&wcs[..n]);
+        assert!(start.elapsed() < Duration::from_secs(10), "{got:?}");
+    }
+    let recv = got.iter().find(|w| w.wr_id == 9).unwrap();
+    assert_eq!(
+        (recv.status, recv.byte_len, recv.imm_data),
+        (WcStatus::Success, 340, Some(0xa5a5_0001))
+    );
+    assert!(recv.wc_flags.contains(WcFlags::GRH));
+    assert_eq!(recv.src_qp, peer.qp.qpn());
+    let mut b = vec![0u8; 300];
+    mkey.buffer().read(4096 + 40, &mut b).unwrap();
+    assert_eq!(b, back);
+    assert!(
+        got.iter()
+            .any(|w| w.wr_id == 1 && w.status == WcStatus::Success)
+    );
+    peer.wait(1);
+    drop((qp, cq, mkey));
+    Arc::into_inner(hca).unwrap().shutdown().unwrap();
+    assert!(emu.accounting().unwrap().is_clean());
 }
