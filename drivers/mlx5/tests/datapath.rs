@@ -768,3 +768,86 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     Arc::into_inner(hca).unwrap().shutdown().unwrap();
     assert!(emu.accounting().unwrap().is_clean());
 }
+
+#[test]
+fn the_health_poller_notices_a_fatal_error_and_stops() {
+    let (emu, _dir, hca) = up();
+    let poller = hca.spawn_health_poller(Duration::from_millis(10));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!hca.is_fatal());
+    assert!(
+        emu.firmware()
+            .unwrap()
+            .faults()
+            .fatal(HealthSyndrome::FwInternal)
+    );
+    let start = Instant::now();
+    while !hca.is_fatal() {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "poller did not notice"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(poller);
+    let err = hca
+        .exec(rnic_mlx5_prm::CmdOpcode::AllocPd, 0, &[0u8; 16], 16)
+        .unwrap_err();
+    assert!(matches!(err, Mlx5Error::DeviceFatal { .. }), "{err}");
+    let hca = Arc::into_inner(hca).unwrap();
+    let start = Instant::now();
+    let _ = hca.shutdown();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "no command waited for"
+    );
+    assert_eq!(emu.device().dma().mappings().len(), 0);
+}
+
+#[test]
+fn in_event_mode_a_swallowed_command_times_out_and_the_queue_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start(dir.path().join("mlx5.sock"), Options::default()).unwrap();
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let mut hca = Hca::bring_up(
+        f,
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_millis(300)),
+            ..hca_options()
+        },
+    )
+    .unwrap();
+    hca.enable_events().unwrap();
+    let before = hca.event_counters().command;
+    emu.firmware()
+        .unwrap()
+        .faults()
+        .swallow_next(Some(rnic_mlx5_prm::CmdOpcode::AllocPd));
+    let alloc = |hca: &Hca| {
+        hca.exec(
+            rnic_mlx5_prm::CmdOpcode::AllocPd,
+            0,
+            &[0u8; 16],
+            rnic_mlx5_prm::AllocPdOut::<&[u8]>::SIZE_BYTES,
+        )
+    };
+    let err = alloc(&hca).unwrap_err();
+    assert!(matches!(err, Mlx5Error::CommandTimeout { .. }), "{err}");
+    let out = alloc(&hca).unwrap();
+    let pd = rnic_mlx5_prm::AllocPdOut::new_checked(&out[..])
+        .unwrap()
+        .pd();
+    let mut d = vec![0u8; rnic_mlx5_prm::DeallocPdIn::<&[u8]>::SIZE_BYTES];
+    rnic_mlx5_prm::DeallocPdIn::new_checked(&mut d[..])
+        .unwrap()
+        .set_pd(pd)
+        .unwrap();
+    hca.exec(rnic_mlx5_prm::CmdOpcode::DeallocPd, 0, &d, 16)
+        .unwrap();
+    assert!(
+        hca.event_counters().command >= before + 2,
+        "completed by EQE"
+    );
+    assert_eq!(hca.cmdq().stuck_slots(), 1);
+    hca.shutdown().unwrap();
+}
