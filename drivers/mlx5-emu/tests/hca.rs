@@ -400,8 +400,28 @@ fn write_imm_from_the_peer_and_cq_overrun() {
 #[test]
 fn a_silent_peer_exhausts_the_retries_on_the_engine_timers() {
     let mut p = pair();
-    // The peer drops everything from now on: no ACKs. ack_timeout 14 (~67 ms), retry_count 7
-    // (seven retries, not infinite) → TRANSPORT_RETRY_EXCEEDED after ~0.5 s.
+    // RTS2RTS with opt_param_mask RETRY_COUNT | ACK_TIMEOUT: one retry, ack_timeout 10
+    // (~4 ms). Fields the mask does not name (rnr_retry 0 here) stay as they were.
+    let mut c = cmd(CmdOpcode::Rts2RtsQp, 0, 0x110);
+    let mut v = rnic_mlx5_prm::Rts2rtsQpIn::new_unchecked(&mut c[..]);
+    v.set_qpn(p.qp.qpn).unwrap();
+    v.set_opt_param_mask(
+        rnic_mlx5_prm::qp_optpar::RETRY_COUNT | rnic_mlx5_prm::qp_optpar::ACK_TIMEOUT,
+    )
+    .unwrap();
+    v.qpc_mut().set_retry_count(1).unwrap();
+    v.qpc_mut()
+        .primary_address_path_mut()
+        .set_ack_timeout(10)
+        .unwrap();
+    p.hw.r.ok(&c, OUT);
+    let mut q = cmd(CmdOpcode::QueryQp, 0, 0x10);
+    q[0x09..0x0c].copy_from_slice(&p.qp.qpn.to_be_bytes()[1..]);
+    let out = p.hw.r.ok(&q, QueryQpOut::<&[u8]>::SIZE_BYTES);
+    let qpc = QueryQpOut::new_unchecked(&out[..]);
+    assert_eq!((qpc.qpc().retry_count(), qpc.qpc().rnr_retry()), (1, 7));
+    assert_eq!(qpc.qpc().primary_address_path().ack_timeout(), 10);
+    // The peer drops everything from now on: no ACKs → TRANSPORT_RETRY_EXCEEDED.
     p.peer.qp.to_error().unwrap();
     let rkey = p.peer.mr.rkey().get();
     let idx = p.qp.post(

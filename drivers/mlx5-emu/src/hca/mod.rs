@@ -167,6 +167,12 @@ pub(crate) fn spec(op: CmdOpcode) -> Option<(usize, usize)> {
             p::init2rtr_qp_out::SIZE_BYTES,
         ),
         CmdOpcode::Rtr2RtsQp => (p::rtr2rts_qp_in::SIZE_BYTES, p::rtr2rts_qp_out::SIZE_BYTES),
+        CmdOpcode::Rts2RtsQp => (p::rts2rts_qp_in::SIZE_BYTES, p::rts2rts_qp_out::SIZE_BYTES),
+        // INIT2INIT has the same layout as RST2INIT (mlx5.md §7.3: all modify inputs do).
+        CmdOpcode::Init2InitQp => (
+            p::rst2init_qp_in::SIZE_BYTES,
+            p::rst2init_qp_out::SIZE_BYTES,
+        ),
         CmdOpcode::Qp2Err => (p::qp_2err_in::SIZE_BYTES, p::qp_2err_out::SIZE_BYTES),
         CmdOpcode::Qp2Rst => (p::qp_2rst_in::SIZE_BYTES, p::qp_2rst_out::SIZE_BYTES),
         CmdOpcode::QueryQp => (p::query_qp_in::SIZE_BYTES, p::query_qp_out::SIZE_BYTES),
@@ -320,6 +326,8 @@ impl Hca {
             CmdOpcode::Rst2InitQp => self.transition(dev, ctx, Transition::Rst2Init, input),
             CmdOpcode::Init2RtrQp => self.transition(dev, ctx, Transition::Init2Rtr, input),
             CmdOpcode::Rtr2RtsQp => self.transition(dev, ctx, Transition::Rtr2Rts, input),
+            CmdOpcode::Rts2RtsQp => self.transition(dev, ctx, Transition::Rts2Rts, input),
+            CmdOpcode::Init2InitQp => self.transition(dev, ctx, Transition::Init2Init, input),
             CmdOpcode::Qp2Err => self.transition(dev, ctx, Transition::ToErr, input),
             CmdOpcode::Qp2Rst => self.transition(dev, ctx, Transition::ToRst, input),
             _ => refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE),

@@ -278,6 +278,8 @@ pub(crate) enum Transition {
     Rst2Init,
     Init2Rtr,
     Rtr2Rts,
+    Rts2Rts,
+    Init2Init,
     ToErr,
     ToRst,
 }
@@ -288,6 +290,8 @@ impl Transition {
             Transition::Rst2Init => &[QpState::Rst],
             Transition::Init2Rtr => &[QpState::Init],
             Transition::Rtr2Rts => &[QpState::Rtr],
+            Transition::Rts2Rts => &[QpState::Rts],
+            Transition::Init2Init => &[QpState::Init],
             Transition::ToErr | Transition::ToRst => &[
                 QpState::Rst,
                 QpState::Init,
@@ -473,6 +477,85 @@ impl QpObj {
                     q::log_sra_max,
                 ] {
                     copy_bits(stored, qpc_in, f);
+                }
+            }
+            Transition::Init2Init => {
+                // Only what opt_param_mask names changes (§7.3).
+                attr.qp_state = Vs::Init;
+                if opt & o::PKEY_INDEX != 0 && ads.pkey_index() != 0 {
+                    return bad(syn::QP_ATTR);
+                }
+                if opt & (o::RRE | o::RWE | o::RAE) != 0 {
+                    attr.qp_access_flags = access(&c);
+                    mask |= QpAttrMask::ACCESS_FLAGS;
+                    for f in [q::rre, q::rwe, q::rae] {
+                        copy_bits(stored, qpc_in, f);
+                    }
+                }
+                if self.ud && opt & o::Q_KEY != 0 {
+                    attr.qkey = c.q_key();
+                    self.q_key = c.q_key();
+                    mask |= QpAttrMask::QKEY;
+                    copy_bits(stored, qpc_in, q::q_key);
+                }
+            }
+            Transition::Rts2Rts => {
+                // Only what opt_param_mask names changes (§7.3).
+                attr.qp_state = Vs::Rts;
+                if opt & (o::RRE | o::RWE | o::RAE) != 0 {
+                    attr.qp_access_flags = access(&c);
+                    mask |= QpAttrMask::ACCESS_FLAGS;
+                    for f in [q::rre, q::rwe, q::rae] {
+                        copy_bits(stored, qpc_in, f);
+                    }
+                }
+                if !self.ud {
+                    if opt & o::RETRY_COUNT != 0 {
+                        attr.retry_cnt = c.retry_count() as u8;
+                        mask |= QpAttrMask::RETRY_CNT;
+                        copy_bits(stored, qpc_in, q::retry_count);
+                    }
+                    if opt & o::RNR_RETRY != 0 {
+                        attr.rnr_retry = c.rnr_retry() as u8;
+                        mask |= QpAttrMask::RNR_RETRY;
+                        copy_bits(stored, qpc_in, q::rnr_retry);
+                    }
+                    if opt & o::RNR_TIMEOUT != 0 {
+                        attr.min_rnr_timer = c.min_rnr_nak() as u8;
+                        mask |= QpAttrMask::MIN_RNR_TIMER;
+                        copy_bits(stored, qpc_in, q::min_rnr_nak);
+                    }
+                    if opt & o::ACK_TIMEOUT != 0 {
+                        attr.timeout = ads.ack_timeout() as u8;
+                        mask |= QpAttrMask::TIMEOUT;
+                        let pa = q::primary_address_path.bit_offset as usize;
+                        if let (Some(d), Some(s)) = (stored.get_mut(pa / 8..), qpc_in.get(pa / 8..))
+                        {
+                            copy_bits(d, s, a::ack_timeout);
+                        }
+                    }
+                    if opt & o::SRA_MAX != 0 {
+                        if c.log_sra_max() > pc.log_max_ra.0 {
+                            return bad(syn::QP_ATTR);
+                        }
+                        attr.max_rd_atomic = 1u8 << c.log_sra_max();
+                        mask |= QpAttrMask::MAX_QP_RD_ATOMIC;
+                        copy_bits(stored, qpc_in, q::log_sra_max);
+                    }
+                    if opt & o::RRA_MAX != 0 {
+                        if c.log_rra_max() > pc.log_max_ra.1 {
+                            return bad(syn::QP_ATTR);
+                        }
+                        attr.max_dest_rd_atomic = 1u8 << c.log_rra_max();
+                        mask |= QpAttrMask::MAX_DEST_RD_ATOMIC;
+                        copy_bits(stored, qpc_in, q::log_rra_max);
+                    }
+                }
+                if self.ud && opt & o::Q_KEY != 0 {
+                    attr.qkey = c.q_key();
+                    self.q_key = c.q_key();
+                    mask |= QpAttrMask::QKEY;
+                    copy_bits(stored, qpc_in, q::q_key);
                 }
             }
             Transition::ToErr => attr.qp_state = Vs::Err,
