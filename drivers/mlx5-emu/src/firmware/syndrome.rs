@@ -195,7 +195,7 @@ syndromes! {
     /// Bad transition attribute.
     QP_ATTR = 0x0e00_b007 => "QP transition: mtu invalid or larger than the vport MTU allows, log_msg_max/log_sra_max/log_rra_max above caps, pkey_index or port invalid",
     /// The engine memory budget is spent.
-    QP_MEMORY = 0x0e00_b009 => "CREATE_QP: the firmware's QP memory (256 MiB of transport rings) is spent",
+    QP_MEMORY = 0x0e00_b009 => "CREATE_QP/CQ/EQ/MKEY: the firmware's object memory (256 MiB: transport rings, page lists, MTTs) is spent",
     /// Transition illegal from the current state.
     QP_STATE = 0x0e00_b008 => "QP transition not legal from the QP's current state",
 }

@@ -52,6 +52,17 @@ pub(crate) struct MkeyTable {
 }
 
 impl MkeyTable {
+    /// Host bytes the MTTs hold.
+    pub(crate) fn bytes(&self) -> usize {
+        self.keys
+            .values()
+            .map(|k| match &k.tr {
+                Translation::Pa => 0,
+                Translation::Mtt { entries, .. } => entries.len() * 8,
+            })
+            .sum()
+    }
+
     /// Whether an MKey lives in `pd`.
     pub(crate) fn uses_pd(&self, pd: u32) -> bool {
         self.keys.values().any(|k| k.pd == pd)

@@ -225,6 +225,22 @@ impl Hca {
         }
     }
 
+    /// Host memory the objects hold on the driver's behalf (transport rings, page lists,
+    /// MTTs, contexts): bounded by one budget, so no command sequence exhausts the host.
+    pub(crate) fn host_bytes(&self) -> usize {
+        // Each object's own bookkeeping, beyond its lists.
+        const PER_OBJECT: usize = 256;
+        let l = self.live();
+        (l.eqs + l.cqs + l.mkeys + l.qps) * PER_OBJECT
+            + self.q.bytes()
+            + self.mkeys.bytes()
+            + self
+                .qps
+                .values()
+                .map(|q| q.cost + q.qpc.len() + q.wq.as_ref().map_or(0, queues::Ring::bytes))
+                .sum::<usize>()
+    }
+
     /// Whether an object uses PD `pd`.
     pub(crate) fn uses_pd(&self, pd: u32) -> bool {
         self.mkeys.uses_pd(pd) || self.qps.values().any(|q| q.pd == pd)
@@ -260,6 +276,14 @@ impl Hca {
         out: &mut [u8],
         ctx: &Ctx<'_>,
     ) -> Outcome {
+        let creates = matches!(
+            op,
+            CmdOpcode::CreateEq | CmdOpcode::CreateCq | CmdOpcode::CreateMkey | CmdOpcode::CreateQp
+        );
+        // What a new object keeps is at most its command's size (page lists, MTT, context).
+        if creates && self.host_bytes().saturating_add(input.len()) > qp::ENGINE_BUDGET {
+            return refuse(CmdStatus::NoRes, syn::QP_MEMORY);
+        }
         match op {
             CmdOpcode::SetRoceAddress => self.set_roce_address(ctx, input),
             CmdOpcode::QueryRoceAddress => {
@@ -301,8 +325,7 @@ impl Hca {
                     return refuse(CmdStatus::NoRes, syn::QP_EXHAUSTED);
                 };
                 let cqs = &self.q.cqs;
-                let used: usize = self.qps.values().map(|q| q.cost).sum();
-                let left = qp::ENGINE_BUDGET.saturating_sub(used);
+                let left = qp::ENGINE_BUDGET.saturating_sub(self.host_bytes());
                 let qp = qp::create(ctx, qpn, left, |c| cqs.contains_key(&c), input, out)?;
                 tracing::debug!(qpn, ud = qp.ud, "CREATE_QP");
                 self.qps.insert(qpn, qp);

@@ -60,6 +60,11 @@ impl Ring {
         }
     }
 
+    /// Host bytes this ring's description holds.
+    pub(crate) fn bytes(&self) -> usize {
+        self.pages.len() * 8
+    }
+
     pub(crate) fn entries(&self) -> u32 {
         1 << self.log_size
     }
@@ -571,6 +576,12 @@ impl Queues {
                 tracing::debug!(eqn, page, "EQ doorbell for no EQ of this UAR page: ignored");
             }
         }
+    }
+
+    /// Host bytes the EQ and CQ descriptions hold.
+    pub(crate) fn bytes(&self) -> usize {
+        self.eqs.values().map(|e| e.ring.bytes()).sum::<usize>()
+            + self.cqs.values().map(|c| c.ring.bytes()).sum::<usize>()
     }
 
     /// Whether a queue uses UAR page `uar`.
