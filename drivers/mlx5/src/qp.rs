@@ -611,12 +611,27 @@ impl Qp {
         let off = self.bf.offset;
         if ring.blueflame() && self.bf.exclusive.is_some() {
             let words = self.wq.buf.words();
-            for i in 0..ring.wqebbs as usize * 8 {
-                let w = self.wq.sq_word_in(words, ring.wqebb, i);
-                let _ = self
-                    .bf
-                    .reg
-                    .write64(off + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
+            let n = ring.wqebbs as usize * 8;
+            match self.wq.sq_words(words, ring.wqebb, n) {
+                // The WQE does not wrap: one slice, one bounds check.
+                Some(wqe) => {
+                    for (i, w) in wqe.iter().enumerate() {
+                        let v = w.load(Ordering::Relaxed);
+                        let _ = self
+                            .bf
+                            .reg
+                            .write64(off + i * 8, u64::from_le_bytes(v.to_ne_bytes()));
+                    }
+                }
+                None => {
+                    for i in 0..n {
+                        let v = self.wq.sq_word_in(words, ring.wqebb, i);
+                        let _ = self
+                            .bf
+                            .reg
+                            .write64(off + i * 8, u64::from_le_bytes(v.to_ne_bytes()));
+                    }
+                }
             }
             wc_flush();
             self.wq.counters.blueflame += 1;

@@ -122,6 +122,22 @@ impl WorkQueues {
         self.sq_word_in(self.buf.words(), wqebb, i)
     }
 
+    /// The `n` words of the WQE at WQEBB `wqebb` as one slice, unless it
+    /// wraps around the end of the SQ.
+    #[inline(always)]
+    pub fn sq_words<'a>(
+        &self,
+        words: &'a [std::sync::atomic::AtomicU64],
+        wqebb: u32,
+        n: usize,
+    ) -> Option<&'a [std::sync::atomic::AtomicU64]> {
+        let first = (wqebb as usize * 8) & self.sq_mask_words;
+        if first + n > self.sq_mask_words + 1 {
+            return None;
+        }
+        words.get(self.sq_word_base + first..self.sq_word_base + first + n)
+    }
+
     /// [`WorkQueues::sq_word`] over the ring's words, fetched once.
     #[inline(always)]
     pub fn sq_word_in(&self, words: &[std::sync::atomic::AtomicU64], wqebb: u32, i: usize) -> u64 {
@@ -138,6 +154,7 @@ impl WorkQueues {
         }
     }
 
+    #[inline(always)]
     fn gather_inline(
         &self,
         wr: &SendWr<'_>,
@@ -150,16 +167,21 @@ impl WorkQueues {
             push_inline_aligned(w, words, len);
             return Ok(());
         }
-        // Stage header and payload; a small payload zeroes a small buffer.
-        if len <= 60 {
-            let mut data = [0u8; 64];
-            self.stage_inline(wr, len, &mut data)?;
-            w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
-        } else {
-            let mut data = [0u8; 4 + MAX_INLINE_DATA];
-            self.stage_inline(wr, len, &mut data)?;
-            w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
-        }
+        self.gather_inline_staged(wr, len, w)
+    }
+
+    /// Several SGEs or an unaligned one: stage header and payload.
+    #[cold]
+    #[inline(never)]
+    fn gather_inline_staged(
+        &self,
+        wr: &SendWr<'_>,
+        len: usize,
+        w: &mut RingWriter<'_>,
+    ) -> Result<(), PostFailure> {
+        let mut data = [0u8; 4 + MAX_INLINE_DATA];
+        self.stage_inline(wr, len, &mut data)?;
+        w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
         Ok(())
     }
 
