@@ -426,7 +426,11 @@ impl CqRing {
     /// WR_FLUSH_ERR (K mlx5_ib's software completions).
     fn flush(&mut self, wcs: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
-        for a in &self.qps {
+        for a in self
+            .qps
+            .iter()
+            .filter(|a| !a.qp.destroyed.load(Ordering::Acquire))
+        {
             a.qp.flush.store(true, Ordering::Release);
             let qp_num = Qpn::from_wire(a.qp.qpn);
             while a.send && n < wcs.len() {

@@ -56,6 +56,8 @@ pub struct EventCounters {
     pub pages_given: u64,
     /// Pages taken back at run time.
     pub pages_taken: u64,
+    /// Page requests refused as beyond [`crate::init::MAX_PAGES_PER_REQUEST`].
+    pub pages_refused: u64,
     /// Completion EQEs.
     pub completion: u64,
     /// Completion EQEs naming no CQ of this function.
@@ -423,8 +425,17 @@ impl Hca {
             if want == 0 {
                 return Ok(());
             }
+            if want > crate::init::MAX_PAGES_PER_REQUEST {
+                // A device asking for more than 4 GiB at once reports nonsense.
+                lock(&eq.state).counters.pages_refused += 1;
+                warn!(
+                    num_pages = want,
+                    "PAGE_REQUEST beyond the per-request limit refused"
+                );
+                return Ok(());
+            }
             if want > 0 {
-                let n = want.min(crate::init::MAX_PAGES_PER_REQUEST) as usize;
+                let n = want as usize;
                 self.give_pages(n)?;
                 lock(&eq.state).counters.pages_given += n as u64;
                 info!(pages = n, "PAGE_REQUEST served: pages given");

@@ -265,3 +265,16 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
     /// Function-level reset (the function returns to its power-on state).
     fn reset(&self) -> Result<(), Mlx5Error>;
 }
+
+#[cfg(test)]
+mod send_tests {
+    fn send<T: Send>() {}
+
+    #[test]
+    fn objects_are_send_so_poster_and_poller_may_be_different_threads() {
+        send::<crate::Qp>();
+        send::<crate::Cq>();
+        send::<crate::Mkey>();
+        send::<crate::HealthPoller>();
+    }
+}

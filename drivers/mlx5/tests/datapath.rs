@@ -851,3 +851,23 @@ fn in_event_mode_a_swallowed_command_times_out_and_the_queue_goes_on() {
     assert_eq!(hca.cmdq().stuck_slots(), 1);
     hca.shutdown().unwrap();
 }
+
+#[test]
+fn a_cq_needs_the_event_queue_and_a_page_request_beyond_the_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start(dir.path().join("mlx5.sock"), Options::default()).unwrap();
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let hca = Hca::bring_up(f, hca_options()).unwrap();
+    let polled = Arc::new(hca);
+    assert!(matches!(Cq::new(&polled, 16), Err(Mlx5Error::NoEventQueue)));
+    let mut hca = Arc::into_inner(polled).unwrap();
+    hca.enable_events().unwrap();
+    let hca = Arc::new(hca);
+    assert!(emu.firmware().unwrap().faults().request_pages(i32::MAX));
+    let held = emu.accounting().unwrap().pages_held;
+    hca.process_events(Duration::from_millis(50)).unwrap();
+    assert_eq!(hca.event_counters().pages_refused, 1);
+    assert_eq!(emu.accounting().unwrap().pages_held, held, "nothing given");
+    Arc::into_inner(hca).unwrap().shutdown().unwrap();
+    assert!(emu.accounting().unwrap().is_clean());
+}
