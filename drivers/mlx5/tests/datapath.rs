@@ -871,3 +871,83 @@ fn a_cq_needs_the_event_queue_and_a_page_request_beyond_the_limit_is_refused() {
     Arc::into_inner(hca).unwrap().shutdown().unwrap();
     assert!(emu.accounting().unwrap().is_clean());
 }
+
+#[test]
+fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+    let (sq, _) = r.qp.sizes();
+    const N: u64 = 600;
+    let src = pattern(4096, 9);
+    r.mkey.buffer().write(0, &src).unwrap();
+    let base = r.mkey.addr();
+    let lkey = r.mkey.lkey();
+    let Rig {
+        peer,
+        mut qp,
+        mut cq,
+        mkey,
+        hca,
+        emu,
+        _dir,
+    } = r;
+    let poster = std::thread::spawn(move || {
+        let mut full = 0u64;
+        let mut i = 0u64;
+        while i < N {
+            let off = (i % 64) * 64;
+            let sge = [Sge::new(base + off, 64, lkey)];
+            let mut w = SendWr::rdma_write(i, &sge, raddr + off, rkey);
+            // Every 4th signaled: the others are retired by the next CQE.
+            if i % 4 == 3 || i == N - 1 {
+                w.flags = SendFlags::SIGNALED;
+            }
+            match qp.post_send(&[w]) {
+                Ok(()) => i += 1,
+                Err(Mlx5Error::PostSend {
+                    reason: PostFailure::QueueFull { .. },
+                    ..
+                }) => {
+                    full += 1;
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (qp, full)
+    });
+    let mut seen = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 32];
+    let start = Instant::now();
+    while seen.last() != Some(&(N - 1)) {
+        let n = cq.poll(&mut wcs);
+        for w in &wcs[..n] {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            seen.push(w.wr_id);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} completions",
+            seen.len()
+        );
+    }
+    let (qp, full) = poster.join().unwrap();
+    let expected: Vec<u64> = (0..N).filter(|i| i % 4 == 3 || *i == N - 1).collect();
+    assert_eq!(seen, expected, "each signaled request once, in order");
+    assert_eq!(qp.outstanding(), (0, 0));
+    assert_eq!(peer.bytes(0, 4096), src);
+    eprintln!("SQ of {sq} WQEBBs was full {full} times");
+    let k = cq.counters();
+    assert_eq!((k.unknown_qpn, k.bad_wqe_counter), (0, 0));
+    Rig {
+        peer,
+        qp,
+        cq,
+        mkey,
+        hca,
+        emu,
+        _dir,
+    }
+    .teardown_is_clean();
+}
