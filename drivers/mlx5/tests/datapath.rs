@@ -874,7 +874,7 @@ fn a_cq_needs_the_event_queue_and_a_page_request_beyond_the_limit_is_refused() {
 
 #[test]
 fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
-    let mut r = rig();
+    let r = rig();
     let raddr = r.peer.mr.addr();
     let rkey = r.peer.mr.rkey();
     let (sq, _) = r.qp.sizes();
