@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let emu_ip = IpAddr::V4(Ipv4Addr::new(127, 251, b, 1));
     let peer_ip = Ipv4Addr::new(127, 251, b, 2);
     hca.set_gid(0, emu_ip)?;
-    let mut cq = Cq::new(&hca, 64)?;
+    let mut cq = Cq::new(&hca, 256)?;
     let mkey = Mkey::new(&hca, hca.function().alloc_dma(4096)?, ALL)?;
     let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default())?;
     qp.use_region(&mkey);

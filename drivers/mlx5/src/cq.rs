@@ -304,6 +304,13 @@ impl Cq {
         self.ring.attach(qp, send, recv);
     }
 
+    /// CQEs not yet promised to an attached queue: a QP attaches only if
+    /// every WQE its queues can hold fits (each may end in a CQE — flushes
+    /// complete every WQE), so the CQ cannot overrun by construction.
+    pub fn free_capacity(&mut self) -> u32 {
+        self.ring.free_capacity()
+    }
+
     /// Whether the next CQE is valid (owner parity, opcode not INVALID)
     /// without consuming it.
     #[inline]
@@ -338,6 +345,25 @@ impl CqRing {
     pub(crate) fn attach(&mut self, qp: Arc<QpShared>, send: bool, recv: bool) {
         self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
         self.qps.push(Attached { qp, send, recv });
+    }
+
+    /// What a queue pair's side(s) may put in flight: SQ WQEBBs (an upper
+    /// bound on its WQEs) and RQ WQEs.
+    fn promised(a: &Attached) -> u32 {
+        let mut n = 0;
+        if a.send {
+            n += a.qp.sq.mask + 1;
+        }
+        if a.recv {
+            n += a.qp.rq.mask + 1;
+        }
+        n
+    }
+
+    pub(crate) fn free_capacity(&mut self) -> u32 {
+        self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
+        let used: u32 = self.qps.iter().map(Self::promised).sum();
+        (self.mask + 1).saturating_sub(used)
     }
 
     fn words(&self) -> &[AtomicU64] {

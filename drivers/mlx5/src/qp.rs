@@ -88,6 +88,8 @@ pub struct QpCounters {
     pub blueflame: u64,
     /// Doorbells rung with the 8-byte control word.
     pub doorbells: u64,
+    /// Posts refused because the SQ or RQ was full (stalls).
+    pub queue_full: u64,
 }
 
 struct BlueFlame {
@@ -173,7 +175,7 @@ impl Qp {
     pub fn new(
         hca: &Arc<Hca>,
         send_cq: &mut Cq,
-        recv_cq: Option<&mut Cq>,
+        mut recv_cq: Option<&mut Cq>,
         opts: QpOptions,
     ) -> Result<Qp, Mlx5Error> {
         let ud = match opts.qp_type {
@@ -219,6 +221,19 @@ impl Qp {
                 what: "QP",
                 asked: opts.max_send_wr.max(opts.max_recv_wr),
                 max: 1 << log_max_wq.min(15),
+            });
+        }
+        // CQ credit (DESIGN: overflow impossible by construction): every WQE
+        // the queues can hold must have a CQE slot.
+        let same = recv_cq.is_none();
+        let send_need = sq_wqebbs + if same { rq_entries } else { 0 };
+        let send_free = send_cq.free_capacity();
+        let recv_free = recv_cq.as_deref_mut().map(|c| c.free_capacity());
+        if send_need > send_free || recv_free.is_some_and(|f| rq_entries > f) {
+            return Err(Mlx5Error::QueueSize {
+                what: "CQ for this QP (SQ WQEBBs + RQ WQEs it must be able to complete)",
+                asked: send_need.max(rq_entries),
+                max: send_free.min(recv_free.unwrap_or(u32::MAX)),
             });
         }
         let rq_bytes = rq_entries as usize * stride;

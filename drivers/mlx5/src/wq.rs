@@ -267,6 +267,9 @@ impl WorkQueues {
         let mut failed = None;
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(reason) = self.write_send(wr, fatal, &mut ring) {
+                if matches!(reason, PostFailure::QueueFull { .. }) {
+                    self.counters.queue_full += 1;
+                }
                 failed = Some(Mlx5Error::PostSend { index, reason });
                 break;
             }
@@ -372,6 +375,9 @@ impl WorkQueues {
         let mut failed = None;
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(reason) = self.write_recv(wr, fatal) {
+                if matches!(reason, PostFailure::QueueFull { .. }) {
+                    self.counters.queue_full += 1;
+                }
                 failed = Some(Mlx5Error::PostRecv { index, reason });
                 break;
             }

@@ -655,7 +655,7 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     let (emu_ip, peer_ip) = ip_pair();
     let (emu, _dir, hca) = up();
     hca.set_gid(0, emu_ip).unwrap();
-    let mut cq = Cq::new(&hca, 64).unwrap();
+    let mut cq = Cq::new(&hca, 512).unwrap();
     let mkey = Mkey::new(&hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
     let mut qp = Qp::new(
         &hca,
@@ -863,6 +863,22 @@ fn a_cq_needs_the_event_queue_and_a_page_request_beyond_the_limit_is_refused() {
     let mut hca = Arc::into_inner(polled).unwrap();
     hca.enable_events().unwrap();
     let hca = Arc::new(hca);
+    // CQ credit: a QP whose queues could complete more than the CQ holds is refused.
+    let mut small = Cq::new(&hca, 64).unwrap();
+    let err = Qp::new(&hca, &mut small, None, QpOptions::default()).unwrap_err();
+    assert!(matches!(err, Mlx5Error::QueueSize { .. }), "{err}");
+    let mut big = Cq::new(&hca, 256).unwrap();
+    let qp = Qp::new(&hca, &mut big, None, QpOptions::default()).unwrap();
+    let (sq, rq) = qp.sizes();
+    assert_eq!(big.free_capacity(), 256 - sq - rq);
+    assert!(Qp::new(&hca, &mut big, None, QpOptions::default()).is_err());
+    drop(qp);
+    assert_eq!(
+        big.free_capacity(),
+        256,
+        "a destroyed QP returns its credit"
+    );
+    drop((small, big));
     assert!(emu.firmware().unwrap().faults().request_pages(i32::MAX));
     let held = emu.accounting().unwrap().pages_held;
     hca.process_events(Duration::from_millis(50)).unwrap();
@@ -936,6 +952,7 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
     let expected: Vec<u64> = (0..N).filter(|i| i % 4 == 3 || *i == N - 1).collect();
     assert_eq!(seen, expected, "each signaled request once, in order");
     assert_eq!(qp.outstanding(), (0, 0));
+    assert_eq!(qp.counters().queue_full, full, "stalls are counted");
     assert_eq!(peer.bytes(0, 4096), src);
     eprintln!("SQ of {sq} WQEBBs was full {full} times");
     let k = cq.counters();
