@@ -9,6 +9,8 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/mlx5.cg \
 //!   --toggle-collect='mlx5_inline_write::bench_post' \
 //!   --toggle-collect='mlx5_inline_write::bench_poll' \
+//!   --toggle-collect='mlx5_inline_write::bench_post_inline' \
+//!   --toggle-collect='mlx5_inline_write::bench_poll_send' \
 //!   target/release/examples/mlx5_inline_write 2000
 //! callgrind_annotate --inclusive=yes /tmp/mlx5.cg | grep bench_
 //! ```
@@ -20,10 +22,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, Gid, HeapMemory, InitParams, Mtu, Psn, QpCaps, QpInitAttr, QpType, RtrParams,
-    RtsParams, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, Gid, HeapMemory, InitParams, Mtu, Psn, QpCaps, QpInitAttr, QpType, Rkey,
+    RtrParams, RtsParams, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
 };
-use rnic_mlx5::{Cq, Hca, HcaOptions, Mkey, PciFunction, Qp, QpOptions, VfioUserFunction};
+use rnic_mlx5::{
+    Cq, Hca, HcaOptions, Mkey, PciFunction, Qp, QpOptions, SendCompletion, VfioUserFunction,
+};
 use rnic_mlx5_emu::{Emulator, Options};
 
 const WARMUP: u64 = 200;
@@ -38,6 +42,18 @@ fn bench_post(qp: &mut Qp, wr: &SendWr<'_>) {
     if let Err(e) = qp.post_send(std::slice::from_ref(wr)) {
         panic!("post_send: {e}");
     }
+}
+
+#[inline(never)]
+fn bench_post_inline(qp: &mut Qp, remote: u64, rkey: Rkey, data: &[u8; 8]) {
+    if let Err(e) = qp.post_write_inline(1, remote, rkey, data, true) {
+        panic!("post_write_inline: {e}");
+    }
+}
+
+#[inline(never)]
+fn bench_poll_send(cq: &mut Cq) -> Option<SendCompletion> {
+    cq.poll_send()
 }
 
 #[inline(never)]
@@ -129,10 +145,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     run(WARMUP);
     let t = run(iters);
+    // The direct fast path: the same WRITE through `post_write_inline` and
+    // `poll_send`.
+    let (remote, rkey, data) = (mr.addr(), mr.rkey(), *b"8 bytes!");
+    let mut fast = |n: u64| -> Duration {
+        let start = Instant::now();
+        for _ in 0..n {
+            bench_post_inline(&mut qp, remote, rkey, &data);
+            while !cq.pending() {
+                std::hint::spin_loop();
+            }
+            let got = bench_poll_send(&mut cq);
+            assert!(
+                got.is_some_and(|c| c.status == WcStatus::Success),
+                "{got:?}"
+            );
+        }
+        start.elapsed()
+    };
+    fast(WARMUP);
+    let tf = fast(iters);
     println!(
-        "{iters} inline 8-byte WRITEs (+{WARMUP} warm-up): {:.2} µs per post+completion round trip \
+        "{iters} inline 8-byte WRITEs (+{WARMUP} warm-up) per path: post_send/poll {:.2} µs, \
+         post_write_inline/poll_send {:.2} µs per post+completion round trip \
          (emulator + rxe peer included); BlueFlame rings {}",
         t.as_secs_f64() * 1e6 / iters as f64,
+        tf.as_secs_f64() * 1e6 / iters as f64,
         qp.counters().blueflame
     );
     drop((qp, cq, mkey));

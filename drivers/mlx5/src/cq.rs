@@ -52,6 +52,39 @@ pub struct CqCounters {
     pub events: u64,
 }
 
+/// A requester (send-queue) completion as the direct fast path
+/// ([`Cq::poll_send`]) returns it: what a send's [`WorkCompletion`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendCompletion {
+    /// The `wr_id` of the completed request.
+    pub wr_id: u64,
+    /// How it ended.
+    pub status: WcStatus,
+    /// What it was.
+    pub opcode: WcOpcode,
+    /// The CQE's vendor syndrome (error CQEs).
+    pub vendor_err: u32,
+    /// Bytes read (RDMA READ), 8 (atomics), else 0.
+    pub byte_len: u32,
+    /// The local QP the request was posted on.
+    pub qp_num: Qpn,
+}
+
+impl From<SendCompletion> for WorkCompletion {
+    #[inline(always)]
+    fn from(c: SendCompletion) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: c.wr_id,
+            status: c.status,
+            opcode: c.opcode,
+            vendor_err: c.vendor_err,
+            byte_len: c.byte_len,
+            qp_num: c.qp_num,
+            ..WorkCompletion::default()
+        }
+    }
+}
+
 /// Shared with the event queue: completion events for one CQ.
 #[derive(Debug, Default)]
 pub(crate) struct CqNotify {
@@ -185,6 +218,27 @@ impl CqeSource for CqeWords<'_> {
         let i = at % 8;
         u32::from_be_bytes([b[i & 7], b[(i + 1) & 7], b[(i + 2) & 7], b[(i + 3) & 7]])
     }
+}
+
+/// Only the last word of a CQE (opcode, owner, format, QPN,
+/// `wqe_counter`): what the lean path decides on before anything else.
+struct LastWord(u64);
+
+impl CqeSource for LastWord {
+    #[inline(always)]
+    fn dw(&self, at: usize) -> u32 {
+        let b = self.0.to_ne_bytes();
+        let i = at % 8;
+        u32::from_be_bytes([b[i & 7], b[(i + 1) & 7], b[(i + 2) & 7], b[(i + 3) & 7]])
+    }
+}
+
+/// What [`CqRing::poll_send`]'s slow path did with a CQE.
+enum Slow {
+    /// A receive completion: left in place for `poll`.
+    Responder,
+    /// Consumed; its completion, if it completes a send.
+    Taken(Option<SendCompletion>),
 }
 
 /// One field of a CQE through its PRM layout.
@@ -323,8 +377,37 @@ impl Cq {
     /// the attached QPs follows as WR_FLUSH_ERR completions.
     #[inline]
     pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let fatal = self.core.hca.is_fatal();
-        self.ring.poll(wcs, fatal)
+        let n = self.ring.poll_cqes(wcs);
+        if n < wcs.len() && self.core.hca.is_fatal() {
+            return n + self.ring.flush(&mut wcs[n..]);
+        }
+        n
+    }
+
+    /// The direct fast path (mlx5dv-class) for a CQ that completes sends:
+    /// the next requester completion, read from the CQE's last word (owner,
+    /// opcode, QPN, `wqe_counter`) after the read barrier, checked against
+    /// the attached QP's outstanding window, its consumer index recorded.
+    /// Error, unknown and hostile CQEs go through the same decoder as
+    /// [`Cq::poll`] (hostile ones are counted and skipped). `None` when no
+    /// CQE is valid — or when the next one is a responder (receive) CQE,
+    /// which is left in place for [`Cq::poll`]. Once the function is fatal,
+    /// outstanding sends follow as WR_FLUSH_ERR.
+    #[inline]
+    pub fn poll_send(&mut self) -> Option<SendCompletion> {
+        match self.ring.poll_send() {
+            Some(c) => Some(c),
+            None => self.poll_send_fatal(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn poll_send_fatal(&mut self) -> Option<SendCompletion> {
+        if !self.core.hca.is_fatal() || self.ring.pending() {
+            return None;
+        }
+        self.ring.flush_send()
     }
 }
 
@@ -409,31 +492,69 @@ impl CqRing {
             .is_some_and(|w| self.valid(w.load(Ordering::Acquire).to_ne_bytes()[7]))
     }
 
+    /// The next CQE's index and last word (opcode, owner, QPN,
+    /// `wqe_counter`) if it is valid, re-read after the read barrier (§10).
+    #[inline(always)]
+    fn next_cqe(&self) -> Option<(usize, u64)> {
+        let idx = (self.ci & self.mask) as usize * 8;
+        let last = self.buf.words().get(idx + 7)?;
+        if !self.valid(last.load(Ordering::Acquire).to_ne_bytes()[7]) {
+            return None;
+        }
+        dma_rmb_after_owner_bit();
+        Some((idx, last.load(Ordering::Relaxed)))
+    }
+
+    /// Whether a CQE's last word is a requester success of the normal
+    /// format: the lean decoder's case.
+    #[inline(always)]
+    fn lean(last: u64) -> bool {
+        let cqe = LastWord(last);
+        dword(&cqe, &cqe64::opcode) == u32::from(CqeOpcode::Req.as_raw())
+            && dword(&cqe, &cqe64::cqe_format) != CQE_FORMAT_COMPRESSED
+    }
+
+    /// Consume the CQE at `idx` (the consumer index moves, the record is
+    /// stored by the caller).
+    #[inline(always)]
+    fn consume(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+        self.counters.cqes += 1;
+    }
+
+    /// [`CqRing::poll_cqes`], then (when `fatal`) software flushes.
+    #[cfg(test)]
     pub(crate) fn poll(&mut self, wcs: &mut [WorkCompletion], fatal: bool) -> usize {
+        let mut n = self.poll_cqes(wcs);
+        if n < wcs.len() && fatal {
+            n += self.flush(&mut wcs[n..]);
+        }
+        n
+    }
+
+    /// Up to `wcs.len()` completions from valid CQEs; one record store.
+    #[inline(always)]
+    pub(crate) fn poll_cqes(&mut self, wcs: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         let mut consumed = false;
         while n < wcs.len() {
-            let idx = (self.ci & self.mask) as usize * 8;
-            let words = self.buf.words();
-            let Some(last) = words.get(idx + 7) else {
+            let Some((idx, last)) = self.next_cqe() else {
                 break;
             };
-            let last = last.load(Ordering::Acquire);
-            if !self.valid(last.to_ne_bytes()[7]) {
-                break;
-            }
-            dma_rmb_after_owner_bit();
-            // Re-read after the barrier (§10: "read barrier, re-read").
-            let last = words.get(idx + 7).map_or(0, |w| w.load(Ordering::Relaxed));
-            let cqe = CqeWords {
-                words,
-                base: idx,
-                last,
-            };
-            self.ci = self.ci.wrapping_add(1);
+            self.consume();
             consumed = true;
-            self.counters.cqes += 1;
-            if let Some(wc) = decode(&self.qps, &mut self.counters, &cqe) {
+            let wc = if Self::lean(last) {
+                let cqe = CqeWords {
+                    words: self.buf.words(),
+                    base: idx,
+                    last,
+                };
+                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
+                    .map(WorkCompletion::from)
+            } else {
+                self.decode_at(idx, last)
+            };
+            if let Some(wc) = wc {
                 wcs[n] = wc;
                 n += 1;
             }
@@ -441,16 +562,98 @@ impl CqRing {
         if consumed {
             self.store_dbrec();
         }
-        if n < wcs.len() && fatal {
-            n += self.flush(&mut wcs[n..]);
-        }
         n
+    }
+
+    /// The general decoder over the CQE at `idx` (error, responder,
+    /// unknown CQEs).
+    #[cold]
+    #[inline(never)]
+    fn decode_at(&mut self, idx: usize, last: u64) -> Option<WorkCompletion> {
+        let cqe = CqeWords {
+            words: self.buf.words(),
+            base: idx,
+            last,
+        };
+        decode(&self.qps, &mut self.counters, &cqe)
+    }
+
+    /// [`Cq::poll_send`] on the ring: requester CQEs only; a responder
+    /// CQE stops it unconsumed.
+    #[inline(always)]
+    pub(crate) fn poll_send(&mut self) -> Option<SendCompletion> {
+        loop {
+            let (idx, last) = self.next_cqe()?;
+            let got = if Self::lean(last) {
+                self.consume();
+                let cqe = CqeWords {
+                    words: self.buf.words(),
+                    base: idx,
+                    last,
+                };
+                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
+            } else {
+                match self.poll_send_slow(idx, last) {
+                    Slow::Responder => return None,
+                    Slow::Taken(c) => c,
+                }
+            };
+            self.store_dbrec();
+            if got.is_some() {
+                return got;
+            }
+        }
+    }
+
+    /// Anything but a requester success, for [`CqRing::poll_send`].
+    #[cold]
+    #[inline(never)]
+    fn poll_send_slow(&mut self, idx: usize, last: u64) -> Slow {
+        let opcode = CqeOpcode::from_raw(dword(&LastWord(last), &cqe64::opcode) as u8);
+        if matches!(
+            opcode,
+            CqeOpcode::RespSend
+                | CqeOpcode::RespSendImm
+                | CqeOpcode::RespSendInv
+                | CqeOpcode::RespWrImm
+                | CqeOpcode::RespErr
+        ) {
+            return Slow::Responder;
+        }
+        self.consume();
+        Slow::Taken(self.decode_at(idx, last).map(|wc| SendCompletion {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            opcode: wc.opcode,
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            qp_num: wc.qp_num,
+        }))
+    }
+
+    /// One software flush completion of a send (fatal device), for
+    /// [`Cq::poll_send`]; receives are left for [`Cq::poll`].
+    pub(crate) fn flush_send(&mut self) -> Option<SendCompletion> {
+        let a = self.qps.iter().find(|a| {
+            a.send && !a.qp.destroyed.load(Ordering::Acquire) && a.qp.sq.outstanding() > 0
+        })?;
+        a.qp.flush.store(true, Ordering::Release);
+        let (wr_id, code) = a.qp.sq.pop()?;
+        self.counters.software_flushed += 1;
+        Some(SendCompletion {
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: wc_opcode_from_code(code),
+            vendor_err: 0,
+            byte_len: 0,
+            qp_num: Qpn::from_wire(a.qp.qpn),
+        })
     }
 
     /// Completions the driver makes for a device that will make no more
     /// (fatal health): every outstanding WQE of every attached QP, in order,
     /// WR_FLUSH_ERR (K mlx5_ib's software completions).
-    fn flush(&mut self, wcs: &mut [WorkCompletion]) -> usize {
+    pub(crate) fn flush(&mut self, wcs: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         for a in self
             .qps
@@ -560,6 +763,43 @@ fn find(qps: &[Attached], qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
         .map(|a| &a.qp)
 }
 
+/// A requester CQE of an attached QP whose `wqe_counter` names an
+/// outstanding WQE start, retired (with the unsignaled WQEs before it);
+/// `None` and a counter otherwise.
+#[inline(always)]
+fn requester<S: CqeSource>(
+    qps: &[Attached],
+    counters: &mut CqCounters,
+    cqe: &S,
+    status: WcStatus,
+    vendor_err: u32,
+) -> Option<SendCompletion> {
+    let qpn = dword(cqe, &cqe64::qpn);
+    let counter = dword(cqe, &cqe64::wqe_counter) as u16;
+    let Some(qp) = find(qps, qpn, true) else {
+        counters.unknown_qpn += 1;
+        return None;
+    };
+    let Some((wr_id, code)) = qp.sq.complete(counter) else {
+        counters.bad_wqe_counter += 1;
+        return None;
+    };
+    let opcode = wc_opcode_from_code(code);
+    let byte_len = match opcode {
+        WcOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
+        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+        _ => 0,
+    };
+    Some(SendCompletion {
+        wr_id,
+        status,
+        opcode,
+        vendor_err,
+        byte_len,
+        qp_num: Qpn::from_wire(qpn),
+    })
+}
+
 /// One consumed CQE as a work completion; `None` (and a counter) for
 /// what completes nothing the application posted.
 #[inline(always)]
@@ -586,29 +826,7 @@ fn decode<S: CqeSource>(
     };
     match opcode {
         CqeOpcode::Req | CqeOpcode::ReqErr => {
-            let Some(qp) = find(qps, qpn, true) else {
-                counters.unknown_qpn += 1;
-                return None;
-            };
-            let Some((wr_id, code)) = qp.sq.complete(counter) else {
-                counters.bad_wqe_counter += 1;
-                return None;
-            };
-            let op = wc_opcode_from_code(code);
-            let byte_len = match op {
-                WcOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
-                WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                _ => 0,
-            };
-            Some(WorkCompletion {
-                wr_id,
-                status,
-                opcode: op,
-                vendor_err,
-                byte_len,
-                qp_num,
-                ..WorkCompletion::default()
-            })
+            requester(qps, counters, cqe, status, vendor_err).map(WorkCompletion::from)
         }
         CqeOpcode::RespSend
         | CqeOpcode::RespSendImm

@@ -301,7 +301,7 @@ fn cq(space: &Arc<IovaSpace>, log: u32) -> (CqRing, FakeCq) {
     (CqRing::new(buf.clone(), log), FakeCq { buf, log, pi: 0 })
 }
 
-fn req(qpn: u32, counter: u16, byte_cnt: u32) -> impl FnOnce(&mut [u8; 64]) {
+fn req(qpn: u32, counter: u16, byte_cnt: u32) -> impl Fn(&mut [u8; 64]) {
     move |c| {
         let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
         v.set_qpn(qpn).unwrap();
@@ -547,4 +547,257 @@ fn inline_payloads_aligned_or_gathered_land_byte_exact_after_the_header() {
         let ds = read(&wq.buf, sq_at(&wq, before as usize) + 7, 1)[0] & 0x3f;
         assert_eq!(ds as usize, 1 + (4 + len).div_ceil(16));
     }
+}
+
+/// One fast-path WRITE of `N` bytes and the same request through the
+/// generic path, on two identical queues: equal ring bytes (the WQE's
+/// `ds`), doorbell records, tracking and BlueFlame words.
+fn fast_equals_generic<const N: usize>(
+    a: &mut WorkQueues,
+    b: &mut WorkQueues,
+    data: &Arc<DmaBuffer>,
+    bytes: &[u8; N],
+    signaled: bool,
+    wr_id: u64,
+) {
+    data.write(64, bytes).unwrap();
+    let sge = [Sge::new(data.as_ptr() as u64 + 64, N as u32, Lkey(0x500))];
+    let mut wr = SendWr::rdma_write(wr_id, &sge, 0x7000_0000 + wr_id, Rkey(0x4321));
+    wr.flags = SendFlags::INLINE;
+    if signaled {
+        wr.flags |= SendFlags::SIGNALED;
+    }
+    let head = a.sq_head;
+    assert_eq!(head, b.sq_head);
+    let (ring, r) = a.post_send(&[wr], false);
+    r.unwrap();
+    let ring = ring.unwrap();
+    assert!(ring.blueflame() && ring.wqebbs == 1);
+    let fast = b
+        .post_write_inline(wr_id, 0x7000_0000 + wr_id, 0x4321, bytes, signaled, false)
+        .unwrap();
+    let ds = crate::wq::inline_write_ds(N) as usize;
+    let at = a.sq_word_base * 8 + (head as usize % SQ_BBS as usize) * 64;
+    assert_eq!(
+        read(&a.buf, at, ds * 16),
+        read(&b.buf, at, ds * 16),
+        "N = {N}"
+    );
+    // BlueFlame: the generic copy reads the ring back; the fast one sends
+    // the words it built (zeros past ds).
+    let generic_bf: Vec<u64> = (0..8).map(|i| a.sq_word(head, i)).collect();
+    assert_eq!(fast[..ds * 2], generic_bf[..ds * 2]);
+    assert!(fast[ds * 2..].iter().all(|&w| w == 0));
+    assert_eq!(ring.ctrl, fast[0]);
+    assert_eq!(
+        read(&a.buf, a.dbrec_word * 8, 8),
+        read(&b.buf, b.dbrec_word * 8, 8)
+    );
+    assert_eq!(a.sq_head, b.sq_head);
+    let idx = (head & a.shared.sq.mask) as usize;
+    let (x, y) = (&a.shared, &b.shared);
+    assert_eq!(
+        x.sq.wrid[idx].load(Ordering::Relaxed),
+        y.sq.wrid[idx].load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        x.sq.meta[idx].load(Ordering::Relaxed),
+        y.sq.meta[idx].load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        x.sq.head.load(Ordering::Relaxed),
+        y.sq.head.load(Ordering::Relaxed)
+    );
+    assert_eq!(a.counters.sends, b.counters.sends);
+}
+
+/// Retire everything outstanding on both queues (as a CQE would).
+fn drain(a: &WorkQueues, b: &WorkQueues) {
+    for q in [a, b] {
+        let h = q.shared.sq.head.load(Ordering::Relaxed);
+        q.shared.sq.tail.store(h, Ordering::Release);
+    }
+}
+
+#[test]
+fn the_fast_inline_write_writes_the_bytes_the_generic_path_writes() {
+    let s = space();
+    let (mut a, data) = queues(&s, false);
+    let (mut b, _) = queues(&s, false);
+    // Three passes over the 8-WQEBB ring (the 16-bit index and the ring wrap).
+    for round in 0..3u64 {
+        for (i, signaled) in [false, true].into_iter().enumerate() {
+            let id = round * 100 + i as u64 * 10;
+            fast_equals_generic(&mut a, &mut b, &data, b"", signaled, id);
+            fast_equals_generic(&mut a, &mut b, &data, b"1", signaled, id + 1);
+            fast_equals_generic(&mut a, &mut b, &data, b"8 bytes!", signaled, id + 2);
+            fast_equals_generic(&mut a, &mut b, &data, b"twelve bytes", signaled, id + 3);
+            fast_equals_generic(&mut a, &mut b, &data, b"thirteen byte", signaled, id + 4);
+            fast_equals_generic(
+                &mut a,
+                &mut b,
+                &data,
+                b"twenty-eight bytes, inline!!",
+                signaled,
+                id + 5,
+            );
+            drain(&a, &b);
+        }
+    }
+    // Signal-all QPs set the completion mode without the flag.
+    a.sig_all = true;
+    b.sig_all = true;
+    fast_equals_generic(&mut a, &mut b, &data, b"8 bytes!", false, 999);
+    assert_eq!(crate::wq::FAST_INLINE_MAX, 28);
+}
+
+#[test]
+fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing() {
+    let s = space();
+    let (mut wq, _) = queues(&s, false);
+    let before = read(&wq.buf, 0, wq.dbrec_word * 8 + 8);
+    let d = b"8 bytes!";
+    assert_eq!(
+        wq.post_write_inline(1, 0, 1, d, true, true),
+        Err(PostFailure::DeviceFatal)
+    );
+    wq.shared.flush.store(true, Ordering::Relaxed);
+    assert_eq!(
+        wq.post_write_inline(1, 0, 1, d, true, false),
+        Err(PostFailure::DeviceFatal)
+    );
+    wq.shared.flush.store(false, Ordering::Relaxed);
+    wq.state = QpState::Rtr;
+    assert!(matches!(
+        wq.post_write_inline(1, 0, 1, d, true, false),
+        Err(PostFailure::BadState { .. })
+    ));
+    wq.state = QpState::Rts;
+    wq.limits.max_inline = 4;
+    assert_eq!(
+        wq.post_write_inline(1, 0, 1, d, true, false),
+        Err(PostFailure::InlineTooLong { got: 8, max: 4 })
+    );
+    wq.limits.max_inline = 64;
+    wq.limits.ud = true;
+    assert!(matches!(
+        wq.post_write_inline(1, 0, 1, d, true, false),
+        Err(PostFailure::Unsupported { .. })
+    ));
+    wq.limits.ud = false;
+    assert_eq!(
+        read(&wq.buf, 0, wq.dbrec_word * 8 + 8),
+        before,
+        "nothing written"
+    );
+    assert_eq!((wq.sq_head, wq.counters.sends), (0, 0));
+    for i in 0..SQ_BBS {
+        wq.post_write_inline(u64::from(i), 0, 1, d, false, false)
+            .unwrap();
+    }
+    assert_eq!(
+        wq.post_write_inline(9, 0, 1, d, true, false),
+        Err(PostFailure::QueueFull {
+            outstanding: SQ_BBS
+        })
+    );
+    assert_eq!(wq.counters.queue_full, 1);
+    assert_eq!(wq.sq_head, SQ_BBS);
+}
+
+/// The same CQE, pushed to two fake CQs.
+fn push2(a: &mut FakeCq, b: &mut FakeCq, fill: impl Fn(&mut [u8; 64])) {
+    a.push(&fill);
+    b.push(&fill);
+}
+
+#[test]
+fn poll_send_returns_what_poll_returns_across_wraps_errors_and_hostile_cqes() {
+    let s = space();
+    let (mut qa, data) = queues(&s, false);
+    let (mut qb, _) = queues(&s, false);
+    let (mut ra, mut da) = cq(&s, 1); // 2 CQEs: the owner parity flips every 2
+    let (mut rb, mut db) = cq(&s, 1);
+    ra.attach(qa.shared.clone(), true, true);
+    rb.attach(qb.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let mut wcs = [WorkCompletion::default(); 1];
+    assert_eq!(rb.poll_send(), None, "0xF0 CQEs are invalid");
+    for round in 0..6u64 {
+        let mut wrs = [
+            SendWr::send(round * 10, &sge),
+            SendWr::rdma_read(round * 10 + 1, &sge, 0x40, Rkey(3)),
+        ];
+        wrs[1].flags = SendFlags::SIGNALED;
+        for q in [&mut qa, &mut qb] {
+            let (_, r) = q.post_send(&wrs, false);
+            r.unwrap();
+        }
+        let last = qa.sq_head.wrapping_sub(1) as u16;
+        if round % 3 == 1 {
+            // Hostile first (unknown QPN, a WQEBB no WQE starts at), then an error CQE.
+            push2(&mut da, &mut db, req(0x77, last, 0));
+            push2(&mut da, &mut db, |c| {
+                let mut v = ErrCqe::new_checked(&mut c[..]).unwrap();
+                v.set_qpn(QPN).unwrap();
+                v.set_wqe_counter(last.into()).unwrap();
+                v.set_syndrome(CqeSyndrome::RemoteAccess.as_raw().into())
+                    .unwrap();
+                v.set_vendor_err_synd(0x42).unwrap();
+                v.set_opcode(CqeOpcode::ReqErr.as_raw().into()).unwrap();
+            });
+        } else {
+            push2(&mut da, &mut db, req(QPN, last, 8));
+        }
+        assert_eq!(ra.poll(&mut wcs, false), 1, "round {round}");
+        let c = rb.poll_send().expect("a completion");
+        assert_eq!(WorkCompletion::from(c), wcs[0], "round {round}");
+        assert_eq!(ra.counters(), rb.counters());
+        assert_eq!(ra.record(), rb.record());
+        assert_eq!(rb.poll_send(), None, "the stale CQE of the last pass");
+    }
+    assert_eq!(rb.counters().unknown_qpn, 2);
+    assert_eq!(qb.shared.sq.outstanding(), 0);
+    // A responder CQE stops poll_send unconsumed; poll takes it.
+    qb.post_recv(&[RecvWr::new(77, &sge)], false).unwrap();
+    db.push(|c| {
+        let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+        v.set_qpn(QPN).unwrap();
+        v.set_byte_cnt(8).unwrap();
+        v.set_opcode(CqeOpcode::RespSend.as_raw().into()).unwrap();
+    });
+    let cqes = rb.counters().cqes;
+    assert_eq!(rb.poll_send(), None);
+    assert_eq!(rb.counters().cqes, cqes);
+    assert_eq!(rb.poll(&mut wcs, false), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].opcode), (77, WcOpcode::Recv));
+}
+
+#[test]
+fn a_fatal_device_flushes_sends_one_at_a_time_for_poll_send() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, _dev) = cq(&s, 3);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let (_, r) = wq.post_send(
+        &[
+            SendWr::send(1, &sge),
+            SendWr::rdma_write(2, &sge, 0, Rkey(1)),
+        ],
+        false,
+    );
+    r.unwrap();
+    let got: Vec<(u64, WcStatus, WcOpcode)> = std::iter::from_fn(|| ring.flush_send())
+        .map(|c| (c.wr_id, c.status, c.opcode))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::WrFlushErr, WcOpcode::Send),
+            (2, WcStatus::WrFlushErr, WcOpcode::RdmaWrite)
+        ]
+    );
+    assert!(wq.shared.flush.load(Ordering::Acquire));
+    assert_eq!(ring.counters().software_flushed, 2);
 }

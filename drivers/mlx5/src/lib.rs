@@ -168,7 +168,7 @@ use nix::sys::eventfd::EventFd;
 use rnic_dma::{DmaDomain, Mmio};
 
 pub use cmd::{CmdQueue, CmdQueueOptions};
-pub use cq::{Cq, CqCounters};
+pub use cq::{Cq, CqCounters, SendCompletion};
 pub use error::Mlx5Error;
 pub use events::{EventCounters, HealthPoller};
 pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rnic_core::{
-    AccessFlags, Gid, InitParams, Psn, QpType, Qpn, RecvWr, RtrParams, RtsParams, SendWr,
+    AccessFlags, Gid, InitParams, Psn, QpType, Qpn, RecvWr, Rkey, RtrParams, RtsParams, SendWr,
 };
 use rnic_dma::Mmio;
 use rnic_dma::barrier::wc_flush;
@@ -97,6 +97,26 @@ struct BlueFlame {
     offset: usize,
     half: usize,
     exclusive: Option<usize>,
+}
+
+impl BlueFlame {
+    /// Copy one 64-byte unit into the register at `offset`: the whole block
+    /// is checked against the window once, so the eight 8-byte volatile
+    /// stores below it are in bounds by that check (the compiler removes
+    /// their own checks). `false` (nothing written) if it does not fit.
+    #[inline(always)]
+    fn write_block(&self, offset: usize, words: &[u64; 8]) -> bool {
+        if !offset.is_multiple_of(64) || offset.checked_add(64).is_none_or(|e| e > self.reg.len()) {
+            return false;
+        }
+        for (i, w) in words.iter().enumerate() {
+            // Memory order: the bytes go out as they lie in the WQE.
+            let _ = self
+                .reg
+                .write64(offset + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
+        }
+        true
+    }
 }
 
 /// A queue pair. `post_send` / `post_recv` take `&mut self`: one poster.
@@ -626,38 +646,75 @@ impl Qp {
         let off = self.bf.offset;
         if ring.blueflame() && self.bf.exclusive.is_some() {
             let words = self.wq.buf.words();
-            let n = ring.wqebbs as usize * 8;
-            match self.wq.sq_words(words, ring.wqebb, n) {
-                // The WQE does not wrap: one slice, one bounds check.
-                Some(wqe) => {
-                    for (i, w) in wqe.iter().enumerate() {
-                        let v = w.load(Ordering::Relaxed);
-                        let _ = self
-                            .bf
-                            .reg
-                            .write64(off + i * 8, u64::from_le_bytes(v.to_ne_bytes()));
+            for bb in 0..ring.wqebbs {
+                let mut block = [0u64; 8];
+                match self.wq.sq_words(words, ring.wqebb.wrapping_add(bb), 8) {
+                    // A WQEBB never wraps: one slice, one bounds check.
+                    Some(src) => {
+                        for (d, w) in block.iter_mut().zip(src) {
+                            *d = w.load(Ordering::Relaxed);
+                        }
+                    }
+                    None => {
+                        for (i, d) in block.iter_mut().enumerate() {
+                            *d = self.wq.sq_word_in(words, ring.wqebb.wrapping_add(bb), i);
+                        }
                     }
                 }
-                None => {
-                    for i in 0..n {
-                        let v = self.wq.sq_word_in(words, ring.wqebb, i);
-                        let _ = self
-                            .bf
-                            .reg
-                            .write64(off + i * 8, u64::from_le_bytes(v.to_ne_bytes()));
-                    }
-                }
+                self.bf.write_block(off + bb as usize * 64, &block);
             }
             wc_flush();
             self.wq.counters.blueflame += 1;
         } else {
-            let _ = self
-                .bf
-                .reg
-                .write64(off, u64::from_le_bytes(ring.ctrl.to_ne_bytes()));
-            self.wq.counters.doorbells += 1;
+            self.doorbell(off, ring.ctrl);
         }
         self.bf.offset = next_bf_offset(off, self.bf.half);
+    }
+
+    /// The 8-byte doorbell: the first word of the last WQE's control segment.
+    #[inline(always)]
+    fn doorbell(&mut self, off: usize, ctrl: u64) {
+        let _ = self
+            .bf
+            .reg
+            .write64(off, u64::from_le_bytes(ctrl.to_ne_bytes()));
+        self.wq.counters.doorbells += 1;
+    }
+
+    /// The direct fast path (mlx5dv-class): post one RDMA WRITE of `N` ≤
+    /// [`FAST_INLINE_MAX`](crate::wq::FAST_INLINE_MAX) (28) inline bytes to `remote_addr` under `rkey`,
+    /// completion requested iff `signaled` (or the QP signals all). The WQE
+    /// is built whole from its constant parts (opcode, QPN, `ds` computed
+    /// from `N` at compile time) and the few that change, stored as one
+    /// WQEBB, tracked, recorded behind the named barriers and rung as one
+    /// 64-byte BlueFlame copy (an 8-byte doorbell when the QP shares its
+    /// BlueFlame register). The same bytes as [`Qp::post_send`] with the
+    /// equivalent [`SendWr`] (`RdmaWrite`, `INLINE`), and the same checks
+    /// (state, device health, inline limit, queue space): an error posts
+    /// nothing.
+    #[inline]
+    pub fn post_write_inline<const N: usize>(
+        &mut self,
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: Rkey,
+        data: &[u8; N],
+        signaled: bool,
+    ) -> Result<(), Mlx5Error> {
+        let fatal = self.hca.is_fatal();
+        let wqe = self
+            .wq
+            .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)
+            .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
+        let off = self.bf.offset;
+        if self.bf.exclusive.is_some() && self.bf.write_block(off, &wqe) {
+            wc_flush();
+            self.wq.counters.blueflame += 1;
+        } else {
+            self.doorbell(off, wqe[0]);
+        }
+        self.bf.offset = next_bf_offset(off, self.bf.half);
+        Ok(())
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).

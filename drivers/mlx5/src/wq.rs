@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use rnic_core::{Memory, RecvWr, SendOp, SendWr};
+use rnic_core::{Memory, RecvWr, SendFlags, SendOp, SendWr, WcOpcode};
 use rnic_dma::barrier::dma_wmb_before_doorbell;
-use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, qp_doorbell_record};
+use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
@@ -89,6 +89,68 @@ fn push_inline_aligned(w: &mut RingWriter<'_>, src: &[std::sync::atomic::AtomicU
 #[inline(always)]
 pub const fn next_bf_offset(offset: usize, half: usize) -> usize {
     offset ^ half
+}
+
+/// The most inline bytes [`WorkQueues::post_write_inline`] takes: control
+/// (16) + remote address (16) + inline header (4) + 28 bytes = one WQEBB.
+pub const FAST_INLINE_MAX: usize = WQEBB_BYTES - 16 - 16 - 4;
+
+/// `ds` of an RDMA WRITE of `n` (> 0) inline bytes: control, remote
+/// address, the inline segment padded to 16 (§9.3, as [`crate::wqe::plan`]).
+#[inline(always)]
+pub const fn inline_write_ds(n: usize) -> u32 {
+    if n == 0 {
+        2
+    } else {
+        2 + (4 + n).div_ceil(16) as u32
+    }
+}
+
+#[inline(always)]
+const fn signaled_flags(signaled: bool) -> SendFlags {
+    if signaled {
+        SendFlags::SIGNALED
+    } else {
+        SendFlags::empty()
+    }
+}
+
+/// The 64 bytes (as memory words) of an RDMA WRITE WQE with `N` ≤
+/// [`FAST_INLINE_MAX`] inline bytes: control, remote address, inline
+/// header and data, zeros to the end of the WQEBB.
+#[inline(always)]
+pub fn inline_write_words<const N: usize>(
+    wqe_index: u16,
+    qpn: u32,
+    ds: u32,
+    fm_ce_se: u32,
+    remote_addr: u64,
+    rkey: u32,
+    data: &[u8; N],
+) -> [u64; 8] {
+    let ctrl = ctrl_words(WqeOpcode::RdmaWrite, wqe_index, qpn, ds, fm_ce_se, 0);
+    let raddr = raddr_words(remote_addr, rkey);
+    // Inline segment: header dword then the bytes, zero-padded (§9.3).
+    let mut seg = [0u8; 32];
+    if N > 0 {
+        seg[..4].copy_from_slice(&inline_header(N as u32).to_be_bytes());
+        seg[4..4 + N].copy_from_slice(data);
+    }
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&seg[i * 8..i * 8 + 8]);
+        u64::from_ne_bytes(b)
+    };
+    [
+        ctrl[0],
+        ctrl[1],
+        raddr[0],
+        raddr[1],
+        word(0),
+        word(1),
+        word(2),
+        word(3),
+    ]
 }
 
 /// A QP's rings and the state of its one poster.
@@ -367,6 +429,86 @@ impl WorkQueues {
         self.sq_head = head.wrapping_add(p.wqebbs);
         self.counters.sends += 1;
         Ok(())
+    }
+
+    /// The direct fast path (mlx5dv-class): one RDMA WRITE of `N` inline
+    /// bytes (`N` ≤ [`FAST_INLINE_MAX`], so the WQE is one WQEBB and never
+    /// wraps), built whole in registers and stored with one bounds check —
+    /// steps 1–4 of [`WorkQueues::post_send`] with the same bytes for the
+    /// same request (unit-tested against it). Its 64 bytes (the WQE, zeros
+    /// past its `ds`) are returned for the BlueFlame copy.
+    #[inline(always)]
+    pub fn post_write_inline<const N: usize>(
+        &mut self,
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        data: &[u8; N],
+        signaled: bool,
+        fatal: bool,
+    ) -> Result<[u64; 8], PostFailure> {
+        const { assert!(N <= FAST_INLINE_MAX) };
+        let ds = inline_write_ds(N);
+        if fatal || self.shared.flush.load(Ordering::Relaxed) {
+            return Err(PostFailure::DeviceFatal);
+        }
+        if self.state != QpState::Rts {
+            return Err(PostFailure::BadState {
+                state: self.state.name().unwrap_or("?"),
+            });
+        }
+        if self.limits.ud {
+            return Err(PostFailure::Unsupported { op: "RDMA WRITE" });
+        }
+        if N > self.limits.max_inline {
+            return Err(PostFailure::InlineTooLong {
+                got: N,
+                max: self.limits.max_inline,
+            });
+        }
+        let head = self.sq_head;
+        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
+        if used >= self.sq_wqebbs {
+            self.counters.queue_full += 1;
+            return Err(PostFailure::QueueFull { outstanding: used });
+        }
+        let wqe = inline_write_words(
+            head as u16,
+            self.qpn,
+            ds,
+            fm_ce_se(signaled_flags(signaled), self.sig_all),
+            remote_addr,
+            rkey,
+            data,
+        );
+        // One WQEBB: 8 words from a multiple of 8, inside the ring.
+        let at = self.sq_word_base + ((head as usize * 8) & self.sq_mask_words);
+        let bb: &[std::sync::atomic::AtomicU64; 8] = self
+            .buf
+            .words()
+            .get(at..at + 8)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(PostFailure::QueueFull { outstanding: used })?;
+        for (slot, w) in bb.iter().zip(wqe) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        let idx = (head & self.shared.sq.mask) as usize;
+        if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
+            id.store(wr_id, Ordering::Relaxed);
+            m.store(
+                sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
+                Ordering::Relaxed,
+            );
+        }
+        self.sq_head = head.wrapping_add(1);
+        self.counters.sends += 1;
+        self.shared.sq.head.store(self.sq_head, Ordering::Release);
+        // WQE before the doorbell record.
+        dma_wmb_before_doorbell();
+        self.store_dbrec();
+        // The record before the UAR write that makes the device read it.
+        dma_wmb_before_doorbell();
+        Ok(wqe)
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).

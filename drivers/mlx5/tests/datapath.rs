@@ -968,3 +968,41 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
     }
     .teardown_is_clean();
 }
+
+#[test]
+fn the_direct_fast_path_writes_inline_and_polls_send_completions() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+    let bf = r.qp.counters().blueflame;
+    // Unsignaled then signaled: the CQE retires both; 28 bytes is one WQEBB.
+    r.qp.post_write_inline(20, raddr + 6000, rkey, b"8 bytes!", false)
+        .unwrap();
+    let long = *b"twenty-eight bytes, inline!!";
+    r.qp.post_write_inline(21, raddr + 6008, rkey, &long, true)
+        .unwrap();
+    let start = Instant::now();
+    let c = loop {
+        if let Some(c) = r.cq.poll_send() {
+            break c;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out");
+        std::thread::sleep(Duration::from_micros(50));
+    };
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode, c.qp_num),
+        (21, WcStatus::Success, WcOpcode::RdmaWrite, r.qp.qpn())
+    );
+    assert_eq!(r.peer.bytes(6000, 8), b"8 bytes!");
+    assert_eq!(r.peer.bytes(6008, 28), long);
+    assert_eq!(r.qp.outstanding(), (0, 0));
+    assert_eq!(r.qp.counters().blueflame, bf + 2);
+    // A fast WRITE and a generic one complete alike through `poll`.
+    r.qp.post_write_inline(22, raddr + 6100, rkey, &[7u8; 3], true)
+        .unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (22, WcStatus::Success));
+    assert_eq!(r.peer.bytes(6100, 3), [7, 7, 7]);
+    assert!(r.cq.poll_send().is_none());
+    r.teardown_is_clean();
+}
