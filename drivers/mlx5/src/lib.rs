@@ -141,6 +141,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod bf;
 pub mod cmd;
 pub mod cq;
 #[cfg(test)]
@@ -167,6 +168,7 @@ use std::time::Duration;
 use nix::sys::eventfd::EventFd;
 use rnic_dma::{DmaDomain, Mmio};
 
+pub use bf::BlockWindow;
 pub use cmd::{CmdQueue, CmdQueueOptions};
 pub use cq::{Cq, CqCounters, SendCompletion};
 pub use error::Mlx5Error;
@@ -253,6 +255,14 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
         self.bar0()
             .window(index as usize * UAR_PAGE_SIZE, UAR_PAGE_SIZE)
             .map_err(Mlx5Error::Bar)
+    }
+
+    /// BAR0 again as a [`BlockWindow`] for 64-byte BlueFlame copies with
+    /// one bounds check per block, where the transport can offer it (it
+    /// owns the mapping); `None` (the default) makes BlueFlame copies use
+    /// [`PciFunction::bar0`]'s checked 8-byte stores.
+    fn bar0_blocks(&self) -> Option<&BlockWindow> {
+        None
     }
 
     /// Read `buf.len()` bytes of PCI config space at `offset`.

@@ -42,7 +42,7 @@ use crate::cq::{Cq, CqCore};
 use crate::track::{QpShared, RqTrack, SqTrack};
 use crate::wq::{Region, SendDoorbell, WorkQueues, next_bf_offset};
 use crate::wqe::{DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, SendLimits};
-use crate::{Hca, Mkey, Mlx5Error};
+use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
 /// How big a QP's queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,18 +94,24 @@ pub struct QpCounters {
 
 struct BlueFlame {
     reg: Mmio,
+    /// The same register for block copies, where the transport offers it.
+    blocks: Option<BlockWindow>,
     offset: usize,
     half: usize,
     exclusive: Option<usize>,
 }
 
 impl BlueFlame {
-    /// Copy one 64-byte unit into the register at `offset`: the whole block
-    /// is checked against the window once, so the eight 8-byte volatile
-    /// stores below it are in bounds by that check (the compiler removes
-    /// their own checks). `false` (nothing written) if it does not fit.
+    /// Copy one 64-byte unit into the register at `offset`: through the
+    /// [`BlockWindow`] (one bounds check, eight volatile stores) where the
+    /// transport offers one, else through the [`Mmio`] with the block
+    /// checked once up front and each store checked again. `false`
+    /// (nothing written) if it does not fit.
     #[inline(always)]
     fn write_block(&self, offset: usize, words: &[u64; 8]) -> bool {
+        if let Some(b) = &self.blocks {
+            return b.write_block(offset, words);
+        }
         if !offset.is_multiple_of(64) || offset.checked_add(64).is_none_or(|e| e > self.reg.len()) {
             return false;
         }
@@ -336,9 +342,12 @@ impl Qp {
         };
         let reg_size = hca.bf_reg_size();
         let uar = hca.function().uar(info.uar)?;
-        let reg = uar
-            .window(UAR_BF_REG_0 + bf_index * reg_size, reg_size)
-            .map_err(Mlx5Error::Bar)?;
+        let reg_at = UAR_BF_REG_0 + bf_index * reg_size;
+        let reg = uar.window(reg_at, reg_size).map_err(Mlx5Error::Bar)?;
+        let blocks = hca
+            .function()
+            .bar0_blocks()
+            .and_then(|b| b.window(info.uar as usize * crate::UAR_PAGE_SIZE + reg_at, reg_size));
         debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, "CREATE_QP");
         Ok(Qp {
             hca: hca.clone(),
@@ -347,6 +356,7 @@ impl Qp {
             recv_cq: recv_core,
             bf: BlueFlame {
                 reg,
+                blocks,
                 offset: 0,
                 half: reg_size / 2,
                 exclusive,

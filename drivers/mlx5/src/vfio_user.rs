@@ -38,7 +38,7 @@ use vfio_user::Client;
 
 use crate::error::Mlx5Error;
 use crate::memory::{DmaBuffer, IovaSpace, lock, lookup_fd, not_file_backed, split_apertures};
-use crate::{FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
+use crate::{BlockWindow, FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
 
 /// The IOVA aperture a vfio-user function offers (there is no IOMMU; the
 /// server resolves IOVAs through its table of DMA_MAPs). Low 1 MiB and the
@@ -124,6 +124,7 @@ pub struct VfioUserFunction {
     name: String,
     id: FunctionId,
     bar0: Mmio,
+    bar0_blocks: Option<BlockWindow>,
     config_size: u64,
     msix_count: u32,
     reset_supported: bool,
@@ -162,7 +163,8 @@ impl VfioUserFunction {
             index,
             reason,
         };
-        let bar0 = map_bar0(&client).map_err(|r| region_err(b::VFIO_PCI_BAR0_REGION_INDEX, r))?;
+        let (bar0, bar0_blocks) =
+            map_bar0(&client).map_err(|r| region_err(b::VFIO_PCI_BAR0_REGION_INDEX, r))?;
         let config_size = client
             .region(b::VFIO_PCI_CONFIG_REGION_INDEX)
             .map(|r| r.size)
@@ -203,6 +205,7 @@ impl VfioUserFunction {
                 device: 0,
             },
             bar0,
+            bar0_blocks,
             config_size,
             msix_count,
             reset_supported,
@@ -255,7 +258,7 @@ impl VfioUserFunction {
 }
 
 /// mmap all of BAR0 from the fd the server passed; the reason on failure.
-fn map_bar0(client: &Client) -> Result<Mmio, String> {
+fn map_bar0(client: &Client) -> Result<(Mmio, Option<BlockWindow>), String> {
     let r = client
         .region(b::VFIO_PCI_BAR0_REGION_INDEX)
         .ok_or("the server offers no BAR0")?;
@@ -297,7 +300,12 @@ fn map_bar0(client: &Client) -> Result<Mmio, String> {
     // loads/stores on the supported targets, which is the same contract a
     // real BAR gives (Mmio's RAM caveat concerns racing threads of this
     // process, which the driver's one-owner-per-register discipline rules out).
-    Ok(unsafe { Mmio::new(ptr, len, owner) })
+    let bar0 = unsafe { Mmio::new(ptr, len, owner.clone()) };
+    // SAFETY: the same mapping and owner as the Mmio above, under the same
+    // contract (BlockWindow::new's is Mmio::new's); mmap returns page-aligned
+    // addresses, so the 64-alignment check passes.
+    let blocks = unsafe { BlockWindow::new(ptr, len, owner) };
+    Ok((bar0, blocks))
 }
 
 impl PciFunction for VfioUserFunction {
@@ -311,6 +319,10 @@ impl PciFunction for VfioUserFunction {
 
     fn bar0(&self) -> &Mmio {
         &self.bar0
+    }
+
+    fn bar0_blocks(&self) -> Option<&BlockWindow> {
+        self.bar0_blocks.as_ref()
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error> {
