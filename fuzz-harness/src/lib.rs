@@ -22,6 +22,17 @@
 //!   byte of its scatter list written by response data; every work request
 //!   completes at most once and in posting order; memory no request names
 //!   never changes.
+//! - [`mlx5::firmware::command_queue`]: the emulated ConnectX function
+//!   (rnic-mlx5-emu, in process) fed hostile command queue entries and
+//!   mailbox chains. Every rung entry gets exactly the delivery status the
+//!   mailbox rules give, a known command status with a nonzero syndrome on
+//!   error; the pages and objects the firmware holds match the commands that
+//!   succeeded; no device write lands outside the mapping or outside the
+//!   outputs the entries name.
+//! - [`mlx5::wqe::send_queue`]: an RC QP of the emulated function in RTS fed
+//!   hostile send WQEs and doorbells. Every CQE is well-formed and in its ring
+//!   position, none is overwritten unconsumed, an error CQE leaves the QP in
+//!   ERR, memory no MKey grants never changes.
 //!
 //! The cargo-fuzz targets in `fuzz/` call these functions; the tests of
 //! this crate replay the committed seed corpus (`fuzz/corpus/<target>/`)
@@ -30,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod mlx5;
 pub mod wire;
 
 /// Reads an input front to back; past the end every read is zero, so any

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::mlx5::{firmware, wqe};
 use crate::{engine, wire};
 
 fn corpus(target: &str) -> PathBuf {
@@ -63,6 +64,95 @@ fn requester_corpus_and_random_inputs() {
     random_inputs(3, 600, 600, engine::requester);
 }
 
+#[test]
+fn mlx5_firmware_corpus_and_random_inputs() {
+    assert!(replay("mlx5_firmware", firmware::command_queue) >= 3);
+    random_inputs(4, 100, 400, firmware::command_queue);
+    // Inputs that start with an honest bring-up (first byte odd).
+    random_inputs(5, 40, 400, |d| {
+        let mut v = d.to_vec();
+        if let Some(b) = v.first_mut() {
+            *b |= 1;
+        }
+        firmware::command_queue(&v);
+    });
+}
+
+#[test]
+fn mlx5_wqe_corpus_and_random_inputs() {
+    assert!(replay("mlx5_wqe", wqe::send_queue) >= 3);
+    random_inputs(6, 12, 400, wqe::send_queue);
+}
+
+/// The firmware seeds reach what they were written for: resources allocated after an
+/// honest bring-up, a GIVE and a TAKE of spare pages, transports refused with several
+/// delivery statuses.
+#[test]
+fn the_mlx5_firmware_seeds_do_what_they_say() {
+    let seeds = firmware::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    let rig = firmware::run(get("up-and-objects"));
+    let a = rig.fw.accounting();
+    assert_eq!((a.uars, a.pds, a.tds, a.pages_held), (1, 0, 1, 48), "{a:?}");
+    let st = rig.fw.stats();
+    assert_eq!(
+        st.executed(rnic_mlx5_prm::CmdOpcode::ManagePages),
+        2 + 2,
+        "{st:?}"
+    );
+    assert_eq!(st.errors.values().sum::<u64>(), 0, "{st:?}");
+    let rig = firmware::run(get("broken-transports"));
+    let st = rig.fw.stats();
+    assert!(st.delivery_errors.len() >= 5, "{st:?}");
+    assert!(st.ignored_not_owned >= 1, "{st:?}");
+}
+
+/// The WQE seeds reach what they were written for.
+#[test]
+fn the_mlx5_wqe_seeds_do_what_they_say() {
+    let seeds = wqe::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    let end = wqe::run(get("send"));
+    assert_eq!(end.state, 3, "an honest SEND leaves the QP in RTS: {end:?}");
+    assert!(end.stats.tx_packets >= 1, "{end:?}");
+    let end = wqe::run(get("bad-lkey"));
+    assert_eq!(end.state, 6, "a SEND with a bad lkey: {end:?}");
+    assert!(end.cqes >= 1, "{end:?}");
+    let end = wqe::run(get("garbage"));
+    assert_eq!(end.state, 6, "raw WQEBBs are refused: {end:?}");
+    assert!(end.cqes >= 1 && end.stats.wqe_errors >= 1, "{end:?}");
+}
+
+#[test]
+#[should_panic(expected = "other pages")]
+fn the_mlx5_page_check_can_fail() {
+    firmware::check_a_forged_page();
+}
+
+#[test]
+#[should_panic(expected = "delivery status")]
+fn the_mlx5_delivery_check_can_fail() {
+    firmware::check_a_forged_delivery();
+}
+
+#[test]
+#[should_panic(expected = "no command output names")]
+fn the_mlx5_stray_write_check_can_fail() {
+    firmware::check_a_forged_write();
+}
+
+#[test]
+#[should_panic(expected = "owner bit")]
+fn the_mlx5_cqe_check_can_fail() {
+    wqe::check_a_forged_cqe();
+}
+
+#[test]
+#[should_panic(expected = "no MKey grants")]
+fn the_mlx5_mkey_memory_check_can_fail() {
+    wqe::check_a_forged_stray_write();
+}
+
 /// The requester seed that encodes issue 15's reproducer (a PSN-sequence
 /// NAK inside a 2048-byte READ, then the tail only) runs clean now; with
 /// the bug back, its READ completed SUCCESS with 1024 unwritten bytes and
@@ -118,6 +208,8 @@ fn write_seed_corpus() {
     for (target, seeds) in [
         ("responder", engine::responder_seeds()),
         ("requester", engine::requester_seeds()),
+        ("mlx5_firmware", firmware::seeds()),
+        ("mlx5_wqe", wqe::seeds()),
     ] {
         let dir = corpus(target);
         std::fs::create_dir_all(&dir).expect("mkdir");

@@ -108,8 +108,13 @@ impl DoorbellHandler for NoFirmware {
 }
 
 /// The watcher's shadow state.
+///
+/// Public only for in-process harnesses (the fuzz targets in `fuzz-harness`): a harness
+/// that builds a [`Device`] without a server runs [`Watcher::scan`] itself after writing
+/// BAR0, so its doorbells take the same path as the watcher thread's.
+#[doc(hidden)]
 #[derive(Debug, Default)]
-pub(crate) struct Watcher {
+pub struct Watcher {
     epoch: u64,
     uar_gen: u64,
     cmdq_h: u32,
@@ -129,7 +134,7 @@ fn read_doorbell(dev: &Device, page: u32, offset: u32, width: u32) -> u64 {
 
 impl Watcher {
     /// One scan; the number of events delivered.
-    pub(crate) fn scan(&mut self, dev: &Device) -> usize {
+    pub fn scan(&mut self, dev: &Device) -> usize {
         let epoch = dev.epoch();
         if epoch != self.epoch {
             // Reset happened: start from the power-on contents.
