@@ -757,7 +757,12 @@ impl Cq {
     }
 }
 
+#[inline(always)]
 fn find(qps: &[Attached], qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
+    // The common case first: a CQ serving one QP.
+    if let [a] = qps {
+        return (a.qp.qpn == qpn && if send { a.send } else { a.recv }).then_some(&a.qp);
+    }
     qps.iter()
         .find(|a| a.qp.qpn == qpn && if send { a.send } else { a.recv })
         .map(|a| &a.qp)

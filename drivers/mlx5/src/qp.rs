@@ -96,6 +96,8 @@ struct BlueFlame {
     reg: Mmio,
     /// The same register for block copies, where the transport offers it.
     blocks: Option<BlockWindow>,
+    /// `blocks` when the register is this QP's alone (BlueFlame allowed).
+    fast: Option<BlockWindow>,
     offset: usize,
     half: usize,
     exclusive: Option<usize>,
@@ -356,6 +358,7 @@ impl Qp {
             recv_cq: recv_core,
             bf: BlueFlame {
                 reg,
+                fast: exclusive.and(blocks.clone()),
                 blocks,
                 offset: 0,
                 half: reg_size / 2,
@@ -717,14 +720,28 @@ impl Qp {
             .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)
             .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
         let off = self.bf.offset;
-        if self.bf.exclusive.is_some() && self.bf.write_block(off, &wqe) {
+        match &self.bf.fast {
+            Some(b) if b.write_block(off, &wqe) => {
+                wc_flush();
+                self.wq.counters.blueflame += 1;
+            }
+            _ => self.ring_unit(off, &wqe),
+        }
+        self.bf.offset = next_bf_offset(off, self.bf.half);
+        Ok(())
+    }
+
+    /// [`Qp::post_write_inline`]'s UAR write without a block window: the
+    /// checked BlueFlame copy, or the 8-byte doorbell on a shared register.
+    #[cold]
+    #[inline(never)]
+    fn ring_unit(&mut self, off: usize, wqe: &[u64; 8]) {
+        if self.bf.exclusive.is_some() && self.bf.write_block(off, wqe) {
             wc_flush();
             self.wq.counters.blueflame += 1;
         } else {
             self.doorbell(off, wqe[0]);
         }
-        self.bf.offset = next_bf_offset(off, self.bf.half);
-        Ok(())
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).

@@ -209,9 +209,15 @@ impl WorkQueues {
 
     #[inline(always)]
     pub(crate) fn store_dbrec(&self) {
+        self.store_dbrec_in(self.buf.words());
+    }
+
+    /// [`WorkQueues::store_dbrec`] over the buffer's words, fetched once.
+    #[inline(always)]
+    fn store_dbrec_in(&self, words: &[std::sync::atomic::AtomicU64]) {
         let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
         let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
-        if let Some(w) = self.buf.words().get(self.dbrec_word) {
+        if let Some(w) = words.get(self.dbrec_word) {
             w.store(be_pair(recv, send), Ordering::Relaxed);
         }
     }
@@ -483,9 +489,8 @@ impl WorkQueues {
         );
         // One WQEBB: 8 words from a multiple of 8, inside the ring.
         let at = self.sq_word_base + ((head as usize * 8) & self.sq_mask_words);
-        let bb: &[std::sync::atomic::AtomicU64; 8] = self
-            .buf
-            .words()
+        let words = self.buf.words();
+        let bb: &[std::sync::atomic::AtomicU64; 8] = words
             .get(at..at + 8)
             .and_then(|s| s.try_into().ok())
             .ok_or(PostFailure::QueueFull { outstanding: used })?;
@@ -505,7 +510,7 @@ impl WorkQueues {
         self.shared.sq.head.store(self.sq_head, Ordering::Release);
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        self.store_dbrec();
+        self.store_dbrec_in(words);
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
         Ok(wqe)
