@@ -17,6 +17,12 @@
 //!   no lock, allocation or system call per request; every value the device
 //!   writes is checked before it indexes anything (hostile CQEs and EQEs are
 //!   counted, never a panic). `docs/mlx5.md` §8–§13 has each step.
+//! - **The direct fast path** ([`Qp::post_write_inline`], [`Cq::poll_send`],
+//!   mlx5dv-class): an RDMA WRITE of ≤ 28 inline bytes built whole as one
+//!   WQEBB and copied to BlueFlame as one 64-byte block ([`BlockWindow`]:
+//!   one bounds check, eight volatile stores), and requester completions
+//!   decoded from the CQE's last word — the same bytes, checks and results
+//!   as the generic calls (unit-tested against them).
 //!
 //! - **[`Hca`]** ([`init`]): a brought-up function. [`Hca::bring_up`] runs
 //!   mlx5.md §3 in order (reset if left initialized, cmdif revision 5, wait
