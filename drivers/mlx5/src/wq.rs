@@ -91,7 +91,7 @@ pub const fn next_bf_offset(offset: usize, half: usize) -> usize {
     offset ^ half
 }
 
-/// The most inline bytes [`WorkQueues::post_write_inline`] takes: control
+/// The most inline bytes [`crate::Qp::post_write_inline`] takes: control
 /// (16) + remote address (16) + inline header (4) + 28 bytes = one WQEBB.
 pub const FAST_INLINE_MAX: usize = WQEBB_BYTES - 16 - 16 - 4;
 
