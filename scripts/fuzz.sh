@@ -32,7 +32,7 @@ for t in "${targets[@]}"; do
     log="$scratch.log"
     status=0
     cargo fuzz run -s none "$t" "$scratch" "corpus/$t" -- \
-        "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
+        "${limit[@]}" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
     grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' "$log" || true
     if [ "$status" != 0 ]; then tail -n 40 "$log" >&2; fi
     rm -f "$log"
