@@ -5,79 +5,124 @@
 //!
 //! Each [`CompletionQueue`] owns a [`CreditWindow`] whose limit is the CQ's
 //! depth. A work request may produce a completion in a CQ, so it may only be
-//! posted while it holds one of that CQ's credits:
+//! outstanding while it holds one of that CQ's credits. A driver never lets a
+//! queue hold more outstanding requests than the capacity it granted, and a
+//! request is outstanding until the poll that retires it (see
+//! [`crate::provider`]). So credits are taken in one of two ways, decided
+//! per QP and per CQ when the QP is created:
 //!
-//! * posting receives takes one credit per request from the QP's *receive*
-//!   CQ; posting sends takes one credit per request from the QP's *send* CQ —
-//!   signaled or not, because an unsignaled request still produces a
-//!   completion when it fails or is flushed;
-//! * a post that would exceed the window is refused whole with
-//!   [`PostError::CqFull`] (naming the depth and the credits in flight) and the
-//!   window counts a stall; nothing of the refused batch is posted;
-//! * polling gives credits back: a receive completion returns 1; a send
-//!   completion for QP *q* returns the credit of its request **and of every
-//!   unsignaled request posted before it on *q*** (send completions arrive in
-//!   posting order, and those requests can no longer produce one);
-//! * moving a QP to RESET or destroying it returns all its credits (the
-//!   provider discards its work and its queued completions).
+//! * **Static** (the common case: the CQ is deep enough for its queues): if
+//!   the window still has room for the QP's whole queue depth (send depth on
+//!   the send CQ, receive depth on the receive CQ, both when they are the
+//!   same queue), that many credits are reserved once, at creation, and
+//!   returned when the QP is destroyed. Posting and polling then touch no
+//!   credit at all: the queue's own capacity bounds what can complete.
+//! * **Windowed** (the CQ is oversubscribed): the QP takes one credit per
+//!   request from the window when it posts — signaled or not, because an
+//!   unsignaled request still produces a completion when it fails or is
+//!   flushed — and a post that would exceed the window is refused whole with
+//!   [`PostError::CqFull`] and counted as a stall. Polling gives the credits
+//!   back: a receive completion returns 1, a send completion
+//!   `1 + retired_unsignaled` (the driver says how many unsignaled requests it
+//!   retired with it). Moving the QP to RESET or destroying it returns what
+//!   the driver reports as discarded.
 //!
 //! At any moment, then, the completions that can still arrive in a CQ are at
 //! most its credits in flight, which never exceed its depth.
 //!
-//! # Finding the requests a send completion retires
+//! # Cost
 //!
-//! Each QP keeps a lock-free single-producer/single-consumer ring of
-//! `(wr_id, signaled)` entries in posting order, sized to its send queue. On a
-//! send completion the poller pops from the front through the first entry
-//! whose `wr_id` equals the completion's — for a successful completion, the
-//! first *signaled* entry with that `wr_id` — and returns one credit per
-//! popped entry. If nothing matches (a provider bug, or reused `wr_id`s gone
-//! wrong) it pops one entry, conservatively, and counts an unmatched
-//! completion. The CQ maps QP numbers to those rings in a table locked once
-//! per poll batch; the lock also makes the poller the ring's single consumer.
-//! Nothing is locked per message.
+//! A CQ with only static QPs polls with one relaxed load of a counter that
+//! changes only when QPs are created or destroyed. A CQ with windowed QPs
+//! takes its attachment lock once per poll batch and makes one atomic
+//! release per batch; where static and windowed QPs share it, each
+//! completion's QPN is looked up in the (small) set of windowed QPs.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::FxHashSet;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::credit::{CreditStats, CreditWindow};
-use crate::provider::{CqHandle, PostError, Provider, VerbsError};
-use crate::sq_track::{QpTrack, Retired};
+use crate::error::{DeviceError, DeviceErrorKind};
+use crate::provider::{CqOps, DynDevice, PostError, Provider, VerbsError};
+use crate::types::Qpn;
 use crate::wr::WorkCompletion;
 
-/// QP number → tracking, for the QPs completing into one CQ.
-pub(crate) type QpTable = FxHashMap<u32, Arc<QpTrack>>;
+/// Which QPs of a CQ are windowed.
+#[derive(Debug, Default)]
+pub(crate) struct Attached {
+    /// QPs with a static reservation here.
+    static_qps: u32,
+    /// QPNs of the QPs taking credits per request here.
+    windowed: FxHashSet<u32>,
+}
 
-/// The shared state of a completion queue; destroyed with its last owner.
+/// How a QP takes credits from one CQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CreditMode {
+    /// Reserved `n` credits at creation.
+    Static(u32),
+    /// One credit per request.
+    Windowed,
+}
+
+/// The part of a CQ its QPs share: depth and credits.
 #[derive(Debug)]
-pub(crate) struct CqInner {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) handle: CqHandle,
+pub(crate) struct CqShared {
     pub(crate) depth: u32,
     pub(crate) credits: CreditWindow,
-    /// The QPs completing here. Held across each poll batch.
-    table: Mutex<QpTable>,
-    unmatched: AtomicU64,
-    unknown_qp: AtomicU64,
+    /// Windowed QPs attached (read per poll, written per QP create/destroy).
+    windowed_qps: AtomicU32,
+    attached: Mutex<Attached>,
     release_errors: AtomicU64,
 }
 
-impl CqInner {
-    /// Lock the QP table (a poisoned lock is still usable: the table holds
-    /// no invariant a panic could break half-way).
-    pub(crate) fn lock_table(&self) -> MutexGuard<'_, QpTable> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+impl CqShared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Attached> {
+        self.attached.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Take `n` credits for a post, or the error that refuses it.
+    /// Attach QP `qpn` needing `need` credits: a static reservation when the
+    /// window has room for all of them, else windowed.
+    pub(crate) fn attach(&self, qpn: Qpn, need: u32) -> CreditMode {
+        let mut a = self.lock();
+        if need > 0 && self.credits.try_reserve(need).is_ok() {
+            a.static_qps += 1;
+            CreditMode::Static(need)
+        } else if need == 0 {
+            CreditMode::Static(0)
+        } else {
+            a.windowed.insert(qpn.get());
+            self.windowed_qps.fetch_add(1, Ordering::Relaxed);
+            CreditMode::Windowed
+        }
+    }
+
+    /// Detach a QP attached with `mode`, returning `windowed_held` credits it
+    /// still held (windowed mode). The caller holds the lock (`a`).
+    pub(crate) fn detach(&self, a: &mut Attached, qpn: Qpn, mode: CreditMode, windowed_held: u32) {
+        match mode {
+            CreditMode::Static(0) => {}
+            CreditMode::Static(n) => {
+                a.static_qps = a.static_qps.saturating_sub(1);
+                self.release(n);
+            }
+            CreditMode::Windowed => {
+                if a.windowed.remove(&qpn.get()) {
+                    self.windowed_qps.fetch_sub(1, Ordering::Relaxed);
+                }
+                self.release(windowed_held);
+            }
+        }
+    }
+
+    /// Take `n` credits for a windowed post, or the error that refuses it.
     pub(crate) fn acquire(&self, n: u32) -> Result<(), PostError> {
         self.credits
             .try_acquire(n)
             .map_err(|stall| PostError::CqFull {
-                cq: self.handle,
                 depth: self.depth,
                 in_flight: stall.in_flight,
                 requested: n,
@@ -85,59 +130,22 @@ impl CqInner {
     }
 
     /// Give back `n` credits; an over-release is logged and counted (it means
-    /// a provider broke the completion contract), never panics.
+    /// a driver broke the completion contract), never panics.
     pub(crate) fn release(&self, n: u32) {
         if let Err(e) = self.credits.release(n) {
             self.release_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(cq = %self.handle, error = %e, "credit accounting out of step");
+            tracing::error!(error = %e, "credit accounting out of step");
         }
-    }
-
-    /// Credits returned by the completions in `wcs`, looked up in `table`.
-    fn retire(&self, table: &QpTable, wcs: &[WorkCompletion]) -> u32 {
-        let mut credits = 0u32;
-        let mut cached: Option<(u32, &Arc<QpTrack>)> = None;
-        for wc in wcs {
-            let qpn = wc.qp_num.get();
-            let track = match cached {
-                Some((n, t)) if n == qpn => Some(t),
-                _ => table.get(&qpn),
-            };
-            let Some(track) = track else {
-                self.unknown_qp.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(cq = %self.handle, qpn, wr_id = wc.wr_id, "completion for a QP not attached to this CQ");
-                continue;
-            };
-            cached = Some((qpn, track));
-            if wc.opcode.is_recv() {
-                if track.retire_recv() {
-                    credits = credits.saturating_add(1);
-                } else {
-                    self.unmatched.fetch_add(1, Ordering::Relaxed);
-                }
-            } else {
-                match track.sq.retire(wc.wr_id, wc.status.is_success()) {
-                    Retired::Matched(n) => credits = credits.saturating_add(n),
-                    Retired::Fallback => {
-                        credits = credits.saturating_add(1);
-                        self.unmatched.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Retired::Nothing => {
-                        self.unmatched.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-        credits
     }
 }
 
-impl Drop for CqInner {
-    fn drop(&mut self) {
-        tracing::debug!(cq = %self.handle, "destroy_cq");
-        if let Err(e) = self.provider.destroy_cq(self.handle) {
-            tracing::error!(cq = %self.handle, error = %e, "destroy_cq failed during drop");
-        }
+/// Credits a completion returns to a windowed QP's CQ.
+#[inline]
+fn credits_of(wc: &WorkCompletion) -> u32 {
+    if wc.opcode.is_recv() {
+        1
+    } else {
+        wc.retired_unsignaled.saturating_add(1)
     }
 }
 
@@ -146,103 +154,117 @@ impl Drop for CqInner {
 pub struct CqStats {
     /// The queue's depth (the credit limit).
     pub depth: u32,
-    /// Work requests that may still complete into the queue.
+    /// Credits taken: static reservations plus windowed requests in flight.
     pub in_flight: u32,
     /// The credit window's counters (stalls = refused posts).
     pub credits: CreditStats,
-    /// Completions that matched no outstanding request of their QP.
-    pub unmatched_completions: u64,
-    /// Completions for QPs not attached to this queue.
-    pub unknown_qp_completions: u64,
+    /// QPs with a static reservation on this queue.
+    pub static_qps: u32,
+    /// QPs taking credits per request on this queue.
+    pub windowed_qps: u32,
     /// Credit releases refused as over-releases.
     pub credit_release_errors: u64,
 }
 
-/// A completion queue. Cloning is cheap and shares the queue; the device
-/// queue is destroyed when the last clone and the last QP using it are gone.
-#[derive(Debug, Clone)]
-pub struct CompletionQueue {
-    pub(crate) inner: Arc<CqInner>,
+/// A completion queue. The application owns it: `poll` takes `&mut self`
+/// (one poller); share it with a lock if several threads must poll. Queue
+/// pairs borrow it at creation and keep the driver's part alive themselves,
+/// so dropping it before them is safe (the device CQ goes with the last).
+#[derive(Debug)]
+pub struct CompletionQueue<P: Provider = DynDevice> {
+    ops: P::Cq,
+    pub(crate) provider: Arc<P>,
+    pub(crate) shared: Arc<CqShared>,
 }
 
-impl CompletionQueue {
+impl<P: Provider> CompletionQueue<P> {
     /// Create a queue of at least `depth` entries through `provider`.
-    pub(crate) fn create(
-        provider: &Arc<dyn Provider>,
-        depth: u32,
-    ) -> Result<CompletionQueue, VerbsError> {
-        let info = provider.create_cq(depth)?;
-        let credits = match CreditWindow::with_default_watermarks(info.depth) {
-            Ok(w) => w,
-            Err(e) => {
-                if let Err(destroy) = provider.destroy_cq(info.handle) {
-                    tracing::error!(cq = %info.handle, error = %destroy, "destroy_cq after a failed create");
-                }
-                return Err(VerbsError::CreateCq {
-                    depth,
-                    reason: format!("the provider reported depth {}: {e}", info.depth),
-                });
-            }
-        };
-        tracing::debug!(cq = %info.handle, depth = info.depth, "create_cq");
+    pub(crate) fn create(provider: &Arc<P>, depth: u32) -> Result<CompletionQueue<P>, VerbsError> {
+        let (ops, granted) = provider.create_cq(depth)?;
+        let credits =
+            CreditWindow::with_default_watermarks(granted).map_err(|_| VerbsError::CreateCq {
+                depth,
+                source: DeviceError::new(
+                    DeviceErrorKind::InvalidArgument,
+                    "the driver granted a depth of 0: ask for at least one entry",
+                ),
+            })?;
+        tracing::debug!(depth = granted, "create_cq");
         Ok(CompletionQueue {
-            inner: Arc::new(CqInner {
-                provider: Arc::clone(provider),
-                handle: info.handle,
-                depth: info.depth,
+            ops,
+            provider: Arc::clone(provider),
+            shared: Arc::new(CqShared {
+                depth: granted,
                 credits,
-                table: Mutex::new(FxHashMap::default()),
-                unmatched: AtomicU64::new(0),
-                unknown_qp: AtomicU64::new(0),
+                windowed_qps: AtomicU32::new(0),
+                attached: Mutex::new(Attached::default()),
                 release_errors: AtomicU64::new(0),
             }),
         })
     }
 
-    /// The provider's handle.
-    pub fn handle(&self) -> CqHandle {
-        self.inner.handle
+    /// The driver's queue object.
+    pub fn driver_cq(&self) -> &P::Cq {
+        &self.ops
     }
 
     /// Entries the queue holds: the most work requests that may be
     /// outstanding against it.
     pub fn depth(&self) -> u32 {
-        self.inner.depth
+        self.shared.depth
     }
 
-    /// Work requests that may still complete into the queue.
+    /// Credits taken: static reservations plus windowed requests in flight.
     pub fn in_flight(&self) -> u32 {
-        self.inner.credits.in_flight()
+        self.shared.credits.in_flight()
     }
 
-    /// Work requests that could be posted against the queue now.
+    /// Credits free: what new QPs could reserve, or windowed QPs post.
     pub fn available(&self) -> u32 {
-        self.inner.credits.available()
+        self.shared.credits.available()
     }
 
     /// Counters.
     pub fn stats(&self) -> CqStats {
+        let a = self.shared.lock();
         CqStats {
-            depth: self.inner.depth,
-            in_flight: self.inner.credits.in_flight(),
-            credits: self.inner.credits.stats(),
-            unmatched_completions: self.inner.unmatched.load(Ordering::Relaxed),
-            unknown_qp_completions: self.inner.unknown_qp.load(Ordering::Relaxed),
-            credit_release_errors: self.inner.release_errors.load(Ordering::Relaxed),
+            depth: self.shared.depth,
+            in_flight: self.shared.credits.in_flight(),
+            credits: self.shared.credits.stats(),
+            static_qps: a.static_qps,
+            windowed_qps: u32::try_from(a.windowed.len()).unwrap_or(u32::MAX),
+            credit_release_errors: self.shared.release_errors.load(Ordering::Relaxed),
         }
     }
 
-    /// Move up to `wcs.len()` completions into `wcs` and return how many;
-    /// their credits go back to the window. Never waits for the device; it
-    /// only waits for a concurrent `poll` of the same queue, or for a QP of
-    /// this queue being reset or destroyed, to finish.
-    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let inner = &*self.inner;
-        let table = inner.lock_table();
-        let n = inner.provider.poll_cq(inner.handle, wcs)?.min(wcs.len());
-        let credits = inner.retire(&table, &wcs[..n]);
-        drop(table);
-        inner.release(credits);
+    /// Move up to `wcs.len()` completions into `wcs` and return how many.
+    /// Never waits for the device. Windowed QPs' credits go back to the
+    /// window; static QPs have none to return.
+    #[inline]
+    pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        if self.shared.windowed_qps.load(Ordering::Relaxed) == 0 {
+            return self.ops.poll(wcs);
+        }
+        self.poll_windowed(wcs)
+    }
+
+    #[cold]
+    fn poll_windowed(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let shared = Arc::clone(&self.shared);
+        let a = shared.lock();
+        let n = self.ops.poll(wcs)?.min(wcs.len());
+        let polled = wcs.get(..n).unwrap_or(&[]);
+        let credits: u32 = if a.static_qps == 0 {
+            polled.iter().map(credits_of).sum()
+        } else {
+            polled
+                .iter()
+                .filter(|wc| a.windowed.contains(&wc.qp_num.get()))
+                .map(credits_of)
+                .sum()
+        };
+        drop(a);
+        shared.release(credits);
         Ok(n)
     }
 
@@ -251,20 +273,18 @@ impl CompletionQueue {
     /// [`CompletionQueue::wait`]. Poll after arming, to catch completions that
     /// arrived before.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
-        self.inner
-            .provider
-            .req_notify_cq(self.inner.handle, solicited_only)
+        self.ops.req_notify(solicited_only)
     }
 
     /// An eventfd to put in epoll, readable after an armed completion;
     /// `None` when the backend has none.
     pub fn event_fd(&self) -> Option<RawFd> {
-        self.inner.provider.cq_event_fd(self.inner.handle)
+        self.ops.event_fd()
     }
 
     /// Block until the armed queue signals (`Ok(true)`) or `timeout` passes
     /// (`Ok(false)`); `None` waits forever. Then poll.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
-        self.inner.provider.wait_cq(self.inner.handle, timeout)
+        self.ops.wait(timeout)
     }
 }

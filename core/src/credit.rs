@@ -155,6 +155,16 @@ impl CreditWindow {
     /// Take `n` credits, or refuse (counting a stall) when that would put more
     /// than `limit` in flight. Taking 0 always succeeds and changes nothing.
     pub fn try_acquire(&self, n: u32) -> Result<(), CreditStall> {
+        self.acquire(n, true)
+    }
+
+    /// Take `n` credits like [`CreditWindow::try_acquire`], but a refusal is
+    /// not a stall (a static reservation asked for on the control path).
+    pub fn try_reserve(&self, n: u32) -> Result<(), CreditStall> {
+        self.acquire(n, false)
+    }
+
+    fn acquire(&self, n: u32, count_stall: bool) -> Result<(), CreditStall> {
         if n == 0 {
             return Ok(());
         }
@@ -165,7 +175,9 @@ impl CreditWindow {
             let next = match in_flight.checked_add(n) {
                 Some(next) if next <= self.limit => next,
                 _ => {
-                    self.stalls.fetch_add(1, Ordering::Relaxed);
+                    if count_stall {
+                        self.stalls.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Err(CreditStall {
                         requested: n,
                         in_flight,

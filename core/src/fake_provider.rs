@@ -1,46 +1,41 @@
 //! An in-memory [`Provider`] for tests: records every call, hands out
-//! handles, and produces the completions a test scripts.
+//! objects, and produces the completions a test scripts. It keeps the
+//! driver side of the contract as a real driver must: it checks requests,
+//! state and queue room, frees room only at poll, and says how many
+//! unsignaled requests each send completion retires.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use crate::access::AccessFlags;
+use crate::error::{DeviceError, DeviceErrorKind};
 use crate::memory::Memory;
 use crate::provider::{
-    CqHandle, CqInfo, DeviceAttr, GidEntry, MrHandle, MrInfo, PdHandle, PortAttr, PostError,
-    Provider, QpHandle, QpInfo, VerbsError,
+    CqOps, DeviceAttr, GidEntry, HostDomain, MrInfo, Outstanding, PortAttr, PostError, Provider,
+    QpInfo, QpOps, VerbsError,
 };
-use crate::qp::{QpAttr, QpAttrMask, QpInitAttr, QpState};
+use crate::qp::{AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpType};
 use crate::types::{Lkey, Qpn, Rkey};
 use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
-/// A send completion of `qpn`.
-fn send_wc(qpn: Qpn, wr_id: u64, status: WcStatus) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        status,
-        opcode: WcOpcode::Send,
-        qp_num: qpn,
-        ..WorkCompletion::default()
-    }
-}
-
-/// One recorded provider call.
+/// One recorded provider call (objects named by the fake's ids; QPs by QPN).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Call {
-    AllocPd(PdHandle),
-    DeallocPd(PdHandle),
-    RegMr(MrHandle),
-    DeregMr(MrHandle),
-    CreateCq(CqHandle),
-    DestroyCq(CqHandle),
-    CreateQp(QpHandle),
-    ModifyQp(QpHandle, QpAttrMask),
-    DestroyQp(QpHandle),
+    AllocPd(u32),
+    DeallocPd(u32),
+    RegMr(u32),
+    DeregMr(u32),
+    CreateCq(u32),
+    DestroyCq(u32),
+    CreateQp(Qpn),
+    ModifyQp(Qpn, QpAttrMask),
+    DestroyQp(Qpn),
     /// The `(wr_id, signaled flag)` of each request accepted.
-    PostSend(QpHandle, Vec<(u64, bool)>),
+    PostSend(Qpn, Vec<(u64, bool)>),
     /// The `wr_id` of each request accepted.
-    PostRecv(QpHandle, Vec<u64>),
+    PostRecv(Qpn, Vec<u64>),
 }
 
 impl Call {
@@ -53,31 +48,89 @@ impl Call {
 }
 
 #[derive(Debug)]
-struct FakeQp {
-    qpn: Qpn,
-    send_cq: CqHandle,
-    recv_cq: CqHandle,
+struct QpRec {
+    qp_type: QpType,
+    caps: QpCaps,
+    sig_all: bool,
+    send_cq: u32,
+    recv_cq: u32,
     state: QpState,
+    /// Posted sends the fake has not completed: `(wr_id, signaled)`.
+    sq: VecDeque<(u64, bool)>,
+    sq_outstanding: u32,
+    rq_outstanding: u32,
 }
 
 #[derive(Debug, Default)]
 struct State {
     next: u32,
     calls: Vec<Call>,
-    cqs: HashMap<CqHandle, VecDeque<WorkCompletion>>,
-    qps: HashMap<QpHandle, FakeQp>,
-    /// The next post_send accepts this many requests, then refuses.
+    cqs: HashMap<u32, VecDeque<WorkCompletion>>,
+    qps: HashMap<Qpn, QpRec>,
     refuse_send_after: Option<usize>,
-    /// The next post_recv accepts this many requests, then refuses.
     refuse_recv_after: Option<usize>,
-    /// Complete every signaled send successfully as it is posted.
     auto_complete: bool,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl State {
+    fn id(&mut self) -> u32 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Complete the first posted send of `qpn` with `wr_id`: it retires the
+    /// unsignaled ones before it.
+    fn complete_send(&mut self, qpn: Qpn, wr_id: u64, status: WcStatus) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        // A success retires the first *signaled* request with the id (the
+        // engine knows positions; the fake finds them by id).
+        let ok = status == WcStatus::Success;
+        let Some(pos) = q.sq.iter().position(|w| w.0 == wr_id && (w.1 || !ok)) else {
+            return;
+        };
+        q.sq.drain(..=pos);
+        let cq = q.send_cq;
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Send,
+            qp_num: qpn,
+            retired_unsignaled: u32::try_from(pos).unwrap_or(u32::MAX),
+            ..WorkCompletion::default()
+        };
+        self.cqs.entry(cq).or_default().push_back(wc);
+    }
+
+    fn purge(&mut self, qpn: Qpn) -> Outstanding {
+        for queue in self.cqs.values_mut() {
+            queue.retain(|wc| wc.qp_num != qpn);
+        }
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return Outstanding::default();
+        };
+        q.sq.clear();
+        let d = Outstanding {
+            sends: q.sq_outstanding,
+            recvs: q.rq_outstanding,
+        };
+        q.sq_outstanding = 0;
+        q.rq_outstanding = 0;
+        d
+    }
 }
 
 /// The fake device.
 #[derive(Debug, Default)]
 pub(crate) struct FakeProvider {
-    state: Mutex<State>,
+    state: Shared,
 }
 
 impl FakeProvider {
@@ -86,7 +139,7 @@ impl FakeProvider {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     pub(crate) fn calls(&self) -> Vec<Call> {
@@ -146,22 +199,18 @@ impl FakeProvider {
         self.lock().auto_complete = on;
     }
 
-    /// Queue a send completion for `wr_id` on `qp`'s send CQ.
-    pub(crate) fn complete_send(&self, qp: QpHandle, wr_id: u64, status: WcStatus) {
-        let mut s = self.lock();
-        let Some(q) = s.qps.get(&qp) else { return };
-        let (cq, qpn) = (q.send_cq, q.qpn);
-        s.cqs
-            .entry(cq)
-            .or_default()
-            .push_back(send_wc(qpn, wr_id, status));
+    /// Complete the posted send `wr_id` of `qpn` (and the unsignaled sends
+    /// before it).
+    pub(crate) fn complete_send(&self, qpn: Qpn, wr_id: u64, status: WcStatus) {
+        self.lock().complete_send(qpn, wr_id, status);
     }
 
-    /// Queue a receive completion for `wr_id` on `qp`'s receive CQ.
-    pub(crate) fn complete_recv(&self, qp: QpHandle, wr_id: u64, status: WcStatus) {
+    /// Queue a receive completion for `wr_id` on `qpn`'s receive CQ.
+    pub(crate) fn complete_recv(&self, qpn: Qpn, wr_id: u64, status: WcStatus) {
         let mut s = self.lock();
-        let Some(q) = s.qps.get(&qp) else { return };
-        let (cq, qpn) = (q.recv_cq, q.qpn);
+        let Some(cq) = s.qps.get(&qpn).map(|q| q.recv_cq) else {
+            return;
+        };
         let wc = WorkCompletion {
             wr_id,
             status,
@@ -172,26 +221,270 @@ impl FakeProvider {
         };
         s.cqs.entry(cq).or_default().push_back(wc);
     }
+}
 
-    /// Queue an arbitrary completion.
-    pub(crate) fn push_completion(&self, cq: CqHandle, wc: WorkCompletion) {
-        self.lock().cqs.entry(cq).or_default().push_back(wc);
+fn refused(what: &'static str) -> DeviceError {
+    DeviceError::new(DeviceErrorKind::Transport, what)
+}
+
+/// The fake's protection domain.
+#[derive(Debug)]
+pub(crate) struct FakePd {
+    id: u32,
+    state: Shared,
+}
+
+impl Drop for FakePd {
+    fn drop(&mut self) {
+        lock(&self.state).calls.push(Call::DeallocPd(self.id));
     }
+}
 
-    fn handle(s: &mut State) -> u32 {
-        s.next += 1;
-        s.next
+/// The fake's memory region.
+#[derive(Debug)]
+pub(crate) struct FakeMr {
+    id: u32,
+    state: Shared,
+}
+
+impl Drop for FakeMr {
+    fn drop(&mut self) {
+        lock(&self.state).calls.push(Call::DeregMr(self.id));
     }
+}
 
-    /// Drop the queued completions of `qpn` (what RESET and destroy do).
-    fn clean_cqs(s: &mut State, qpn: Qpn) {
-        for queue in s.cqs.values_mut() {
-            queue.retain(|wc| wc.qp_num != qpn);
+/// The device CQ, destroyed with its last holder (the application's queue
+/// object, or a QP completing into it).
+#[derive(Debug)]
+struct CqCore {
+    id: u32,
+    state: Shared,
+}
+
+impl Drop for CqCore {
+    fn drop(&mut self) {
+        let mut s = lock(&self.state);
+        s.cqs.remove(&self.id);
+        s.calls.push(Call::DestroyCq(self.id));
+    }
+}
+
+/// The fake's completion queue.
+#[derive(Debug)]
+pub(crate) struct FakeCq {
+    core: Arc<CqCore>,
+}
+
+impl FakeCq {
+    pub(crate) fn id(&self) -> u32 {
+        self.core.id
+    }
+}
+
+impl CqOps for FakeCq {
+    fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let mut s = lock(&self.core.state);
+        let mut n = 0;
+        for slot in wcs.iter_mut() {
+            let Some(wc) = s.cqs.get_mut(&self.core.id).and_then(VecDeque::pop_front) else {
+                break;
+            };
+            if let Some(q) = s.qps.get_mut(&wc.qp_num) {
+                if wc.opcode.is_recv() {
+                    q.rq_outstanding = q.rq_outstanding.saturating_sub(1);
+                } else {
+                    q.sq_outstanding = q
+                        .sq_outstanding
+                        .saturating_sub(wc.retired_unsignaled.saturating_add(1));
+                }
+            }
+            *slot = wc;
+            n += 1;
         }
+        Ok(n)
+    }
+
+    fn req_notify(&self, _solicited_only: bool) -> Result<(), VerbsError> {
+        Ok(())
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn wait(&self, _timeout: Option<Duration>) -> Result<bool, VerbsError> {
+        Err(VerbsError::NotSupported {
+            operation: "wait_cq",
+            backend: "fake",
+        })
+    }
+}
+
+/// The fake's queue pair.
+#[derive(Debug)]
+pub(crate) struct FakeQp {
+    qpn: Qpn,
+    state: Shared,
+    _cqs: (Arc<CqCore>, Arc<CqCore>),
+}
+
+impl Drop for FakeQp {
+    fn drop(&mut self) {
+        let mut s = lock(&self.state);
+        s.calls.push(Call::DestroyQp(self.qpn));
+        s.purge(self.qpn);
+        s.qps.remove(&self.qpn);
+    }
+}
+
+impl QpOps for FakeQp {
+    fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        let mut s = lock(&self.state);
+        s.calls.push(Call::ModifyQp(self.qpn, mask));
+        if let Some(q) = s.qps.get_mut(&self.qpn)
+            && mask.contains(QpAttrMask::STATE)
+        {
+            q.state = attr.qp_state;
+        }
+        Ok(())
+    }
+
+    fn query(&mut self) -> Result<QpAttr, VerbsError> {
+        let s = lock(&self.state);
+        let state = s.qps.get(&self.qpn).map_or(QpState::Reset, |q| q.state);
+        Ok(QpAttr {
+            qp_state: state,
+            ..QpAttr::default()
+        })
+    }
+
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        let mut s = lock(&self.state);
+        let refuse_after = s.refuse_send_after.take();
+        let auto = s.auto_complete;
+        let qpn = self.qpn;
+        let Some(q) = s.qps.get_mut(&qpn) else {
+            return Err(VerbsError::PostSend {
+                index: 0,
+                reason: PostError::Device(refused("no such QP")),
+            });
+        };
+        if !q.state.can_post_send() {
+            return Err(VerbsError::PostSend {
+                index: 0,
+                reason: PostError::QpState { state: q.state },
+            });
+        }
+        let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
+        if q.sq_outstanding.saturating_add(requested) > q.caps.max_send_wr {
+            return Err(VerbsError::PostSend {
+                index: 0,
+                reason: PostError::QueueFull {
+                    outstanding: q.sq_outstanding,
+                    capacity: q.caps.max_send_wr,
+                    requested,
+                },
+            });
+        }
+        let mut accepted = Vec::new();
+        let mut stop = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            if refuse_after == Some(i) {
+                stop = Some((i, PostError::Device(refused("the fake device refused it"))));
+                break;
+            }
+            if let Err(e) = wr.validate(q.qp_type, &q.caps) {
+                stop = Some((i, PostError::InvalidWr(e)));
+                break;
+            }
+            let signaled = wr.is_signaled(q.sig_all);
+            q.sq.push_back((wr.wr_id, signaled));
+            q.sq_outstanding += 1;
+            accepted.push((wr.wr_id, signaled));
+        }
+        if auto {
+            for &(wr_id, _) in accepted.iter().filter(|w| w.1) {
+                s.complete_send(qpn, wr_id, WcStatus::Success);
+            }
+        }
+        s.calls.push(Call::PostSend(qpn, accepted));
+        match stop {
+            None => Ok(()),
+            Some((index, reason)) => Err(VerbsError::PostSend { index, reason }),
+        }
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        let mut s = lock(&self.state);
+        let refuse_after = s.refuse_recv_after.take();
+        let qpn = self.qpn;
+        let Some(q) = s.qps.get_mut(&qpn) else {
+            return Err(VerbsError::PostRecv {
+                index: 0,
+                reason: PostError::Device(refused("no such QP")),
+            });
+        };
+        if !q.state.can_post_recv() {
+            return Err(VerbsError::PostRecv {
+                index: 0,
+                reason: PostError::QpState { state: q.state },
+            });
+        }
+        let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
+        if q.rq_outstanding.saturating_add(requested) > q.caps.max_recv_wr {
+            return Err(VerbsError::PostRecv {
+                index: 0,
+                reason: PostError::QueueFull {
+                    outstanding: q.rq_outstanding,
+                    capacity: q.caps.max_recv_wr,
+                    requested,
+                },
+            });
+        }
+        let mut accepted = Vec::new();
+        let mut stop = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            if refuse_after == Some(i) {
+                stop = Some((i, PostError::Device(refused("the fake device refused it"))));
+                break;
+            }
+            if let Err(e) = wr.validate(&q.caps) {
+                stop = Some((i, PostError::InvalidWr(e)));
+                break;
+            }
+            q.rq_outstanding += 1;
+            accepted.push(wr.wr_id);
+        }
+        s.calls.push(Call::PostRecv(qpn, accepted));
+        match stop {
+            None => Ok(()),
+            Some((index, reason)) => Err(VerbsError::PostRecv { index, reason }),
+        }
+    }
+
+    fn outstanding(&self) -> Outstanding {
+        let s = lock(&self.state);
+        s.qps
+            .get(&self.qpn)
+            .map_or(Outstanding::default(), |q| Outstanding {
+                sends: q.sq_outstanding,
+                recvs: q.rq_outstanding,
+            })
+    }
+
+    fn discard(&mut self) -> Outstanding {
+        lock(&self.state).purge(self.qpn)
     }
 }
 
 impl Provider for FakeProvider {
+    type Domain = HostDomain;
+    type Pd = FakePd;
+    type Mr = FakeMr;
+    type Cq = FakeCq;
+    type Qp = FakeQp;
+    type Ah = ();
+
     fn backend(&self) -> &'static str {
         "fake"
     }
@@ -210,7 +503,10 @@ impl Provider for FakeProvider {
         } else {
             Err(VerbsError::QueryPort {
                 port: port_num,
-                reason: "the fake device has one port".to_owned(),
+                source: DeviceError::new(
+                    DeviceErrorKind::NotFound,
+                    "the fake device has one port",
+                ),
             })
         }
     }
@@ -219,186 +515,94 @@ impl Provider for FakeProvider {
         Ok(Vec::new())
     }
 
-    fn alloc_pd(&self) -> Result<PdHandle, VerbsError> {
+    fn alloc_pd(&self) -> Result<FakePd, VerbsError> {
         let mut s = self.lock();
-        let h = PdHandle(Self::handle(&mut s));
-        s.calls.push(Call::AllocPd(h));
-        Ok(h)
-    }
-
-    fn dealloc_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
-        self.lock().calls.push(Call::DeallocPd(pd));
-        Ok(())
+        let id = s.id();
+        s.calls.push(Call::AllocPd(id));
+        Ok(FakePd {
+            id,
+            state: Arc::clone(&self.state),
+        })
     }
 
     fn reg_mr(
         &self,
-        _pd: PdHandle,
+        _pd: &FakePd,
         memory: Arc<dyn Memory>,
         _access: AccessFlags,
-    ) -> Result<MrInfo, VerbsError> {
+    ) -> Result<(FakeMr, MrInfo), VerbsError> {
         let mut s = self.lock();
-        let n = Self::handle(&mut s);
-        let handle = MrHandle(n);
-        s.calls.push(Call::RegMr(handle));
-        Ok(MrInfo {
-            handle,
-            lkey: Lkey::from_parts(n, 0x11),
-            rkey: Rkey::from_parts(n, 0x22),
-            addr: memory.addr(),
-            len: memory.len(),
-        })
+        let n = s.id();
+        s.calls.push(Call::RegMr(n));
+        Ok((
+            FakeMr {
+                id: n,
+                state: Arc::clone(&self.state),
+            },
+            MrInfo {
+                lkey: Lkey::from_parts(n, 0x11),
+                rkey: Rkey::from_parts(n, 0x22),
+                addr: memory.addr(),
+                len: memory.len(),
+            },
+        ))
     }
 
-    fn dereg_mr(&self, mr: MrHandle) -> Result<(), VerbsError> {
-        self.lock().calls.push(Call::DeregMr(mr));
-        Ok(())
-    }
-
-    fn create_cq(&self, depth: u32) -> Result<CqInfo, VerbsError> {
+    fn create_cq(&self, depth: u32) -> Result<(FakeCq, u32), VerbsError> {
         let mut s = self.lock();
-        let handle = CqHandle(Self::handle(&mut s));
-        s.calls.push(Call::CreateCq(handle));
-        s.cqs.insert(handle, VecDeque::new());
-        Ok(CqInfo { handle, depth })
-    }
-
-    fn destroy_cq(&self, cq: CqHandle) -> Result<(), VerbsError> {
-        let mut s = self.lock();
-        s.cqs.remove(&cq);
-        s.calls.push(Call::DestroyCq(cq));
-        Ok(())
+        let id = s.id();
+        s.calls.push(Call::CreateCq(id));
+        s.cqs.insert(id, VecDeque::new());
+        Ok((
+            FakeCq {
+                core: Arc::new(CqCore {
+                    id,
+                    state: Arc::clone(&self.state),
+                }),
+            },
+            depth,
+        ))
     }
 
     fn create_qp(
         &self,
-        _pd: PdHandle,
-        send_cq: CqHandle,
-        recv_cq: CqHandle,
+        _pd: &FakePd,
+        send_cq: &FakeCq,
+        recv_cq: &FakeCq,
         init: &QpInitAttr,
-    ) -> Result<QpInfo, VerbsError> {
+    ) -> Result<(FakeQp, QpInfo), VerbsError> {
         let mut s = self.lock();
-        let n = Self::handle(&mut s);
-        let handle = QpHandle(n);
+        let n = s.id();
         let qpn = Qpn::from_wire(0x100 + n);
-        s.calls.push(Call::CreateQp(handle));
+        s.calls.push(Call::CreateQp(qpn));
         s.qps.insert(
-            handle,
-            FakeQp {
-                qpn,
-                send_cq,
-                recv_cq,
+            qpn,
+            QpRec {
+                qp_type: init.qp_type,
+                caps: init.caps,
+                sig_all: init.sq_sig_all,
+                send_cq: send_cq.id(),
+                recv_cq: recv_cq.id(),
                 state: QpState::Reset,
+                sq: VecDeque::new(),
+                sq_outstanding: 0,
+                rq_outstanding: 0,
             },
         );
-        Ok(QpInfo {
-            handle,
-            qpn,
-            caps: init.caps,
-        })
+        Ok((
+            FakeQp {
+                qpn,
+                state: Arc::clone(&self.state),
+                _cqs: (Arc::clone(&send_cq.core), Arc::clone(&recv_cq.core)),
+            },
+            QpInfo {
+                qpn,
+                caps: init.caps,
+            },
+        ))
     }
 
-    fn modify_qp(&self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        let mut s = self.lock();
-        s.calls.push(Call::ModifyQp(qp, mask));
-        let Some(q) = s.qps.get_mut(&qp) else {
-            return Err(VerbsError::ModifyQp {
-                qp,
-                mask,
-                reason: "no such QP".to_owned(),
-            });
-        };
-        if mask.contains(QpAttrMask::STATE) {
-            q.state = attr.qp_state;
-        }
-        let (state, qpn) = (q.state, q.qpn);
-        if state == QpState::Reset {
-            Self::clean_cqs(&mut s, qpn);
-        }
-        Ok(())
-    }
-
-    fn query_qp(&self, qp: QpHandle) -> Result<QpAttr, VerbsError> {
-        let s = self.lock();
-        let q = s.qps.get(&qp).ok_or_else(|| VerbsError::QueryQp {
-            qp,
-            reason: "no such QP".to_owned(),
-        })?;
-        Ok(QpAttr {
-            qp_state: q.state,
-            ..QpAttr::default()
-        })
-    }
-
-    fn destroy_qp(&self, qp: QpHandle) -> Result<(), VerbsError> {
-        let mut s = self.lock();
-        s.calls.push(Call::DestroyQp(qp));
-        if let Some(q) = s.qps.remove(&qp) {
-            Self::clean_cqs(&mut s, q.qpn);
-        }
-        Ok(())
-    }
-
-    fn post_send(&self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        let mut s = self.lock();
-        let accept = s
-            .refuse_send_after
-            .take()
-            .map_or(wrs.len(), |n| n.min(wrs.len()));
-        let accepted: Vec<(u64, bool)> = wrs[..accept]
-            .iter()
-            .map(|w| (w.wr_id, w.flags.contains(crate::wr::SendFlags::SIGNALED)))
-            .collect();
-        if s.auto_complete
-            && let Some((cq, qpn)) = s.qps.get(&qp).map(|q| (q.send_cq, q.qpn))
-        {
-            let queue = s.cqs.entry(cq).or_default();
-            for &(wr_id, _) in accepted.iter().filter(|w| w.1) {
-                queue.push_back(send_wc(qpn, wr_id, WcStatus::Success));
-            }
-        }
-        s.calls.push(Call::PostSend(qp, accepted));
-        if accept < wrs.len() {
-            return Err(VerbsError::PostSend {
-                index: accept,
-                reason: PostError::Device("the fake device refused it"),
-            });
-        }
-        Ok(())
-    }
-
-    fn post_recv(&self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
-        let mut s = self.lock();
-        let accept = s
-            .refuse_recv_after
-            .take()
-            .map_or(wrs.len(), |n| n.min(wrs.len()));
-        s.calls.push(Call::PostRecv(
-            qp,
-            wrs[..accept].iter().map(|w| w.wr_id).collect(),
-        ));
-        if accept < wrs.len() {
-            return Err(VerbsError::PostRecv {
-                index: accept,
-                reason: PostError::Device("the fake device refused it"),
-            });
-        }
-        Ok(())
-    }
-
-    fn poll_cq(&self, cq: CqHandle, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let mut s = self.lock();
-        let queue = s.cqs.entry(cq).or_default();
-        let mut n = 0;
-        for slot in wcs.iter_mut() {
-            let Some(wc) = queue.pop_front() else { break };
-            *slot = wc;
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    fn req_notify_cq(&self, _cq: CqHandle, _solicited_only: bool) -> Result<(), VerbsError> {
+    fn create_ah(&self, _pd: &FakePd, _av: &AddressVector) -> Result<(), VerbsError> {
         Ok(())
     }
 }

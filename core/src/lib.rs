@@ -11,12 +11,17 @@
 //!   completions with ibverbs status codes, request validation ([`wr`]).
 //! * **Memory** — the [`Memory`] trait (device-visible bytes, accessed only by
 //!   copying) and [`HeapMemory`] ([`memory`]).
-//! * **The driver interface** — the object-safe, handle-based [`Provider`]
-//!   trait and [`VerbsError`] ([`provider`]).
+//! * **The driver interface** — [`Provider`] (control path, with associated
+//!   types for the objects a driver creates), [`QpOps`] / [`CqOps`] (the
+//!   per-request path on driver-owned queues), the object-safe [`DynProvider`]
+//!   and [`DynDevice`] used only at `rnic::open`, memory domains
+//!   ([`DeviceMemory`]), typed errors ([`VerbsError`], [`DeviceError`])
+//!   ([`provider`]).
 //! * **The objects users hold** — [`Context`], [`ProtectionDomain`],
-//!   [`MemoryRegion`] ([`verbs`]), [`CompletionQueue`] ([`cq`]),
-//!   [`QueuePair`] ([`queue_pair`]); and the lock-free [`CreditWindow`]
-//!   ([`credit`]) that flow-controls them.
+//!   [`MemoryRegion`], [`AddressHandle`] ([`verbs`]), [`CompletionQueue`]
+//!   ([`cq`]), [`QueuePair`] ([`queue_pair`]), each generic over the driver
+//!   (`Context<P>`; the default is the `dyn` [`DynDevice`]); and the lock-free
+//!   [`CreditWindow`] ([`credit`]) that flow-controls oversubscribed CQs.
 //!
 //! # Invariants
 //!
@@ -25,9 +30,15 @@
 //! * A modify is checked against the transition table before the device sees
 //!   it ([`QueuePair::modify`]).
 //! * The work requests that can complete into a CQ never outnumber its depth:
-//!   posting takes credits, polling returns them, a post that does not fit is
-//!   refused whole and counted as a stall ([`cq`]). CQ overflow is impossible
-//!   by construction.
+//!   a QP reserves its queues' depths at creation where the CQ has room,
+//!   otherwise posting takes credits and polling returns them, a post that
+//!   does not fit is refused whole and counted as a stall ([`cq`]). CQ
+//!   overflow is impossible by construction.
+//! * One poster per QP and one poller per CQ: `post_send`, `post_recv` and
+//!   `poll` take `&mut self` ([`QueuePair`]).
+//! * Every memory region a posted request names stays registered while the
+//!   QP lives; memory is registered only with a driver that can reach it
+//!   ([`DeviceMemory`]).
 //! * No `&`/`&mut` points into device-visible memory ([`memory`]).
 //! * No `unsafe` (`#![forbid(unsafe_code)]`), no panics outside tests.
 //!
@@ -48,7 +59,7 @@
 //!     let pd = ctx.alloc_pd()?;
 //!     let buf = Arc::new(HeapMemory::from_bytes(b"ping"));
 //!     let mr = pd.reg_mr(buf, AccessFlags::LOCAL_WRITE)?;
-//!     let cq = ctx.create_cq(16)?;
+//!     let mut cq = ctx.create_cq(16)?;
 //!     let mut qp = pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, QpCaps::default()))?;
 //!     qp.to_init(&InitParams::default())?;
 //!     qp.to_rtr(remote_qpn, remote_psn, remote_gid, &RtrParams::default())?;
@@ -86,8 +97,6 @@ pub mod types;
 pub mod verbs;
 pub mod wr;
 
-mod sq_track;
-
 #[cfg(test)]
 mod fake_provider;
 #[cfg(test)]
@@ -96,12 +105,14 @@ mod verbs_tests;
 pub use access::{AccessError, AccessFlags};
 pub use cq::{CompletionQueue, CqStats};
 pub use credit::{CreditError, CreditStall, CreditStats, CreditWindow};
-pub use error::ValueError;
+pub use error::{DeviceError, DeviceErrorKind, ValueError};
 pub use memory::{HeapMemory, MemAccess, Memory, MemoryError};
 pub use pci::{PciAddr, PciAddrError};
 pub use provider::{
-    AtomicCap, CqHandle, CqInfo, DeviceAttr, GidEntry, GidType, LinkLayer, MrHandle, MrInfo,
-    PdHandle, PortAttr, PortState, PostError, Provider, QpHandle, QpInfo, VerbsError,
+    AnyDomain, AnyObject, AsAny, AtomicCap, AvError, CqHandle, CqOps, DeviceAttr, DeviceMemory,
+    DmaDomain, DynDevice, DynProvider, GidEntry, GidType, HostDomain, IommuDomain, LinkLayer,
+    MrHandle, MrInfo, Outstanding, PdHandle, PortAttr, PortState, PostError, Provider, QpHandle,
+    QpInfo, QpOps, VerbsError,
 };
 pub use qp::{
     AddressVector, QpAttr, QpAttrError, QpAttrMask, QpCaps, QpInitAttr, QpState, QpTransitionError,
@@ -109,7 +120,7 @@ pub use qp::{
 };
 pub use queue_pair::{InitParams, QueuePair, RtrParams, RtsParams};
 pub use types::{Gid, Iova, Lkey, Mtu, Psn, Qpn, Rkey};
-pub use verbs::{Context, MemoryRegion, ProtectionDomain};
+pub use verbs::{AddressHandle, Context, MemoryRegion, ProtectionDomain};
 pub use wr::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
     WrError,

@@ -1,5 +1,5 @@
-//! Queue pairs: checked state transitions, posting with credit accounting,
-//! and teardown.
+//! Queue pairs: checked state transitions, posting, region retention and
+//! teardown.
 //!
 //! [`QueuePair::modify`] runs [`check_modify`] before the provider sees the
 //! request, so an illegal transition or a missing attribute fails with an
@@ -8,23 +8,24 @@
 //! [`QueuePair::to_rts`] build the usual bring-up requests with
 //! ibv_rc_pingpong's defaults.
 //!
-//! Posting follows the credit rule of [`crate::cq`]: a batch takes one credit
-//! per request from the matching CQ or is refused whole. A batch stops at
-//! its first malformed request: the requests before it are posted, and the
-//! error's `index` says where it stopped (ibverbs' `bad_wr`).
+//! Posting goes straight to the driver's queue object ([`QpOps`]): the driver
+//! checks each request, the state and the queue room, once. Core adds two
+//! things: a windowed QP (see [`crate::cq`]) takes its CQ credits, and every
+//! memory region a request names stays registered until the QP is destroyed
+//! (the QP retains it the first time it sees its L_Key; after that a hit in
+//! a small map, the same L_Key as the previous SGE costing one compare).
 
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::access::AccessFlags;
-use crate::cq::{CompletionQueue, CqInner, QpTable};
-use crate::provider::{PostError, Provider, QpHandle, VerbsError};
-use crate::qp::{
-    AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, check_modify,
-};
-use crate::sq_track::QpTrack;
-use crate::types::{Gid, Mtu, Psn, Qpn};
-use crate::verbs::{MemoryRegion, PdInner, ProtectionDomain};
-use crate::wr::{RecvWr, SendWr};
+use crate::cq::{CompletionQueue, CqShared, CreditMode};
+use crate::provider::{DynDevice, Outstanding, PostError, Provider, QpOps, VerbsError};
+use crate::qp::{AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, check_modify};
+use crate::types::{Gid, Lkey, Mtu, Psn, Qpn};
+use crate::verbs::{MrInner, PdInner, ProtectionDomain};
+use crate::wr::{RecvWr, SendWr, Sge};
 
 /// Parameters of RESET → INIT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,112 +119,111 @@ impl Default for RtsParams {
     }
 }
 
-/// A queue pair. Not `Clone`: posting sends needs `&mut self`, which makes
-/// the poster the single producer of the send tracking ring.
+/// A queue pair: the driver's queue object, owned by the application.
+/// Posting takes `&mut self`, so the type system makes one thread the poster;
+/// sharing a QP between threads is an explicit lock:
 ///
-/// Dropping it destroys the device QP, returns its outstanding credits, and
-/// then releases its CQs, retained regions and PD — in that order.
+/// ```compile_fail
+/// # use rnic_core::{QueuePair, SendWr};
+/// fn two_posters(qp: &mut QueuePair) {
+///     std::thread::scope(|s| {
+///         s.spawn(|| qp.post_send(&[]));
+///         s.spawn(|| qp.post_send(&[])); // error: `*qp` borrowed mutably twice
+///     });
+/// }
+/// ```
+///
+/// ```
+/// # use std::sync::Mutex;
+/// # use rnic_core::{QueuePair, SendWr};
+/// fn two_posters(qp: &Mutex<QueuePair>) {
+///     std::thread::scope(|s| {
+///         s.spawn(|| qp.lock().map(|mut q| q.post_send(&[])));
+///         s.spawn(|| qp.lock().map(|mut q| q.post_send(&[])));
+///     });
+/// }
+/// ```
+///
+/// Dropping it destroys the device QP, returns its credits, and then
+/// releases its retained regions and PD — in that order.
 #[derive(Debug)]
-pub struct QueuePair {
-    provider: Arc<dyn Provider>,
-    handle: QpHandle,
+pub struct QueuePair<P: Provider = DynDevice> {
+    // Field order is drop order: the driver's QP, then the regions, the PD.
+    ops: P::Qp,
     qpn: Qpn,
     qp_type: QpType,
     caps: QpCaps,
     sq_sig_all: bool,
     state: QpState,
-    track: Arc<QpTrack>,
-    // Field order is drop order: CQs, then regions, then the PD.
-    send_cq: Arc<CqInner>,
-    recv_cq: Arc<CqInner>,
-    retained: Vec<MemoryRegion>,
-    pd: Arc<PdInner>,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    send_mode: CreditMode,
+    recv_mode: CreditMode,
+    /// Posts refused for want of credits or room.
+    stalls: u64,
+    last_lkey: Option<Lkey>,
+    retained: FxHashMap<u32, Arc<MrInner<P>>>,
+    pd: Arc<PdInner<P>>,
 }
 
-/// The table locks of a QP's CQs, taken in handle order (one lock when the
-/// send and receive CQ are the same queue).
-struct CqLocks<'a> {
-    send: MutexGuard<'a, QpTable>,
-    recv: Option<MutexGuard<'a, QpTable>>,
-}
-
-fn lock_cqs<'a>(send: &'a CqInner, recv: &'a CqInner) -> CqLocks<'a> {
-    if std::ptr::eq(send, recv) {
-        CqLocks {
-            send: send.lock_table(),
-            recv: None,
-        }
-    } else if send.handle <= recv.handle {
-        let s = send.lock_table();
-        let r = recv.lock_table();
-        CqLocks {
-            send: s,
-            recv: Some(r),
-        }
-    } else {
-        let r = recv.lock_table();
-        let s = send.lock_table();
-        CqLocks {
-            send: s,
-            recv: Some(r),
-        }
-    }
-}
-
-impl QueuePair {
+impl<P: Provider> QueuePair<P> {
     pub(crate) fn create(
-        pd: &ProtectionDomain,
-        send_cq: &CompletionQueue,
-        recv_cq: &CompletionQueue,
+        pd: &ProtectionDomain<P>,
+        send_cq: &CompletionQueue<P>,
+        recv_cq: &CompletionQueue<P>,
         init: &QpInitAttr,
-    ) -> Result<QueuePair, VerbsError> {
+    ) -> Result<QueuePair<P>, VerbsError> {
         let provider = &pd.inner.provider;
         for (cq, what) in [(send_cq, "the send CQ"), (recv_cq, "the receive CQ")] {
-            if !std::ptr::addr_eq(Arc::as_ptr(provider), Arc::as_ptr(&cq.inner.provider)) {
+            if !Arc::ptr_eq(provider, &cq.provider) {
                 return Err(VerbsError::ForeignObject {
                     operation: "create_qp",
                     what,
                 });
             }
         }
-        let info = provider.create_qp(
-            pd.inner.handle,
-            send_cq.inner.handle,
-            recv_cq.inner.handle,
-            init,
-        )?;
-        tracing::debug!(qp = %info.handle, qpn = %info.qpn, qp_type = %init.qp_type, "create_qp");
-        let track = Arc::new(QpTrack::new(info.caps.max_send_wr));
-        let qp = QueuePair {
-            provider: Arc::clone(provider),
-            handle: info.handle,
+        let (ops, info) =
+            provider.create_qp(&pd.inner.pd, send_cq.driver_cq(), recv_cq.driver_cq(), init)?;
+        tracing::debug!(qpn = %info.qpn, qp_type = %init.qp_type, "create_qp");
+        let same = Arc::ptr_eq(&send_cq.shared, &recv_cq.shared);
+        let (send_mode, recv_mode) = if same {
+            let m = send_cq
+                .shared
+                .attach(info.qpn, info.caps.max_send_wr + info.caps.max_recv_wr);
+            (m, CreditMode::Static(0))
+        } else {
+            (
+                send_cq.shared.attach(info.qpn, info.caps.max_send_wr),
+                recv_cq.shared.attach(info.qpn, info.caps.max_recv_wr),
+            )
+        };
+        // One CQ for both queues and windowed: both queues take per request.
+        let recv_mode = if same && send_mode == CreditMode::Windowed {
+            CreditMode::Windowed
+        } else {
+            recv_mode
+        };
+        Ok(QueuePair {
+            ops,
             qpn: info.qpn,
             qp_type: init.qp_type,
             caps: info.caps,
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
-            track,
-            send_cq: Arc::clone(&send_cq.inner),
-            recv_cq: Arc::clone(&recv_cq.inner),
-            retained: Vec::new(),
+            send_cq: Arc::clone(&send_cq.shared),
+            recv_cq: Arc::clone(&recv_cq.shared),
+            send_mode,
+            recv_mode,
+            stalls: 0,
+            last_lkey: None,
+            retained: FxHashMap::default(),
             pd: Arc::clone(&pd.inner),
-        };
-        {
-            let mut locks = lock_cqs(&qp.send_cq, &qp.recv_cq);
-            let key = qp.qpn.get();
-            if locks.send.insert(key, Arc::clone(&qp.track)).is_some() {
-                tracing::warn!(qpn = %qp.qpn, "QPN reused while still attached to the send CQ");
-            }
-            if let Some(recv) = locks.recv.as_mut() {
-                recv.insert(key, Arc::clone(&qp.track));
-            }
-        }
-        Ok(qp)
+        })
     }
 
-    /// The provider's handle.
-    pub fn handle(&self) -> QpHandle {
-        self.handle
+    /// The driver's queue object.
+    pub fn driver_qp(&self) -> &P::Qp {
+        &self.ops
     }
 
     /// The QP number peers address.
@@ -252,32 +252,30 @@ impl QueuePair {
         self.state
     }
 
-    /// The protection domain's handle.
-    pub fn pd_handle(&self) -> crate::provider::PdHandle {
-        self.pd.handle
+    /// Whether the send queue's CQ credits were reserved statically at
+    /// creation (no credit work per request) rather than taken per request.
+    pub fn credits_reserved(&self) -> bool {
+        matches!(self.send_mode, CreditMode::Static(_))
+    }
+
+    /// Posts refused for want of CQ credits or queue room.
+    pub fn stalls(&self) -> u64 {
+        self.stalls
     }
 
     /// Send requests posted and not yet retired by a polled completion.
     pub fn outstanding_sends(&self) -> u32 {
-        u32::try_from(self.track.sq.outstanding()).unwrap_or(u32::MAX)
+        self.ops.outstanding().sends
     }
 
     /// Receive requests posted and not yet retired by a polled completion.
     pub fn outstanding_recvs(&self) -> u32 {
-        self.track.recv_outstanding()
+        self.ops.outstanding().recvs
     }
 
-    /// Keep `mr` registered until this QP is destroyed, so requests the QP has
-    /// outstanding can never name a deregistered key. Teardown then runs
-    /// QP → CQ → MR → PD whatever order the handles are dropped in.
-    pub fn retain_region(&mut self, mr: &MemoryRegion) {
-        if !self
-            .retained
-            .iter()
-            .any(|r| Arc::ptr_eq(&r.inner, &mr.inner))
-        {
-            self.retained.push(mr.clone());
-        }
+    /// Regions retained because requests posted here named them.
+    pub fn retained_regions(&self) -> usize {
+        self.retained.len()
     }
 
     /// Modify the QP: check the transition and attributes (see
@@ -291,26 +289,38 @@ impl QueuePair {
             }
         })?;
         tracing::debug!(qpn = %self.qpn, from = %self.state, to = %next, %mask, "modify_qp");
+        self.ops.modify(attr, mask)?;
         if next == QpState::Reset {
-            // RESET discards the QP's work and completions: return their
-            // credits while no poller can be retiring them.
-            let _locks = lock_cqs(&self.send_cq, &self.recv_cq);
-            self.provider.modify_qp(self.handle, attr, mask)?;
-            self.return_all_credits();
-        } else {
-            self.provider.modify_qp(self.handle, attr, mask)?;
+            // RESET discards the QP's work and completions: return the
+            // windowed credits they held.
+            let d = self.discard_locked();
+            self.return_windowed(d);
         }
         self.state = next;
         Ok(())
     }
 
-    /// Give back the credits of every outstanding request. The caller holds
-    /// the QP exclusively and its CQs' table locks.
-    fn return_all_credits(&self) {
-        let sends = self.track.sq.drain();
-        self.send_cq.release(sends);
-        let recvs = self.track.drain_recv();
-        self.recv_cq.release(recvs);
+    /// Discard the driver's outstanding work with the windowed CQs' locks
+    /// held, so no poll is between retiring and counting.
+    fn discard_locked(&mut self) -> Outstanding {
+        let windowed =
+            self.send_mode == CreditMode::Windowed || self.recv_mode == CreditMode::Windowed;
+        if !windowed {
+            return self.ops.discard();
+        }
+        let same = Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        let _s = self.send_cq.lock();
+        let _r = (!same).then(|| self.recv_cq.lock());
+        self.ops.discard()
+    }
+
+    fn return_windowed(&self, d: Outstanding) {
+        if self.send_mode == CreditMode::Windowed {
+            self.send_cq.release(d.sends);
+        }
+        if self.recv_mode == CreditMode::Windowed {
+            self.recv_cq.release(d.recvs);
+        }
     }
 
     /// RESET → INIT with `params` (Q_Key for UD, access flags otherwise).
@@ -415,143 +425,124 @@ impl QueuePair {
 
     /// The device's view of the QP; refreshes [`QueuePair::state`].
     pub fn query(&mut self) -> Result<QpAttr, VerbsError> {
-        let attr = self.provider.query_qp(self.handle)?;
+        let attr = self.ops.query()?;
         self.state = attr.qp_state;
         Ok(attr)
     }
 
-    /// Post send requests. The batch is refused whole (nothing posted) when
-    /// the QP's state does not take sends, the send queue lacks room, or the
-    /// send CQ lacks credits; a malformed request stops the batch there, with
-    /// the requests before it posted. Allocates nothing.
+    /// Keep the regions `sges` name registered while this QP lives.
+    #[inline]
+    fn retain(&mut self, sges: &[Sge]) {
+        for sge in sges {
+            if self.last_lkey == Some(sge.lkey) {
+                continue;
+            }
+            self.last_lkey = Some(sge.lkey);
+            if !self.retained.contains_key(&sge.lkey.get()) {
+                self.retain_slow(sge.lkey);
+            }
+        }
+    }
+
+    #[cold]
+    fn retain_slow(&mut self, lkey: Lkey) {
+        // An unknown key is the driver's to refuse (a local protection error).
+        if let Some(mr) = self.pd.region(lkey) {
+            self.retained.insert(lkey.get(), mr);
+        }
+    }
+
+    /// Post send requests in order, straight to the driver's queue. The
+    /// driver checks each request, the state and the room; a request it
+    /// refuses stops the batch there, with the requests before it posted
+    /// (the error's `index`). A windowed QP's batch is refused whole when its
+    /// CQ lacks credits. Allocates nothing once the regions named are
+    /// retained.
+    #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        if !self.state.can_post_send() {
-            return Err(VerbsError::PostSend {
-                index: 0,
-                reason: PostError::QpState { state: self.state },
-            });
+        for wr in wrs {
+            self.retain(wr.sg_list);
         }
-        let bad = wrs
-            .iter()
-            .enumerate()
-            .find_map(|(i, wr)| wr.validate(self.qp_type, &self.caps).err().map(|e| (i, e)));
-        let Some((index, reason)) = bad else {
-            return self.post_send_valid(wrs);
-        };
-        self.post_send_valid(&wrs[..index])?;
-        Err(VerbsError::PostSend {
-            index,
-            reason: PostError::InvalidWr(reason),
-        })
+        if self.send_mode != CreditMode::Windowed {
+            let r = self.ops.post_send(wrs);
+            if let Err(VerbsError::PostSend {
+                reason: PostError::QueueFull { .. } | PostError::CqFull { .. },
+                ..
+            }) = r
+            {
+                self.stalls += 1;
+            }
+            return r;
+        }
+        self.post_send_windowed(wrs)
     }
 
-    fn post_send_valid(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        let refuse = |reason| Err(VerbsError::PostSend { index: 0, reason });
-        let outstanding = self.track.sq.outstanding();
-        let capacity = self.caps.max_send_wr;
+    fn post_send_windowed(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
-        if outstanding.saturating_add(wrs.len()) > capacity as usize {
-            return refuse(PostError::QueueFull {
-                outstanding: u32::try_from(outstanding).unwrap_or(u32::MAX),
-                capacity,
-                requested,
-            });
-        }
         if let Err(reason) = self.send_cq.acquire(requested) {
-            return refuse(reason);
+            self.stalls += 1;
+            return Err(VerbsError::PostSend { index: 0, reason });
         }
-        let sig_all = self.sq_sig_all;
-        let base = self
-            .track
-            .sq
-            .reserve(wrs.iter().map(|wr| (wr.wr_id, wr.is_signaled(sig_all))));
-        match self.provider.post_send(self.handle, wrs) {
-            Ok(()) => {
-                self.track.sq.commit(base, wrs.len());
-                Ok(())
+        self.ops.post_send(wrs).inspect_err(|e| {
+            let posted = u32::try_from(e.posted_count()).unwrap_or(u32::MAX);
+            self.send_cq.release(requested.saturating_sub(posted));
+            if let VerbsError::PostSend {
+                reason: PostError::QueueFull { .. },
+                ..
+            } = e
+            {
+                self.stalls += 1;
             }
-            Err(e) => {
-                let posted = e.posted_count().min(wrs.len());
-                self.track.sq.commit(base, posted);
-                let posted = u32::try_from(posted).unwrap_or(u32::MAX);
-                self.send_cq.release(requested.saturating_sub(posted));
-                Err(e)
-            }
-        }
-    }
-
-    /// Post receive requests. The batch is refused whole (nothing posted)
-    /// when the QP is in RESET, the receive queue lacks room, or the receive
-    /// CQ lacks credits; a malformed request stops the batch there, with the
-    /// requests before it posted. Allocates nothing.
-    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
-        if !self.state.can_post_recv() {
-            return Err(VerbsError::PostRecv {
-                index: 0,
-                reason: PostError::QpState { state: self.state },
-            });
-        }
-        let bad = wrs
-            .iter()
-            .enumerate()
-            .find_map(|(i, wr)| wr.validate(&self.caps).err().map(|e| (i, e)));
-        let Some((index, reason)) = bad else {
-            return self.post_recv_valid(wrs);
-        };
-        self.post_recv_valid(&wrs[..index])?;
-        Err(VerbsError::PostRecv {
-            index,
-            reason: PostError::InvalidWr(reason),
         })
     }
 
-    fn post_recv_valid(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
-        if wrs.is_empty() {
-            return Ok(());
+    /// Post receive requests in order, straight to the driver's queue (the
+    /// same rules as [`QueuePair::post_send`]).
+    #[inline]
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        for wr in wrs {
+            self.retain(wr.sg_list);
         }
-        let refuse = |reason| Err(VerbsError::PostRecv { index: 0, reason });
-        let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
-        let capacity = self.caps.max_recv_wr;
-        if let Err(outstanding) = self.track.try_add_recv(requested, capacity) {
-            return refuse(PostError::QueueFull {
-                outstanding,
-                capacity,
-                requested,
-            });
-        }
-        if let Err(reason) = self.recv_cq.acquire(requested) {
-            self.track.sub_recv(requested);
-            return refuse(reason);
-        }
-        match self.provider.post_recv(self.handle, wrs) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let posted = u32::try_from(e.posted_count()).unwrap_or(u32::MAX);
-                let unposted = requested.saturating_sub(posted);
-                self.track.sub_recv(unposted);
-                self.recv_cq.release(unposted);
-                Err(e)
+        if self.recv_mode != CreditMode::Windowed {
+            let r = self.ops.post_recv(wrs);
+            if let Err(VerbsError::PostRecv {
+                reason: PostError::QueueFull { .. } | PostError::CqFull { .. },
+                ..
+            }) = r
+            {
+                self.stalls += 1;
             }
+            return r;
         }
+        let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
+        if let Err(reason) = self.recv_cq.acquire(requested) {
+            self.stalls += 1;
+            return Err(VerbsError::PostRecv { index: 0, reason });
+        }
+        self.ops.post_recv(wrs).inspect_err(|e| {
+            let posted = u32::try_from(e.posted_count()).unwrap_or(u32::MAX);
+            self.recv_cq.release(requested.saturating_sub(posted));
+        })
     }
 }
 
-impl Drop for QueuePair {
+impl<P: Provider> Drop for QueuePair<P> {
     fn drop(&mut self) {
-        tracing::debug!(qp = %self.handle, qpn = %self.qpn, "destroy_qp");
-        let mut locks = lock_cqs(&self.send_cq, &self.recv_cq);
-        if let Err(e) = self.provider.destroy_qp(self.handle) {
-            tracing::error!(qp = %self.handle, error = %e, "destroy_qp failed during drop");
+        tracing::debug!(qpn = %self.qpn, "destroy_qp");
+        let d = self.discard_locked();
+        let same = Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        {
+            let mut s = self.send_cq.lock();
+            let held = if same && self.recv_mode == CreditMode::Windowed {
+                d.sends + d.recvs
+            } else {
+                d.sends
+            };
+            self.send_cq.detach(&mut s, self.qpn, self.send_mode, held);
         }
-        let key = self.qpn.get();
-        for table in std::iter::once(&mut locks.send).chain(locks.recv.as_mut()) {
-            if table.get(&key).is_some_and(|t| Arc::ptr_eq(t, &self.track)) {
-                table.remove(&key);
-            }
+        if !same {
+            let mut r = self.recv_cq.lock();
+            self.recv_cq.detach(&mut r, self.qpn, self.recv_mode, d.recvs);
         }
-        self.return_all_credits();
     }
 }

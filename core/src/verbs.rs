@@ -1,54 +1,70 @@
-//! The objects users hold: [`Context`], [`ProtectionDomain`] and
-//! [`MemoryRegion`] (completion queues are in [`crate::cq`], queue pairs in
-//! [`crate::queue_pair`]).
+//! The objects users hold: [`Context`], [`ProtectionDomain`],
+//! [`MemoryRegion`] and [`AddressHandle`] (completion queues are in
+//! [`crate::cq`], queue pairs in [`crate::queue_pair`]).
 //!
-//! Every object releases its device resource exactly once, in `Drop`, and the
-//! teardown order **QP → CQ → MR → PD** follows from ownership rather than from
-//! the order the user drops things in:
+//! Each is generic over the driver `P` ([`Provider`]); the default,
+//! [`DynDevice`], is the `dyn` form `rnic::open` returns. Naming a driver type
+//! (`Context<RxeProvider>`) dispatches every call statically.
 //!
-//! * a queue pair holds its send and receive CQs and its PD, so it is destroyed
-//!   before any of them;
+//! Every object releases its device resource exactly once, when the driver's
+//! object it owns is dropped, and the teardown order **QP → CQ → MR → PD**
+//! follows from ownership rather than from the order the user drops things in:
+//!
+//! * a queue pair holds its PD and the driver keeps the CQs it completes into
+//!   alive, so it is destroyed before any of them;
 //! * a memory region holds its PD, so it is deregistered before the PD is
 //!   freed;
-//! * a queue pair may also hold memory regions ([`QueuePair::retain_region`]):
-//!   they stay registered until the QP is destroyed, so no request the QP has
+//! * a queue pair holds every memory region a request posted on it named (it
+//!   retains each the first time it sees its L_Key), so no request the QP has
 //!   outstanding can name a key that is gone.
 //!
 //! Memory never outlives its device access either way: a region holds its
-//! `Arc<dyn Memory>`, and the provider holds one until deregistration returns.
-//!
-//! A failed destroy in `Drop` is logged with `tracing` and otherwise ignored —
-//! `Drop` cannot report it and must not panic.
-//!
-//! [`QueuePair::retain_region`]: crate::queue_pair::QueuePair::retain_region
+//! memory, and the driver holds it until the region is dropped.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::access::AccessFlags;
 use crate::cq::CompletionQueue;
 use crate::memory::{MemAccess, Memory, MemoryError, check_range};
 use crate::provider::{
-    DeviceAttr, GidEntry, MrHandle, MrInfo, PdHandle, PortAttr, Provider, VerbsError,
+    AnyObject, DeviceAttr, DeviceMemory, DynDevice, DynProvider, GidEntry, MrInfo, PortAttr,
+    Provider, VerbsError,
 };
-use crate::qp::QpInitAttr;
+use crate::qp::{AddressVector, QpInitAttr};
 use crate::queue_pair::QueuePair;
 use crate::types::{Lkey, Rkey};
 use crate::wr::Sge;
 
 /// An open device: the entry point to every other object. Cloning is cheap.
-#[derive(Debug, Clone)]
-pub struct Context {
-    provider: Arc<dyn Provider>,
+#[derive(Debug)]
+pub struct Context<P: Provider = DynDevice> {
+    provider: Arc<P>,
 }
 
-impl Context {
+impl<P: Provider> Clone for Context<P> {
+    fn clone(&self) -> Context<P> {
+        Context {
+            provider: Arc::clone(&self.provider),
+        }
+    }
+}
+
+impl Context<DynDevice> {
+    /// A context over a driver of any type, dispatched dynamically.
+    pub fn from_dyn(provider: Arc<dyn DynProvider>) -> Context {
+        Context::new(Arc::new(DynDevice::new(provider)))
+    }
+}
+
+impl<P: Provider> Context<P> {
     /// A context over `provider` (what a driver's `open` returns).
-    pub fn new(provider: Arc<dyn Provider>) -> Context {
+    pub fn new(provider: Arc<P>) -> Context<P> {
         Context { provider }
     }
 
-    /// The provider behind this context.
-    pub fn provider(&self) -> &Arc<dyn Provider> {
+    /// The driver behind this context.
+    pub fn provider(&self) -> &Arc<P> {
         &self.provider
     }
 
@@ -73,124 +89,242 @@ impl Context {
     }
 
     /// Allocate a protection domain.
-    pub fn alloc_pd(&self) -> Result<ProtectionDomain, VerbsError> {
-        let handle = self.provider.alloc_pd()?;
-        tracing::debug!(pd = %handle, "alloc_pd");
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain<P>, VerbsError> {
+        let pd = self.provider.alloc_pd()?;
+        tracing::debug!(backend = self.backend(), "alloc_pd");
         Ok(ProtectionDomain {
             inner: Arc::new(PdInner {
+                pd,
                 provider: Arc::clone(&self.provider),
-                handle,
+                regions: Mutex::new(HashMap::new()),
             }),
         })
     }
 
     /// Create a completion queue of at least `depth` entries. Its credit
-    /// window is sized to the depth the provider grants.
-    pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue, VerbsError> {
+    /// window is sized to the depth the driver grants.
+    pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue<P>, VerbsError> {
         CompletionQueue::create(&self.provider, depth)
     }
 }
 
 /// The shared state of a protection domain; freed with its last owner.
 #[derive(Debug)]
-pub(crate) struct PdInner {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) handle: PdHandle,
+pub(crate) struct PdInner<P: Provider> {
+    /// Field order is drop order: the driver's PD first.
+    pub(crate) pd: P::Pd,
+    pub(crate) provider: Arc<P>,
+    /// L_Key → region, for the QPs that retain the regions their requests
+    /// name (looked up once per region per QP).
+    regions: Mutex<HashMap<u32, Weak<MrInner<P>>>>,
 }
 
-impl Drop for PdInner {
-    fn drop(&mut self) {
-        tracing::debug!(pd = %self.handle, "dealloc_pd");
-        if let Err(e) = self.provider.dealloc_pd(self.handle) {
-            tracing::error!(pd = %self.handle, error = %e, "dealloc_pd failed during drop");
-        }
+impl<P: Provider> PdInner<P> {
+    /// The live region whose L_Key is `lkey`.
+    pub(crate) fn region(&self, lkey: Lkey) -> Option<Arc<MrInner<P>>> {
+        let map = self.regions.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&lkey.get()).and_then(Weak::upgrade)
     }
 }
 
 /// A protection domain: regions and queue pairs in one domain may use each
 /// other. Cloning is cheap; the domain is freed when the last clone, region
 /// and queue pair in it are gone.
-#[derive(Debug, Clone)]
-pub struct ProtectionDomain {
-    pub(crate) inner: Arc<PdInner>,
+#[derive(Debug)]
+pub struct ProtectionDomain<P: Provider = DynDevice> {
+    pub(crate) inner: Arc<PdInner<P>>,
 }
 
-impl ProtectionDomain {
-    /// The provider's handle.
-    pub fn handle(&self) -> PdHandle {
-        self.inner.handle
+impl<P: Provider> Clone for ProtectionDomain<P> {
+    fn clone(&self) -> ProtectionDomain<P> {
+        ProtectionDomain {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<P: Provider> ProtectionDomain<P> {
+    /// The driver's protection domain object.
+    pub fn driver_pd(&self) -> &P::Pd {
+        &self.inner.pd
     }
 
-    /// Register `memory` with `access` rights. The flags are checked first
-    /// (REMOTE_WRITE or REMOTE_ATOMIC need LOCAL_WRITE).
-    pub fn reg_mr(
-        &self,
-        memory: Arc<dyn Memory>,
-        access: AccessFlags,
-    ) -> Result<MemoryRegion, VerbsError> {
+    /// Register `memory` with `access` rights. The memory must be of a kind
+    /// the driver reaches ([`DeviceMemory`] of its [`Provider::Domain`]; the
+    /// compiler checks). The flags are checked first (REMOTE_WRITE or
+    /// REMOTE_ATOMIC need LOCAL_WRITE).
+    pub fn reg_mr<M>(&self, memory: Arc<M>, access: AccessFlags) -> Result<MemoryRegion<P>, VerbsError>
+    where
+        M: DeviceMemory<P::Domain> + ?Sized,
+    {
         let access = access.validate()?;
-        let info = self
+        let memory = memory.into_dyn_memory();
+        let (mr, info) = self
             .inner
             .provider
-            .reg_mr(self.inner.handle, Arc::clone(&memory), access)?;
-        tracing::debug!(pd = %self.inner.handle, mr = %info.handle, len = info.len, %access, "reg_mr");
-        Ok(MemoryRegion {
-            inner: Arc::new(MrInner {
-                info,
-                access,
-                memory,
-                pd: Arc::clone(&self.inner),
-            }),
-        })
+            .reg_mr(&self.inner.pd, Arc::clone(&memory), access)?;
+        tracing::debug!(lkey = %info.lkey, len = info.len, %access, "reg_mr");
+        let inner = Arc::new(MrInner {
+            mr,
+            info,
+            access,
+            memory,
+            pd: Arc::clone(&self.inner),
+        });
+        self.inner
+            .regions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(info.lkey.get(), Arc::downgrade(&inner));
+        Ok(MemoryRegion { inner })
     }
 
     /// Create a queue pair in this domain completing into `send_cq` and
     /// `recv_cq` (which may be the same queue). It starts in RESET.
     pub fn create_qp(
         &self,
-        send_cq: &CompletionQueue,
-        recv_cq: &CompletionQueue,
+        send_cq: &CompletionQueue<P>,
+        recv_cq: &CompletionQueue<P>,
         init: &QpInitAttr,
-    ) -> Result<QueuePair, VerbsError> {
+    ) -> Result<QueuePair<P>, VerbsError> {
         QueuePair::create(self, send_cq, recv_cq, init)
+    }
+
+    /// Resolve `av` once, for UD sends (`UdDest { ah, .. }`): the driver
+    /// checks the source GID and the route here instead of per request.
+    pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle, VerbsError> {
+        if av.flow_label > AddressVector::MAX_FLOW_LABEL {
+            return Err(VerbsError::AddressVector {
+                dgid: av.dgid,
+                source: crate::provider::AvError::FlowLabel {
+                    value: av.flow_label,
+                },
+            });
+        }
+        let ah = self.inner.provider.create_ah(&self.inner.pd, av)?;
+        Ok(AddressHandle {
+            av: *av,
+            keep: Arc::new(AhKeep {
+                ah,
+                _pd: Arc::clone(&self.inner) as Arc<dyn std::any::Any + Send + Sync>,
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct AhKeep<A> {
+    ah: A,
+    _pd: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+/// A resolved address vector (`ibv_ah`): what UD sends name. Cloning is
+/// cheap. It keeps its protection domain alive.
+#[derive(Debug, Clone)]
+pub struct AddressHandle {
+    av: AddressVector,
+    keep: Arc<dyn AhObject>,
+}
+
+trait AhObject: std::fmt::Debug + Send + Sync {
+    fn driver(&self) -> &dyn std::any::Any;
+}
+
+impl<A: std::fmt::Debug + Send + Sync + 'static> AhObject for AhKeep<A> {
+    fn driver(&self) -> &dyn std::any::Any {
+        &self.ah
+    }
+}
+
+impl AddressHandle {
+    /// An address handle no driver resolved, for sans-IO engines and tests
+    /// (`rnic-roce`'s simulation). A driver's `create_ah` is what checks an
+    /// address vector; a driver may refuse, or drop, sends to an unchecked one.
+    pub fn unchecked(av: AddressVector) -> AddressHandle {
+        AddressHandle {
+            av,
+            keep: Arc::new(AhKeep { ah: (), _pd: Arc::new(()) }),
+        }
+    }
+
+    /// The address vector it was created from.
+    pub fn av(&self) -> &AddressVector {
+        &self.av
+    }
+
+    /// The driver's object for it, when it is of type `T` (a driver looks its
+    /// own up; through [`DynDevice`] it is boxed once more: `AnyObject`).
+    pub fn driver<T: 'static>(&self) -> Option<&T> {
+        let d = self.keep.driver();
+        d.downcast_ref::<T>().or_else(|| {
+            d.downcast_ref::<AnyObject>()
+                .and_then(|b| b.downcast_ref::<T>())
+        })
+    }
+}
+
+impl PartialEq for AddressHandle {
+    fn eq(&self, other: &AddressHandle) -> bool {
+        Arc::ptr_eq(&self.keep, &other.keep)
+    }
+}
+
+impl Eq for AddressHandle {}
+
+impl std::hash::Hash for AddressHandle {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.av.hash(state);
     }
 }
 
 /// The shared state of a memory region; deregistered with its last owner.
 #[derive(Debug)]
-pub(crate) struct MrInner {
+pub(crate) struct MrInner<P: Provider> {
+    /// Field order is drop order: the driver's region first.
+    mr: P::Mr,
     info: MrInfo,
     access: AccessFlags,
     memory: Arc<dyn Memory>,
     /// Dropped after the deregistration: the PD outlives its regions.
-    pd: Arc<PdInner>,
+    pd: Arc<PdInner<P>>,
 }
 
-impl Drop for MrInner {
+impl<P: Provider> Drop for MrInner<P> {
     fn drop(&mut self) {
-        tracing::debug!(mr = %self.info.handle, "dereg_mr");
-        if let Err(e) = self.pd.provider.dereg_mr(self.info.handle) {
-            tracing::error!(mr = %self.info.handle, error = %e, "dereg_mr failed during drop");
+        tracing::debug!(lkey = %self.info.lkey, "dereg_mr");
+        let mut map = self
+            .pd
+            .regions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if map
+            .get(&self.info.lkey.get())
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            map.remove(&self.info.lkey.get());
         }
     }
 }
 
 /// Registered memory. Cloning is cheap; the registration ends when the last
-/// clone (and every queue pair retaining it) is gone.
-#[derive(Debug, Clone)]
-pub struct MemoryRegion {
-    pub(crate) inner: Arc<MrInner>,
+/// clone (and every queue pair that posted a request naming it) is gone.
+#[derive(Debug)]
+pub struct MemoryRegion<P: Provider = DynDevice> {
+    pub(crate) inner: Arc<MrInner<P>>,
 }
 
-impl MemoryRegion {
-    /// The provider's handle.
-    pub fn handle(&self) -> MrHandle {
-        self.inner.info.handle
+impl<P: Provider> Clone for MemoryRegion<P> {
+    fn clone(&self) -> MemoryRegion<P> {
+        MemoryRegion {
+            inner: Arc::clone(&self.inner),
+        }
     }
+}
 
-    /// The protection domain's handle.
-    pub fn pd_handle(&self) -> PdHandle {
-        self.inner.pd.handle
+impl<P: Provider> MemoryRegion<P> {
+    /// The driver's region object.
+    pub fn driver_mr(&self) -> &P::Mr {
+        &self.inner.mr
     }
 
     /// Key for local SGEs.

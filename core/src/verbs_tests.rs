@@ -5,14 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::access::{AccessError, AccessFlags};
-use crate::cq::CompletionQueue;
 use crate::fake_provider::{Call, FakeProvider};
 use crate::memory::{HeapMemory, MemAccess, Memory, MemoryError};
 use crate::provider::{PostError, VerbsError};
 use crate::qp::{QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpTransitionError, QpType};
-use crate::queue_pair::{InitParams, QueuePair, RtrParams, RtsParams};
+use crate::queue_pair::{InitParams, RtrParams, RtsParams};
 use crate::types::{Gid, Lkey, Psn, Qpn};
-use crate::verbs::{Context, ProtectionDomain};
 use crate::wr::{RecvWr, SendWr, Sge, WcStatus, WorkCompletion, WrError};
 
 const CAPS: QpCaps = QpCaps {
@@ -22,6 +20,11 @@ const CAPS: QpCaps = QpCaps {
     max_recv_sge: 1,
     max_inline_data: 0,
 };
+
+type Context = crate::verbs::Context<FakeProvider>;
+type ProtectionDomain = crate::verbs::ProtectionDomain<FakeProvider>;
+type CompletionQueue = crate::cq::CompletionQueue<FakeProvider>;
+type QueuePair = crate::queue_pair::QueuePair<FakeProvider>;
 
 struct Rig {
     fake: Arc<FakeProvider>,
@@ -56,7 +59,7 @@ impl Rig {
     }
 }
 
-fn bring_up(qp: &mut QueuePair) {
+fn bring_up<P: crate::provider::Provider>(qp: &mut crate::queue_pair::QueuePair<P>) {
     qp.to_init(&InitParams::default()).expect("to_init");
     let gid: Gid = "::ffff:10.0.0.2".parse().expect("gid");
     qp.to_rtr(
@@ -88,7 +91,7 @@ fn recv(wr_id: u64) -> RecvWr<'static> {
     RecvWr::new(wr_id, &SGE)
 }
 
-fn poll_all(cq: &CompletionQueue) -> Vec<WorkCompletion> {
+fn poll_all(cq: &mut CompletionQueue) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut wcs = [WorkCompletion::default(); 4];
     loop {
@@ -98,6 +101,27 @@ fn poll_all(cq: &CompletionQueue) -> Vec<WorkCompletion> {
             return out;
         }
     }
+}
+
+
+fn ids(fake: &FakeProvider) -> (u32, u32, Vec<u32>) {
+    let calls = fake.calls();
+    let pd = calls.iter().find_map(|c| match c {
+        Call::AllocPd(i) => Some(*i),
+        _ => None,
+    });
+    let mr = calls.iter().find_map(|c| match c {
+        Call::RegMr(i) => Some(*i),
+        _ => None,
+    });
+    let cqs = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::CreateCq(i) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    (pd.unwrap_or(0), mr.unwrap_or(0), cqs)
 }
 
 #[test]
@@ -110,8 +134,13 @@ fn teardown_runs_qp_cq_mr_pd_whatever_the_drop_order() {
     let mut qp = pd
         .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, CAPS))
         .expect("create_qp");
-    qp.retain_region(&mr);
-    let (pd_h, mr_h, cq_h, qp_h) = (pd.handle(), mr.handle(), cq.handle(), qp.handle());
+    bring_up(&mut qp);
+    // A posted request naming the region retains it: no opt-in call.
+    let sge = [mr.whole()];
+    qp.post_send(&[SendWr::send(1, &sge)]).expect("post");
+    assert_eq!(qp.retained_regions(), 1);
+    let (pd_h, mr_h, cqs) = ids(&fake);
+    let qpn = qp.qpn();
 
     // Drop the handles in the worst order: nothing may be torn down yet.
     drop(pd);
@@ -124,8 +153,8 @@ fn teardown_runs_qp_cq_mr_pd_whatever_the_drop_order() {
     assert_eq!(
         fake.teardown_calls(),
         [
-            Call::DestroyQp(qp_h),
-            Call::DestroyCq(cq_h),
+            Call::DestroyQp(qpn),
+            Call::DestroyCq(cqs[0]),
             Call::DeregMr(mr_h),
             Call::DeallocPd(pd_h)
         ]
@@ -143,31 +172,25 @@ fn each_object_is_destroyed_once_and_parents_wait_for_children() {
     let qp = pd
         .create_qp(&send_cq, &recv_cq, &QpInitAttr::new(QpType::Rc, CAPS))
         .expect("create_qp");
-    let clone = send_cq.clone();
-    let (pd_h, mr_h, s_h, r_h, qp_h) = (
-        pd.handle(),
-        mr.handle(),
-        send_cq.handle(),
-        recv_cq.handle(),
-        qp.handle(),
-    );
+    let (pd_h, mr_h, cqs) = ids(&fake);
+    let (s_h, r_h) = (cqs[0], cqs[1]);
+    let qpn = qp.qpn();
 
     drop(pd); // the MR and the QP keep it
-    drop(send_cq); // the clone and the QP keep it
     drop(recv_cq); // the QP keeps it
     assert_eq!(fake.teardown_calls(), []);
     drop(qp);
     // The QP first, then the receive CQ only it held; the send CQ lives on.
     assert_eq!(
         fake.teardown_calls(),
-        [Call::DestroyQp(qp_h), Call::DestroyCq(r_h)]
+        [Call::DestroyQp(qpn), Call::DestroyCq(r_h)]
     );
     drop(mr);
-    drop(clone);
+    drop(send_cq);
     assert_eq!(
         fake.teardown_calls(),
         [
-            Call::DestroyQp(qp_h),
+            Call::DestroyQp(qpn),
             Call::DestroyCq(r_h),
             Call::DeregMr(mr_h),
             Call::DeallocPd(pd_h),
@@ -296,9 +319,61 @@ fn ud_bring_up_uses_qkey_and_no_remote_fields() {
 }
 
 #[test]
+fn a_cq_deep_enough_for_its_queues_reserves_once_and_counts_nothing_per_request() {
+    let r = rig();
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        ..CAPS
+    };
+    let (mut cq, mut qp) = r.connected(8, caps);
+    assert!(qp.credits_reserved());
+    assert_eq!((cq.in_flight(), cq.stats().static_qps), (8, 1));
+    let acquired = cq.stats().credits.acquired_total;
+    qp.post_send(&[unsignaled(1), unsignaled(2), signaled(3)])
+        .expect("post");
+    qp.post_recv(&[recv(4)]).expect("post");
+    // No credit moved per request: the reservation covers them.
+    assert_eq!(cq.stats().credits.acquired_total, acquired);
+    r.fake.complete_send(qp.qpn(), 3, WcStatus::Success);
+    assert_eq!(poll_all(&mut cq).len(), 1);
+    assert_eq!((qp.outstanding_sends(), qp.outstanding_recvs()), (0, 1));
+    // The queue's own room is the bound: a fifth send is refused by the
+    // driver, and counted as a stall of the QP.
+    qp.post_send(&[unsignaled(5), unsignaled(6), unsignaled(7), signaled(8)])
+        .expect("room for 4");
+    assert!(matches!(
+        qp.post_send(&[signaled(9)]),
+        Err(VerbsError::PostSend {
+            reason: PostError::QueueFull { .. },
+            ..
+        })
+    ));
+    assert_eq!(qp.stalls(), 1);
+    // A second QP that does not fit what is left takes credits per request.
+    let mut other = r.qp(&cq, &cq, caps);
+    bring_up(&mut other);
+    assert!(!other.credits_reserved());
+    assert!(matches!(
+        other.post_send(&[signaled(1)]),
+        Err(VerbsError::PostSend {
+            reason: PostError::CqFull { depth: 8, .. },
+            ..
+        })
+    ));
+    drop(qp);
+    assert_eq!(cq.in_flight(), 0);
+    other.post_send(&[signaled(1)]).expect("credits came back");
+    r.fake.complete_send(other.qpn(), 1, WcStatus::Success);
+    assert_eq!(poll_all(&mut cq).len(), 1);
+    assert_eq!(cq.in_flight(), 0);
+    assert_eq!(cq.stats().credit_release_errors, 0);
+}
+
+#[test]
 fn receive_credits_refuse_the_depth_plus_first_and_come_back_after_polling() {
     let r = rig();
-    let (cq, qp) = r.connected(4, CAPS);
+    let (mut cq, mut qp) = r.connected(4, CAPS);
     qp.post_recv(&[recv(1), recv(2), recv(3)]).expect("3 of 4");
     qp.post_recv(&[recv(4)]).expect("4 of 4");
     assert_eq!((cq.in_flight(), cq.available()), (4, 0));
@@ -311,7 +386,6 @@ fn receive_credits_refuse_the_depth_plus_first_and_come_back_after_polling() {
         VerbsError::PostRecv {
             index: 0,
             reason: PostError::CqFull {
-                cq: cq.handle(),
                 depth: 4,
                 in_flight: 4,
                 requested: 1
@@ -321,9 +395,9 @@ fn receive_credits_refuse_the_depth_plus_first_and_come_back_after_polling() {
     assert_eq!(cq.stats().credits.stalls, 1);
     assert_eq!(r.fake.posted_recvs(), [1, 2, 3, 4]);
 
-    r.fake.complete_recv(qp.handle(), 1, WcStatus::Success);
-    r.fake.complete_recv(qp.handle(), 2, WcStatus::Success);
-    let wcs = poll_all(&cq);
+    r.fake.complete_recv(qp.qpn(), 1, WcStatus::Success);
+    r.fake.complete_recv(qp.qpn(), 2, WcStatus::Success);
+    let wcs = poll_all(&mut cq);
     assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2]);
     assert_eq!((cq.in_flight(), qp.outstanding_recvs()), (2, 2));
 
@@ -350,7 +424,6 @@ fn send_credits_count_unsignaled_requests_too() {
                 depth: 2,
                 in_flight: 2,
                 requested: 1,
-                ..
             }
         }
     ));
@@ -361,73 +434,73 @@ fn send_credits_count_unsignaled_requests_too() {
 #[test]
 fn unsignaled_requests_are_released_by_the_next_signaled_completion() {
     let r = rig();
-    let (cq, mut qp) = r.connected(8, CAPS);
+    let (mut cq, mut qp) = r.connected(8, CAPS);
     qp.post_send(&[unsignaled(1), unsignaled(2), unsignaled(3), signaled(4)])
         .expect("post");
     qp.post_send(&[unsignaled(5)]).expect("post");
     assert_eq!((cq.in_flight(), qp.outstanding_sends()), (5, 5));
 
-    r.fake.complete_send(qp.handle(), 4, WcStatus::Success);
-    let wcs = poll_all(&cq);
+    r.fake.complete_send(qp.qpn(), 4, WcStatus::Success);
+    let wcs = poll_all(&mut cq);
     assert_eq!(wcs.len(), 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (4, WcStatus::Success));
+    assert_eq!(wcs[0].retired_unsignaled, 3);
     // 1, 2, 3 retire with 4; 5 is still out.
     assert_eq!((cq.in_flight(), qp.outstanding_sends()), (1, 1));
-    assert_eq!(cq.stats().unmatched_completions, 0);
 }
 
 #[test]
 fn an_error_completion_for_an_unsignaled_request_releases_it_and_those_before() {
     let r = rig();
-    let (cq, mut qp) = r.connected(8, CAPS);
+    let (mut cq, mut qp) = r.connected(8, CAPS);
     qp.post_send(&[unsignaled(1), unsignaled(2), signaled(3), unsignaled(4)])
         .expect("post");
-    r.fake.complete_send(qp.handle(), 2, WcStatus::RemAccessErr);
-    let wcs = poll_all(&cq);
+    r.fake.complete_send(qp.qpn(), 2, WcStatus::RemAccessErr);
+    let wcs = poll_all(&mut cq);
     assert_eq!(wcs[0].status, WcStatus::RemAccessErr);
     assert_eq!(cq.in_flight(), 2);
     // The QP went to ERR: the rest are flushed, unsignaled ones included.
-    r.fake.complete_send(qp.handle(), 3, WcStatus::WrFlushErr);
-    r.fake.complete_send(qp.handle(), 4, WcStatus::WrFlushErr);
-    assert_eq!(poll_all(&cq).len(), 2);
+    r.fake.complete_send(qp.qpn(), 3, WcStatus::WrFlushErr);
+    r.fake.complete_send(qp.qpn(), 4, WcStatus::WrFlushErr);
+    assert_eq!(poll_all(&mut cq).len(), 2);
     assert_eq!((cq.in_flight(), qp.outstanding_sends()), (0, 0));
-    assert_eq!(cq.stats().unmatched_completions, 0);
     assert_eq!(cq.stats().credit_release_errors, 0);
 }
 
 #[test]
-fn a_success_completion_matches_the_signaled_request_with_its_wr_id() {
+fn reused_wr_ids_do_not_confuse_the_accounting() {
     let r = rig();
-    let (cq, mut qp) = r.connected(8, CAPS);
-    // Two requests share wr_id 7; only the second is signaled.
+    let (mut cq, mut qp) = r.connected(8, CAPS);
+    // Two requests share wr_id 7; only the second is signaled. The driver
+    // says how many requests its completion retires: nobody matches ids.
     qp.post_send(&[unsignaled(7), signaled(7), signaled(8)])
         .expect("post");
-    r.fake.complete_send(qp.handle(), 7, WcStatus::Success);
-    poll_all(&cq);
+    r.fake.complete_send(qp.qpn(), 7, WcStatus::Success);
+    poll_all(&mut cq);
     assert_eq!(cq.in_flight(), 1);
 }
 
 #[test]
 fn separate_send_and_receive_cqs_account_separately() {
     let r = rig();
-    let send_cq = r.cq(4);
-    let recv_cq = r.cq(4);
+    let mut send_cq = r.cq(4);
+    let mut recv_cq = r.cq(4);
     let mut qp = r.qp(&send_cq, &recv_cq, CAPS);
     bring_up(&mut qp);
     qp.post_recv(&[recv(1), recv(2)]).expect("recv");
     qp.post_send(&[signaled(10)]).expect("send");
     assert_eq!((send_cq.in_flight(), recv_cq.in_flight()), (1, 2));
-    r.fake.complete_send(qp.handle(), 10, WcStatus::Success);
-    r.fake.complete_recv(qp.handle(), 1, WcStatus::Success);
-    assert_eq!(poll_all(&send_cq).len(), 1);
-    assert_eq!(poll_all(&recv_cq).len(), 1);
+    r.fake.complete_send(qp.qpn(), 10, WcStatus::Success);
+    r.fake.complete_recv(qp.qpn(), 1, WcStatus::Success);
+    assert_eq!(poll_all(&mut send_cq).len(), 1);
+    assert_eq!(poll_all(&mut recv_cq).len(), 1);
     assert_eq!((send_cq.in_flight(), recv_cq.in_flight()), (0, 1));
 }
 
 #[test]
 fn a_partial_post_keeps_the_credits_of_what_was_posted_only() {
     let r = rig();
-    let (cq, mut qp) = r.connected(8, CAPS);
+    let (mut cq, mut qp) = r.connected(8, CAPS);
     r.fake.refuse_next_send_after(2);
     let err = qp
         .post_send(&[unsignaled(1), signaled(2), unsignaled(3), signaled(4)])
@@ -435,13 +508,11 @@ fn a_partial_post_keeps_the_credits_of_what_was_posted_only() {
     assert_eq!(err.posted_count(), 2);
     assert_eq!(r.fake.posted_sends(), [1, 2]);
     assert_eq!((cq.in_flight(), qp.outstanding_sends()), (2, 2));
-    // The refused entries are gone: the next post reuses their slots.
     qp.post_send(&[signaled(5)]).expect("post");
-    r.fake.complete_send(qp.handle(), 2, WcStatus::Success);
-    r.fake.complete_send(qp.handle(), 5, WcStatus::Success);
-    poll_all(&cq);
+    r.fake.complete_send(qp.qpn(), 2, WcStatus::Success);
+    r.fake.complete_send(qp.qpn(), 5, WcStatus::Success);
+    poll_all(&mut cq);
     assert_eq!((cq.in_flight(), qp.outstanding_sends()), (0, 0));
-    assert_eq!(cq.stats().unmatched_completions, 0);
 
     r.fake.refuse_next_recv_after(1);
     let err = qp
@@ -544,15 +615,17 @@ fn state_and_queue_capacity_are_checked_before_posting() {
             ..
         })
     ));
-    // Queue-full refusals are not CQ stalls.
+    // Queue-full refusals are not CQ stalls; the QP counts them.
     assert_eq!(cq.stats().credits.stalls, 0);
+    assert_eq!(qp.stalls(), 2);
+    // The queues' depths (2 + 3) are reserved statically.
     assert_eq!(cq.in_flight(), 5);
 }
 
 #[test]
 fn reset_and_destroy_return_every_credit() {
     let r = rig();
-    let cq = r.cq(16);
+    let mut cq = r.cq(16);
     let mut a = r.qp(&cq, &cq, CAPS);
     let mut b = r.qp(&cq, &cq, CAPS);
     bring_up(&mut a);
@@ -561,7 +634,7 @@ fn reset_and_destroy_return_every_credit() {
     a.post_send(&[unsignaled(3), signaled(4)]).expect("send");
     b.post_send(&[signaled(5)]).expect("send");
     // A completion of `a` is queued but not yet polled when it is reset.
-    r.fake.complete_send(a.handle(), 4, WcStatus::Success);
+    r.fake.complete_send(a.qpn(), 4, WcStatus::Success);
     assert_eq!(cq.in_flight(), 5);
 
     a.reset().expect("reset");
@@ -571,7 +644,7 @@ fn reset_and_destroy_return_every_credit() {
         (1, 0, 0)
     );
     // The reset discarded `a`'s queued completion; nothing is double-counted.
-    assert_eq!(poll_all(&cq), []);
+    assert_eq!(poll_all(&mut cq), []);
 
     bring_up(&mut a);
     a.post_send(&[unsignaled(6), unsignaled(7)]).expect("send");
@@ -579,50 +652,27 @@ fn reset_and_destroy_return_every_credit() {
     drop(a);
     assert_eq!(cq.in_flight(), 1);
     // `b` is untouched and still retires normally.
-    r.fake.complete_send(b.handle(), 5, WcStatus::Success);
-    poll_all(&cq);
+    r.fake.complete_send(b.qpn(), 5, WcStatus::Success);
+    poll_all(&mut cq);
     assert_eq!(cq.in_flight(), 0);
     assert_eq!(cq.stats().credit_release_errors, 0);
-}
-
-#[test]
-fn completions_of_unknown_qps_release_nothing() {
-    let r = rig();
-    let (cq, mut qp) = r.connected(8, CAPS);
-    qp.post_send(&[signaled(1)]).expect("send");
-    r.fake.push_completion(
-        cq.handle(),
-        WorkCompletion {
-            wr_id: 1,
-            qp_num: Qpn::from_wire(0xABCD),
-            ..WorkCompletion::default()
-        },
-    );
-    assert_eq!(poll_all(&cq).len(), 1);
-    assert_eq!(cq.in_flight(), 1);
-    assert_eq!(cq.stats().unknown_qp_completions, 1);
-    // A completion matching nothing of a known QP pops one, conservatively.
-    r.fake.complete_send(qp.handle(), 99, WcStatus::Success);
-    poll_all(&cq);
-    assert_eq!(cq.in_flight(), 0);
-    assert_eq!(cq.stats().unmatched_completions, 1);
 }
 
 #[test]
 fn polling_and_posting_on_different_threads() {
     const BATCHES: u64 = 2_000;
     let r = rig();
-    let (cq, mut qp) = r.connected(
+    let (mut cq, mut qp) = r.connected(
         16,
         QpCaps {
             max_send_wr: 12,
             ..CAPS
         },
     );
+    assert!(!qp.credits_reserved());
     r.fake.set_auto_complete(true);
     let done = Arc::new(AtomicBool::new(false));
     let poller = {
-        let cq = cq.clone();
         let done = Arc::clone(&done);
         std::thread::spawn(move || {
             let mut wcs = [WorkCompletion::default(); 8];
@@ -633,7 +683,7 @@ fn polling_and_posting_on_different_threads() {
             {
                 seen += cq.poll(&mut wcs).expect("poll") as u64;
             }
-            seen
+            (seen, cq)
         })
     };
     let mut stalls = 0u64;
@@ -660,15 +710,17 @@ fn polling_and_posting_on_different_threads() {
         }
     }
     done.store(true, Ordering::Release);
-    let seen = poller.join().expect("poller finished");
+    let (seen, cq) = poller.join().expect("poller finished");
     assert_eq!(seen, BATCHES);
     let stats = cq.stats();
     assert_eq!((stats.in_flight, qp.outstanding_sends()), (0, 0));
-    assert_eq!(stats.credits.acquired_total, BATCHES * 4);
-    assert_eq!(stats.credits.released_total, BATCHES * 4);
+    // Batches the driver refused for want of queue room gave their credits
+    // straight back; every credit taken came back.
+    assert!(stats.credits.acquired_total >= BATCHES * 4);
+    assert_eq!(stats.credits.released_total, stats.credits.acquired_total);
     assert!(stats.credits.max_in_flight <= 16);
     assert!(stats.credits.stalls <= stalls);
-    assert_eq!(stats.unmatched_completions, 0);
+    assert_eq!(qp.stalls(), stalls);
 }
 
 #[test]
@@ -741,6 +793,44 @@ fn objects_of_another_context_are_refused() {
 }
 
 #[test]
+fn the_dyn_path_reaches_the_same_driver() {
+    let fake = FakeProvider::new();
+    let ctx = crate::verbs::Context::from_dyn(fake.clone());
+    assert_eq!(ctx.backend(), "fake");
+    let pd = ctx.alloc_pd().expect("pd");
+    let mut cq = ctx.create_cq(8).expect("cq");
+    let mr = pd
+        .reg_mr(Arc::new(HeapMemory::new(64)), AccessFlags::LOCAL_WRITE)
+        .expect("mr");
+    let mut qp = pd
+        .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Ud, CAPS))
+        .expect("qp");
+    bring_up(&mut qp);
+    let ah = pd
+        .create_ah(&crate::qp::AddressVector::new(Gid::ZERO))
+        .expect("ah");
+    assert_eq!(ah.driver::<()>(), Some(&()));
+    let sge = [mr.whole()];
+    let dest = crate::wr::UdDest {
+        ah: &ah,
+        remote_qpn: Qpn::from_wire(2),
+        remote_qkey: 1,
+    };
+    qp.post_send(&[SendWr::send(1, &sge).signaled().to_ud(dest)])
+        .expect("post");
+    fake.complete_send(qp.qpn(), 1, WcStatus::Success);
+    let mut wcs = [WorkCompletion::default(); 2];
+    assert_eq!(cq.poll(&mut wcs).expect("poll"), 1);
+    // A CQ of another driver (type) is refused by the dyn wrapper.
+    let other = crate::verbs::Context::from_dyn(FakeProvider::new());
+    let foreign = other.create_cq(4).expect("cq");
+    assert!(matches!(
+        pd.create_qp(&foreign, &foreign, &QpInitAttr::new(QpType::Rc, CAPS)),
+        Err(VerbsError::ForeignObject { .. })
+    ));
+}
+
+#[test]
 fn context_queries_reach_the_provider() {
     let r = rig();
     assert_eq!(r.ctx.backend(), "fake");
@@ -768,10 +858,13 @@ fn objects_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Context>();
     check::<ProtectionDomain>();
-    check::<crate::verbs::MemoryRegion>();
+    check::<crate::verbs::MemoryRegion<FakeProvider>>();
     check::<CompletionQueue>();
     check::<QueuePair>();
+    check::<crate::verbs::Context>();
+    check::<crate::cq::CompletionQueue>();
+    check::<crate::queue_pair::QueuePair>();
+    check::<crate::verbs::AddressHandle>();
     check::<HeapMemory>();
     check::<crate::credit::CreditWindow>();
-    check::<Arc<dyn crate::provider::Provider>>();
 }

@@ -18,6 +18,7 @@ use bitflags::bitflags;
 use thiserror::Error;
 
 use crate::qp::{AddressVector, QpCaps, QpType};
+use crate::verbs::AddressHandle;
 use crate::types::{Lkey, Qpn, Rkey};
 
 /// The largest message a work request may describe: 2^31 bytes (what rxe
@@ -228,15 +229,25 @@ impl SendOp {
     }
 }
 
-/// Where a UD send goes: the peer's address, QPN and Q_Key.
+/// Where a UD send goes: a resolved address handle, the peer's QPN and
+/// Q_Key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct UdDest {
-    /// Address vector of the peer.
-    pub av: AddressVector,
+pub struct UdDest<'a> {
+    /// The peer's address, resolved once by [`ProtectionDomain::create_ah`].
+    ///
+    /// [`ProtectionDomain::create_ah`]: crate::ProtectionDomain::create_ah
+    pub ah: &'a AddressHandle,
     /// The peer's QPN.
     pub remote_qpn: Qpn,
     /// The peer's Q_Key.
     pub remote_qkey: u32,
+}
+
+impl UdDest<'_> {
+    /// The address vector behind the handle.
+    pub fn av(&self) -> &AddressVector {
+        self.ah.av()
+    }
 }
 
 /// A send work request (`struct ibv_send_wr` without the list link): the
@@ -253,7 +264,7 @@ pub struct SendWr<'a> {
     /// Signaling, fencing, solicited and inline flags.
     pub flags: SendFlags,
     /// Destination of a UD send; `None` on connected QPs.
-    pub ud: Option<UdDest>,
+    pub ud: Option<UdDest<'a>>,
 }
 
 impl<'a> SendWr<'a> {
@@ -378,7 +389,7 @@ impl<'a> SendWr<'a> {
 
     /// The same request addressed to a UD peer.
     #[must_use]
-    pub const fn to_ud(mut self, dest: UdDest) -> SendWr<'a> {
+    pub const fn to_ud(mut self, dest: UdDest<'a>) -> SendWr<'a> {
         self.ud = Some(dest);
         self
     }
@@ -402,9 +413,11 @@ impl<'a> SendWr<'a> {
         }
         match (qp_type, &self.ud) {
             (QpType::Ud, None) => return Err(WrError::MissingUdDest),
-            (QpType::Ud, Some(dest)) => dest.av.validate().map_err(|_| WrError::UdFlowLabel {
-                value: dest.av.flow_label,
-            })?,
+            (QpType::Ud, Some(dest)) => {
+                dest.av().validate().map_err(|_| WrError::UdFlowLabel {
+                    value: dest.av().flow_label,
+                })?;
+            }
             (_, Some(_)) => return Err(WrError::UdDestOnConnectedQp { qp_type }),
             (_, None) => {}
         }
@@ -844,6 +857,12 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// Destination LID path bits (InfiniBand; 0 on RoCE).
     pub dlid_path_bits: u8,
+    /// Send completions: how many unsignaled requests of the same QP,
+    /// posted before this one, it retires with it (they produce no
+    /// completion of their own). 0 for receives. Drivers fill it (rnic-roce's
+    /// engine counts them; mlx5 reads them off the CQE's `wqe_counter`), so
+    /// nobody searches for a `wr_id`.
+    pub retired_unsignaled: u32,
 }
 
 impl WorkCompletion {
@@ -875,9 +894,14 @@ mod tests {
         Sge::new(0x1000, len, Lkey(7))
     }
 
-    fn ud_dest() -> UdDest {
+    fn ah() -> &'static AddressHandle {
+        static AH: std::sync::OnceLock<AddressHandle> = std::sync::OnceLock::new();
+        AH.get_or_init(|| AddressHandle::unchecked(AddressVector::new(Gid::ZERO)))
+    }
+
+    fn ud_dest() -> UdDest<'static> {
         UdDest {
-            av: AddressVector::new(Gid::ZERO),
+            ah: ah(),
             remote_qpn: Qpn::from_wire(0x12),
             remote_qkey: 0x1111_1111,
         }
@@ -967,8 +991,10 @@ mod tests {
                 qp_type: QpType::Rc
             })
         );
-        let mut dest = ud_dest();
-        dest.av.flow_label = 0x20_0000;
+        let mut av = AddressVector::new(Gid::ZERO);
+        av.flow_label = 0x20_0000;
+        let ah = AddressHandle::unchecked(av);
+        let dest = UdDest { ah: &ah, ..ud_dest() };
         assert_eq!(
             SendWr::send(1, &one)
                 .to_ud(dest)
