@@ -138,8 +138,13 @@ impl Default for RtsParams {
 /// # use rnic_core::{QueuePair, SendWr};
 /// fn two_posters(qp: &Mutex<QueuePair>) {
 ///     std::thread::scope(|s| {
-///         s.spawn(|| qp.lock().map(|mut q| q.post_send(&[])));
-///         s.spawn(|| qp.lock().map(|mut q| q.post_send(&[])));
+///         for _ in 0..2 {
+///             s.spawn(|| {
+///                 if let Ok(mut q) = qp.lock() {
+///                     let _ = q.post_send(&[]);
+///                 }
+///             });
+///         }
 ///     });
 /// }
 /// ```
