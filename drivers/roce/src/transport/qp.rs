@@ -9,7 +9,9 @@ use rnic_core::{
 
 use super::completer::Completer;
 use super::pkt::{self, Out, ParseError};
-use super::queue::{RecvQueue, RecvWqe, SendQueue, SendWqe, WqeStatus, sgl_len, sgl_read};
+use super::queue::{
+    RecvQueue, RecvWqe, SendQueue, SendWqe, UdTarget, WqeStatus, sgl_len, sgl_read,
+};
 use super::requester::{DEFAULT_MAX_UNACKED_PSNS, Requester};
 use super::responder::Responder;
 use super::stats::QpStats;
@@ -190,6 +192,9 @@ pub struct Qp {
     pub(crate) comp: Completer,
     pub(crate) resp: Responder,
     pub(crate) stats: QpStats,
+    /// Unsignaled send WQEs retired without a completion since the last send
+    /// completion: the next one reports them (`retired_unsignaled`).
+    pub(crate) silent: u32,
 }
 
 impl Qp {
@@ -208,6 +213,7 @@ impl Qp {
             comp: Completer::default(),
             resp: Responder::default(),
             stats: QpStats::default(),
+            silent: 0,
         })
     }
 
@@ -307,6 +313,7 @@ impl Qp {
         if mask.contains(QpAttrMask::STATE) && s != self.state {
             match s {
                 QpState::Reset => {
+                    self.silent = 0;
                     self.sq.clear();
                     self.rq.clear();
                     self.req = Requester::default();
@@ -358,7 +365,7 @@ impl Qp {
         let mut wqe = SendWqe {
             wr_id: wr.wr_id,
             op: wr.op,
-            ud: wr.ud,
+            ud: wr.ud.as_ref().map(UdTarget::from),
             flags: wr.flags,
             signaled: self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
             num_sge: wr.sg_list.len(),
@@ -602,9 +609,12 @@ impl Qp {
                     opcode: w.op.wc_opcode(),
                     qp_num: self.cfg.qpn,
                     byte_len: u32::try_from(w.len).unwrap_or(u32::MAX),
+                    retired_unsignaled: std::mem::take(&mut self.silent),
                     ..WorkCompletion::default()
                 },
             );
+        } else {
+            self.silent = self.silent.saturating_add(1);
         }
         self.stats.send_completions += 1;
         if w.is_rd_atomic() && w.npkts > 0 {

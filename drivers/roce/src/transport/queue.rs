@@ -6,7 +6,7 @@
 //! `slot * max_sge`, its inline bytes at `slot * max_inline`, so posting
 //! copies into memory that already exists.
 
-use rnic_core::{PdHandle, Psn, SendFlags, SendOp, Sge, UdDest, WcStatus};
+use rnic_core::{AddressVector, PdHandle, Psn, Qpn, SendFlags, SendOp, Sge, UdDest, WcStatus};
 
 use super::{Access, MemError, MemKey, MemoryAccess};
 
@@ -21,13 +21,32 @@ pub(crate) enum WqeStatus {
     Failed(WcStatus),
 }
 
+/// Where a UD send goes, as the engine keeps it (the address handle's
+/// vector copied out at post time).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UdTarget {
+    pub av: AddressVector,
+    pub remote_qpn: Qpn,
+    pub remote_qkey: u32,
+}
+
+impl From<&UdDest<'_>> for UdTarget {
+    fn from(d: &UdDest<'_>) -> UdTarget {
+        UdTarget {
+            av: *d.av(),
+            remote_qpn: d.remote_qpn,
+            remote_qkey: d.remote_qkey,
+        }
+    }
+}
+
 /// One send work request as the engine keeps it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SendWqe {
     pub wr_id: u64,
     pub op: SendOp,
     /// Destination of a UD send.
-    pub ud: Option<UdDest>,
+    pub ud: Option<UdTarget>,
     pub flags: SendFlags,
     /// Completion wanted on success.
     pub signaled: bool,
