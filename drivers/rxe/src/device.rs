@@ -102,10 +102,14 @@ impl<T> Slab<T> {
 }
 
 /// A completion queue: a ring sized to its depth plus the event channel.
+/// Destroyed when the last of its holders (the application's CQ object and
+/// the QPs completing into it) is gone.
 #[derive(Debug)]
 pub struct CqState {
-    /// Completions not yet polled.
-    pub ring: VecDeque<WorkCompletion>,
+    /// Completions not yet polled, with the slab handle of their QP.
+    pub ring: VecDeque<(WorkCompletion, u32)>,
+    /// Holders: the CQ object and each QP completing into it.
+    pub refs: u32,
     /// Entries it was created with.
     pub depth: u32,
     /// Armed by `req_notify_cq`: the next completion signals `event`.
@@ -114,13 +118,6 @@ pub struct CqState {
     pub event: Arc<EventFd>,
     /// Completions pushed beyond `depth`.
     pub overflows: u64,
-}
-
-/// A memory region's bookkeeping (the bytes are in the key table).
-#[derive(Debug)]
-pub struct MrEntry {
-    /// Its key (L_Key = R_Key).
-    pub key: u32,
 }
 
 /// A queue pair: the engine's QP and what the provider tracks around it.
@@ -138,6 +135,17 @@ pub struct QpEntry {
     pub caps: QpCaps,
     /// Attributes as last set (`query_qp`).
     pub attr: QpAttr,
+    /// Its own slab handle (what its CQ entries name).
+    pub handle: u32,
+    /// Send requests posted and not yet retired by a polled completion: the
+    /// send queue's room is freed at poll, so the CQ's credit reservation in
+    /// core holds.
+    pub sq_unpolled: u32,
+    /// Receive requests posted and not yet retired by a polled completion.
+    pub rq_unpolled: u32,
+    /// Core discarded the QP's work (RESET, or about to be destroyed):
+    /// completions it still produces are dropped, not queued.
+    pub discarded: bool,
 }
 
 /// The receive buffers: [`BATCH`] slots, each big enough for a GRO datagram
@@ -175,8 +183,6 @@ pub struct State {
     pub keys: Keys,
     /// Protection domains.
     pub pds: Slab<()>,
-    /// Memory regions.
-    pub mrs: Slab<MrEntry>,
     /// Completion queues.
     pub cqs: Slab<CqState>,
     /// Queue pairs.
@@ -233,10 +239,15 @@ struct CqSink<'a> {
     cqs: &'a mut Slab<CqState>,
     send: u32,
     recv: u32,
+    qp: u32,
+    discarded: bool,
 }
 
 impl CompletionSink for CqSink<'_> {
     fn complete(&mut self, side: CqSide, wc: WorkCompletion) {
+        if self.discarded {
+            return;
+        }
         let h = match side {
             CqSide::Send => self.send,
             CqSide::Recv => self.recv,
@@ -245,7 +256,7 @@ impl CompletionSink for CqSink<'_> {
             if cq.ring.len() >= cq.depth as usize {
                 cq.overflows += 1;
             }
-            cq.ring.push_back(wc);
+            cq.ring.push_back((wc, self.qp));
             if cq.armed {
                 cq.armed = false;
                 let _ = cq.event.write(1);
@@ -257,7 +268,7 @@ impl CompletionSink for CqSink<'_> {
 /// Run QP `e`'s engine with `f`, giving it memory (the key table), a packet
 /// sink from its source port and its CQs: the one place an engine call is
 /// wired up (posting, timers, received packets).
-fn run_engine<R>(
+pub(crate) fn run_engine<R>(
     sh: &Shared,
     e: &mut QpEntry,
     keys: &mut Keys,
@@ -276,6 +287,8 @@ fn run_engine<R>(
         cqs,
         send: e.send_cq,
         recv: e.recv_cq,
+        qp: e.handle,
+        discarded: e.discarded,
     };
     let mut io = Io {
         mem: &mut mem,
@@ -297,7 +310,6 @@ impl State {
         State {
             keys: Keys::new(),
             pds: Slab::default(),
-            mrs: Slab::default(),
             cqs: Slab::default(),
             qps: Slab::default(),
             by_qpn: FxHashMap::default(),
@@ -337,7 +349,18 @@ impl State {
     /// Remove every completion of `qpn` still queued in CQ `h`.
     pub fn purge_cq(&mut self, h: u32, qpn: rnic_core::Qpn) {
         if let Some(cq) = self.cqs.get_mut(h) {
-            cq.ring.retain(|wc| wc.qp_num != qpn);
+            cq.ring.retain(|(wc, _)| wc.qp_num != qpn);
+        }
+    }
+
+    /// Drop a holder of CQ `h`; the last one destroys it.
+    pub fn unref_cq(&mut self, h: u32) {
+        let last = self.cqs.get_mut(h).is_some_and(|c| {
+            c.refs = c.refs.saturating_sub(1);
+            c.refs == 0
+        });
+        if last {
+            self.cqs.remove(h);
         }
     }
 

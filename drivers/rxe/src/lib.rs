@@ -75,5 +75,5 @@ pub use device::Progress;
 pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{Target, active_mtu, qp_udp_sport, rc_udp_sport};
-pub use provider::{RxeConfig, RxeDevice};
+pub use provider::{RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
 pub use stats::{DeviceStats, RxeStats};

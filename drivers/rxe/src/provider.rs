@@ -13,14 +13,15 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rnic_core::{
-    AccessFlags, AddressVector, AtomicCap, Context, CqHandle, CqInfo, DeviceAttr, Gid, GidEntry,
-    GidType, LinkLayer, Lkey, Memory, MrHandle, MrInfo, Mtu, PdHandle, PortAttr, PortState,
-    PostError, Provider, QpAttr, QpAttrMask, QpHandle, QpInfo, QpInitAttr, QpState, RecvWr, SendWr,
-    VerbsError, WorkCompletion, WrError,
+    AccessFlags, AddressVector, AtomicCap, AvError, Context, CqOps, DeviceAttr, DeviceError,
+    DeviceErrorKind, DynProvider, Gid, GidEntry, GidType, HostDomain, LinkLayer, Lkey, Memory,
+    MrInfo, Mtu, Outstanding, PdHandle, PortAttr, PortState, PostError, Provider, QpAttr,
+    QpAttrMask, QpInfo, QpInitAttr, QpOps, QpState, RecvWr, SendWr, VerbsError, WorkCompletion,
+    WrError,
 };
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
 
-use crate::device::{CqState, MrEntry, Progress, QpEntry, Shared, State};
+use crate::device::{CqState, Progress, QpEntry, Shared, State, run_engine};
 use crate::error::RxeError;
 use crate::fault::FaultConfig;
 use crate::gid::{self, Target};
@@ -132,14 +133,15 @@ pub fn ident_recovery_from_env() -> bool {
     })
 }
 
-/// The provider object behind a [`Context`]; stops its thread when dropped.
+/// The rxe driver: what [`Context<RxeProvider>`] dispatches to statically
+/// (and [`RxeDevice::context`] through `dyn`); stops its thread when dropped.
 #[derive(Debug)]
-pub struct Inner {
+pub struct RxeProvider {
     sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Drop for Inner {
+impl Drop for RxeProvider {
     fn drop(&mut self) {
         self.sh.stop.store(true, Ordering::Release);
         let _ = self.sh.doorbell.write(1);
@@ -154,7 +156,7 @@ impl Drop for Inner {
 /// verbs entry point.
 #[derive(Debug, Clone)]
 pub struct RxeDevice {
-    inner: Arc<Inner>,
+    inner: Arc<RxeProvider>,
 }
 
 impl RxeDevice {
@@ -237,16 +239,23 @@ impl RxeDevice {
             }
         };
         Ok(RxeDevice {
-            inner: Arc::new(Inner {
+            inner: Arc::new(RxeProvider {
                 sh,
                 thread: Mutex::new(thread),
             }),
         })
     }
 
-    /// The verbs context of this device.
+    /// The verbs context of this device, dispatched dynamically (what
+    /// `rnic::open` returns).
     pub fn context(&self) -> Context {
-        Context::new(Arc::clone(&self.inner) as Arc<dyn Provider>)
+        Context::from_dyn(Arc::clone(&self.inner) as Arc<dyn DynProvider>)
+    }
+
+    /// The verbs context of this device with the driver's type named: every
+    /// call dispatches statically.
+    pub fn typed_context(&self) -> Context<RxeProvider> {
+        Context::new(Arc::clone(&self.inner))
     }
 
     /// The GID table (index = position).
@@ -332,8 +341,8 @@ fn transport_to_post(e: TransportError, qp: &QpEntry) -> PostError {
     match e {
         TransportError::QueueFull(side) => {
             let (outstanding, capacity) = match side {
-                CqSide::Send => (qp.qp.send_outstanding(), qp.caps.max_send_wr),
-                CqSide::Recv => (qp.qp.recv_outstanding(), qp.caps.max_recv_wr),
+                CqSide::Send => (qp.sq_unpolled, qp.caps.max_send_wr),
+                CqSide::Recv => (qp.rq_unpolled, qp.caps.max_recv_wr),
             };
             PostError::QueueFull {
                 outstanding,
@@ -356,546 +365,153 @@ fn transport_to_post(e: TransportError, qp: &QpEntry) -> PostError {
             op: "this operation",
             qp_type,
         }),
-        TransportError::InlineRead(_) => {
-            PostError::Device("inline data unreadable: check the SGE's L_Key and bounds")
-        }
-        _ => PostError::Device("the transport refused the request"),
+        TransportError::InlineRead(_) => PostError::Device(DeviceError::new(
+            DeviceErrorKind::InvalidArgument,
+            "inline data unreadable: check the SGE's L_Key and bounds",
+        )),
+        _ => PostError::Device(DeviceError::new(
+            DeviceErrorKind::Transport,
+            "the transport refused the request",
+        )),
     }
 }
 
-/// Why an address vector cannot be sent on from a device's GID table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AvProblem {
-    /// `sgid_index` is past the end of the GID table.
-    NoSuchSgid,
-    /// The source and destination GIDs are of different IP families.
-    Family,
-    /// An IPv6 link-local destination from a source without a scope.
-    LinkLocal,
-}
-
-impl AvProblem {
-    /// What is wrong with `av` when sent from `ports` (the GID table), if
-    /// anything. `Sink::route` would drop every packet of such an address
-    /// vector (counted as `tx_bad_sgid`, or as a send error): refusing it
-    /// up front gives the caller a reason instead of a retry timeout.
-    fn of(ports: &[Port], av: &AddressVector) -> Option<AvProblem> {
-        let Some(local) = ports.get(usize::from(av.sgid_index)) else {
-            return Some(AvProblem::NoSuchSgid);
-        };
-        match (local.ip, av.dgid.to_ip()) {
-            (IpAddr::V4(_), IpAddr::V4(_)) => None,
-            (IpAddr::V6(_), IpAddr::V6(d)) if gid::is_link_local(&d) && local.scope_id == 0 => {
-                Some(AvProblem::LinkLocal)
-            }
-            (IpAddr::V6(_), IpAddr::V6(_)) => None,
-            _ => Some(AvProblem::Family),
-        }
-    }
-
-    /// The short form, for a refused work request.
-    fn summary(self) -> &'static str {
-        match self {
-            AvProblem::NoSuchSgid => {
-                "the UD destination's sgid_index is not in this device's GID table \
-                 (query_gid_table lists it)"
-            }
-            AvProblem::Family => {
-                "the UD destination's GID and the GID at its sgid_index are of different IP \
-                 families: RoCEv2 does not cross IPv4 and IPv6; pick a source GID of the \
-                 destination's family"
-            }
-            AvProblem::LinkLocal => {
-                "the UD destination is IPv6 link-local, reachable only from a link-local source \
-                 GID: use the index of this device's link-local GID"
-            }
-        }
-    }
-
-    /// The long form, naming the GIDs, for a refused modify.
-    fn explain(self, ports: &[Port], av: &AddressVector) -> String {
-        let family = |ip: IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
-        let table = ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("{i}: {}", p.gid))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let dip = av.dgid.to_ip();
-        let i = av.sgid_index;
-        let sgid = ports.get(usize::from(i)).map_or(Gid::ZERO, |p| p.gid);
-        match self {
-            AvProblem::NoSuchSgid => format!(
-                "sgid_index {i} is not in this device's GID table ({table}); use one of those \
-                 indices"
-            ),
-            AvProblem::Family => format!(
-                "sgid_index {i} is {sgid} ({}) but the destination GID {} is {}: RoCEv2 does not \
-                 cross IPv4 and IPv6; use the index of a source GID of the destination's family \
-                 (GID table: {table})",
-                family(sgid.to_ip()),
-                av.dgid,
-                family(dip),
-            ),
-            AvProblem::LinkLocal => format!(
-                "the destination GID {} is IPv6 link-local, reachable only from a link-local \
-                 source GID (whose interface is the scope), but sgid_index {i} is {sgid}; use the \
-                 index of this device's link-local GID (GID table: {table})",
-                av.dgid
-            ),
-        }
-    }
-}
-
-fn no_such(what: &'static str) -> String {
-    format!("no such {what} on this rxe device (already destroyed, or from another device)")
-}
-
-impl Inner {
-    fn sh(&self) -> &Shared {
-        &self.sh
-    }
-}
-
-impl Provider for Inner {
-    fn backend(&self) -> &'static str {
-        "rxe"
-    }
-
-    fn query_device(&self) -> Result<DeviceAttr, VerbsError> {
-        let guid = self.sh().ports.first().map_or(0, |p| {
-            u64::from_be_bytes(p.gid.raw()[8..16].try_into().unwrap_or([0; 8]))
+/// What is wrong with `av` when sent from `ports` (the GID table), if
+/// anything. `Sink::route` would drop every packet of such an address vector
+/// (counted as `tx_bad_sgid`, or as a send error): refusing it when the
+/// address handle is created, or at RTR, gives the caller a reason instead of
+/// a retry timeout.
+fn av_problem(ports: &[Port], av: &AddressVector) -> Option<AvError> {
+    let Some(local) = ports.get(usize::from(av.sgid_index)) else {
+        return Some(AvError::NoSuchSgid {
+            index: av.sgid_index,
+            table_len: ports.len(),
         });
-        Ok(DeviceAttr {
-            fw_ver: concat!("rnic-rxe ", env!("CARGO_PKG_VERSION")).to_owned(),
-            vendor_id: 0,
-            vendor_part_id: 0,
-            node_guid: guid,
-            max_qp: 0x1_0000,
-            max_qp_wr: 0x4000,
-            max_sge: 32,
-            max_cq: 0x4000,
-            max_cqe: 0x8000,
-            max_mr: 0x8000,
-            max_mr_size: u64::MAX,
-            max_qp_rd_atom: 128,
-            max_qp_init_rd_atom: 128,
-            max_inline_data: 400,
-            atomic_cap: AtomicCap::Hca,
-            phys_port_cnt: 1,
-        })
-    }
-
-    fn query_port(&self, port_num: u8) -> Result<PortAttr, VerbsError> {
-        if port_num != 1 {
-            return Err(VerbsError::QueryPort {
-                port: port_num,
-                reason: "an rxe device has one port, number 1".into(),
-            });
-        }
-        Ok(PortAttr {
-            state: PortState::Active,
-            max_mtu: Mtu::Mtu4096,
-            active_mtu: self.sh().active_mtu,
-            gid_tbl_len: u32::try_from(self.sh().ports.len()).unwrap_or(u32::MAX),
-            link_layer: LinkLayer::Ethernet,
-            active_width: 1,
-            active_speed_mbps: 10_000,
-            max_msg_sz: 1 << 31,
-        })
-    }
-
-    fn query_gid_table(&self, port_num: u8) -> Result<Vec<GidEntry>, VerbsError> {
-        if port_num != 1 {
-            return Err(VerbsError::QueryGid {
-                port: port_num,
-                reason: "an rxe device has one port, number 1".into(),
-            });
-        }
-        Ok(self
-            .sh()
-            .ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| GidEntry {
-                index: i as u32,
-                gid: p.gid,
-                gid_type: GidType::RoceV2,
-                netdev: p.netdev.clone(),
+    };
+    match (local.ip, av.dgid.to_ip()) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => None,
+        (IpAddr::V6(_), IpAddr::V6(d)) if gid::is_link_local(&d) && local.scope_id == 0 => {
+            Some(AvError::LinkLocal {
+                sgid: local.gid,
+                dgid: av.dgid,
             })
-            .collect())
-    }
-
-    fn alloc_pd(&self) -> Result<PdHandle, VerbsError> {
-        Ok(PdHandle(self.sh().lock().pds.insert(())))
-    }
-
-    fn dealloc_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
-        self.sh()
-            .lock()
-            .pds
-            .remove(pd.0)
-            .ok_or_else(|| VerbsError::DeallocPd {
-                pd,
-                reason: no_such("protection domain"),
-            })
-    }
-
-    fn reg_mr(
-        &self,
-        pd: PdHandle,
-        memory: Arc<dyn Memory>,
-        access: AccessFlags,
-    ) -> Result<MrInfo, VerbsError> {
-        let len = memory.len();
-        let err = |reason: String| VerbsError::RegMr {
-            len,
-            access,
-            reason,
-        };
-        let mut st = self.sh().lock();
-        if st.pds.get(pd.0).is_none() {
-            return Err(err(no_such("protection domain")));
         }
-        if len == 0 {
-            return Err(err(
-                "an empty region cannot be registered: register at least one byte".into(),
-            ));
-        }
-        let keys = st
-            .keys
-            .register(memory, 0, len as u64, pd, access)
-            .map_err(|e| err(e.to_string()))?;
-        let handle = MrHandle(st.mrs.insert(MrEntry {
-            key: keys.lkey.get(),
-        }));
-        Ok(MrInfo {
-            handle,
-            lkey: keys.lkey,
-            rkey: keys.rkey,
-            addr: keys.start,
-            len,
-        })
+        (IpAddr::V6(_), IpAddr::V6(_)) => None,
+        _ => Some(AvError::Family {
+            sgid: local.gid,
+            dgid: av.dgid,
+        }),
     }
+}
 
-    fn dereg_mr(&self, mr: MrHandle) -> Result<(), VerbsError> {
-        let mut st = self.sh().lock();
-        let e = st.mrs.remove(mr.0).ok_or_else(|| VerbsError::DeregMr {
-            mr,
-            reason: no_such("memory region"),
-        })?;
+const GONE: DeviceError = DeviceError::new(
+    DeviceErrorKind::NotFound,
+    "the object is gone from this rxe device (destroyed, or from another device)",
+);
+
+const ONE_PORT: DeviceError = DeviceError::new(
+    DeviceErrorKind::NotFound,
+    "an rxe device has one port, number 1",
+);
+
+/// An rxe protection domain.
+#[derive(Debug)]
+pub struct RxePd {
+    h: u32,
+    sh: Arc<Shared>,
+}
+
+impl Drop for RxePd {
+    fn drop(&mut self) {
+        self.sh.lock().pds.remove(self.h);
+    }
+}
+
+/// An rxe memory region (its key in the device's key table).
+#[derive(Debug)]
+pub struct RxeMr {
+    key: u32,
+    sh: Arc<Shared>,
+}
+
+impl Drop for RxeMr {
+    fn drop(&mut self) {
         // A key a peer already invalidated (SEND with invalidate) is gone.
-        let _ = st.keys.invalidate(Lkey(e.key));
-        Ok(())
+        let _ = self.sh.lock().keys.invalidate(Lkey(self.key));
     }
+}
 
-    fn create_cq(&self, depth: u32) -> Result<CqInfo, VerbsError> {
-        let depth = depth.max(1);
-        if depth > 0x8000 {
-            return Err(VerbsError::CreateCq {
-                depth,
-                reason: "an rxe CQ holds at most 32768 entries".into(),
-            });
-        }
-        let event =
-            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(|e| VerbsError::CreateCq {
-                    depth,
-                    reason: format!("eventfd: {e} (check ulimit -n)"),
-                })?;
-        let h = self.sh().lock().cqs.insert(CqState {
-            ring: VecDeque::with_capacity(depth as usize),
-            depth,
-            armed: false,
-            event: Arc::new(event),
-            overflows: 0,
-        });
-        Ok(CqInfo {
-            handle: CqHandle(h),
-            depth,
-        })
+/// An rxe completion queue.
+#[derive(Debug)]
+pub struct RxeCq {
+    h: u32,
+    event: Arc<EventFd>,
+    sh: Arc<Shared>,
+}
+
+impl Drop for RxeCq {
+    fn drop(&mut self) {
+        self.sh.lock().unref_cq(self.h);
     }
+}
 
-    fn destroy_cq(&self, cq: CqHandle) -> Result<(), VerbsError> {
-        self.sh()
-            .lock()
-            .cqs
-            .remove(cq.0)
-            .map(drop)
-            .ok_or_else(|| VerbsError::DestroyCq {
-                cq,
-                reason: no_such("completion queue"),
-            })
-    }
-
-    fn create_qp(
-        &self,
-        pd: PdHandle,
-        send_cq: CqHandle,
-        recv_cq: CqHandle,
-        init: &QpInitAttr,
-    ) -> Result<QpInfo, VerbsError> {
-        let err = |reason: String| VerbsError::CreateQp { reason };
-        let mut st = self.sh().lock();
-        if st.pds.get(pd.0).is_none() {
-            return Err(err(no_such("protection domain")));
-        }
-        if st.cqs.get(send_cq.0).is_none() || st.cqs.get(recv_cq.0).is_none() {
-            return Err(err(no_such("completion queue")));
-        }
-        let mut n = st.next_qpn;
-        while st.by_qpn.contains_key(&n) || !(0x11..=0xFF_FFFF).contains(&n) {
-            n = if n >= 0xFF_FFFF { 0x11 } else { n + 1 };
-        }
-        st.next_qpn = n + 1;
-        let qpn = rnic_core::Qpn::from_wire(n);
-        let local_gid = self.sh().ports.first().map_or(Gid::ZERO, |p| p.gid);
-        let qp = Qp::new(
-            QpConfig::from_init(qpn, pd, init, local_gid)
-                .with_max_unacked_psns(self.sh().max_unacked_psns),
-        )
-        .map_err(|e| err(e.to_string()))?;
-        let h = st.qps.insert(QpEntry {
-            qp,
-            send_cq: send_cq.0,
-            recv_cq: recv_cq.0,
-            qp_type: init.qp_type,
-            caps: init.caps,
-            attr: QpAttr {
-                cap: init.caps,
-                ..QpAttr::default()
-            },
-        });
-        st.by_qpn.insert(n, h);
-        Ok(QpInfo {
-            handle: QpHandle(h),
-            qpn,
-            caps: init.caps,
-        })
-    }
-
-    fn modify_qp(&self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        let sh = self.sh();
-        if mask.contains(QpAttrMask::AV)
-            && let Some(p) = AvProblem::of(&sh.ports, &attr.ah_attr)
-        {
-            return Err(VerbsError::ModifyQp {
-                qp,
-                mask,
-                reason: p.explain(&sh.ports, &attr.ah_attr),
-            });
-        }
+impl CqOps for RxeCq {
+    fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let sh = &*self.sh;
         let mut st = sh.lock();
-        let now = sh.now();
-        let r = st
-            .with_qp(sh, qp.0, |q, io| {
-                let r = q.modify(attr, mask, io.cq);
-                if r.is_ok() {
-                    q.run(now, io);
-                }
-                r.map(|()| (q.qpn(), q.next_deadline()))
-            })
-            .ok_or_else(|| VerbsError::ModifyQp {
-                qp,
-                mask,
-                reason: no_such("queue pair"),
-            })?;
-        let (qpn, deadline) = r.map_err(|e| VerbsError::ModifyQp {
-            qp,
-            mask,
-            reason: e.to_string(),
-        })?;
-        if let Some(e) = st.qps.get_mut(qp.0) {
-            apply_attr(&mut e.attr, attr, mask);
-        }
-        let reset = mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset;
-        if let Some((s, r)) = st
-            .qps
-            .get(qp.0)
-            .filter(|_| reset)
-            .map(|e| (e.send_cq, e.recv_cq))
-        {
-            st.purge_cq(s, qpn);
-            st.purge_cq(r, qpn);
-        }
-        st.flush();
-        if st.note_deadline(deadline) {
-            sh.ring();
-        }
-        Ok(())
-    }
-
-    fn query_qp(&self, qp: QpHandle) -> Result<QpAttr, VerbsError> {
-        let st = self.sh().lock();
-        let e = st.qps.get(qp.0).ok_or_else(|| VerbsError::QueryQp {
-            qp,
-            reason: no_such("queue pair"),
-        })?;
-        let mut a = e.attr;
-        a.qp_state = e.qp.state();
-        a.cur_qp_state = e.qp.state();
-        a.cap = e.caps;
-        Ok(a)
-    }
-
-    fn destroy_qp(&self, qp: QpHandle) -> Result<(), VerbsError> {
-        let sh = self.sh();
-        let mut st = sh.lock();
-        // ACKs a caller-driven round deferred to the next call leave now: an
-        // application that polled its last completion and tears down makes no
-        // next call, and its peer would retry into a dead QP.
-        st.flush();
-        let e = st.qps.remove(qp.0).ok_or_else(|| VerbsError::DestroyQp {
-            qp,
-            reason: no_such("queue pair"),
-        })?;
-        let qpn = e.qp.qpn();
-        st.by_qpn.remove(&qpn.get());
-        st.purge_cq(e.send_cq, qpn);
-        st.purge_cq(e.recv_cq, qpn);
-        Ok(())
-    }
-
-    fn post_send(&self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        let sh = self.sh();
-        // A UD destination that cannot be routed stops the batch there (the
-        // requests before it are posted).
-        let bad_av = wrs.iter().enumerate().find_map(|(i, wr)| {
-            let d = wr.ud.as_ref()?;
-            AvProblem::of(&sh.ports, &d.av).map(|p| (i, p))
-        });
-        let postable = wrs
-            .get(..bad_av.map_or(wrs.len(), |(i, _)| i))
-            .unwrap_or(&[]);
-        let mut st = sh.lock();
-        let now = sh.now();
-        let r = st.with_qp(sh, qp.0, |q, io| {
-            let mut refused = None;
-            for (i, wr) in postable.iter().enumerate() {
-                if let Err(e) = q.post_send(wr, io) {
-                    refused = Some((i, e));
-                    break;
-                }
-            }
-            q.run(now, io);
-            (refused, q.next_deadline())
-        });
-        let Some((refused, deadline)) = r else {
-            return Err(VerbsError::PostSend {
-                index: 0,
-                reason: PostError::Device("no such queue pair on this rxe device"),
-            });
-        };
-        st.flush();
-        if st.note_deadline(deadline) {
-            sh.ring();
-        }
-        match (refused, bad_av) {
-            (None, None) => Ok(()),
-            (None, Some((index, p))) => Err(VerbsError::PostSend {
-                index,
-                reason: PostError::Device(p.summary()),
-            }),
-            (Some((index, e)), _) => {
-                let reason = st
-                    .qps
-                    .get(qp.0)
-                    .map_or(PostError::Device("queue pair gone"), |q| {
-                        transport_to_post(e, q)
-                    });
-                Err(VerbsError::PostSend { index, reason })
-            }
-        }
-    }
-
-    fn post_recv(&self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
-        let sh = self.sh();
-        let mut st = sh.lock();
-        let r = st.with_qp(sh, qp.0, |q, io| {
-            for (i, wr) in wrs.iter().enumerate() {
-                if let Err(e) = q.post_recv(wr, io) {
-                    return Some((i, e));
-                }
-            }
-            None
-        });
-        let refused = r.ok_or(VerbsError::PostRecv {
-            index: 0,
-            reason: PostError::Device("no such queue pair on this rxe device"),
-        })?;
-        match refused {
-            None => Ok(()),
-            Some((index, e)) => {
-                let reason = st
-                    .qps
-                    .get(qp.0)
-                    .map_or(PostError::Device("queue pair gone"), |q| {
-                        transport_to_post(e, q)
-                    });
-                Err(VerbsError::PostRecv { index, reason })
-            }
-        }
-    }
-
-    fn poll_cq(&self, cq: CqHandle, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let sh = self.sh();
-        let mut st = sh.lock();
-        let empty = st.cqs.get(cq.0).map(|c| c.ring.is_empty());
+        let empty = st.cqs.get(self.h).map(|c| c.ring.is_empty());
         match empty {
-            None => {
-                return Err(VerbsError::PollCq {
-                    cq,
-                    reason: no_such("completion queue"),
-                });
-            }
+            None => return Err(VerbsError::PollCq { source: GONE }),
             Some(true) => {
                 st.progress(sh, 256, sh.progress == Progress::Caller);
             }
             Some(false) => st.flush(),
         }
-        let Some(c) = st.cqs.get_mut(cq.0) else {
+        let State { cqs, qps, .. } = &mut *st;
+        let Some(c) = cqs.get_mut(self.h) else {
             return Ok(0);
         };
         let mut n = 0;
         for slot in wcs.iter_mut() {
-            let Some(wc) = c.ring.pop_front() else { break };
+            let Some((wc, qh)) = c.ring.pop_front() else {
+                break;
+            };
+            // The queue's room comes back now, at poll (see the contract).
+            if let Some(q) = qps.get_mut(qh) {
+                if wc.opcode.is_recv() {
+                    q.rq_unpolled = q.rq_unpolled.saturating_sub(1);
+                } else {
+                    q.sq_unpolled = q
+                        .sq_unpolled
+                        .saturating_sub(wc.retired_unsignaled.saturating_add(1));
+                }
+            }
             *slot = wc;
             n += 1;
         }
         Ok(n)
     }
 
-    fn req_notify_cq(&self, cq: CqHandle, solicited_only: bool) -> Result<(), VerbsError> {
+    fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
         // Solicited-only arming signals on any completion (a superset: waiters
         // re-poll anyway).
         let _ = solicited_only;
-        let mut st = self.sh().lock();
+        let mut st = self.sh.lock();
         let c = st
             .cqs
-            .get_mut(cq.0)
-            .ok_or_else(|| VerbsError::ReqNotifyCq {
-                cq,
-                reason: no_such("completion queue"),
-            })?;
+            .get_mut(self.h)
+            .ok_or(VerbsError::ReqNotifyCq { source: GONE })?;
         c.armed = true;
         Ok(())
     }
 
-    fn cq_event_fd(&self, cq: CqHandle) -> Option<RawFd> {
-        self.sh().lock().cqs.get(cq.0).map(|c| c.event.as_raw_fd())
+    fn event_fd(&self) -> Option<RawFd> {
+        Some(self.event.as_raw_fd())
     }
 
-    fn wait_cq(&self, cq: CqHandle, timeout: Option<Duration>) -> Result<bool, VerbsError> {
-        let sh = self.sh();
-        let event = sh
-            .lock()
-            .cqs
-            .get(cq.0)
-            .map(|c| Arc::clone(&c.event))
-            .ok_or_else(|| VerbsError::WaitCq {
-                cq,
-                reason: no_such("completion queue"),
-            })?;
+    fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
+        let sh = &*self.sh;
+        let event = &self.event;
         let start = std::time::Instant::now();
         loop {
             let deadline = if sh.progress == Progress::Caller {
@@ -934,9 +550,478 @@ impl Provider for Inner {
                 );
             }
             poll(&mut fds, ms).map_err(|e| VerbsError::WaitCq {
-                cq,
-                reason: format!("poll: {e}"),
+                source: DeviceError::os(e as i32, "poll() on the CQ's eventfd failed"),
             })?;
+        }
+    }
+}
+
+/// An rxe queue pair: its slab handle in the device.
+#[derive(Debug)]
+pub struct RxeQp {
+    h: u32,
+    qpn: rnic_core::Qpn,
+    sh: Arc<Shared>,
+}
+
+impl Drop for RxeQp {
+    fn drop(&mut self) {
+        let mut st = self.sh.lock();
+        // ACKs a caller-driven round deferred to the next call leave now: an
+        // application that polled its last completion and tears down makes no
+        // next call, and its peer would retry into a dead QP.
+        st.flush();
+        let Some(e) = st.qps.remove(self.h) else {
+            return;
+        };
+        let qpn = e.qp.qpn();
+        st.by_qpn.remove(&qpn.get());
+        st.purge_cq(e.send_cq, qpn);
+        st.purge_cq(e.recv_cq, qpn);
+        st.unref_cq(e.send_cq);
+        st.unref_cq(e.recv_cq);
+    }
+}
+
+impl QpOps for RxeQp {
+    fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        let sh = &*self.sh;
+        let qpn = self.qpn;
+        if mask.contains(QpAttrMask::AV)
+            && let Some(source) = av_problem(&sh.ports, &attr.ah_attr)
+        {
+            return Err(VerbsError::AddressVector {
+                dgid: attr.ah_attr.dgid,
+                source,
+            });
+        }
+        let mut st = sh.lock();
+        let now = sh.now();
+        let r = st
+            .with_qp(sh, self.h, |q, io| {
+                let r = q.modify(attr, mask, io.cq);
+                if r.is_ok() {
+                    q.run(now, io);
+                }
+                r.map(|()| q.next_deadline())
+            })
+            .ok_or(VerbsError::ModifyQp {
+                qpn,
+                mask,
+                source: GONE,
+            })?;
+        let deadline = r.map_err(|e| VerbsError::ModifyQp {
+            qpn,
+            mask,
+            source: transport_error(&e),
+        })?;
+        if let Some(e) = st.qps.get_mut(self.h) {
+            apply_attr(&mut e.attr, attr, mask);
+            if mask.contains(QpAttrMask::STATE) && attr.qp_state != QpState::Reset {
+                e.discarded = false;
+            }
+        }
+        let reset = mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset;
+        if let Some((s, r)) = st
+            .qps
+            .get(self.h)
+            .filter(|_| reset)
+            .map(|e| (e.send_cq, e.recv_cq))
+        {
+            st.purge_cq(s, qpn);
+            st.purge_cq(r, qpn);
+        }
+        st.flush();
+        if st.note_deadline(deadline) {
+            sh.ring();
+        }
+        Ok(())
+    }
+
+    fn query(&mut self) -> Result<QpAttr, VerbsError> {
+        let st = self.sh.lock();
+        let e = st.qps.get(self.h).ok_or(VerbsError::QueryQp {
+            qpn: self.qpn,
+            source: GONE,
+        })?;
+        let mut a = e.attr;
+        a.qp_state = e.qp.state();
+        a.cur_qp_state = e.qp.state();
+        a.cap = e.caps;
+        Ok(a)
+    }
+
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        let sh = &*self.sh;
+        let mut st = sh.lock();
+        let now = sh.now();
+        let State {
+            keys,
+            cqs,
+            qps,
+            tx,
+            stats,
+            ..
+        } = &mut *st;
+        let Some(e) = qps.get_mut(self.h) else {
+            return Err(VerbsError::PostSend {
+                index: 0,
+                reason: PostError::Device(GONE),
+            });
+        };
+        let cap = e.caps.max_send_wr;
+        let mut refused = None;
+        let mut posted = 0u32;
+        let unpolled = e.sq_unpolled;
+        let deadline = run_engine(sh, e, keys, cqs, tx, stats, |q, io| {
+            for (i, wr) in wrs.iter().enumerate() {
+                if unpolled + posted >= cap {
+                    refused = Some((i, TransportError::QueueFull(CqSide::Send)));
+                    break;
+                }
+                if let Err(e) = q.post_send(wr, io) {
+                    refused = Some((i, e));
+                    break;
+                }
+                posted += 1;
+            }
+            q.run(now, io);
+            q.next_deadline()
+        });
+        e.sq_unpolled += posted;
+        let reason = refused.map(|(index, err)| (index, transport_to_post(err, e)));
+        st.flush();
+        if st.note_deadline(deadline) {
+            sh.ring();
+        }
+        match reason {
+            None => Ok(()),
+            Some((index, reason)) => Err(VerbsError::PostSend { index, reason }),
+        }
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        let sh = &*self.sh;
+        let mut st = sh.lock();
+        let State {
+            keys,
+            cqs,
+            qps,
+            tx,
+            stats,
+            ..
+        } = &mut *st;
+        let Some(e) = qps.get_mut(self.h) else {
+            return Err(VerbsError::PostRecv {
+                index: 0,
+                reason: PostError::Device(GONE),
+            });
+        };
+        let cap = e.caps.max_recv_wr;
+        let unpolled = e.rq_unpolled;
+        let mut posted = 0u32;
+        let refused = run_engine(sh, e, keys, cqs, tx, stats, |q, io| {
+            for (i, wr) in wrs.iter().enumerate() {
+                if unpolled + posted >= cap {
+                    return Some((i, TransportError::QueueFull(CqSide::Recv)));
+                }
+                if let Err(e) = q.post_recv(wr, io) {
+                    return Some((i, e));
+                }
+                posted += 1;
+            }
+            None
+        });
+        e.rq_unpolled += posted;
+        match refused {
+            None => Ok(()),
+            Some((index, err)) => Err(VerbsError::PostRecv {
+                index,
+                reason: transport_to_post(err, e),
+            }),
+        }
+    }
+
+    fn outstanding(&self) -> Outstanding {
+        let st = self.sh.lock();
+        st.qps
+            .get(self.h)
+            .map_or(Outstanding::default(), |e| Outstanding {
+                sends: e.sq_unpolled,
+                recvs: e.rq_unpolled,
+            })
+    }
+
+    fn discard(&mut self) -> Outstanding {
+        let mut st = self.sh.lock();
+        let Some(e) = st.qps.get_mut(self.h) else {
+            return Outstanding::default();
+        };
+        e.discarded = true;
+        let d = Outstanding {
+            sends: std::mem::take(&mut e.sq_unpolled),
+            recvs: std::mem::take(&mut e.rq_unpolled),
+        };
+        let (s, r) = (e.send_cq, e.recv_cq);
+        st.purge_cq(s, self.qpn);
+        st.purge_cq(r, self.qpn);
+        d
+    }
+}
+
+/// A transport error on the control path, as a device error.
+fn transport_error(e: &TransportError) -> DeviceError {
+    let what = match e {
+        TransportError::BadState(_) => "the transport refused the change in this QP state",
+        _ => "the transport refused the attributes",
+    };
+    DeviceError::new(DeviceErrorKind::Transport, what)
+}
+
+impl Provider for RxeProvider {
+    type Domain = HostDomain;
+    type Pd = RxePd;
+    type Mr = RxeMr;
+    type Cq = RxeCq;
+    type Qp = RxeQp;
+    type Ah = ();
+
+    fn backend(&self) -> &'static str {
+        "rxe"
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr, VerbsError> {
+        let guid = self.sh.ports.first().map_or(0, |p| {
+            u64::from_be_bytes(p.gid.raw()[8..16].try_into().unwrap_or([0; 8]))
+        });
+        Ok(DeviceAttr {
+            fw_ver: concat!("rnic-rxe ", env!("CARGO_PKG_VERSION")).to_owned(),
+            vendor_id: 0,
+            vendor_part_id: 0,
+            node_guid: guid,
+            max_qp: 0x1_0000,
+            max_qp_wr: 0x4000,
+            max_sge: 32,
+            max_cq: 0x4000,
+            max_cqe: 0x8000,
+            max_mr: 0x8000,
+            max_mr_size: u64::MAX,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_inline_data: 400,
+            atomic_cap: AtomicCap::Hca,
+            phys_port_cnt: 1,
+        })
+    }
+
+    fn query_port(&self, port_num: u8) -> Result<PortAttr, VerbsError> {
+        if port_num != 1 {
+            return Err(VerbsError::QueryPort {
+                port: port_num,
+                source: ONE_PORT,
+            });
+        }
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.sh.active_mtu,
+            gid_tbl_len: u32::try_from(self.sh.ports.len()).unwrap_or(u32::MAX),
+            link_layer: LinkLayer::Ethernet,
+            active_width: 1,
+            active_speed_mbps: 10_000,
+            max_msg_sz: 1 << 31,
+        })
+    }
+
+    fn query_gid_table(&self, port_num: u8) -> Result<Vec<GidEntry>, VerbsError> {
+        if port_num != 1 {
+            return Err(VerbsError::QueryGid {
+                port: port_num,
+                source: ONE_PORT,
+            });
+        }
+        Ok(self
+            .sh
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| GidEntry {
+                index: i as u32,
+                gid: p.gid,
+                gid_type: GidType::RoceV2,
+                netdev: p.netdev.clone(),
+            })
+            .collect())
+    }
+
+    fn alloc_pd(&self) -> Result<RxePd, VerbsError> {
+        let h = self.sh.lock().pds.insert(());
+        Ok(RxePd {
+            h,
+            sh: Arc::clone(&self.sh),
+        })
+    }
+
+    fn reg_mr(
+        &self,
+        pd: &RxePd,
+        memory: Arc<dyn Memory>,
+        access: AccessFlags,
+    ) -> Result<(RxeMr, MrInfo), VerbsError> {
+        let len = memory.len();
+        let err = |source| VerbsError::RegMr {
+            len,
+            access,
+            source,
+        };
+        if len == 0 {
+            return Err(err(DeviceError::new(
+                DeviceErrorKind::InvalidArgument,
+                "an empty region cannot be registered: register at least one byte",
+            )));
+        }
+        let mut st = self.sh.lock();
+        if st.pds.get(pd.h).is_none() {
+            return Err(err(GONE));
+        }
+        let keys = st
+            .keys
+            .register(memory, 0, len as u64, PdHandle(pd.h), access)
+            .map_err(|e| {
+                tracing::debug!(error = %e, "key table registration refused");
+                err(DeviceError::new(
+                    DeviceErrorKind::NoResources,
+                    "the key table has no room for another region: deregister some",
+                ))
+            })?;
+        Ok((
+            RxeMr {
+                key: keys.lkey.get(),
+                sh: Arc::clone(&self.sh),
+            },
+            MrInfo {
+                lkey: keys.lkey,
+                rkey: keys.rkey,
+                addr: keys.start,
+                len,
+            },
+        ))
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<(RxeCq, u32), VerbsError> {
+        let depth = depth.max(1);
+        if depth > 0x8000 {
+            return Err(VerbsError::CreateCq {
+                depth,
+                source: DeviceError::new(
+                    DeviceErrorKind::InvalidArgument,
+                    "an rxe CQ holds at most 32768 entries",
+                ),
+            });
+        }
+        let event =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(|e| VerbsError::CreateCq {
+                    depth,
+                    source: DeviceError::os(e as i32, "eventfd for the CQ (check ulimit -n)"),
+                })?;
+        let event = Arc::new(event);
+        let h = self.sh.lock().cqs.insert(CqState {
+            ring: VecDeque::with_capacity(depth as usize),
+            refs: 1,
+            depth,
+            armed: false,
+            event: Arc::clone(&event),
+            overflows: 0,
+        });
+        Ok((
+            RxeCq {
+                h,
+                event,
+                sh: Arc::clone(&self.sh),
+            },
+            depth,
+        ))
+    }
+
+    fn create_qp(
+        &self,
+        pd: &RxePd,
+        send_cq: &RxeCq,
+        recv_cq: &RxeCq,
+        init: &QpInitAttr,
+    ) -> Result<(RxeQp, QpInfo), VerbsError> {
+        let err = |what| VerbsError::CreateQp {
+            source: DeviceError::new(DeviceErrorKind::InvalidArgument, what),
+        };
+        let mut st = self.sh.lock();
+        if st.pds.get(pd.h).is_none() {
+            return Err(VerbsError::CreateQp { source: GONE });
+        }
+        if st.cqs.get(send_cq.h).is_none() || st.cqs.get(recv_cq.h).is_none() {
+            return Err(VerbsError::CreateQp { source: GONE });
+        }
+        let mut n = st.next_qpn;
+        while st.by_qpn.contains_key(&n) || !(0x11..=0xFF_FFFF).contains(&n) {
+            n = if n >= 0xFF_FFFF { 0x11 } else { n + 1 };
+        }
+        st.next_qpn = n + 1;
+        let qpn = rnic_core::Qpn::from_wire(n);
+        let local_gid = self.sh.ports.first().map_or(Gid::ZERO, |p| p.gid);
+        let qp = Qp::new(
+            QpConfig::from_init(qpn, PdHandle(pd.h), init, local_gid)
+                .with_max_unacked_psns(self.sh.max_unacked_psns),
+        )
+        .map_err(|e| match e {
+            TransportError::UnsupportedQpType(_) => {
+                err("rxe runs RC and UD queue pairs, not UC: create an RC QP")
+            }
+            _ => err("the transport refused the QP's capacities"),
+        })?;
+        let h = st.qps.insert(QpEntry {
+            qp,
+            send_cq: send_cq.h,
+            recv_cq: recv_cq.h,
+            qp_type: init.qp_type,
+            caps: init.caps,
+            attr: QpAttr {
+                cap: init.caps,
+                ..QpAttr::default()
+            },
+            handle: 0,
+            sq_unpolled: 0,
+            rq_unpolled: 0,
+            discarded: false,
+        });
+        if let Some(e) = st.qps.get_mut(h) {
+            e.handle = h;
+        }
+        for c in [send_cq.h, recv_cq.h] {
+            if let Some(c) = st.cqs.get_mut(c) {
+                c.refs += 1;
+            }
+        }
+        st.by_qpn.insert(n, h);
+        Ok((
+            RxeQp {
+                h,
+                qpn,
+                sh: Arc::clone(&self.sh),
+            },
+            QpInfo {
+                qpn,
+                caps: init.caps,
+            },
+        ))
+    }
+
+    fn create_ah(&self, _pd: &RxePd, av: &AddressVector) -> Result<(), VerbsError> {
+        match av_problem(&self.sh.ports, av) {
+            None => Ok(()),
+            Some(source) => Err(VerbsError::AddressVector {
+                dgid: av.dgid,
+                source,
+            }),
         }
     }
 }
