@@ -90,7 +90,7 @@ fn pair(buf: usize, pa: Progress, pb: Progress, net: u8) -> (Ep, Ep) {
 }
 
 /// Wait for `n` successful completions on `cq`, kicking `other`.
-fn reap(cq: &CompletionQueue, n: usize, other: Option<&RxeDevice>) {
+fn reap(cq: &mut CompletionQueue, n: usize, other: Option<&RxeDevice>) {
     let mut wcs = [WorkCompletion::default(); 32];
     let mut got = 0;
     while got < n {
@@ -187,7 +187,7 @@ fn write_bw(c: &mut Criterion) {
 
 /// Poll `cq` (kicking `other`) until a receive completion arrives; other
 /// completions (signaled sends) are only checked.
-fn reap_recv(cq: &CompletionQueue, other: &RxeDevice) {
+fn reap_recv(cq: &mut CompletionQueue, other: &RxeDevice) {
     let mut wcs = [WorkCompletion::default(); 8];
     loop {
         let k = cq.poll(&mut wcs).unwrap();
@@ -242,8 +242,8 @@ fn latency(c: &mut Criterion) {
                 .unwrap();
             spin_until(&a.dev, &b.dev, &a.mr, 8, seq);
             if sig {
-                reap(&a.cq, 1, Some(&b.dev));
-                reap(&b.cq, 1, Some(&a.dev));
+                reap(&mut a.cq, 1, Some(&b.dev));
+                reap(&mut b.cq, 1, Some(&a.dev));
             }
         });
     });
@@ -260,11 +260,11 @@ fn latency(c: &mut Criterion) {
             let w = SendWr::send(1, &src);
             a.qp.post_send(&[if sig { w.signaled() } else { w }])
                 .unwrap();
-            reap_recv(&b.cq, &a.dev);
+            reap_recv(&mut b.cq, &a.dev);
             let w = SendWr::send(2, &bsrc);
             b.qp.post_send(&[if sig { w.signaled() } else { w }])
                 .unwrap();
-            reap_recv(&a.cq, &b.dev);
+            reap_recv(&mut a.cq, &b.dev);
         });
     });
     g.finish();

@@ -35,7 +35,7 @@ use common::*;
 use nix::sched::{CloneFlags, setns};
 use nix::sys::socket::{LinkAddr, recvfrom};
 use rnic_core::{
-    AddressVector, Gid, InitParams, Mtu, PostError, Psn, QpState, QpType, QueuePair, RecvWr,
+    AddressVector, AvError, Gid, InitParams, Mtu, Psn, QpState, QpType, QueuePair, RecvWr,
     RtrParams, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
 };
 use rnic_roce::wire::icrc;
@@ -348,7 +348,7 @@ fn ud_sends(
     qa: &mut QueuePair,
     sgid_index: u8,
     b: &Side,
-    qb: &QueuePair,
+    qb: &mut QueuePair,
     dgid: Gid,
     lens: &[usize],
 ) -> Vec<u8> {
@@ -362,11 +362,15 @@ fn ud_sends(
         qb.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
         let src = [a.mr.sge(0, len as u32).unwrap()];
         let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let dest = UdDest {
-            av: AddressVector {
+        let ah = a
+            .pd
+            .create_ah(&AddressVector {
                 sgid_index,
                 ..AddressVector::new(dgid)
-            },
+            })
+            .unwrap();
+        let dest = UdDest {
+            ah: &ah,
             remote_qpn: qb.qpn(),
             remote_qkey: QKEY,
         };
@@ -458,15 +462,16 @@ fn lo_ud_grh_carries_the_ipv6_gids() {
     };
     let a = Side::new(open(ia, Progress::Thread), MIB, 64);
     let b = Side::new(open(ib, Progress::Thread), MIB, 64);
-    let (mut qa, qb) = ud_pair(&a, &b, Mtu::Mtu1024);
-    let grh = ud_sends(&a, &mut qa, 0, &b, &qb, b.gid(), &[0, 1, 1023, 1024]);
+    let (mut qa, mut qb) = ud_pair(&a, &b, Mtu::Mtu1024);
+    let grh = ud_sends(&a, &mut qa, 0, &b, &mut qb, b.gid(), &[0, 1, 1023, 1024]);
     // The destination half: b's own (single) GID.
     assert_eq!(&grh[24..40], b.gid().raw());
     // Over the path MTU: refused locally, nothing sent.
     let before = a.dev.stats().device.tx_packets;
     let src = [a.mr.sge(0, 1025).unwrap()];
+    let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
     let dest = UdDest {
-        av: AddressVector::new(b.gid()),
+        ah: &ah,
         remote_qpn: qb.qpn(),
         remote_qkey: QKEY,
     };
@@ -514,9 +519,9 @@ fn netns_global_gid_every_op_mtu_1024() {
     connect_at(&a, &mut qa, gi, &b, &mut qb, gi, Mtu::Mtu1024);
     every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
 
-    let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
+    let (mut ua, mut ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let bg = Gid::from_ipv6(net.global[1]);
-    let grh = ud_sends(&a, &mut ua, gi, &b, &ub, bg, &[0, 1, 1024]);
+    let grh = ud_sends(&a, &mut ua, gi, &b, &mut ub, bg, &[0, 1, 1024]);
     // The GRH area's destination half is the address the datagram was sent
     // to (the global GID, index 2), not the device's GID-table entry 0 (the
     // link-local GID), as kernel rxe copies it from the received IP header.
@@ -546,17 +551,20 @@ fn netns_global_gid_every_op_mtu_1024() {
             .unwrap_err();
         assert_eq!(qx.state(), QpState::Init, "{e}");
         match e {
-            VerbsError::ModifyQp { reason, .. } => reason,
-            other => panic!("expected ModifyQp, got {other:?}"),
+            VerbsError::AddressVector { source, .. } => source,
+            other => panic!("expected AddressVector, got {other:?}"),
         }
     };
+    let v4_gid = a.dev.gids()[usize::from(v4i)];
     let r = refused(&mut qx, v4i, bg);
-    assert!(r.contains("does not cross IPv4 and IPv6"), "{r}");
-    assert!(r.contains(&format!("sgid_index {v4i}")), "{r}");
+    assert!(
+        matches!(r, AvError::Family { sgid, dgid } if sgid == v4_gid && dgid == bg),
+        "{r}"
+    );
     let r = refused(&mut qx, gi, Gid::from_ipv6(net.link_local[1]));
-    assert!(r.contains("link-local"), "{r}");
+    assert!(matches!(r, AvError::LinkLocal { .. }), "{r}");
     let r = refused(&mut qx, 0, Gid::from_ipv4(net.v4[1]));
-    assert!(r.contains("does not cross IPv4 and IPv6"), "{r}");
+    assert!(matches!(r, AvError::Family { .. }), "{r}");
 
     assert_clean_v6(&a.dev, "requester");
     assert_clean_v6(&b.dev, "responder");
@@ -576,9 +584,9 @@ fn netns_link_local_gid_every_op() {
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect_at(&a, &mut qa, li, &b, &mut qb, li, Mtu::Mtu1024);
     every_rc_op(&a, &mut qa, &b, &mut qb, &sizes(Mtu::Mtu1024));
-    let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
+    let (mut ua, mut ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let bl = Gid::from_ipv6(net.link_local[1]);
-    let grh = ud_sends(&a, &mut ua, li, &b, &ub, bl, &[0, 1, 1024]);
+    let grh = ud_sends(&a, &mut ua, li, &b, &mut ub, bl, &[0, 1, 1024]);
     assert_eq!(&grh[24..40], bl.raw(), "GRH area destination (index 0)");
     assert_clean_v6(&a.dev, "requester");
     assert_clean_v6(&b.dev, "responder");
@@ -664,15 +672,17 @@ fn mixed_families_are_refused_with_a_reason() {
     let e = qa
         .to_rtr(qb.qpn(), Psn::from_wire(0), v6_peer, &rtr(Mtu::Mtu1024))
         .unwrap_err();
-    let VerbsError::ModifyQp { reason, .. } = &e else {
-        panic!("expected ModifyQp, got {e:?}");
-    };
     assert!(
-        reason.contains("(IPv4)")
-            && reason.contains("is IPv6")
-            && reason.contains("does not cross"),
-        "{reason}"
+        matches!(
+            e,
+            VerbsError::AddressVector {
+                source: AvError::Family { sgid, dgid },
+                ..
+            } if sgid == a.gid() && dgid == v6_peer
+        ),
+        "{e:?}"
     );
+    assert!(e.to_string().contains("does not cross IPv4 and IPv6"), "{e}");
     assert_eq!(qa.state(), QpState::Init);
     let far = RtrParams {
         sgid_index: 3,
@@ -682,9 +692,14 @@ fn mixed_families_are_refused_with_a_reason() {
         .to_rtr(qb.qpn(), Psn::from_wire(0), b.gid(), &far)
         .unwrap_err();
     assert!(
-        e.to_string()
-            .contains("sgid_index 3 is not in this device's GID table"),
-        "{e}"
+        matches!(
+            e,
+            VerbsError::AddressVector {
+                source: AvError::NoSuchSgid { index: 3, .. },
+                ..
+            }
+        ),
+        "{e:?}"
     );
     assert_eq!(qa.state(), QpState::Init);
     // The QP is unharmed: connect it properly and send.
@@ -700,27 +715,33 @@ fn mixed_families_are_refused_with_a_reason() {
     assert_eq!(b.bytes(0, 10), b"still fine");
 
     // UD: a good request, then one to an IPv6 GID from the IPv4 GID.
-    let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
+    let (mut ua, mut ub) = ud_pair(&a, &b, Mtu::Mtu1024);
     let rsge = [b.mr.sge(0, 40 + 64).unwrap()];
     ub.post_recv(&[RecvWr::new(3, &rsge)]).unwrap();
-    let to = |dgid| UdDest {
-        av: AddressVector::new(dgid),
+    // The bad destination is refused once, when its address handle is
+    // created: no request can name it.
+    let e = a
+        .pd
+        .create_ah(&AddressVector::new(v6_peer))
+        .expect_err("an IPv6 destination from the IPv4 GID");
+    assert!(
+        matches!(
+            e,
+            VerbsError::AddressVector {
+                source: AvError::Family { .. },
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let good = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
+    let to = UdDest {
+        ah: &good,
         remote_qpn: ub.qpn(),
         remote_qkey: QKEY,
     };
-    let e = ua
-        .post_send(&[
-            SendWr::send(4, &src).to_ud(to(b.gid())).signaled(),
-            SendWr::send(5, &src).to_ud(to(v6_peer)).signaled(),
-        ])
-        .unwrap_err();
-    match &e {
-        VerbsError::PostSend {
-            index: 1,
-            reason: PostError::Device(why),
-        } => assert!(why.contains("different IP families"), "{why}"),
-        other => panic!("expected PostSend at index 1, got {other:?}"),
-    }
+    ua.post_send(&[SendWr::send(4, &src).to_ud(to).signaled()])
+        .unwrap();
     let wa = wait(&a.cq, 1, &[]);
     assert_eq!((wa[0].wr_id, wa[0].status), (4, WcStatus::Success));
     assert_eq!(wait(&b.cq, 1, &[])[0].byte_len, 40 + 10);
@@ -831,8 +852,8 @@ fn wire_check([ia, ib]: [IpAddr; 2]) {
     .unwrap();
     assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
     assert_eq!(wait(&b.cq, 1, &[])[0].opcode, WcOpcode::Recv);
-    let (mut ua, ub) = ud_pair(&a, &b, Mtu::Mtu1024);
-    ud_sends(&a, &mut ua, 0, &b, &ub, b.gid(), &[100]);
+    let (mut ua, mut ub) = ud_pair(&a, &b, Mtu::Mtu1024);
+    ud_sends(&a, &mut ua, 0, &b, &mut ub, b.gid(), &[100]);
 
     let got = capture_v6(&cap, [v6(ia), v6(ib)]);
     let (sa, sb) = (a.dev.stats().device, b.dev.stats().device);

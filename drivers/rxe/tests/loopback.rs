@@ -185,8 +185,9 @@ fn ud_send_delivers_grh_and_payload() {
         qb.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
         let src = [a.mr.sge(0, len as u32).unwrap()];
         let src: &[Sge] = if len == 0 { &[] } else { &src };
+        let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
         let dest = UdDest {
-            av: AddressVector::new(b.gid()),
+            ah: &ah,
             remote_qpn: qb.qpn(),
             remote_qkey: 0x1111_1111,
         };

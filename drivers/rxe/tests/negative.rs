@@ -179,7 +179,7 @@ fn until(b: &Side, what: &str, f: impl Fn(&rnic_rxe::DeviceStats) -> bool) {
 
 #[test]
 fn injected_garbage_is_dropped_and_counted() {
-    let (a, b, _qa, qb) = connected(Mtu::Mtu1024);
+    let (a, b, _qa, mut qb) = connected(Mtu::Mtu1024);
     let target = SocketAddr::new(b.dev.gids()[0].to_ip(), 4791);
     let inj = injector(target.ip());
     let me = inj.local_addr().unwrap();

@@ -190,7 +190,7 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
             None => register(o, &mem)?,
         };
         let mut rc = Rc::new(&dev, &pd, 1, window + 1, AccessFlags::REMOTE_WRITE)?;
-        rc.qp.retain_region(&mr);
+        rc.peer_regions.push(mr.clone());
         for i in 0..=window {
             rc.qp
                 .post_recv(&[RecvWr::new(u64::from(i), &[])])

@@ -164,6 +164,10 @@ pub struct Rc {
     pub local: QpEndpoint,
     sgid_index: u8,
     mtu: Mtu,
+    /// Regions the peer writes into: no local request names them, so the QP
+    /// does not retain them itself; declared after `qp`, they are dropped
+    /// (deregistered) after it.
+    pub peer_regions: Vec<rnic::core::MemoryRegion>,
 }
 
 impl Rc {
@@ -208,6 +212,7 @@ impl Rc {
             local,
             sgid_index,
             mtu: dev.path_mtu(),
+            peer_regions: Vec::new(),
         })
     }
 

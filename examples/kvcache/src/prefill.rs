@@ -229,8 +229,9 @@ impl Spans {
 
 /// The completion side of the RDMA stream, run on its own thread so credits
 /// come back (and completion times are seen) while the model computes.
-struct Reaper {
-    cq: CompletionQueue,
+struct Reaper<'a> {
+    /// Polled by the reaping thread alone (the lock is taken once).
+    cq: Mutex<&'a mut CompletionQueue>,
     credits: CreditWindow,
     completed: AtomicU32,
     /// Last completion per layer (index `layers` is the sentinel).
@@ -239,10 +240,10 @@ struct Reaper {
     stop: AtomicBool,
 }
 
-impl Reaper {
-    fn new(cq: CompletionQueue, window: u32, layers: usize) -> Result<Reaper, KvError> {
+impl<'a> Reaper<'a> {
+    fn new(cq: &'a mut CompletionQueue, window: u32, layers: usize) -> Result<Reaper<'a>, KvError> {
         Ok(Reaper {
-            cq,
+            cq: Mutex::new(cq),
             credits: CreditWindow::with_default_watermarks(window).map_err(|_| {
                 KvError::Config {
                     reason: "bad credit window",
@@ -274,8 +275,9 @@ impl Reaper {
     fn run(&self) {
         let mut wcs = [WorkCompletion::default(); 16];
         let mut armed = false;
+        let mut cq = self.cq.lock().unwrap_or_else(PoisonError::into_inner);
         while !self.stop.load(Ordering::Acquire) {
-            let n = match self.cq.poll(&mut wcs) {
+            let n = match cq.poll(&mut wcs) {
                 Ok(n) => n,
                 Err(e) => return self.fail(KvError::verbs("poll_cq")(e)),
             };
@@ -309,13 +311,13 @@ impl Reaper {
             if !armed {
                 // Arm, then poll once more: a completion that landed in
                 // between would not signal.
-                if let Err(e) = self.cq.req_notify(false) {
+                if let Err(e) = cq.req_notify(false) {
                     return self.fail(KvError::verbs("req_notify_cq")(e));
                 }
                 armed = true;
                 continue;
             }
-            if let Err(e) = self.cq.wait(Some(Duration::from_millis(20))) {
+            if let Err(e) = cq.wait(Some(Duration::from_millis(20))) {
                 return self.fail(KvError::verbs("wait_cq")(e));
             }
             armed = false;
@@ -327,7 +329,7 @@ impl Reaper {
 struct RdmaSender<'a> {
     qp: &'a mut QueuePair,
     mr: MemoryRegion,
-    reaper: &'a Reaper,
+    reaper: &'a Reaper<'a>,
     va: u64,
     rkey: Rkey,
     timeout: Duration,
@@ -461,8 +463,8 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
             let mr = pd
                 .reg_mr(Arc::clone(&staging), AccessFlags::LOCAL_WRITE)
                 .map_err(KvError::verbs("reg_mr (staging)"))?;
-            let mut rc = Rc::new(dev, &pd, o.window + 1, 1, AccessFlags::empty())?;
-            rc.qp.retain_region(&mr);
+            // The QP retains the staging region itself: every write names it.
+            let rc = Rc::new(dev, &pd, o.window + 1, 1, AccessFlags::empty())?;
             Some((rc, mr))
         }
         None => None,
@@ -542,7 +544,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
     };
     let out = match (res.as_mut(), remote) {
         (Some((rc, mr)), Some((va, rkey))) => {
-            let reaper = Reaper::new(rc.cq.clone(), o.window, cfg.layers as usize)?;
+            let reaper = Reaper::new(&mut rc.cq, o.window, cfg.layers as usize)?;
             std::thread::scope(|scope| {
                 let reaping = scope.spawn(|| reaper.run());
                 let mut sender = Sender::Rdma(Box::new(RdmaSender {

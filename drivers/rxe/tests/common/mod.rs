@@ -4,14 +4,14 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, CompletionQueue, Context, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
+    AccessFlags, CompletionQueue, Context, CqStats, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
     ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
-    WorkCompletion,
+    VerbsError, WorkCompletion,
 };
 use rnic_core::{RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
@@ -38,12 +38,46 @@ pub fn open(ip: IpAddr, progress: Progress) -> RxeDevice {
     RxeDevice::open(&RxeConfig::new(Target::Ip(ip)).with_progress(progress)).expect("open rxe")
 }
 
+/// A completion queue the test shares between helpers: the explicit lock an
+/// application chooses when more than one place polls.
+pub struct Cq(pub Mutex<CompletionQueue>);
+
+impl Cq {
+    pub fn new(cq: CompletionQueue) -> Cq {
+        Cq(Mutex::new(cq))
+    }
+    pub fn lock(&self) -> MutexGuard<'_, CompletionQueue> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        self.lock().poll(wcs)
+    }
+    pub fn stats(&self) -> CqStats {
+        self.lock().stats()
+    }
+    pub fn in_flight(&self) -> u32 {
+        self.lock().in_flight()
+    }
+    pub fn depth(&self) -> u32 {
+        self.lock().depth()
+    }
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
+        self.lock().req_notify(solicited_only)
+    }
+    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.lock().event_fd()
+    }
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
+        self.lock().wait(timeout)
+    }
+}
+
 /// One side: device, PD, CQ, a buffer with its MR, and QPs.
 pub struct Side {
     pub dev: RxeDevice,
     pub ctx: Context,
     pub pd: ProtectionDomain,
-    pub cq: CompletionQueue,
+    pub cq: Cq,
     pub mem: Arc<HeapMemory>,
     pub mr: MemoryRegion,
 }
@@ -52,7 +86,7 @@ impl Side {
     pub fn new(dev: RxeDevice, buf: usize, cq_depth: u32) -> Side {
         let ctx = dev.context();
         let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(cq_depth).unwrap();
+        let cq = Cq::new(ctx.create_cq(cq_depth).unwrap());
         let mem = Arc::new(HeapMemory::new(buf));
         let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
         Side {
@@ -73,8 +107,9 @@ impl Side {
             max_recv_sge: 4,
             max_inline_data: 64,
         };
+        let cq = self.cq.lock();
         self.pd
-            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(qp_type, caps))
+            .create_qp(&cq, &cq, &QpInitAttr::new(qp_type, caps))
             .unwrap()
     }
 
@@ -181,7 +216,7 @@ pub fn sides(buf: usize, progress: Progress) -> (Side, Side) {
 
 /// Poll `cq` until `n` completions arrived (panics after 20 s). Also kicks
 /// `others` (caller-driven peers) while waiting.
-pub fn wait(cq: &CompletionQueue, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
+pub fn wait(cq: &Cq, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut wcs = [WorkCompletion::default(); 16];
     let start = Instant::now();
