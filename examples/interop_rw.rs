@@ -152,7 +152,7 @@ fn parse_remote(line: &str) -> Result<Remote, String> {
 }
 
 /// Waits for one completion (any queue of `cq`), which must be a success.
-fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
+fn wait_wc(cq: &mut CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
     let deadline = Instant::now() + timeout;
     let mut wc = [WorkCompletion::default(); 1];
     let ok = |wc: WorkCompletion| {
@@ -188,7 +188,7 @@ fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> Result<WorkCompletion, St
 /// Posts one signalled WR and waits for its completion.
 fn post_and_wait(
     qp: &mut QueuePair,
-    cq: &CompletionQueue,
+    cq: &mut CompletionQueue,
     wr: SendWr<'_>,
     timeout: Duration,
 ) -> Result<(), String> {
@@ -225,7 +225,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let mr: MemoryRegion = pd
         .reg_mr(mem.clone(), access)
         .map_err(|e| format!("reg_mr: {e}"))?;
-    let cq = ctx.create_cq(16).map_err(|e| format!("create_cq: {e}"))?;
+    let mut cq = ctx.create_cq(16).map_err(|e| format!("create_cq: {e}"))?;
     let caps = QpCaps {
         max_send_wr: 4,
         max_recv_wr: 1,
@@ -304,7 +304,7 @@ fn run(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("fill: {e}"))?;
     let scratch = [mr.sge(2 * len, args.len).map_err(|e| e.to_string())?];
     let wr = SendWr::rdma_write(1, &scratch, remote.va, remote.rkey).signaled();
-    post_and_wait(&mut qp, &cq, wr, timeout).map_err(|e| format!("RDMA WRITE: {e}"))?;
+    post_and_wait(&mut qp, &mut cq, wr, timeout).map_err(|e| format!("RDMA WRITE: {e}"))?;
     println!(
         "rnic RDMA WRITE of {len} bytes completed in {:?}",
         t0.elapsed()
@@ -313,7 +313,7 @@ fn run(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("clear: {e}"))?;
     let t1 = Instant::now();
     let wr = SendWr::rdma_read(2, &scratch, remote.va + len as u64, remote.rkey).signaled();
-    post_and_wait(&mut qp, &cq, wr, timeout).map_err(|e| format!("RDMA READ: {e}"))?;
+    post_and_wait(&mut qp, &mut cq, wr, timeout).map_err(|e| format!("RDMA READ: {e}"))?;
     println!(
         "rnic RDMA READ of {len} bytes completed in {:?}",
         t1.elapsed()
@@ -353,7 +353,7 @@ fn run(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("fill: {e}"))?;
     let t2 = Instant::now();
     let rnr_sge = [mr.sge(2 * len, RNR_LEN as u32).map_err(|e| e.to_string())?];
-    post_and_wait(&mut qp, &cq, SendWr::send(3, &rnr_sge).signaled(), timeout)
+    post_and_wait(&mut qp, &mut cq, SendWr::send(3, &rnr_sge).signaled(), timeout)
         .map_err(|e| format!("SEND into RNR: {e}"))?;
     let waits = dev.stats().qp(qp.qpn()).map_or(0, |s| s.rnr_waits);
     println!(
@@ -370,7 +370,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let naks_before = dev.stats().qp(qp.qpn()).map_or(0, |s| s.naks_sent.rnr);
     qp.post_recv(&[RecvWr::new(4, &rnr_sge)])
         .map_err(|e| format!("post_recv: {e}"))?;
-    let wc = wait_wc(&cq, timeout).map_err(|e| format!("receive after RNR: {e}"))?;
+    let wc = wait_wc(&mut cq, timeout).map_err(|e| format!("receive after RNR: {e}"))?;
     println!(
         "rnic received {} bytes after sending {naks_before} RNR NAKs",
         wc.byte_len

@@ -208,7 +208,7 @@ fn connect(
 }
 
 /// Wait for `n` completions on `cq`, failing on any error status or after 30 s.
-fn wait(cq: &CompletionQueue, n: usize, what: &str) -> Result<Vec<WorkCompletion>, String> {
+fn wait(cq: &mut CompletionQueue, n: usize, what: &str) -> Result<Vec<WorkCompletion>, String> {
     let mut out = Vec::with_capacity(n);
     let mut wcs = [WorkCompletion::default(); 16];
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -282,8 +282,8 @@ fn run(args: &Args) -> Result<(), String> {
         args.iters,
         args.depth
     );
-    let a = open_side("A", &args.a, size)?;
-    let b = open_side("B", &args.b, size)?;
+    let mut a = open_side("A", &args.a, size)?;
+    let mut b = open_side("B", &args.b, size)?;
     let mut qa = new_qp(&a)?;
     let mut qb = new_qp(&b)?;
 
@@ -301,7 +301,7 @@ fn run(args: &Args) -> Result<(), String> {
     let remote = client_exchange(("127.0.0.1", port), &ea, Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     connect(&mut qa, &ea, &remote, mtu)?;
-    let qb = server
+    let mut qb = server
         .join()
         .map_err(|_| "exchange thread panicked".to_owned())??;
     println!(
@@ -355,7 +355,7 @@ fn run(args: &Args) -> Result<(), String> {
     let t1 = Instant::now();
     qa.post_send(&[SendWr::rdma_read(1000, &dst, raddr, rkey).signaled()])
         .map_err(|e| format!("post READ: {e}"))?;
-    let wc = wait(&a.cq, 1, "READ")?;
+    let wc = wait(&mut a.cq, 1, "READ")?;
     let rt = t1.elapsed();
     if wc[0].opcode != WcOpcode::RdmaRead {
         return Err(format!("READ completed as {:?}", wc[0].opcode));
@@ -371,8 +371,8 @@ fn run(args: &Args) -> Result<(), String> {
     let ssge = [a.mr.sge(0, 4096).map_err(|e| e.to_string())?];
     qa.post_send(&[SendWr::send_with_imm(2000, &ssge, 0xC0FFEE).signaled()])
         .map_err(|e| e.to_string())?;
-    wait(&a.cq, 1, "SEND")?;
-    let rwc = wait(&b.cq, 1, "RECV")?;
+    wait(&mut a.cq, 1, "SEND")?;
+    let rwc = wait(&mut b.cq, 1, "RECV")?;
     if rwc[0].imm_data != Some(0xC0FFEE) || rwc[0].byte_len != 4096 {
         return Err(format!(
             "RECV: imm {:?}, {} bytes",
@@ -393,7 +393,7 @@ fn run(args: &Args) -> Result<(), String> {
     for i in 0..100u64 {
         qa.post_send(&[SendWr::atomic_fetch_add(3000 + i, &res, raddr, rkey, 7).signaled()])
             .map_err(|e| e.to_string())?;
-        wait(&a.cq, 1, "FETCH_ADD")?;
+        wait(&mut a.cq, 1, "FETCH_ADD")?;
         let old = u64::from_ne_bytes(
             read(&a.mem, size, 8)?
                 .try_into()
@@ -408,7 +408,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     qa.post_send(&[SendWr::atomic_cmp_swap(4000, &res, raddr, rkey, 1700, 42).signaled()])
         .map_err(|e| e.to_string())?;
-    wait(&a.cq, 1, "CMP_SWP")?;
+    wait(&mut a.cq, 1, "CMP_SWP")?;
     let old = u64::from_ne_bytes(
         read(&a.mem, size, 8)?
             .try_into()

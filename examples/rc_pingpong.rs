@@ -128,7 +128,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mr = pd
         .reg_mr(mem.clone(), AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    let cq = ctx
+    let mut cq = ctx
         .create_cq(args.rx_depth + 1)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let caps = QpCaps {
@@ -150,7 +150,7 @@ fn run(args: &Args) -> Result<(), String> {
     let rsge: &[_] = if size == 0 { &[] } else { &rsge };
     let ssge = [mr.sge(size, args.size).map_err(|e| e.to_string())?];
     let ssge: &[_] = if size == 0 { &[] } else { &ssge };
-    let post_recvs = |qp: &QueuePair, n: u32| -> Result<u32, String> {
+    let post_recvs = |qp: &mut QueuePair, n: u32| -> Result<u32, String> {
         for i in 0..n {
             if let Err(e) = qp.post_recv(&[RecvWr::new(RECV_WRID, rsge)]) {
                 if i == 0 {
@@ -161,7 +161,7 @@ fn run(args: &Args) -> Result<(), String> {
         }
         Ok(n)
     };
-    let mut routs = post_recvs(&qp, args.rx_depth)?;
+    let mut routs = post_recvs(&mut qp, args.rx_depth)?;
     if args.events {
         cq.req_notify(false)
             .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
@@ -273,7 +273,7 @@ fn run(args: &Args) -> Result<(), String> {
                 RECV_WRID => {
                     routs -= 1;
                     if routs <= 1 {
-                        routs += post_recvs(&qp, args.rx_depth - routs)?;
+                        routs += post_recvs(&mut qp, args.rx_depth - routs)?;
                         if routs < args.rx_depth {
                             eprintln!("Couldn't post receive ({routs})");
                             return Err("Couldn't post receive".into());

@@ -166,6 +166,27 @@ pub struct CqStats {
     pub credit_release_errors: u64,
 }
 
+/// A completion queue's counters, readable from any thread while the owner
+/// polls (a stats server, a monitor). Cloning is cheap.
+#[derive(Debug, Clone)]
+pub struct CqCounters(Arc<CqShared>);
+
+impl CqCounters {
+    /// The counters now.
+    pub fn stats(&self) -> CqStats {
+        let sh = &*self.0;
+        let a = sh.lock();
+        CqStats {
+            depth: sh.depth,
+            in_flight: sh.credits.in_flight(),
+            credits: sh.credits.stats(),
+            static_qps: a.static_qps,
+            windowed_qps: u32::try_from(a.windowed.len()).unwrap_or(u32::MAX),
+            credit_release_errors: sh.release_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// A completion queue. The application owns it: `poll` takes `&mut self`
 /// (one poller); share it with a lock if several threads must poll. Queue
 /// pairs borrow it at creation and keep the driver's part alive themselves,
@@ -226,15 +247,12 @@ impl<P: Provider> CompletionQueue<P> {
 
     /// Counters.
     pub fn stats(&self) -> CqStats {
-        let a = self.shared.lock();
-        CqStats {
-            depth: self.shared.depth,
-            in_flight: self.shared.credits.in_flight(),
-            credits: self.shared.credits.stats(),
-            static_qps: a.static_qps,
-            windowed_qps: u32::try_from(a.windowed.len()).unwrap_or(u32::MAX),
-            credit_release_errors: self.shared.release_errors.load(Ordering::Relaxed),
-        }
+        self.counters().stats()
+    }
+
+    /// A handle on the counters for other threads.
+    pub fn counters(&self) -> CqCounters {
+        CqCounters(Arc::clone(&self.shared))
     }
 
     /// Move up to `wcs.len()` completions into `wcs` and return how many.

@@ -5,7 +5,7 @@
 //! directory): each connection gets one JSON line. `rnicctl stats` reads
 //! every such socket, `rnicctl stats <pid>` one. Other rnic programs do not
 //! serve one yet — [`StatsServer`] is the piece they would embed (it needs
-//! only a cloned `RxeDevice` and `CompletionQueue`); moving it into rnic-rxe
+//! only a cloned `RxeDevice` and the CQ's `CqCounters`); moving it into rnic-rxe
 //! is the clean next step.
 //!
 //! Offline: the counters a perf run saved (`rnicctl perf … --stats --json >
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rnic::core::CompletionQueue;
+use rnic::core::CqCounters;
 use rnic::rxe::RxeDevice;
 
 use rnic::dma::RegionStats;
@@ -119,14 +119,15 @@ pub fn run_dir() -> PathBuf {
 }
 
 /// A CQ's counters as JSON.
-pub fn cq_json(cq: &CompletionQueue) -> Value {
+pub fn cq_json(cq: &CqCounters) -> Value {
     let s = cq.stats();
     json!({
         "depth": s.depth,
         "in_flight": s.in_flight,
         "high_water_mark": s.credits.max_in_flight,
         "credit_stalls": s.credits.stalls,
-        "unmatched_completions": s.unmatched_completions,
+        "static_qps": s.static_qps,
+        "windowed_qps": s.windowed_qps,
     })
 }
 
@@ -143,7 +144,7 @@ impl StatsServer {
     /// Start serving the counters of `dev` and `cq`.
     pub fn start(
         dev: RxeDevice,
-        cq: CompletionQueue,
+        cq: CqCounters,
         label: String,
     ) -> Result<StatsServer, CtlError> {
         let dir = run_dir();

@@ -401,12 +401,13 @@ impl Bench {
             dev_json = crate::stats::rxe_json(&s);
         }
         text.push_str(&format!(
-            "cq: depth {} in flight {} high-water mark {} credit stalls {} unmatched {}\n",
+            "cq: depth {} in flight {} high-water mark {} credit stalls {} reserved QPs {} windowed QPs {}\n",
             cq.depth,
             cq.in_flight,
             cq.credits.max_in_flight,
             cq.credits.stalls,
-            cq.unmatched_completions
+            cq.static_qps,
+            cq.windowed_qps
         ));
         text.push_str(&format!(
             "dma registry: {} live regions ({} bytes; the perf buffers are heap memory)\n",
@@ -415,7 +416,7 @@ impl Bench {
         ));
         let j = json!({
             "device": dev_json,
-            "cq": crate::stats::cq_json(&self.cq),
+            "cq": crate::stats::cq_json(&self.cq.counters()),
             "dma_registry": crate::stats::registry_json(&regions),
         });
         (j, text)
@@ -772,7 +773,7 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
     let _live = match (&b.dev, args.stats_socket) {
         (Some(d), true) => Some(crate::stats::StatsServer::start(
             d.clone(),
-            b.cq.clone(),
+            b.cq.counters(),
             format!("rnicctl perf {}", p.test.perftest_name()),
         )?),
         _ => None,
