@@ -8,35 +8,44 @@
 //! outstanding while it holds one of that CQ's credits. A driver never lets a
 //! queue hold more outstanding requests than the capacity it granted, and a
 //! request is outstanding until the poll that retires it (see
-//! [`crate::provider`]). So credits are taken in one of two ways, decided
-//! per QP and per CQ when the QP is created:
+//! [`crate::provider`]). So credits are taken in one of two ways, chosen when
+//! the CQ is created ([`CqCredits`]):
 //!
-//! * **Static** (the common case: the CQ is deep enough for its queues): if
-//!   the window still has room for the QP's whole queue depth (send depth on
-//!   the send CQ, receive depth on the receive CQ, both when they are the
-//!   same queue), that many credits are reserved once, at creation, and
-//!   returned when the QP is destroyed. Posting and polling then touch no
-//!   credit at all: the queue's own capacity bounds what can complete.
-//! * **Windowed** (the CQ is oversubscribed): the QP takes one credit per
-//!   request from the window when it posts — signaled or not, because an
-//!   unsignaled request still produces a completion when it fails or is
-//!   flushed — and a post that would exceed the window is refused whole with
+//! * **Reserved** ([`CqCredits::Reserved`], `Context::create_cq_reserved`:
+//!   the CQ is deep enough for its queues, as perftest and the examples size
+//!   them): each QP reserves its whole queue depth once, at creation (send
+//!   depth on the send CQ, receive depth on the receive CQ, both when they
+//!   are the same queue) and returns it when destroyed; a QP that does not
+//!   fit is refused at creation ([`VerbsError::CqOversubscribed`]). Posting
+//!   and polling then touch no credit at all: the queue's own capacity bounds
+//!   what can complete.
+//! * **Shared** ([`CqCredits::Shared`], `Context::create_cq`, the default:
+//!   any number of queues share the CQ): a QP takes one credit per request
+//!   from the window when it posts — signaled or not, because an unsignaled
+//!   request still produces a completion when it fails or is flushed — and a
+//!   post that would exceed the window is refused whole with
 //!   [`PostError::CqFull`] and counted as a stall. Polling gives the credits
 //!   back: a receive completion returns 1, a send completion
 //!   `1 + retired_unsignaled` (the driver says how many unsignaled requests it
 //!   retired with it). Moving the QP to RESET or destroying it returns what
 //!   the driver reports as discarded.
 //!
+//! Why not decide automatically (reserve while the queues fit, share the
+//! rest)? A QP that reserved the whole depth and went idle would starve every
+//! QP attached after it, with no poll able to help: the rxe IPv6 suite (an RC
+//! pair, then a UD pair, on one 256-deep CQ) did exactly that. The choice is
+//! the application's, made once, and both are safe.
+//!
 //! At any moment, then, the completions that can still arrive in a CQ are at
 //! most its credits in flight, which never exceed its depth.
 //!
 //! # Cost
 //!
-//! A CQ with only static QPs polls with one relaxed load of a counter that
-//! changes only when QPs are created or destroyed. A CQ with windowed QPs
-//! takes its attachment lock once per poll batch and makes one atomic
-//! release per batch; where static and windowed QPs share it, each
-//! completion's QPN is looked up in the (small) set of windowed QPs.
+//! A reserved CQ polls with one relaxed load of a counter that changes only
+//! when QPs are created or destroyed, and its QPs post without touching it.
+//! A shared CQ takes its attachment lock once per poll batch and makes one
+//! atomic release per batch; its QPs make one compare-and-swap per post
+//! batch (today's cost, kept for the oversubscribed case).
 
 use rustc_hash::FxHashSet;
 use std::os::fd::RawFd;
@@ -68,10 +77,27 @@ pub(crate) enum CreditMode {
     Windowed,
 }
 
+/// How the QPs of a completion queue take its credits (chosen when it is
+/// created; see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CqCredits {
+    /// One credit per request from the CQ's window, returned at poll: any
+    /// number of queues may share the CQ (ibverbs' model, made safe). Costs
+    /// one atomic read-modify-write per post batch and per poll batch.
+    #[default]
+    Shared,
+    /// Each QP reserves its queue depths once, at creation, and returns them
+    /// when destroyed; a QP that does not fit is refused
+    /// ([`VerbsError::CqOversubscribed`]). Posting and polling take no credit:
+    /// the queues' own capacity bounds what can complete.
+    Reserved,
+}
+
 /// The part of a CQ its QPs share: depth and credits.
 #[derive(Debug)]
 pub(crate) struct CqShared {
     pub(crate) depth: u32,
+    policy: CqCredits,
     pub(crate) credits: CreditWindow,
     /// Windowed QPs attached (read per poll, written per QP create/destroy).
     windowed_qps: AtomicU32,
@@ -84,19 +110,30 @@ impl CqShared {
         self.attached.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Attach QP `qpn` needing `need` credits: a static reservation when the
-    /// window has room for all of them, else windowed.
-    pub(crate) fn attach(&self, qpn: Qpn, need: u32) -> CreditMode {
+    /// Attach QP `qpn` needing `need` credits: on a [`CqCredits::Reserved`]
+    /// queue a static reservation (refused when it does not fit), on a
+    /// [`CqCredits::Shared`] one per request.
+    pub(crate) fn attach(&self, qpn: Qpn, need: u32) -> Result<CreditMode, VerbsError> {
         let mut a = self.lock();
-        if need > 0 && self.credits.try_reserve(need).is_ok() {
-            a.static_qps += 1;
-            CreditMode::Static(need)
-        } else if need == 0 {
-            CreditMode::Static(0)
-        } else {
-            a.windowed.insert(qpn.get());
-            self.windowed_qps.fetch_add(1, Ordering::Relaxed);
-            CreditMode::Windowed
+        match self.policy {
+            CqCredits::Reserved => {
+                if need > 0 {
+                    self.credits
+                        .try_reserve(need)
+                        .map_err(|stall| VerbsError::CqOversubscribed {
+                            depth: self.depth,
+                            reserved: stall.in_flight,
+                            needed: need,
+                        })?;
+                    a.static_qps += 1;
+                }
+                Ok(CreditMode::Static(need))
+            }
+            CqCredits::Shared => {
+                a.windowed.insert(qpn.get());
+                self.windowed_qps.fetch_add(1, Ordering::Relaxed);
+                Ok(CreditMode::Windowed)
+            }
         }
     }
 
@@ -200,7 +237,11 @@ pub struct CompletionQueue<P: Provider = DynDevice> {
 
 impl<P: Provider> CompletionQueue<P> {
     /// Create a queue of at least `depth` entries through `provider`.
-    pub(crate) fn create(provider: &Arc<P>, depth: u32) -> Result<CompletionQueue<P>, VerbsError> {
+    pub(crate) fn create(
+        provider: &Arc<P>,
+        depth: u32,
+        policy: CqCredits,
+    ) -> Result<CompletionQueue<P>, VerbsError> {
         let (ops, granted) = provider.create_cq(depth)?;
         let credits =
             CreditWindow::with_default_watermarks(granted).map_err(|_| VerbsError::CreateCq {
@@ -216,12 +257,18 @@ impl<P: Provider> CompletionQueue<P> {
             provider: Arc::clone(provider),
             shared: Arc::new(CqShared {
                 depth: granted,
+                policy,
                 credits,
                 windowed_qps: AtomicU32::new(0),
                 attached: Mutex::new(Attached::default()),
                 release_errors: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// How its QPs take credits.
+    pub fn credit_policy(&self) -> CqCredits {
+        self.shared.policy
     }
 
     /// The driver's queue object.

@@ -103,7 +103,7 @@ mod fake_provider;
 mod verbs_tests;
 
 pub use access::{AccessError, AccessFlags};
-pub use cq::{CompletionQueue, CqCounters, CqStats};
+pub use cq::{CompletionQueue, CqCounters, CqCredits, CqStats};
 pub use credit::{CreditError, CreditStall, CreditStats, CreditWindow};
 pub use error::{DeviceError, DeviceErrorKind, ValueError};
 pub use memory::{HeapMemory, MemAccess, Memory, MemoryError};

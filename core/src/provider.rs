@@ -506,6 +506,20 @@ pub enum VerbsError {
         #[source]
         source: DeviceError,
     },
+    /// A QP does not fit a reserved CQ ([`crate::CqCredits::Reserved`]).
+    #[error(
+        "create_qp: the completion queue (depth {depth}, {reserved} entries reserved by other \
+         queues) has no room for this QP's {needed}: create the CQ deeper, give the QP its own \
+         CQ, or create a shared CQ (Context::create_cq)"
+    )]
+    CqOversubscribed {
+        /// The CQ's depth.
+        depth: u32,
+        /// Entries already reserved.
+        reserved: u32,
+        /// Entries this QP needs.
+        needed: u32,
+    },
     /// Objects from different device contexts were combined.
     #[error(
         "{operation}: {what} belongs to another device context; create it from the same Context"

@@ -194,19 +194,23 @@ impl<P: Provider> QueuePair<P> {
         let (send_mode, recv_mode) = if same {
             let m = send_cq
                 .shared
-                .attach(info.qpn, info.caps.max_send_wr + info.caps.max_recv_wr);
-            (m, CreditMode::Static(0))
+                .attach(info.qpn, info.caps.max_send_wr + info.caps.max_recv_wr)?;
+            // One CQ for both queues: a windowed QP takes per request on both.
+            let r = match m {
+                CreditMode::Windowed => CreditMode::Windowed,
+                CreditMode::Static(_) => CreditMode::Static(0),
+            };
+            (m, r)
         } else {
-            (
-                send_cq.shared.attach(info.qpn, info.caps.max_send_wr),
-                recv_cq.shared.attach(info.qpn, info.caps.max_recv_wr),
-            )
-        };
-        // One CQ for both queues and windowed: both queues take per request.
-        let recv_mode = if same && send_mode == CreditMode::Windowed {
-            CreditMode::Windowed
-        } else {
-            recv_mode
+            let s = send_cq.shared.attach(info.qpn, info.caps.max_send_wr)?;
+            match recv_cq.shared.attach(info.qpn, info.caps.max_recv_wr) {
+                Ok(r) => (s, r),
+                Err(e) => {
+                    let mut a = send_cq.shared.lock();
+                    send_cq.shared.detach(&mut a, info.qpn, s, 0);
+                    return Err(e);
+                }
+            }
         };
         Ok(QueuePair {
             ops,
@@ -527,6 +531,13 @@ impl<P: Provider> QueuePair<P> {
         self.ops.post_recv(wrs).inspect_err(|e| {
             let posted = u32::try_from(e.posted_count()).unwrap_or(u32::MAX);
             self.recv_cq.release(requested.saturating_sub(posted));
+            if let VerbsError::PostRecv {
+                reason: PostError::QueueFull { .. },
+                ..
+            } = e
+            {
+                self.stalls += 1;
+            }
         })
     }
 }

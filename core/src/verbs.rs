@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::access::AccessFlags;
-use crate::cq::CompletionQueue;
+use crate::cq::{CompletionQueue, CqCredits};
 use crate::memory::{MemAccess, Memory, MemoryError, check_range};
 use crate::provider::{
     AnyObject, DeviceAttr, DeviceMemory, DynDevice, DynProvider, GidEntry, MrInfo, PortAttr,
@@ -101,10 +101,17 @@ impl<P: Provider> Context<P> {
         })
     }
 
-    /// Create a completion queue of at least `depth` entries. Its credit
-    /// window is sized to the depth the driver grants.
+    /// Create a completion queue of at least `depth` entries that any number
+    /// of queues may share: one credit per request ([`CqCredits::Shared`]).
     pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue<P>, VerbsError> {
-        CompletionQueue::create(&self.provider, depth)
+        CompletionQueue::create(&self.provider, depth, CqCredits::Shared)
+    }
+
+    /// Create a completion queue of at least `depth` entries whose QPs
+    /// reserve their queue depths at creation ([`CqCredits::Reserved`]):
+    /// no credit work per request; a QP that does not fit is refused.
+    pub fn create_cq_reserved(&self, depth: u32) -> Result<CompletionQueue<P>, VerbsError> {
+        CompletionQueue::create(&self.provider, depth, CqCredits::Reserved)
     }
 }
 

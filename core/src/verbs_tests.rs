@@ -326,7 +326,9 @@ fn a_cq_deep_enough_for_its_queues_reserves_once_and_counts_nothing_per_request(
         max_recv_wr: 4,
         ..CAPS
     };
-    let (mut cq, mut qp) = r.connected(8, caps);
+    let mut cq = r.ctx.create_cq_reserved(8).expect("cq");
+    let mut qp = r.qp(&cq, &cq, caps);
+    bring_up(&mut qp);
     assert!(qp.credits_reserved());
     assert_eq!((cq.in_flight(), cq.stats().static_qps), (8, 1));
     let acquired = cq.stats().credits.acquired_total;
@@ -350,22 +352,30 @@ fn a_cq_deep_enough_for_its_queues_reserves_once_and_counts_nothing_per_request(
         })
     ));
     assert_eq!(qp.stalls(), 1);
-    // A second QP that does not fit what is left takes credits per request.
-    let mut other = r.qp(&cq, &cq, caps);
-    bring_up(&mut other);
-    assert!(!other.credits_reserved());
-    assert!(matches!(
-        other.post_send(&[signaled(1)]),
-        Err(VerbsError::PostSend {
-            reason: PostError::CqFull { depth: 8, .. },
-            ..
-        })
-    ));
+    // A second QP does not fit what is left: refused at creation, not
+    // starved later.
+    let err = r
+        .pd
+        .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+        .expect_err("oversubscribed");
+    assert_eq!(
+        err,
+        VerbsError::CqOversubscribed {
+            depth: 8,
+            reserved: 8,
+            needed: 8
+        }
+    );
     drop(qp);
     assert_eq!(cq.in_flight(), 0);
-    other.post_send(&[signaled(1)]).expect("credits came back");
+    let mut other = r.qp(&cq, &cq, caps);
+    bring_up(&mut other);
+    assert!(other.credits_reserved());
+    other.post_send(&[signaled(1)]).expect("post");
     r.fake.complete_send(other.qpn(), 1, WcStatus::Success);
     assert_eq!(poll_all(&mut cq).len(), 1);
+    assert_eq!(cq.in_flight(), 8);
+    drop(other);
     assert_eq!(cq.in_flight(), 0);
     assert_eq!(cq.stats().credit_release_errors, 0);
 }
@@ -618,7 +628,6 @@ fn state_and_queue_capacity_are_checked_before_posting() {
     // Queue-full refusals are not CQ stalls; the QP counts them.
     assert_eq!(cq.stats().credits.stalls, 0);
     assert_eq!(qp.stalls(), 2);
-    // The queues' depths (2 + 3) are reserved statically.
     assert_eq!(cq.in_flight(), 5);
 }
 

@@ -45,7 +45,7 @@ fn ep(ip: [u8; 4], buf: usize, progress: Progress) -> Ep {
     .unwrap();
     let ctx = dev.context();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(1024).unwrap();
+    let cq = ctx.create_cq_reserved(1024).unwrap();
     let mr = pd.reg_mr(Arc::new(HeapMemory::new(buf)), ALL).unwrap();
     let caps = QpCaps {
         max_send_wr: 256,

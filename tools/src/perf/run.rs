@@ -114,7 +114,7 @@ impl Bench {
             1
         };
         let cq = ctx
-            .create_cq(p.qps * (send_depth + recv_depth) + 16)
+            .create_cq_reserved(p.qps * (send_depth + recv_depth) + 16)
             .map_err(verbs("creating the CQ"))?;
         let caps = QpCaps {
             max_send_wr: send_depth,
