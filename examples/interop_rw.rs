@@ -353,8 +353,13 @@ fn run(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("fill: {e}"))?;
     let t2 = Instant::now();
     let rnr_sge = [mr.sge(2 * len, RNR_LEN as u32).map_err(|e| e.to_string())?];
-    post_and_wait(&mut qp, &mut cq, SendWr::send(3, &rnr_sge).signaled(), timeout)
-        .map_err(|e| format!("SEND into RNR: {e}"))?;
+    post_and_wait(
+        &mut qp,
+        &mut cq,
+        SendWr::send(3, &rnr_sge).signaled(),
+        timeout,
+    )
+    .map_err(|e| format!("SEND into RNR: {e}"))?;
     let waits = dev.stats().qp(qp.qpn()).map_or(0, |s| s.rnr_waits);
     println!(
         "rnic SEND of {RNR_LEN} bytes completed in {:?} after {waits} RNR waits",

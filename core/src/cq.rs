@@ -118,13 +118,13 @@ impl CqShared {
         match self.policy {
             CqCredits::Reserved => {
                 if need > 0 {
-                    self.credits
-                        .try_reserve(need)
-                        .map_err(|stall| VerbsError::CqOversubscribed {
+                    self.credits.try_reserve(need).map_err(|stall| {
+                        VerbsError::CqOversubscribed {
                             depth: self.depth,
                             reserved: stall.in_flight,
                             needed: need,
-                        })?;
+                        }
+                    })?;
                     a.static_qps += 1;
                 }
                 Ok(CreditMode::Static(need))

@@ -503,10 +503,7 @@ impl Provider for FakeProvider {
         } else {
             Err(VerbsError::QueryPort {
                 port: port_num,
-                source: DeviceError::new(
-                    DeviceErrorKind::NotFound,
-                    "the fake device has one port",
-                ),
+                source: DeviceError::new(DeviceErrorKind::NotFound, "the fake device has one port"),
             })
         }
     }

@@ -57,7 +57,9 @@ use thiserror::Error;
 use crate::access::{AccessError, AccessFlags};
 use crate::error::DeviceError;
 use crate::memory::Memory;
-use crate::qp::{AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpTransitionError};
+use crate::qp::{
+    AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpTransitionError,
+};
 use crate::types::{Gid, Lkey, Mtu, Qpn, Rkey};
 use crate::wr::{RecvWr, SendWr, WorkCompletion, WrError};
 

@@ -22,7 +22,9 @@ use rustc_hash::FxHashMap;
 use crate::access::AccessFlags;
 use crate::cq::{CompletionQueue, CqShared, CreditMode};
 use crate::provider::{DynDevice, Outstanding, PostError, Provider, QpOps, VerbsError};
-use crate::qp::{AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, check_modify};
+use crate::qp::{
+    AddressVector, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, check_modify,
+};
 use crate::types::{Gid, Lkey, Mtu, Psn, Qpn};
 use crate::verbs::{MrInner, PdInner, ProtectionDomain};
 use crate::wr::{RecvWr, SendWr, Sge};
@@ -558,7 +560,8 @@ impl<P: Provider> Drop for QueuePair<P> {
         }
         if !same {
             let mut r = self.recv_cq.lock();
-            self.recv_cq.detach(&mut r, self.qpn, self.recv_mode, d.recvs);
+            self.recv_cq
+                .detach(&mut r, self.qpn, self.recv_mode, d.recvs);
         }
     }
 }

@@ -160,7 +160,11 @@ impl<P: Provider> ProtectionDomain<P> {
     /// the driver reaches ([`DeviceMemory`] of its [`Provider::Domain`]; the
     /// compiler checks). The flags are checked first (REMOTE_WRITE or
     /// REMOTE_ATOMIC need LOCAL_WRITE).
-    pub fn reg_mr<M>(&self, memory: Arc<M>, access: AccessFlags) -> Result<MemoryRegion<P>, VerbsError>
+    pub fn reg_mr<M>(
+        &self,
+        memory: Arc<M>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion<P>, VerbsError>
     where
         M: DeviceMemory<P::Domain> + ?Sized,
     {
@@ -250,7 +254,10 @@ impl AddressHandle {
     pub fn unchecked(av: AddressVector) -> AddressHandle {
         AddressHandle {
             av,
-            keep: Arc::new(AhKeep { ah: (), _pd: Arc::new(()) }),
+            keep: Arc::new(AhKeep {
+                ah: (),
+                _pd: Arc::new(()),
+            }),
         }
     }
 

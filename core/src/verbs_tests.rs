@@ -103,7 +103,6 @@ fn poll_all(cq: &mut CompletionQueue) -> Vec<WorkCompletion> {
     }
 }
 
-
 fn ids(fake: &FakeProvider) -> (u32, u32, Vec<u32>) {
     let calls = fake.calls();
     let pd = calls.iter().find_map(|c| match c {
@@ -354,10 +353,9 @@ fn a_cq_deep_enough_for_its_queues_reserves_once_and_counts_nothing_per_request(
     assert_eq!(qp.stalls(), 1);
     // A second QP does not fit what is left: refused at creation, not
     // starved later.
-    let err = r
-        .pd
-        .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
-        .expect_err("oversubscribed");
+    let err =
+        r.pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+            .expect_err("oversubscribed");
     assert_eq!(
         err,
         VerbsError::CqOversubscribed {

@@ -18,8 +18,8 @@ use bitflags::bitflags;
 use thiserror::Error;
 
 use crate::qp::{AddressVector, QpCaps, QpType};
-use crate::verbs::AddressHandle;
 use crate::types::{Lkey, Qpn, Rkey};
+use crate::verbs::AddressHandle;
 
 /// The largest message a work request may describe: 2^31 bytes (what rxe
 /// and ConnectX report as `max_msg_sz`).
@@ -994,7 +994,10 @@ mod tests {
         let mut av = AddressVector::new(Gid::ZERO);
         av.flow_label = 0x20_0000;
         let ah = AddressHandle::unchecked(av);
-        let dest = UdDest { ah: &ah, ..ud_dest() };
+        let dest = UdDest {
+            ah: &ah,
+            ..ud_dest()
+        };
         assert_eq!(
             SendWr::send(1, &one)
                 .to_ud(dest)

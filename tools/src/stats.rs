@@ -142,11 +142,7 @@ pub struct StatsServer {
 
 impl StatsServer {
     /// Start serving the counters of `dev` and `cq`.
-    pub fn start(
-        dev: RxeDevice,
-        cq: CqCounters,
-        label: String,
-    ) -> Result<StatsServer, CtlError> {
+    pub fn start(dev: RxeDevice, cq: CqCounters, label: String) -> Result<StatsServer, CtlError> {
         let dir = run_dir();
         let path = dir.join(format!("{}.sock", std::process::id()));
         let io = |what| move |source| CtlError::Io { what, source };

@@ -362,9 +362,8 @@ fn ud_sends(
         qb.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
         let src = [a.mr.sge(0, len as u32).unwrap()];
         let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let ah = a
-            .pd
-            .create_ah(&AddressVector {
+        let ah =
+            a.pd.create_ah(&AddressVector {
                 sgid_index,
                 ..AddressVector::new(dgid)
             })
@@ -682,7 +681,10 @@ fn mixed_families_are_refused_with_a_reason() {
         ),
         "{e:?}"
     );
-    assert!(e.to_string().contains("does not cross IPv4 and IPv6"), "{e}");
+    assert!(
+        e.to_string().contains("does not cross IPv4 and IPv6"),
+        "{e}"
+    );
     assert_eq!(qa.state(), QpState::Init);
     let far = RtrParams {
         sgid_index: 3,
@@ -720,10 +722,9 @@ fn mixed_families_are_refused_with_a_reason() {
     ub.post_recv(&[RecvWr::new(3, &rsge)]).unwrap();
     // The bad destination is refused once, when its address handle is
     // created: no request can name it.
-    let e = a
-        .pd
-        .create_ah(&AddressVector::new(v6_peer))
-        .expect_err("an IPv6 destination from the IPv4 GID");
+    let e =
+        a.pd.create_ah(&AddressVector::new(v6_peer))
+            .expect_err("an IPv6 destination from the IPv4 GID");
     assert!(
         matches!(
             e,

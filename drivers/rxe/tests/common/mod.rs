@@ -4,13 +4,13 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, CompletionQueue, Context, CqStats, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
+    AccessFlags, CompletionQueue, Context, CqStats, HeapMemory, InitParams, Memory, MemoryRegion,
+    Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
     VerbsError, WorkCompletion,
 };
 use rnic_core::{RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
