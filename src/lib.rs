@@ -9,8 +9,9 @@
 //!
 //! * [`core`] (`rnic-core`): the verbs object model — newtypes (`Qpn`,
 //!   `Psn`, `Gid`, …), protection domains, memory regions, completion queues,
-//!   queue pairs, work requests and completions, the `Provider` trait every
-//!   driver implements, credit-based flow control, and the ibv_rc_pingpong
+//!   queue pairs, address handles, work requests and completions, the
+//!   `Provider` contract every driver implements (driver-owned queues on
+//!   `&mut`), credit-based flow control, and the ibv_rc_pingpong
 //!   endpoint exchange;
 //! * [`roce`] (`rnic-roce`): RoCEv2 as a sans-IO library — wire headers,
 //!   ICRC, and (as it lands) the RC/UD transport;
@@ -19,6 +20,33 @@
 //! * [`open`]: a device from a spec string, as a `rnic_core::Context`;
 //! * [`spec`]: the device-spec strings (`rxe:<netdev|ip>`, `mlx5:<pci bdf>`)
 //!   users pick a backend with.
+//!
+//! `rnic::open` returns a `Context` over the driver behind dynamic dispatch
+//! (one indirect call per post and per poll, straight into the driver's
+//! queue object); a program that names the driver (`RxeDevice::typed_context`,
+//! `Context<RxeProvider>`) dispatches statically. The README's example:
+//!
+//! ```rust,no_run
+//! use std::sync::Arc;
+//! use rnic::core::{AccessFlags, HeapMemory, QpCaps, QpInitAttr, QpType, SendWr, WorkCompletion};
+//!
+//! let ctx = rnic::open("rxe:127.0.0.1")?;            // or rxe:eth0, rxe:fe80::1, mlx5:0000:3b:00.1
+//! let pd = ctx.alloc_pd()?;
+//! let mr = pd.reg_mr(Arc::new(HeapMemory::new(1 << 20)), AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! // A CQ deep enough for its queues: each QP reserves its depth once, so no
+//! // post or poll touches a shared counter (ctx.create_cq(n) shares n credits
+//! // among any number of queues instead). Either way the CQ cannot overflow.
+//! let mut cq = ctx.create_cq_reserved(256)?;
+//! let mut qp = pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, QpCaps::default()))?;
+//! // exchange endpoints (rnic::core::exchange), then qp.to_init / to_rtr / to_rts, and:
+//! let sge = [mr.sge(0, 64)?];
+//! # let (remote_addr, rkey) = (0u64, mr.rkey());
+//! qp.post_send(&[SendWr::rdma_write(1, &sge, remote_addr, rkey).signaled()])?; // &mut qp: one poster
+//! let mut wcs = [WorkCompletion::default(); 16];
+//! let n = cq.poll(&mut wcs)?;                          // &mut cq: one poller; share either with a Mutex
+//! # let _ = n;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! Which crate owns what, and the invariants each keeps, are in
 //! `docs/architecture.md`.

@@ -331,6 +331,15 @@ impl DmaRegion {
     }
 }
 
+/// A region is DMA-capable memory (pinned, with an IOVA once mapped): DMA drivers
+/// (`Provider::Domain = IommuDomain`) can register it; `HeapMemory` they
+/// cannot. (Every memory is in `HostDomain`.)
+impl rnic_core::DeviceMemory<rnic_core::IommuDomain> for DmaRegion {
+    fn into_dyn_memory(self: Arc<Self>) -> Arc<dyn Memory> {
+        self
+    }
+}
+
 impl Memory for DmaRegion {
     fn len(&self) -> usize {
         self.len
