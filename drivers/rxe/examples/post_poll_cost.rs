@@ -14,8 +14,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use rnic_core::{
-    AccessFlags, CompletionQueue, Context, HeapMemory, InitParams, Provider, Psn, QpCaps,
-    QpInitAttr, QpType, QueuePair, RtrParams, RtsParams, SendWr, VerbsError, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, DeviceMemory, HeapMemory, InitParams, Provider, Psn,
+    QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams, SendWr, VerbsError,
+    WorkCompletion,
 };
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
 
@@ -32,7 +33,10 @@ fn poll_one<P: Provider>(
     cq.poll(wcs)
 }
 
-fn run<P: Provider>(n: usize, reserved: bool, ctx: [Context<P>; 2], dev: [RxeDevice; 2]) {
+fn run<P: Provider>(n: usize, reserved: bool, ctx: [Context<P>; 2], dev: [RxeDevice; 2])
+where
+    HeapMemory: DeviceMemory<P::Domain>,
+{
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mk = |ctx: &Context<P>| {
         let pd = ctx.alloc_pd().unwrap();
