@@ -347,6 +347,10 @@ pub enum PostError {
         /// Requests in the refused batch.
         requested: u32,
     },
+    /// A UD destination this device cannot send to (what `create_ah` would
+    /// have refused).
+    #[error("the UD destination cannot be used: {0}")]
+    AddressVector(#[source] AvError),
     /// The device refused the request.
     #[error("the device refused it: {0}")]
     Device(#[source] DeviceError),

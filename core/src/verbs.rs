@@ -266,6 +266,16 @@ impl AddressHandle {
         &self.av
     }
 
+    /// The destination of a UD send to QP `remote_qpn` (Q_Key `remote_qkey`)
+    /// at this address.
+    pub fn ud_dest(&self, remote_qpn: crate::types::Qpn, remote_qkey: u32) -> crate::wr::UdDest {
+        crate::wr::UdDest {
+            av: self.av,
+            remote_qpn,
+            remote_qkey,
+        }
+    }
+
     /// The driver's object for it, when it is of type `T` (a driver looks its
     /// own up; through [`DynDevice`] it is boxed once more: `AnyObject`).
     pub fn driver<T: 'static>(&self) -> Option<&T> {

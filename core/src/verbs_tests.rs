@@ -818,11 +818,7 @@ fn the_dyn_path_reaches_the_same_driver() {
         .expect("ah");
     assert_eq!(ah.driver::<()>(), Some(&()));
     let sge = [mr.whole()];
-    let dest = crate::wr::UdDest {
-        ah: &ah,
-        remote_qpn: Qpn::from_wire(2),
-        remote_qkey: 1,
-    };
+    let dest = ah.ud_dest(Qpn::from_wire(2), 1);
     qp.post_send(&[SendWr::send(1, &sge).signaled().to_ud(dest)])
         .expect("post");
     fake.complete_send(qp.qpn(), 1, WcStatus::Success);

@@ -19,7 +19,6 @@ use thiserror::Error;
 
 use crate::qp::{AddressVector, QpCaps, QpType};
 use crate::types::{Lkey, Qpn, Rkey};
-use crate::verbs::AddressHandle;
 
 /// The largest message a work request may describe: 2^31 bytes (what rxe
 /// and ConnectX report as `max_msg_sz`).
@@ -229,25 +228,17 @@ impl SendOp {
     }
 }
 
-/// Where a UD send goes: a resolved address handle, the peer's QPN and
-/// Q_Key.
+/// Where a UD send goes: the peer's address, QPN and Q_Key. Build it from
+/// an address handle ([`crate::AddressHandle::ud_dest`]), which the driver resolved
+/// and checked once when it was created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct UdDest<'a> {
-    /// The peer's address, resolved once by [`ProtectionDomain::create_ah`].
-    ///
-    /// [`ProtectionDomain::create_ah`]: crate::ProtectionDomain::create_ah
-    pub ah: &'a AddressHandle,
+pub struct UdDest {
+    /// Address vector of the peer.
+    pub av: AddressVector,
     /// The peer's QPN.
     pub remote_qpn: Qpn,
     /// The peer's Q_Key.
     pub remote_qkey: u32,
-}
-
-impl UdDest<'_> {
-    /// The address vector behind the handle.
-    pub fn av(&self) -> &AddressVector {
-        self.ah.av()
-    }
 }
 
 /// A send work request (`struct ibv_send_wr` without the list link): the
@@ -264,7 +255,7 @@ pub struct SendWr<'a> {
     /// Signaling, fencing, solicited and inline flags.
     pub flags: SendFlags,
     /// Destination of a UD send; `None` on connected QPs.
-    pub ud: Option<UdDest<'a>>,
+    pub ud: Option<UdDest>,
 }
 
 impl<'a> SendWr<'a> {
@@ -389,7 +380,7 @@ impl<'a> SendWr<'a> {
 
     /// The same request addressed to a UD peer.
     #[must_use]
-    pub const fn to_ud(mut self, dest: UdDest<'a>) -> SendWr<'a> {
+    pub const fn to_ud(mut self, dest: UdDest) -> SendWr<'a> {
         self.ud = Some(dest);
         self
     }
@@ -413,11 +404,9 @@ impl<'a> SendWr<'a> {
         }
         match (qp_type, &self.ud) {
             (QpType::Ud, None) => return Err(WrError::MissingUdDest),
-            (QpType::Ud, Some(dest)) => {
-                dest.av().validate().map_err(|_| WrError::UdFlowLabel {
-                    value: dest.av().flow_label,
-                })?;
-            }
+            (QpType::Ud, Some(dest)) => dest.av.validate().map_err(|_| WrError::UdFlowLabel {
+                value: dest.av.flow_label,
+            })?,
             (_, Some(_)) => return Err(WrError::UdDestOnConnectedQp { qp_type }),
             (_, None) => {}
         }
@@ -894,14 +883,9 @@ mod tests {
         Sge::new(0x1000, len, Lkey(7))
     }
 
-    fn ah() -> &'static AddressHandle {
-        static AH: std::sync::OnceLock<AddressHandle> = std::sync::OnceLock::new();
-        AH.get_or_init(|| AddressHandle::unchecked(AddressVector::new(Gid::ZERO)))
-    }
-
-    fn ud_dest() -> UdDest<'static> {
+    fn ud_dest() -> UdDest {
         UdDest {
-            ah: ah(),
+            av: AddressVector::new(Gid::ZERO),
             remote_qpn: Qpn::from_wire(0x12),
             remote_qkey: 0x1111_1111,
         }
@@ -991,13 +975,8 @@ mod tests {
                 qp_type: QpType::Rc
             })
         );
-        let mut av = AddressVector::new(Gid::ZERO);
-        av.flow_label = 0x20_0000;
-        let ah = AddressHandle::unchecked(av);
-        let dest = UdDest {
-            ah: &ah,
-            ..ud_dest()
-        };
+        let mut dest = ud_dest();
+        dest.av.flow_label = 0x20_0000;
         assert_eq!(
             SendWr::send(1, &one)
                 .to_ud(dest)

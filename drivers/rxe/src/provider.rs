@@ -671,12 +671,21 @@ impl QpOps for RxeQp {
         };
         let cap = e.caps.max_send_wr;
         let mut refused = None;
+        let mut bad_av = None;
         let mut posted = 0u32;
         let unpolled = e.sq_unpolled;
+        let ports = &sh.ports;
         let deadline = run_engine(sh, e, keys, cqs, tx, stats, |q, io| {
             for (i, wr) in wrs.iter().enumerate() {
                 if unpolled + posted >= cap {
                     refused = Some((i, TransportError::QueueFull(CqSide::Send)));
+                    break;
+                }
+                // A UD destination that cannot be routed stops the batch
+                // there (one table index and a family compare; an address
+                // handle from create_ah has passed it already).
+                if let Some(p) = wr.ud.as_ref().and_then(|d| av_problem(ports, &d.av)) {
+                    bad_av = Some((i, p));
                     break;
                 }
                 if let Err(e) = q.post_send(wr, io) {
@@ -689,7 +698,9 @@ impl QpOps for RxeQp {
             q.next_deadline()
         });
         e.sq_unpolled += posted;
-        let reason = refused.map(|(index, err)| (index, transport_to_post(err, e)));
+        let reason = refused
+            .map(|(index, err)| (index, transport_to_post(err, e)))
+            .or(bad_av.map(|(index, p)| (index, PostError::AddressVector(p))));
         st.flush();
         if st.note_deadline(deadline) {
             sh.ring();

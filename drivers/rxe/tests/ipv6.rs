@@ -35,8 +35,8 @@ use common::*;
 use nix::sched::{CloneFlags, setns};
 use nix::sys::socket::{LinkAddr, recvfrom};
 use rnic_core::{
-    AddressVector, AvError, Gid, InitParams, Mtu, Psn, QpState, QpType, QueuePair, RecvWr,
-    RtrParams, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
+    AddressVector, AvError, Gid, InitParams, Mtu, PostError, Psn, QpState, QpType, QueuePair,
+    RecvWr, RtrParams, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
 };
 use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target, qp_udp_sport, rc_udp_sport};
@@ -369,7 +369,7 @@ fn ud_sends(
             })
             .unwrap();
         let dest = UdDest {
-            ah: &ah,
+            av: *ah.av(),
             remote_qpn: qb.qpn(),
             remote_qkey: QKEY,
         };
@@ -470,7 +470,7 @@ fn lo_ud_grh_carries_the_ipv6_gids() {
     let src = [a.mr.sge(0, 1025).unwrap()];
     let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
     let dest = UdDest {
-        ah: &ah,
+        av: *ah.av(),
         remote_qpn: qb.qpn(),
         remote_qkey: QKEY,
     };
@@ -737,12 +737,32 @@ fn mixed_families_are_refused_with_a_reason() {
     );
     let good = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
     let to = UdDest {
-        ah: &good,
+        av: *good.av(),
         remote_qpn: ub.qpn(),
         remote_qkey: QKEY,
     };
-    ua.post_send(&[SendWr::send(4, &src).to_ud(to).signaled()])
-        .unwrap();
+    // A destination built by hand (no address handle) is still checked per
+    // request: the batch stops there.
+    let bad = UdDest {
+        av: AddressVector::new(v6_peer),
+        ..to
+    };
+    let e = ua
+        .post_send(&[
+            SendWr::send(4, &src).to_ud(to).signaled(),
+            SendWr::send(5, &src).to_ud(bad).signaled(),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VerbsError::PostSend {
+                index: 1,
+                reason: PostError::AddressVector(AvError::Family { .. }),
+            }
+        ),
+        "{e:?}"
+    );
     let wa = wait(&a.cq, 1, &[]);
     assert_eq!((wa[0].wr_id, wa[0].status), (4, WcStatus::Success));
     assert_eq!(wait(&b.cq, 1, &[])[0].byte_len, 40 + 10);

@@ -187,7 +187,7 @@ fn ud_send_delivers_grh_and_payload() {
         let src: &[Sge] = if len == 0 { &[] } else { &src };
         let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
         let dest = UdDest {
-            ah: &ah,
+            av: *ah.av(),
             remote_qpn: qb.qpn(),
             remote_qkey: 0x1111_1111,
         };

@@ -30,10 +30,10 @@ pub(crate) struct UdTarget {
     pub remote_qkey: u32,
 }
 
-impl From<&UdDest<'_>> for UdTarget {
-    fn from(d: &UdDest<'_>) -> UdTarget {
+impl From<&UdDest> for UdTarget {
+    fn from(d: &UdDest) -> UdTarget {
         UdTarget {
-            av: *d.av(),
+            av: d.av,
             remote_qpn: d.remote_qpn,
             remote_qkey: d.remote_qkey,
         }

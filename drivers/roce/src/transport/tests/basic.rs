@@ -342,9 +342,8 @@ fn ud_send_recv() {
         .mem
         .register(PD, 0x1000, 4096, AccessFlags::ALL_REMOTE);
     fill(&mut sim.ep[0].mem.bytes_mut(ka)[..1024], 1);
-    let ah = rnic_core::AddressHandle::unchecked(AddressVector::new(gid(2)));
     let dest = |qkey| UdDest {
-        ah: &ah,
+        av: AddressVector::new(gid(2)),
         remote_qpn: Qpn::from_wire(0x32),
         remote_qkey: qkey,
     };
