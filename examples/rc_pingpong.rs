@@ -128,7 +128,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mr = pd
         .reg_mr(mem.clone(), AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    let mut cq = ctx
+    let cq = ctx
         .create_cq(args.rx_depth + 1)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let caps = QpCaps {

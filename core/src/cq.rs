@@ -48,6 +48,7 @@
 //! batch (today's cost, kept for the oversubscribed case).
 
 use rustc_hash::FxHashSet;
+use std::cell::{Ref, RefCell};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -224,13 +225,16 @@ impl CqCounters {
     }
 }
 
-/// A completion queue. The application owns it: `poll` takes `&mut self`
-/// (one poller); share it with a lock if several threads must poll. Queue
+/// A completion queue. The application owns it: one thread polls it (it is
+/// `Send`, not `Sync`); share it with a lock if several threads must poll. Queue
 /// pairs borrow it at creation and keep the driver's part alive themselves,
 /// so dropping it before them is safe (the device CQ goes with the last).
 #[derive(Debug)]
 pub struct CompletionQueue<P: Provider = DynDevice> {
-    ops: P::Cq,
+    /// The driver's queue: borrowed mutably per poll. The `RefCell` makes the
+    /// queue `!Sync`: one thread polls it, and another can only through an
+    /// explicit lock (`Mutex<CompletionQueue>`).
+    ops: RefCell<P::Cq>,
     pub(crate) provider: Arc<P>,
     pub(crate) shared: Arc<CqShared>,
 }
@@ -253,7 +257,7 @@ impl<P: Provider> CompletionQueue<P> {
             })?;
         tracing::debug!(depth = granted, "create_cq");
         Ok(CompletionQueue {
-            ops,
+            ops: RefCell::new(ops),
             provider: Arc::clone(provider),
             shared: Arc::new(CqShared {
                 depth: granted,
@@ -272,8 +276,8 @@ impl<P: Provider> CompletionQueue<P> {
     }
 
     /// The driver's queue object.
-    pub fn driver_cq(&self) -> &P::Cq {
-        &self.ops
+    pub fn driver_cq(&self) -> Ref<'_, P::Cq> {
+        self.ops.borrow()
     }
 
     /// Entries the queue holds: the most work requests that may be
@@ -304,20 +308,45 @@ impl<P: Provider> CompletionQueue<P> {
 
     /// Move up to `wcs.len()` completions into `wcs` and return how many.
     /// Never waits for the device. Windowed QPs' credits go back to the
-    /// window; static QPs have none to return.
+    /// window; reserved QPs have none to return.
+    ///
+    /// One thread polls: the queue is `Send` but not `Sync`, so sharing it
+    /// between threads takes a lock the application chooses.
+    ///
+    /// ```compile_fail
+    /// # use rnic_core::{CompletionQueue, WorkCompletion};
+    /// fn two_pollers(cq: &CompletionQueue) {
+    ///     std::thread::scope(|s| {
+    ///         for _ in 0..2 {
+    ///             // error: `CompletionQueue` cannot be shared between threads
+    ///             s.spawn(|| cq.poll(&mut [WorkCompletion::default(); 4]).is_ok());
+    ///         }
+    ///     });
+    /// }
+    /// ```
     #[inline]
-    pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let mut ops = self.ops.try_borrow_mut().map_err(|_| VerbsError::PollCq {
+            source: DeviceError::new(
+                DeviceErrorKind::InvalidArgument,
+                "poll re-entered on the same thread: poll from one place at a time",
+            ),
+        })?;
         if self.shared.windowed_qps.load(Ordering::Relaxed) == 0 {
-            return self.ops.poll(wcs);
+            return ops.poll(wcs);
         }
-        self.poll_windowed(wcs)
+        self.poll_windowed(&mut ops, wcs)
     }
 
     #[cold]
-    fn poll_windowed(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let shared = Arc::clone(&self.shared);
+    fn poll_windowed(
+        &self,
+        ops: &mut P::Cq,
+        wcs: &mut [WorkCompletion],
+    ) -> Result<usize, VerbsError> {
+        let shared = &*self.shared;
         let a = shared.lock();
-        let n = self.ops.poll(wcs)?.min(wcs.len());
+        let n = ops.poll(wcs)?.min(wcs.len());
         let polled = wcs.get(..n).unwrap_or(&[]);
         let credits: u32 = if a.static_qps == 0 {
             polled.iter().map(credits_of).sum()
@@ -338,18 +367,18 @@ impl<P: Provider> CompletionQueue<P> {
     /// [`CompletionQueue::wait`]. Poll after arming, to catch completions that
     /// arrived before.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
-        self.ops.req_notify(solicited_only)
+        self.ops.borrow().req_notify(solicited_only)
     }
 
     /// An eventfd to put in epoll, readable after an armed completion;
     /// `None` when the backend has none.
     pub fn event_fd(&self) -> Option<RawFd> {
-        self.ops.event_fd()
+        self.ops.borrow().event_fd()
     }
 
     /// Block until the armed queue signals (`Ok(true)`) or `timeout` passes
     /// (`Ok(false)`); `None` waits forever. Then poll.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
-        self.ops.wait(timeout)
+        self.ops.borrow().wait(timeout)
     }
 }

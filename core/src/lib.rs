@@ -34,8 +34,9 @@
 //!   otherwise posting takes credits and polling returns them, a post that
 //!   does not fit is refused whole and counted as a stall ([`cq`]). CQ
 //!   overflow is impossible by construction.
-//! * One poster per QP and one poller per CQ: `post_send`, `post_recv` and
-//!   `poll` take `&mut self` ([`QueuePair`]).
+//! * One poster per QP and one poller per CQ: `post_send` and `post_recv`
+//!   take `&mut self` ([`QueuePair`]); a [`CompletionQueue`] is `Send` but not
+//!   `Sync`.
 //! * Every memory region a posted request names stays registered while the
 //!   QP lives; memory is registered only with a driver that can reach it
 //!   ([`DeviceMemory`]).
@@ -59,7 +60,7 @@
 //!     let pd = ctx.alloc_pd()?;
 //!     let buf = Arc::new(HeapMemory::from_bytes(b"ping"));
 //!     let mr = pd.reg_mr(buf, AccessFlags::LOCAL_WRITE)?;
-//!     let mut cq = ctx.create_cq(16)?;
+//!     let cq = ctx.create_cq(16)?;
 //!     let mut qp = pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, QpCaps::default()))?;
 //!     qp.to_init(&InitParams::default())?;
 //!     qp.to_rtr(remote_qpn, remote_psn, remote_gid, &RtrParams::default())?;

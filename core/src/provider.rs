@@ -8,8 +8,9 @@
 //!
 //! * The driver creates the queue objects and the application owns them
 //!   (through [`crate::QueuePair`] and [`crate::CompletionQueue`]):
-//!   [`QpOps::post_send`] / [`QpOps::post_recv`] take `&mut self`, so a
-//!   driver may rely on one poster per QP and one poller per CQ without a
+//!   [`QpOps::post_send`] / [`QpOps::post_recv`] / [`CqOps::poll`] take
+//!   `&mut self`, so a driver may rely on one poster per QP and one poller
+//!   per CQ (core holds its CQ object in a `RefCell`) without a
 //!   lock; sharing is the application's explicit choice (a `Mutex`). No
 //!   handle table sits between the call and the driver's queue.
 //! * Checks happen once, in the driver, where the facts are: request shape
