@@ -17,8 +17,12 @@
 //!   ICRC, and (as it lands) the RC/UD transport;
 //! * [`rxe`] (`rnic-rxe`, feature `rxe`, default): the Soft-RoCE-compatible
 //!   software backend;
+//! * `mlx5` (`rnic-mlx5`, feature `mlx5`, default): the ConnectX driver;
+//!   `open_mlx5` gives the typed provider (for `alloc_dma`: an mlx5
+//!   function registers only its own DMA buffers);
 //! * [`open`]: a device from a spec string, as a `rnic_core::Context`;
-//! * [`spec`]: the device-spec strings (`rxe:<netdev|ip>`, `mlx5:<pci bdf>`)
+//! * [`spec`]: the device-spec strings (`rxe:<netdev|ip>`, `mlx5:<pci bdf>`,
+//!   `mlx5:vfio-user:<socket>`)
 //!   users pick a backend with.
 //!
 //! `rnic::open` returns a `Context` over the driver behind dynamic dispatch
@@ -56,10 +60,14 @@ pub mod spec;
 
 mod open;
 
+#[cfg(feature = "mlx5")]
+pub use open::open_mlx5;
 pub use open::{OpenError, open};
 pub use rnic_core as core;
 pub use rnic_dma as dma;
+#[cfg(feature = "mlx5")]
+pub use rnic_mlx5 as mlx5;
 pub use rnic_roce as roce;
 #[cfg(feature = "rxe")]
 pub use rnic_rxe as rxe;
-pub use spec::{DeviceSpec, RxeTarget, SpecError};
+pub use spec::{DeviceSpec, Mlx5Target, RxeTarget, SpecError};

@@ -21,6 +21,24 @@ pub enum OpenError {
         /// What to do.
         hint: &'static str,
     },
+    /// The mlx5 backend could not open or bring up the function.
+    #[cfg(feature = "mlx5")]
+    #[error("opening {spec}: {source}")]
+    Mlx5 {
+        /// The spec.
+        spec: String,
+        /// Why.
+        #[source]
+        source: rnic_mlx5::Mlx5Error,
+    },
+    /// The spec names another backend than the one asked for.
+    #[error("{spec} is not an {backend} device spec")]
+    WrongBackend {
+        /// The spec.
+        spec: String,
+        /// The backend asked for.
+        backend: &'static str,
+    },
     /// The rxe backend could not open the device.
     #[cfg(feature = "rxe")]
     #[error("opening {spec}: {source}")]
@@ -34,7 +52,12 @@ pub enum OpenError {
 }
 
 /// Open the device `spec` names (`rxe`, `rxe:<netdev>`, `rxe:<ip>`,
-/// `mlx5:<pci bdf>`) and return its verbs context.
+/// `mlx5:<pci bdf>`, `mlx5:vfio-user:<socket>`) and return its verbs context.
+///
+/// An mlx5 function registers only its own DMA buffers: use [`open_mlx5`]
+/// (feature `mlx5`) to get the provider, allocate with
+/// `Mlx5Provider::alloc_dma`, and take the context from
+/// `Mlx5Provider::context`.
 ///
 /// `rxe` backends run with a progress thread; use [`rnic_rxe::RxeDevice`]
 /// directly for caller-driven progress or for the device's counters.
@@ -60,10 +83,13 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
             backend: "rxe",
             hint: "rebuild with the `rxe` feature (on by default)",
         }),
+        #[cfg(feature = "mlx5")]
+        DeviceSpec::Mlx5(_) => open_mlx5(spec).map(|p| rnic_mlx5::Mlx5Provider::context(&p)),
+        #[cfg(not(feature = "mlx5"))]
         DeviceSpec::Mlx5(_) => Err(OpenError::NotBuilt {
             spec: spec.to_owned(),
             backend: "mlx5",
-            hint: "the VFIO ConnectX driver (feature `mlx5`) is not available yet; use rxe:<netdev|ip> meanwhile",
+            hint: "rebuild with the `mlx5` feature (on by default)",
         }),
         #[allow(unreachable_patterns)]
         _ => Err(OpenError::NotBuilt {
@@ -74,13 +100,48 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
     }
 }
 
+/// Open and bring up the mlx5 function `spec` names (`mlx5:<pci bdf>`
+/// through kernel VFIO, `mlx5:vfio-user:<socket>` through vfio-user), with
+/// its event queue: the typed provider, for `alloc_dma`, `set_gid` and the
+/// statically dispatched `Mlx5Provider::typed_context`.
+#[cfg(feature = "mlx5")]
+pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, OpenError> {
+    use std::sync::Arc;
+
+    use rnic_mlx5::{Hca, HcaOptions, Mlx5Provider, PciFunction, VfioFunction, VfioUserFunction};
+
+    use crate::spec::Mlx5Target;
+
+    let err = |source| OpenError::Mlx5 {
+        spec: spec.to_owned(),
+        source,
+    };
+    let function: Arc<dyn PciFunction> = match spec.parse::<DeviceSpec>()? {
+        DeviceSpec::Mlx5(Mlx5Target::VfioUser(path)) => {
+            Arc::new(VfioUserFunction::connect(path).map_err(err)?)
+        }
+        DeviceSpec::Mlx5(Mlx5Target::Pci(addr)) => {
+            Arc::new(VfioFunction::open(&addr, u64::MAX).map_err(err)?)
+        }
+        _ => {
+            return Err(OpenError::WrongBackend {
+                spec: spec.to_owned(),
+                backend: "mlx5",
+            });
+        }
+    };
+    let hca = Hca::bring_up(function, HcaOptions::default()).map_err(err)?;
+    Mlx5Provider::new(hca).map_err(err)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
+    #[cfg(not(feature = "mlx5"))]
     #[test]
-    fn mlx5_is_not_built_yet() {
+    fn mlx5_needs_its_feature() {
         let e = open("mlx5:0000:3b:00.1").unwrap_err();
         assert!(matches!(
             e,
@@ -90,6 +151,36 @@ mod tests {
             }
         ));
         assert!(e.to_string().contains("feature `mlx5`"), "{e}");
+    }
+
+    #[cfg(feature = "mlx5")]
+    #[test]
+    fn mlx5_without_a_server_says_to_start_the_emulator() {
+        let e = open("mlx5:vfio-user:/nonexistent/rnic-emu.sock").unwrap_err();
+        assert!(matches!(e, OpenError::Mlx5 { .. }), "{e}");
+        let chain = {
+            let mut m = e.to_string();
+            let mut s = std::error::Error::source(&e);
+            while let Some(c) = s {
+                m += &format!(": {c}");
+                s = c.source();
+            }
+            m
+        };
+        assert!(chain.contains("is rnic-mlx5-emu running?"), "{chain}");
+    }
+
+    #[cfg(feature = "mlx5")]
+    #[test]
+    fn mlx5_on_an_absent_pci_function_is_an_error() {
+        assert!(matches!(
+            open("mlx5:0000:ff:1f.7"),
+            Err(OpenError::Mlx5 { .. })
+        ));
+        assert!(matches!(
+            open_mlx5("rxe:127.0.0.1"),
+            Err(OpenError::WrongBackend { .. })
+        ));
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! | `rxe:<ip>` (`rxe:10.0.0.1`, `rxe:fe80::1`) | same | bind to that address only |
 //! | `rxe` | same | the default: loopback, `127.0.0.1` |
 //! | `mlx5:<pci bdf>` (`mlx5:0000:3b:00.1`) | ConnectX through VFIO | that PCI function, bound to vfio-pci |
+//! | `mlx5:vfio-user:<socket>` (`mlx5:vfio-user:/run/rnic/emu0.sock`) | ConnectX over vfio-user | the device process serving that socket (rnic-mlx5-emu) |
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use rnic_core::PciAddr;
@@ -23,14 +25,23 @@ pub enum RxeTarget {
     Ip(IpAddr),
 }
 
+/// How the mlx5 backend reaches its PCI function.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mlx5Target {
+    /// A function bound to vfio-pci, by PCI address (kernel VFIO).
+    Pci(PciAddr),
+    /// A vfio-user server's UNIX socket (an emulated function).
+    VfioUser(PathBuf),
+}
+
 /// A parsed device spec.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeviceSpec {
     /// The Soft-RoCE-compatible software backend.
     Rxe(RxeTarget),
-    /// A ConnectX function owned through VFIO.
-    Mlx5(PciAddr),
+    /// A ConnectX function owned through VFIO or vfio-user.
+    Mlx5(Mlx5Target),
 }
 
 impl Default for DeviceSpec {
@@ -46,7 +57,7 @@ impl Default for DeviceSpec {
 pub enum SpecError {
     /// The part before ':' is not a known backend.
     #[error(
-        "unknown backend {backend:?} in device spec {spec:?}: use rxe:<netdev|ip> or mlx5:<pci address>"
+        "unknown backend {backend:?} in device spec {spec:?}: use rxe:<netdev|ip>, mlx5:<pci address> or mlx5:vfio-user:<socket>"
     )]
     UnknownBackend {
         /// The whole spec.
@@ -63,6 +74,15 @@ pub enum SpecError {
         spec: String,
         /// What is wrong.
         reason: &'static str,
+    },
+    /// `mlx5:vfio-user:` without a socket path.
+    #[error(
+        "device spec {spec:?}: vfio-user needs the server's socket path \
+         (mlx5:vfio-user:/run/rnic/emu0.sock)"
+    )]
+    NoSocket {
+        /// The whole spec.
+        spec: String,
     },
     /// `mlx5:` without a valid PCI address.
     #[error("device spec {spec:?}: {source}")]
@@ -101,13 +121,22 @@ impl FromStr for DeviceSpec {
                 }
                 Ok(DeviceSpec::Rxe(RxeTarget::Netdev(rest.to_owned())))
             }
-            "mlx5" => rest
-                .parse::<PciAddr>()
-                .map(DeviceSpec::Mlx5)
-                .map_err(|source| SpecError::BadPciAddr {
-                    spec: spec.to_owned(),
-                    source,
-                }),
+            "mlx5" => {
+                if let Some(path) = rest.strip_prefix("vfio-user:") {
+                    if path.is_empty() {
+                        return Err(SpecError::NoSocket {
+                            spec: spec.to_owned(),
+                        });
+                    }
+                    return Ok(DeviceSpec::Mlx5(Mlx5Target::VfioUser(PathBuf::from(path))));
+                }
+                rest.parse::<PciAddr>()
+                    .map(|a| DeviceSpec::Mlx5(Mlx5Target::Pci(a)))
+                    .map_err(|source| SpecError::BadPciAddr {
+                        spec: spec.to_owned(),
+                        source,
+                    })
+            }
             _ => Err(SpecError::UnknownBackend {
                 spec: spec.to_owned(),
                 backend: backend.to_owned(),
@@ -121,7 +150,10 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Rxe(RxeTarget::Netdev(n)) => write!(f, "rxe:{n}"),
             DeviceSpec::Rxe(RxeTarget::Ip(ip)) => write!(f, "rxe:{ip}"),
-            DeviceSpec::Mlx5(addr) => write!(f, "mlx5:{addr}"),
+            DeviceSpec::Mlx5(Mlx5Target::Pci(addr)) => write!(f, "mlx5:{addr}"),
+            DeviceSpec::Mlx5(Mlx5Target::VfioUser(p)) => {
+                write!(f, "mlx5:vfio-user:{}", p.display())
+            }
         }
     }
 }
@@ -148,6 +180,18 @@ mod tests {
                 .map(|s| s.to_string()),
             Ok("mlx5:0000:3b:00.1".to_owned())
         );
+        assert_eq!(
+            "mlx5:vfio-user:/run/rnic/emu0.sock".parse::<DeviceSpec>(),
+            Ok(DeviceSpec::Mlx5(Mlx5Target::VfioUser(
+                "/run/rnic/emu0.sock".into()
+            )))
+        );
+        assert_eq!(
+            "mlx5:vfio-user:rel/emu.sock"
+                .parse::<DeviceSpec>()
+                .map(|s| s.to_string()),
+            Ok("mlx5:vfio-user:rel/emu.sock".to_owned())
+        );
     }
 
     #[test]
@@ -163,6 +207,9 @@ mod tests {
             "rxe:a-very-long-interface-name".parse::<DeviceSpec>(),
             Err(SpecError::BadRxeTarget { .. })
         ));
+        let e = "mlx5:vfio-user:".parse::<DeviceSpec>().unwrap_err();
+        assert!(matches!(e, SpecError::NoSocket { .. }));
+        assert!(e.to_string().contains("mlx5:vfio-user:/"), "{e}");
         assert!(matches!(
             "rxe:eth 0".parse::<DeviceSpec>(),
             Err(SpecError::BadRxeTarget { .. })
