@@ -27,9 +27,9 @@ pub enum OpenError {
     Mlx5 {
         /// The spec.
         spec: String,
-        /// Why.
+        /// Why (boxed: the driver's error is large).
         #[source]
-        source: rnic_mlx5::Mlx5Error,
+        source: Box<rnic_mlx5::Mlx5Error>,
     },
     /// The spec names another backend than the one asked for.
     #[error("{spec} is not an {backend} device spec")]
@@ -89,7 +89,7 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
         DeviceSpec::Mlx5(_) => Err(OpenError::NotBuilt {
             spec: spec.to_owned(),
             backend: "mlx5",
-            hint: "rebuild with the `mlx5` feature (on by default)",
+            hint: "rebuild with feature `mlx5` (on by default)",
         }),
         #[allow(unreachable_patterns)]
         _ => Err(OpenError::NotBuilt {
@@ -114,7 +114,7 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
 
     let err = |source| OpenError::Mlx5 {
         spec: spec.to_owned(),
-        source,
+        source: Box::new(source),
     };
     let function: Arc<dyn PciFunction> = match spec.parse::<DeviceSpec>()? {
         DeviceSpec::Mlx5(Mlx5Target::VfioUser(path)) => {
