@@ -207,7 +207,9 @@ mod tests {
             "rxe:a-very-long-interface-name".parse::<DeviceSpec>(),
             Err(SpecError::BadRxeTarget { .. })
         ));
-        let e = "mlx5:vfio-user:".parse::<DeviceSpec>().expect_err("no socket");
+        let e = "mlx5:vfio-user:"
+            .parse::<DeviceSpec>()
+            .expect_err("no socket");
         assert!(matches!(e, SpecError::NoSocket { .. }));
         assert!(e.to_string().contains("mlx5:vfio-user:/"), "{e}");
         assert!(matches!(
