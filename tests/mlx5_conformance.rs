@@ -191,7 +191,7 @@ fn wait(side: &Side, n: usize) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut wcs = [WorkCompletion::default(); 16];
     let start = Instant::now();
-    let mut cq = side.cq();
+    let cq = side.cq();
     while out.len() < n {
         let got = cq.poll(&mut wcs).unwrap();
         out.extend_from_slice(&wcs[..got]);
