@@ -186,6 +186,16 @@ impl Side {
     }
 }
 
+/// One test at a time: each starts emulated functions (a firmware thread and
+/// a doorbell watcher each) and rxe devices; run side by side on a 2-core
+/// machine they starve each other (one run was seen to time out that way).
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Poll `side`'s CQ until `n` completions arrived (panics after 30 s).
 fn wait(side: &Side, n: usize) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
@@ -430,36 +440,43 @@ fn all_ops(ka: Kind, kb: Kind, mtu: Mtu) {
 
 #[test]
 fn mlx5_to_mlx5_mtu_256() {
+    let _serial = serial();
     all_ops(Kind::Mlx5, Kind::Mlx5, Mtu::Mtu256);
 }
 
 #[test]
 fn mlx5_to_mlx5_mtu_512() {
+    let _serial = serial();
     all_ops(Kind::Mlx5, Kind::Mlx5, Mtu::Mtu512);
 }
 
 #[test]
 fn mlx5_to_mlx5_mtu_1024() {
+    let _serial = serial();
     all_ops(Kind::Mlx5, Kind::Mlx5, Mtu::Mtu1024);
 }
 
 #[test]
 fn mlx5_to_rxe_mtu_256() {
+    let _serial = serial();
     all_ops(Kind::Mlx5, Kind::Rxe, Mtu::Mtu256);
 }
 
 #[test]
 fn mlx5_to_rxe_mtu_1024() {
+    let _serial = serial();
     all_ops(Kind::Mlx5, Kind::Rxe, Mtu::Mtu1024);
 }
 
 #[test]
 fn rxe_to_mlx5_mtu_512() {
+    let _serial = serial();
     all_ops(Kind::Rxe, Kind::Mlx5, Mtu::Mtu512);
 }
 
 #[test]
 fn rxe_to_mlx5_mtu_1024() {
+    let _serial = serial();
     all_ops(Kind::Rxe, Kind::Mlx5, Mtu::Mtu1024);
 }
 
@@ -533,16 +550,19 @@ fn many_qps(ka: Kind, kb: Kind) {
 
 #[test]
 fn many_qps_mlx5_to_mlx5() {
+    let _serial = serial();
     many_qps(Kind::Mlx5, Kind::Mlx5);
 }
 
 #[test]
 fn many_qps_mlx5_and_rxe() {
+    let _serial = serial();
     many_qps(Kind::Mlx5, Kind::Rxe);
 }
 
 #[test]
 fn heap_memory_is_refused_at_run_time_on_the_dyn_path() {
+    let _serial = serial();
     let (ia, _) = ip_pair();
     let a = Side::mlx5(ia, 16);
     let e =
