@@ -61,6 +61,33 @@ fn mappings(r: &Rig) -> usize {
     r.emu.device().dma().mappings().len()
 }
 
+/// ALLOC_PD through the raw command interface: the PD number.
+fn alloc_pd(hca: &Hca) -> Result<u32, Mlx5Error> {
+    let out = hca.exec(
+        CmdOpcode::AllocPd,
+        0,
+        &[0u8; 16],
+        AllocPdOut::<&[u8]>::SIZE_BYTES,
+    )?;
+    Ok(AllocPdOut::new_checked(&out[..]).unwrap().pd())
+}
+
+/// DEALLOC_PD of `pd` through the raw command interface.
+fn dealloc_pd(hca: &Hca, pd: u32) -> Result<(), Mlx5Error> {
+    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
+    DeallocPdIn::new_checked(&mut cmd[..])
+        .unwrap()
+        .set_pd(pd)
+        .unwrap();
+    hca.exec(
+        CmdOpcode::DeallocPd,
+        0,
+        &cmd,
+        DeallocPdOut::<&[u8]>::SIZE_BYTES,
+    )
+    .map(drop)
+}
+
 #[test]
 fn bring_up_reaches_init_hca_and_reports_info() {
     let r = rig();
@@ -176,37 +203,11 @@ fn failing_commands_report_their_status_and_the_driver_stays_usable() {
         "{err}"
     );
     // Still usable: a PD round trip.
-    let out = hca
-        .exec(
-            CmdOpcode::AllocPd,
-            0,
-            &[0u8; 16],
-            AllocPdOut::<&[u8]>::SIZE_BYTES,
-        )
-        .unwrap();
-    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
+    let pd = alloc_pd(&hca).unwrap();
     assert_ne!(pd, hca.info().pd);
-    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
-    DeallocPdIn::new_checked(&mut cmd[..])
-        .unwrap()
-        .set_pd(pd)
-        .unwrap();
-    hca.exec(
-        CmdOpcode::DeallocPd,
-        0,
-        &cmd,
-        DeallocPdOut::<&[u8]>::SIZE_BYTES,
-    )
-    .unwrap();
+    dealloc_pd(&hca, pd).unwrap();
     // Deallocating it twice is a bad resource.
-    let err = hca
-        .exec(
-            CmdOpcode::DeallocPd,
-            0,
-            &cmd,
-            DeallocPdOut::<&[u8]>::SIZE_BYTES,
-        )
-        .unwrap_err();
+    let err = dealloc_pd(&hca, pd).unwrap_err();
     assert!(matches!(err, Mlx5Error::Command { .. }), "{err}");
     hca.shutdown().unwrap();
     assert_eq!(mappings(&r), 0);
@@ -470,15 +471,7 @@ fn a_swallowed_command_times_out_and_the_driver_goes_on() {
     )
     .unwrap();
     fw(&r).faults().swallow_next(Some(CmdOpcode::AllocPd));
-    let alloc = || {
-        hca.exec(
-            CmdOpcode::AllocPd,
-            0,
-            &[0u8; 16],
-            AllocPdOut::<&[u8]>::SIZE_BYTES,
-        )
-    };
-    let err = alloc().unwrap_err();
+    let err = alloc_pd(&hca).unwrap_err();
     assert!(
         matches!(
             err,
@@ -492,20 +485,8 @@ fn a_swallowed_command_times_out_and_the_driver_goes_on() {
     );
     assert_eq!(hca.cmdq().stuck_slots(), 1, "slot 0 stays reserved");
     // The next command runs in another slot.
-    let out = alloc().unwrap();
-    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
-    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
-    DeallocPdIn::new_checked(&mut cmd[..])
-        .unwrap()
-        .set_pd(pd)
-        .unwrap();
-    hca.exec(
-        CmdOpcode::DeallocPd,
-        0,
-        &cmd,
-        DeallocPdOut::<&[u8]>::SIZE_BYTES,
-    )
-    .unwrap();
+    let pd = alloc_pd(&hca).unwrap();
+    dealloc_pd(&hca, pd).unwrap();
     assert_eq!(fw(&r).stats().swallowed, 1);
     hca.shutdown().unwrap();
     let acc = fw(&r).accounting();
@@ -564,14 +545,7 @@ fn a_fatal_firmware_error_shows_in_the_health_buffer_and_commands_time_out() {
     let health = hca.health().unwrap();
     assert!(health.is_fatal());
     assert_eq!(health.syndrome, Some(HealthSyndrome::HwFatal));
-    let err = hca
-        .exec(
-            CmdOpcode::AllocPd,
-            0,
-            &[0u8; 16],
-            AllocPdOut::<&[u8]>::SIZE_BYTES,
-        )
-        .unwrap_err();
+    let err = alloc_pd(&hca).unwrap_err();
     assert!(matches!(err, Mlx5Error::CommandTimeout { .. }), "{err}");
     // Teardown gives up after its first timeout and still unmaps everything.
     let start = Instant::now();
@@ -592,27 +566,8 @@ fn commands_from_several_threads_are_serialized() {
             let hca = hca.clone();
             std::thread::spawn(move || {
                 for _ in 0..25 {
-                    let out = hca
-                        .exec(
-                            CmdOpcode::AllocPd,
-                            0,
-                            &[0u8; 16],
-                            AllocPdOut::<&[u8]>::SIZE_BYTES,
-                        )
-                        .unwrap();
-                    let pd = AllocPdOut::new_checked(&out[..]).unwrap().pd();
-                    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
-                    DeallocPdIn::new_checked(&mut cmd[..])
-                        .unwrap()
-                        .set_pd(pd)
-                        .unwrap();
-                    hca.exec(
-                        CmdOpcode::DeallocPd,
-                        0,
-                        &cmd,
-                        DeallocPdOut::<&[u8]>::SIZE_BYTES,
-                    )
-                    .unwrap();
+                    let pd = alloc_pd(&hca).unwrap();
+                    dealloc_pd(&hca, pd).unwrap();
                 }
             })
         })
