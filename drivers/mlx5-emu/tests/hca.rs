@@ -478,3 +478,127 @@ fn rc_between_two_emulated_qps_over_ipv6_loopback() {
     let stats = hw.r.fw().hca_stats();
     assert_eq!(stats.rx_bad_icrc, 0, "{stats:?}");
 }
+
+/// Send doorbells of many QPs on one BlueFlame register: the watcher samples the register,
+/// so a doorbell overwritten by the next QP's before it looked is never seen. Every QP is
+/// still served (a send doorbell of the page makes the emulator check the doorbell record of
+/// every QP on it), and still never beyond its doorbell record, nor without a doorbell.
+#[test]
+fn overwritten_send_doorbells_on_a_shared_register_serve_every_qp() {
+    const N: usize = 16;
+    const CHUNK: usize = 256;
+    let (ip, _) = ip_pair();
+    let mut hw = Hw::new();
+    assert_eq!(hw.set_gid(0, ip), (0, 0));
+    let ceq = hw.eq(6, 1, 0);
+    let mut cq = hw.cq(ceq.0);
+    // Sources at 0, WRITE targets at 8 KiB, the never-rung WQE's target at 12 KiB.
+    let data = hw.buf(4 * 4096);
+    let lkey = hw.mkey(&data, VA, &["lw", "rr", "rw", "a"]);
+    let mut senders: Vec<EmuQp> = (0..N)
+        .map(|_| EmuQp::create(&mut hw, &cq, QpServiceType::Rc))
+        .collect();
+    let receivers: Vec<EmuQp> = (0..N)
+        .map(|_| EmuQp::create(&mut hw, &cq, QpServiceType::Rc))
+        .collect();
+    for (s, r) in senders.iter().zip(&receivers) {
+        s.connect(&hw, r.qpn, ip, 0x500, 0x900);
+        r.connect(&hw, s.qpn, ip, 0x900, 0x500);
+    }
+    let write = |qp: &mut EmuQp, i: usize, round: u8| {
+        let src = pattern(CHUNK, round.wrapping_mul(64).wrapping_add(i as u8));
+        data.write(i * CHUNK, &src).unwrap();
+        let segs = [
+            raddr_seg(VA + (8192 + i * CHUNK) as u64, lkey),
+            data_seg(CHUNK as u32, lkey, VA + (i * CHUNK) as u64),
+        ];
+        (qp.prepare(WqeOpcode::RdmaWrite, true, &segs), src)
+    };
+    // Collect N CQEs: one per sender, each naming its WQE; then each target byte-exact.
+    let served = |cq: &mut Cq, senders: &[EmuQp], idx: &[u16], srcs: &[Vec<u8>]| {
+        let mut got: Vec<(u32, u32)> = (0..N)
+            .map(|_| {
+                let c = cq.expect();
+                assert_eq!(opcode(&c), CqeOpcode::Req, "{c:x?}");
+                let v = Cqe64::new_unchecked(&c[..]);
+                (v.qpn(), v.wqe_counter())
+            })
+            .collect();
+        got.sort_unstable();
+        let mut want: Vec<(u32, u32)> = senders
+            .iter()
+            .zip(idx)
+            .map(|(s, i)| (s.qpn, u32::from(*i)))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want, "every sender's WQE completed once");
+        for (i, src) in srcs.iter().enumerate() {
+            let mut b = vec![0u8; CHUNK];
+            data.read(8192 + i * CHUNK, &mut b).unwrap();
+            assert!(b == *src, "QP {i}: target bytes differ");
+        }
+        assert!(cq.poll(Duration::from_millis(50)).is_none(), "N CQEs only");
+    };
+
+    // 1. Records published, nothing rung: nothing runs (no sweep without a doorbell).
+    let mut idx = Vec::new();
+    let mut srcs = Vec::new();
+    let mut bells = Vec::new();
+    for (i, s) in senders.iter_mut().enumerate() {
+        let ((k, bell), src) = write(s, i, 1);
+        idx.push(k);
+        srcs.push(src);
+        bells.push(bell);
+    }
+    // A WQE in QP 0's ring past its doorbell record: never to be read.
+    senders[0].write_wqe(
+        WqeOpcode::RdmaWrite,
+        true,
+        &[
+            raddr_seg(VA + 12288, lkey),
+            data_seg(CHUNK as u32, lkey, VA),
+        ],
+    );
+    assert!(
+        cq.poll(Duration::from_millis(100)).is_none(),
+        "no doorbell rung: no WQE executed"
+    );
+    // 2. Only the last QP's doorbell survives on the register (what the watcher sees when
+    //    the other N-1 were overwritten before it looked): all N are served.
+    let before = hw.r.fw().hca_stats().swept_doorbells;
+    hw.uar_write64(0x800, *bells.last().unwrap());
+    served(&mut cq, &senders, &idx, &srcs);
+    assert_eq!(
+        hw.r.fw().hca_stats().swept_doorbells - before,
+        N as u64 - 1,
+        "the N-1 QPs whose doorbell was lost were served by the sweep"
+    );
+    let mut ghost = vec![0u8; CHUNK];
+    data.read(12288, &mut ghost).unwrap();
+    assert_eq!(
+        ghost,
+        vec![0u8; CHUNK],
+        "no WQE read past the doorbell record"
+    );
+
+    // 3. Doorbells written back-to-back on one register, as fast as the client can: however
+    //    many the watcher missed, every QP is served exactly once.
+    for round in 2..6u8 {
+        let mut idx = Vec::new();
+        let mut srcs = Vec::new();
+        let mut bells = Vec::new();
+        for (i, s) in senders.iter_mut().enumerate() {
+            let ((k, bell), src) = write(s, i, round);
+            idx.push(k);
+            srcs.push(src);
+            bells.push(bell);
+        }
+        for b in bells {
+            hw.uar_write64(0x800, b);
+        }
+        served(&mut cq, &senders, &idx, &srcs);
+    }
+    let stats = hw.r.fw().hca_stats();
+    assert_eq!(stats.bad_doorbells, 0, "{stats:?}");
+    assert_eq!(stats.wqe_errors, 0, "{stats:?}");
+}

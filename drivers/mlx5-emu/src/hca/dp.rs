@@ -196,6 +196,14 @@ impl Hca {
 
     /// The send doorbell (UAR + 0x800 …): `value` is the first 8 bytes of the last WQE's
     /// control segment; the QPN is in its second dword.
+    ///
+    /// The watcher samples the register rather than trapping each write, so a doorbell the
+    /// driver wrote can be overwritten by another QP's before it is seen (QPs share the
+    /// page's BlueFlame registers). Every driver publishes the doorbell record before it
+    /// rings, so when any send doorbell of the page is seen, every record written before the
+    /// lost doorbell is visible: the named QP is served, then every other QP of the page
+    /// whose record's send counter is ahead of what the emulator fetched. WQEs are still
+    /// read only up to each record's counter.
     pub(crate) fn sq_doorbell(&mut self, dev: &Device, page: u32, value: u64) {
         let qpn = (value as u32) >> 8;
         match self.qps.get(&qpn) {
@@ -207,7 +215,34 @@ impl Hca {
                     page,
                     "send doorbell for no QP of this UAR page: ignored"
                 );
+                return;
             }
+        }
+        self.sweep_page(dev, page, qpn);
+    }
+
+    /// Serve every QP of UAR page `page` (but `except`, just served) whose doorbell record's
+    /// send counter is ahead of the WQEs fetched: the QPs whose doorbell may have been
+    /// overwritten on a shared register (see [`Hca::sq_doorbell`]).
+    fn sweep_page(&mut self, dev: &Device, page: u32, except: u32) {
+        let behind: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(n, q)| {
+                **n != except
+                    && q.uar == page
+                    && !q.no_sq
+                    && !q.sq_stopped
+                    && matches!(q.state, QpState::Rts | QpState::Err)
+            })
+            .filter_map(|(n, q)| {
+                let (_, producer) = Self::dbr(dev, q)?;
+                (producer != q.sq_fetched).then_some(*n)
+            })
+            .collect();
+        for qpn in behind {
+            self.stats.swept_doorbells += 1;
+            self.pump(dev, qpn);
         }
     }
 

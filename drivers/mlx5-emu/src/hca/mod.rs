@@ -80,6 +80,10 @@ pub struct HcaStats {
     pub dma_faults: u64,
     /// Doorbells naming no object of their UAR page, or malformed.
     pub bad_doorbells: u64,
+    /// QPs served by a send doorbell of their UAR page that named another QP: their
+    /// doorbell record was ahead though their own doorbell was not seen (overwritten on a
+    /// shared BlueFlame register before the watcher looked; see docs/mlx5-emu.md).
+    pub swept_doorbells: u64,
     /// WQEs refused by the firmware's own checks (error CQE, QP to ERR).
     pub wqe_errors: u64,
     /// RoCE packets sent.

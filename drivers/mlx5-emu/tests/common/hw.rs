@@ -400,6 +400,36 @@ impl EmuQp {
     /// Write a send WQE (control + `segs`) at the producer, publish the doorbell record and
     /// ring UAR + 0x800. Returns the WQE index.
     pub fn post(&mut self, hw: &Hw, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> u16 {
+        let (idx, bell) = self.prepare(op, signaled, segs);
+        hw.uar_write64(0x800, bell);
+        idx
+    }
+
+    /// [`EmuQp::post`] without the doorbell: the WQE written and the doorbell record
+    /// published. Returns the WQE index and the doorbell value (the control segment's first
+    /// 8 bytes) to ring.
+    pub fn prepare(&mut self, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> (u16, u64) {
+        let idx = self.write_wqe(op, signaled, segs);
+        let bbs = (1 + segs.len()).div_ceil(4) as u16;
+        self.sq_pi = self.sq_pi.wrapping_add(bbs);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.dbr
+            .write(4, &u32::from(self.sq_pi).to_be_bytes())
+            .unwrap();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let mut first = [0u8; 8];
+        self.wq
+            .read(
+                SQ_OFF + (usize::from(idx) & ((1 << LOG_SQ) - 1)) * 64,
+                &mut first,
+            )
+            .unwrap();
+        (idx, u64::from_be_bytes(first))
+    }
+
+    /// Write a send WQE at the producer index into the ring only: neither the producer
+    /// nor the doorbell record moves. Returns its index.
+    pub fn write_wqe(&mut self, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> u16 {
         let idx = self.sq_pi;
         let ds = 1 + segs.len() as u32;
         let mut w = vec![0u8; (ds as usize).div_ceil(4) * 64];
@@ -413,15 +443,6 @@ impl EmuQp {
             let slot = (usize::from(idx) + k) & ((1 << LOG_SQ) - 1);
             self.wq.write(SQ_OFF + slot * 64, bb).unwrap();
         }
-        self.sq_pi = self.sq_pi.wrapping_add(w.len() as u16 / 64);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        self.dbr
-            .write(4, &u32::from(self.sq_pi).to_be_bytes())
-            .unwrap();
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&w[..8]);
-        hw.uar_write64(0x800, u64::from_be_bytes(first));
         idx
     }
 
