@@ -80,6 +80,7 @@ mod error;
 pub mod firmware;
 pub mod hca;
 pub mod irq;
+pub mod report;
 pub mod server;
 mod sys;
 pub mod watch;
@@ -93,5 +94,5 @@ pub use firmware::{
 };
 pub use hca::HcaStats;
 pub use irq::Signal;
-pub use server::Emulator;
+pub use server::{AfterDisconnect, Disconnect, Emulator};
 pub use watch::{DoorbellHandler, NoFirmware};

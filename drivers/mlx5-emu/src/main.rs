@@ -2,10 +2,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use clap::Parser;
-use rnic_mlx5_emu::{Emulator, FirmwareOptions, Options};
+use nix::sys::signal::{SigSet, Signal};
+use rnic_mlx5_emu::report::{Reporter, StateReport};
+use rnic_mlx5_emu::{AfterDisconnect, Emulator, FirmwareOptions, Options};
 
 /// An emulated ConnectX-5 (mlx5, PCI 15b3:1017) function served over a
 /// vfio-user UNIX socket, for running the rnic mlx5 driver without hardware.
@@ -16,7 +20,9 @@ use rnic_mlx5_emu::{Emulator, FirmwareOptions, Options};
 /// pages are mmapped by the driver. The emulated firmware executes the
 /// command interface (bring-up, pages, capabilities, UAR/PD) strictly and
 /// completes commands by polling. One driver is served at a time; when it
-/// disconnects the function is reset and the next one may connect. Logs go to
+/// disconnects (cleanly or by dying) the function is reset and the next one
+/// may connect, until SIGTERM or SIGINT (or, with --once, the first driver's
+/// disconnect) stops it: the socket is removed and it exits 0. Logs go to
 /// stderr (RUST_LOG=debug for every doorbell and DMA mapping).
 #[derive(Debug, Parser)]
 #[command(name = "rnic-mlx5-emu", version)]
@@ -38,10 +44,44 @@ struct Args {
     /// Pages the firmware asks for with QUERY_PAGES(init).
     #[arg(long, value_name = "N", default_value_t = 32)]
     init_pages: u32,
+    /// Exit (removing the socket) when the first driver disconnects, instead
+    /// of resetting the function and serving the next one.
+    #[arg(long)]
+    once: bool,
+    /// Keep a JSON state report at PATH: pages held, live objects, DMA
+    /// mappings, what the last driver left behind, counters. Rewritten
+    /// atomically at start, after each driver disconnects and at exit.
+    #[arg(long, value_name = "PATH")]
+    state_file: Option<PathBuf>,
+}
+
+/// Why the emulator stops.
+#[derive(Debug)]
+enum Stop {
+    Signal(Signal),
+    Once,
+}
+
+/// Write the state report, logging (not failing) when it cannot be written.
+fn report(path: Option<&PathBuf>, r: &StateReport) {
+    if let Some(p) = path
+        && let Err(e) = r.write_atomic(p)
+    {
+        tracing::warn!(path = %p.display(), %e, "could not write the state file");
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // SIGTERM/SIGINT are taken synchronously by one thread: blocked here,
+    // before any thread exists, so every thread inherits the mask.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    if let Err(e) = signals.thread_block() {
+        eprintln!("rnic-mlx5-emu: blocking SIGTERM/SIGINT: {e}");
+        return ExitCode::FAILURE;
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -59,14 +99,63 @@ fn main() -> ExitCode {
         },
         ..Options::default()
     };
-    match Emulator::start(&args.socket, options) {
-        Ok(emu) => {
-            emu.wait();
-            ExitCode::SUCCESS
-        }
+    let emu = match Emulator::start(&args.socket, options) {
+        Ok(emu) => emu,
         Err(e) => {
             eprintln!("rnic-mlx5-emu: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    let (tx, rx) = mpsc::channel();
+    let (sig_tx, tx_once) = (tx.clone(), tx.clone());
+    let spawned = std::thread::Builder::new()
+        .name("mlx5-emu-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signals.wait() {
+                let _ = sig_tx.send(Stop::Signal(sig));
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("rnic-mlx5-emu: starting the signal thread: {e}");
+        emu.shutdown();
+        return ExitCode::FAILURE;
     }
+    let reporter = Reporter::new(&emu);
+    report(args.state_file.as_ref(), &reporter.report(true, None));
+    let last = Arc::new(Mutex::new(None));
+    {
+        let (once, state_file, last, reporter) = (
+            args.once,
+            args.state_file.clone(),
+            last.clone(),
+            reporter.clone(),
+        );
+        emu.on_disconnect(move |d| {
+            // The lock also keeps this write and main's last one apart.
+            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+            *last = Some(*d);
+            report(state_file.as_ref(), &reporter.report(!once, Some(*d)));
+            if once {
+                let _ = tx.send(Stop::Once);
+                AfterDisconnect::Stop
+            } else {
+                AfterDisconnect::Serve
+            }
+        });
+    }
+    // A driver that came and went before the hook was installed.
+    if args.once && emu.device().stats().connections.load(Ordering::Relaxed) > 0 {
+        let _ = tx_once.send(Stop::Once);
+    }
+    match rx.recv() {
+        Ok(Stop::Signal(sig)) => tracing::info!("{sig} received: stopping"),
+        Ok(Stop::Once) => tracing::info!("the driver disconnected (--once): stopping"),
+        Err(_) => tracing::warn!("no stop event can arrive any more: stopping"),
+    }
+    {
+        let last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        report(args.state_file.as_ref(), &reporter.report(false, *last));
+    }
+    emu.shutdown();
+    ExitCode::SUCCESS
 }

@@ -26,8 +26,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -233,6 +233,45 @@ impl ServerBackend for Backend {
     }
 }
 
+/// A driver's connection that ended, as the serving thread reports it to the
+/// hook of [`Emulator::on_disconnect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disconnect {
+    /// Connections ended so far, this one included (1 for the first driver).
+    pub connection: u64,
+    /// What the driver left behind (pages, objects, DMA mappings), read
+    /// before the reset that reclaimed it; `None` without the firmware.
+    pub left: Option<Accounting>,
+}
+
+/// What the serving thread does after a [`Disconnect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterDisconnect {
+    /// Accept the next driver (the default without a hook).
+    Serve,
+    /// Stop serving: the serving thread ends (and removes the socket), so
+    /// [`Emulator::wait`] returns.
+    Stop,
+}
+
+/// The hook of [`Emulator::on_disconnect`].
+type DisconnectHook = Box<dyn FnMut(&Disconnect) -> AfterDisconnect + Send>;
+
+/// What the serving thread shares with the [`Emulator`].
+#[derive(Default)]
+struct Shared {
+    firmware: OnceLock<FirmwareHandle>,
+    on_disconnect: Mutex<Option<DisconnectHook>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("firmware", &self.firmware.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A running emulated function: listening on its socket, serving one driver
 /// at a time until [`Emulator::shutdown`] (or drop).
 #[derive(Debug)]
@@ -241,7 +280,7 @@ pub struct Emulator {
     socket: PathBuf,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    firmware: Option<FirmwareHandle>,
+    shared: Arc<Shared>,
 }
 
 fn spawn(
@@ -260,9 +299,9 @@ impl Emulator {
     pub fn start(socket: impl AsRef<Path>, options: Options) -> Result<Emulator, EmuError> {
         let fw = Firmware::new(options.firmware);
         let handle = fw.handle();
-        let mut emu = Emulator::start_with(socket, options, Box::new(fw))?;
+        let emu = Emulator::start_with(socket, options, Box::new(fw))?;
         handle.attach(&emu.dev);
-        emu.firmware = Some(handle);
+        let _ = emu.shared.firmware.set(handle);
         Ok(emu)
     }
 
@@ -274,13 +313,26 @@ impl Emulator {
     /// The firmware's handle (faults, counters, accounting) when started with
     /// [`Emulator::start`]; `None` with a custom handler.
     pub fn firmware(&self) -> Option<&FirmwareHandle> {
-        self.firmware.as_ref()
+        self.shared.firmware.get()
     }
 
     /// What the firmware and the device hold for the driver (pages, UARs, PDs, TDs, DMA
     /// mappings); `None` with a custom handler.
     pub fn accounting(&self) -> Option<Accounting> {
-        self.firmware.as_ref().map(FirmwareHandle::accounting)
+        self.shared.firmware.get().map(FirmwareHandle::accounting)
+    }
+
+    /// Call `hook` from the serving thread each time a driver's connection
+    /// ends, after the function was reset for the next one, with what that
+    /// driver left behind; its answer says whether to serve the next driver
+    /// (a connection that [`Emulator::shutdown`] makes to wake the serving
+    /// thread is not reported). Replaces an earlier hook.
+    pub fn on_disconnect(&self, hook: impl FnMut(&Disconnect) -> AfterDisconnect + Send + 'static) {
+        *self
+            .shared
+            .on_disconnect
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(hook));
     }
 
     /// Start an emulator whose doorbell events go to `handler`.
@@ -299,10 +351,11 @@ impl Emulator {
             }
         })?;
         let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared::default());
         let mut threads = Vec::new();
 
-        let (d, s) = (dev.clone(), stop.clone());
-        threads.push(spawn("serve", move || serve(&server, &d, &s))?);
+        let (d, s, sh) = (dev.clone(), stop.clone(), shared.clone());
+        threads.push(spawn("serve", move || serve(&server, &d, &s, &sh))?);
         let (d, s) = (dev.clone(), stop.clone());
         threads.push(spawn("watch", move || watch(&d, &s))?);
         let (d, s) = (dev.clone(), stop.clone());
@@ -313,7 +366,7 @@ impl Emulator {
             socket,
             stop,
             threads,
-            firmware: None,
+            shared,
         })
     }
 
@@ -327,8 +380,9 @@ impl Emulator {
         &self.socket
     }
 
-    /// Serve until the serving thread ends (it does not on its own: this is
-    /// what the binary does until it is killed).
+    /// Serve until the serving thread ends: when a hook of
+    /// [`Emulator::on_disconnect`] says [`AfterDisconnect::Stop`] (it does
+    /// not end on its own otherwise).
     pub fn wait(mut self) {
         if let Some(t) = self.threads.drain(..1).next()
             && t.join().is_err()
@@ -339,7 +393,7 @@ impl Emulator {
 
     /// Stop serving, join the threads, remove the socket. A client still
     /// connected keeps the serving thread until it disconnects; shutdown
-    /// gives up waiting for it after 2 s.
+    /// gives up waiting for it after 2 s (and removes the socket itself).
     pub fn shutdown(mut self) {
         self.stop_threads();
     }
@@ -363,6 +417,14 @@ impl Emulator {
                 warn!(thread = ?t.thread().name(), "emulator thread still busy (a client is connected); detached");
             }
         }
+        // The serving thread's listener removes the socket when it ends; a
+        // detached one (a client still connected) has not.
+        if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.file_type().is_socket())
+            && let Err(e) = std::fs::remove_file(&self.socket)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            warn!(socket = %self.socket.display(), %e, "could not remove the socket");
+        }
     }
 }
 
@@ -372,7 +434,7 @@ impl Drop for Emulator {
     }
 }
 
-fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool) {
+fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool, shared: &Shared) {
     let mut backend = Backend { dev: dev.clone() };
     while !stop.load(Ordering::Acquire) {
         match catch_unwind(AssertUnwindSafe(|| server.run(&mut backend))) {
@@ -392,9 +454,23 @@ fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool) {
                 );
             }
         }
-        dev.stats().connections.fetch_add(1, Ordering::Relaxed);
+        let connection = dev.stats().connections.fetch_add(1, Ordering::Relaxed) + 1;
+        let left = shared.firmware.get().map(FirmwareHandle::accounting);
         if let Err(e) = dev.disconnect() {
             error!(%e, "reset after disconnect failed");
+        }
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let mut hook = shared
+            .on_disconnect
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = hook.as_mut()
+            && h(&Disconnect { connection, left }) == AfterDisconnect::Stop
+        {
+            info!(connection, "stopping after this driver, as asked");
+            stop.store(true, Ordering::Release);
         }
     }
 }
