@@ -470,6 +470,7 @@ impl CqRing {
             .map_or([0; 8], |w| w.load(Ordering::Acquire).to_ne_bytes())
     }
 
+    #[inline(always)]
     fn store_dbrec(&self) {
         let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci & 0xff_ffff);
         let at = (self.mask as usize + 1) * 8;
@@ -480,8 +481,7 @@ impl CqRing {
 
     #[inline(always)]
     fn valid(&self, op_own: u8) -> bool {
-        op_own >> 4 != CqeOpcode::Invalid.as_raw()
-            && u32::from(op_own & 1) == (self.ci >> self.log_size) & 1
+        valid_at(op_own, self.ci, self.log_size)
     }
 
     fn pending(&self) -> bool {
@@ -583,11 +583,22 @@ impl CqRing {
     #[inline(always)]
     pub(crate) fn poll_send(&mut self) -> Option<SendCompletion> {
         loop {
-            let (idx, last) = self.next_cqe()?;
+            // The ring's words once per CQE; fields, not methods, so the
+            // borrow of `buf` and the updates of `ci`/`counters` coexist.
+            let words = self.buf.words();
+            let idx = (self.ci & self.mask) as usize * 8;
+            let slot = words.get(idx + 7)?;
+            let op_own = slot.load(Ordering::Acquire).to_ne_bytes()[7];
+            if !valid_at(op_own, self.ci, self.log_size) {
+                return None;
+            }
+            dma_rmb_after_owner_bit();
+            let last = slot.load(Ordering::Relaxed);
             let got = if Self::lean(last) {
-                self.consume();
+                self.ci = self.ci.wrapping_add(1);
+                self.counters.cqes += 1;
                 let cqe = CqeWords {
-                    words: self.buf.words(),
+                    words,
                     base: idx,
                     last,
                 };
@@ -755,6 +766,15 @@ impl Cq {
                 .process_events(left.min(Duration::from_millis(5)))?;
         }
     }
+}
+
+/// Whether a CQE whose `op_own` byte is `op_own` is valid at consumer
+/// index `ci` of a ring of `2^log_size`: opcode not INVALID, owner bit ==
+/// the pass parity (one xor and one test, no branch between them).
+#[inline(always)]
+fn valid_at(op_own: u8, ci: u32, log_size: u32) -> bool {
+    let parity = ((ci >> log_size) & 1) as u8;
+    (op_own >> 4 != CqeOpcode::Invalid.as_raw()) & ((op_own ^ parity) & 1 == 0)
 }
 
 #[inline(always)]

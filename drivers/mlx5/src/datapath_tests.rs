@@ -597,12 +597,12 @@ fn fast_equals_generic<const N: usize>(
     let idx = (head & a.shared.sq.mask) as usize;
     let (x, y) = (&a.shared, &b.shared);
     assert_eq!(
-        x.sq.wrid[idx].load(Ordering::Relaxed),
-        y.sq.wrid[idx].load(Ordering::Relaxed)
+        x.sq.slots[idx].wr_id.load(Ordering::Relaxed),
+        y.sq.slots[idx].wr_id.load(Ordering::Relaxed)
     );
     assert_eq!(
-        x.sq.meta[idx].load(Ordering::Relaxed),
-        y.sq.meta[idx].load(Ordering::Relaxed)
+        x.sq.slots[idx].meta.load(Ordering::Relaxed),
+        y.sq.slots[idx].meta.load(Ordering::Relaxed)
     );
     assert_eq!(
         x.sq.head.load(Ordering::Relaxed),
@@ -800,4 +800,155 @@ fn a_fatal_device_flushes_sends_one_at_a_time_for_poll_send() {
     );
     assert!(wq.shared.flush.load(Ordering::Acquire));
     assert_eq!(ring.counters().software_flushed, 2);
+}
+
+/// `post_send`'s single-WRITE shortcut against the general writer, for
+/// every inline length it takes (1..=28), signaled or not, across a wrap
+/// of the SQ: the same WQE bytes (to its `ds`), doorbell record, tracking,
+/// doorbell request and counters.
+#[test]
+fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
+    let s = space();
+    let (mut a, data) = queues(&s, false);
+    let (mut b, _) = queues(&s, false);
+    b.regions = a
+        .regions
+        .iter()
+        .map(|r| Region {
+            buf: r.buf.clone(),
+            ..*r
+        })
+        .collect();
+    let payload: Vec<u8> = (0x41..0x41 + 40).collect();
+    data.write(64, &payload).unwrap();
+    let base = data.as_ptr() as u64 + 64;
+    for (n, len) in (1..=crate::wq::FAST_INLINE_MAX as u32).enumerate() {
+        let sge = [Sge::new(base, len, Lkey(0x500))];
+        let mut wr = SendWr::rdma_write(n as u64, &sge, 0x7000_0000 + n as u64, Rkey(0x99));
+        wr.flags = SendFlags::INLINE;
+        if n % 2 == 0 {
+            wr.flags |= SendFlags::SIGNALED;
+        }
+        let head = a.sq_head;
+        let (ra, r) = a.post_send(&[wr], false);
+        r.unwrap();
+        let (rb, r) = b.post_send_general(&[wr], false);
+        r.unwrap();
+        assert_eq!(ra, rb, "len {len}");
+        let ds = crate::wq::inline_write_ds(len as usize) as usize;
+        let at = a.sq_word_base * 8 + (head as usize % SQ_BBS as usize) * 64;
+        assert_eq!(
+            read(&a.buf, at, ds * 16),
+            read(&b.buf, at, ds * 16),
+            "len {len}"
+        );
+        assert_eq!(
+            read(&a.buf, a.dbrec_word * 8, 8),
+            read(&b.buf, b.dbrec_word * 8, 8)
+        );
+        let idx = (head & a.shared.sq.mask) as usize;
+        let (x, y) = (&a.shared.sq.slots[idx], &b.shared.sq.slots[idx]);
+        assert_eq!(
+            (
+                x.wr_id.load(Ordering::Relaxed),
+                x.meta.load(Ordering::Relaxed)
+            ),
+            (
+                y.wr_id.load(Ordering::Relaxed),
+                y.meta.load(Ordering::Relaxed)
+            )
+        );
+        assert_eq!(a.sq_head, b.sq_head);
+        assert_eq!(a.counters.sends, b.counters.sends);
+        for q in [&a, &b] {
+            q.shared.sq.complete(head as u16).unwrap();
+        }
+    }
+    assert!(a.sq_head > SQ_BBS, "the SQ wrapped");
+}
+
+/// Requests the single-WRITE shortcut does not take go to the general
+/// writer, which makes the refusal: nothing written by the shortcut.
+#[test]
+fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let base = data.as_ptr() as u64;
+    let sge = [Sge::new(base, 8, Lkey(0x500))];
+    let mut wr = SendWr::rdma_write(1, &sge, 0x1000, Rkey(1));
+    wr.flags = SendFlags::INLINE;
+    // Not in RTS: BadState, no WQE, no record.
+    wq.state = QpState::Rtr;
+    let (ring, r) = wq.post_send(&[wr], false);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::BadState { .. },
+            ..
+        })
+    ));
+    wq.state = QpState::Rts;
+    // Fatal: DeviceFatal.
+    let (ring, r) = wq.post_send(&[wr], true);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::DeviceFatal,
+            ..
+        })
+    ));
+    // Over the inline limit (a QP of 8 inline bytes): InlineTooLong.
+    wq.limits.max_inline = 4;
+    let (ring, r) = wq.post_send(&[wr], false);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::InlineTooLong { got: 8, max: 4 },
+            ..
+        })
+    ));
+    wq.limits.max_inline = 64;
+    assert!(read(&wq.buf, sq_at(&wq, 0), 64).iter().all(|&b| b == 0));
+    // A key no region has: the general writer's InlineRegion.
+    let bad = [Sge::new(base, 8, Lkey(0x777))];
+    let mut w2 = SendWr::rdma_write(2, &bad, 0x1000, Rkey(1));
+    w2.flags = SendFlags::INLINE;
+    let (ring, r) = wq.post_send(&[w2], false);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::InlineRegion { lkey: 0x777, .. },
+            ..
+        })
+    ));
+    assert_eq!(wq.sq_head, 0);
+    assert_eq!(wq.shared.sq.outstanding(), 0);
+    // (The general writer stops in the unpublished slot: head, record and
+    // tracking are untouched.)
+    assert_eq!(read(&wq.buf, wq.dbrec_word * 8, 8), [0; 8]);
+    // Full: the general writer counts and refuses.
+    for i in 0..SQ_BBS {
+        let (_, r) = wq.post_send(
+            &[SendWr {
+                wr_id: u64::from(i),
+                ..wr
+            }],
+            false,
+        );
+        r.unwrap();
+    }
+    let (ring, r) = wq.post_send(&[wr], false);
+    assert!(ring.is_none());
+    assert!(matches!(
+        r,
+        Err(Mlx5Error::PostSend {
+            reason: PostFailure::QueueFull { outstanding: 8 },
+            ..
+        })
+    ));
+    assert_eq!(wq.counters.queue_full, 1);
 }

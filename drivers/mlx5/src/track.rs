@@ -45,11 +45,18 @@ pub(crate) const fn sq_meta(wqe_index: u16, wqebbs: u32, wc_code: u32) -> u32 {
     ((wqe_index as u32) << 16) | ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
 }
 
+/// One WQEBB's tracking entry: the `wr_id` and [`sq_meta`] of the WQE that
+/// starts there (one slot, so one bounds check covers both).
+#[derive(Debug, Default)]
+pub(crate) struct SqSlot {
+    pub wr_id: AtomicU64,
+    pub meta: AtomicU32,
+}
+
 /// A send queue's tracking, indexed by WQEBB.
 #[derive(Debug)]
 pub(crate) struct SqTrack {
-    pub wrid: Box<[AtomicU64]>,
-    pub meta: Box<[AtomicU32]>,
+    pub slots: Box<[SqSlot]>,
     /// Producer in WQEBBs (free-running), published by the poster.
     pub head: AtomicU32,
     /// Consumer in WQEBBs (free-running), published by the poller.
@@ -70,18 +77,23 @@ fn atomics64(n: usize) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(0)).collect()
 }
 
-fn atomics32(n: usize) -> Box<[AtomicU32]> {
-    (0..n).map(|_| AtomicU32::new(0)).collect()
-}
-
 impl SqTrack {
     pub fn new(wqebbs: u32) -> SqTrack {
         SqTrack {
-            wrid: atomics64(wqebbs as usize),
-            meta: atomics32(wqebbs as usize),
+            slots: (0..wqebbs).map(|_| SqSlot::default()).collect(),
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
             mask: wqebbs - 1,
+        }
+    }
+
+    /// Record the WQE starting at WQEBB `head` (the poster, before it
+    /// publishes `head`).
+    #[inline(always)]
+    pub fn record(&self, head: u32, wr_id: u64, meta: u32) {
+        if let Some(s) = self.slots.get((head & self.mask) as usize) {
+            s.wr_id.store(wr_id, Ordering::Relaxed);
+            s.meta.store(meta, Ordering::Relaxed);
         }
     }
 
@@ -89,21 +101,26 @@ impl SqTrack {
     /// `counter` (§10: unsignaled WQEs before it are done too); its
     /// `(wr_id, completion opcode code)`, or `None` if `counter` names no
     /// outstanding WQE start.
+    #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
         let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Relaxed);
         let outstanding = head.wrapping_sub(tail);
         let ahead = u32::from(counter.wrapping_sub(tail as u16));
-        if ahead >= outstanding {
-            return None;
-        }
-        let idx = (u32::from(counter) & self.mask) as usize;
-        let meta = self.meta.get(idx)?.load(Ordering::Relaxed);
+        let slot = self.slots.get((u32::from(counter) & self.mask) as usize)?;
+        let meta = slot.meta.load(Ordering::Relaxed);
         let bbs = (meta >> 8) & 0xff;
-        if (meta >> 16) as u16 != counter || bbs == 0 || ahead + bbs > outstanding {
+        // One test for the three ways a counter can lie: outside the
+        // outstanding window, not a WQE start (the metadata's index
+        // differs, or the slot is empty: 0 WQEBBs), or a WQE that would end
+        // past the head. `ahead < outstanding ≤ 2^15` and `bbs ≤ 255`, so
+        // the sum cannot wrap.
+        if (ahead >= outstanding) | ((meta >> 16) as u16 != counter) | (bbs == 0)
+            || ahead + bbs > outstanding
+        {
             return None;
         }
-        let wr_id = self.wrid.get(idx)?.load(Ordering::Relaxed);
+        let wr_id = slot.wr_id.load(Ordering::Relaxed);
         self.tail
             .store(tail.wrapping_add(ahead + bbs), Ordering::Release);
         Some((wr_id, meta & 0xff))
@@ -181,9 +198,7 @@ mod tests {
 
     fn post(sq: &SqTrack, wr_id: u64, bbs: u32) -> u16 {
         let head = sq.head.load(Ordering::Relaxed);
-        let idx = (head & sq.mask) as usize;
-        sq.wrid[idx].store(wr_id, Ordering::Relaxed);
-        sq.meta[idx].store(sq_meta(head as u16, bbs, 1), Ordering::Relaxed);
+        sq.record(head, wr_id, sq_meta(head as u16, bbs, 1));
         sq.head.store(head.wrapping_add(bbs), Ordering::Release);
         head as u16
     }

@@ -153,6 +153,74 @@ pub fn inline_write_words<const N: usize>(
     ]
 }
 
+/// Bytes `0..n` (memory order) of a word, the rest zero.
+#[inline(always)]
+fn keep_bytes(word: u64, n: usize) -> u64 {
+    if n >= 8 {
+        return word;
+    }
+    let low = (1u64 << (8 * n)) - 1;
+    let mask = if cfg!(target_endian = "little") {
+        low
+    } else {
+        !(u64::MAX >> (8 * n))
+    };
+    word & mask
+}
+
+/// The memory word made of the last 4 bytes of `prev` then the first 4 of
+/// `next` (memory order): the inline payload shifted by its 4-byte header.
+#[inline(always)]
+fn shift4(prev: u64, next: u64) -> u64 {
+    if cfg!(target_endian = "little") {
+        (prev >> 32) | (next << 32)
+    } else {
+        (prev << 32) | (next >> 32)
+    }
+}
+
+/// [`inline_write_words`] with the `len` (1..=[`FAST_INLINE_MAX`]) inline
+/// bytes read from region words `src` (`len.div_ceil(8)` of them, the
+/// payload starting at the first): the same 64 bytes.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn inline_write_words_from(
+    wqe_index: u16,
+    qpn: u32,
+    ds: u32,
+    fm_ce_se: u32,
+    remote_addr: u64,
+    rkey: u32,
+    src: &[std::sync::atomic::AtomicU64],
+    len: usize,
+) -> [u64; 8] {
+    let ctrl = ctrl_words(WqeOpcode::RdmaWrite, wqe_index, qpn, ds, fm_ce_se, 0);
+    let raddr = raddr_words(remote_addr, rkey);
+    let d = |i: usize| {
+        src.get(i).map_or(0, |w| {
+            keep_bytes(w.load(Ordering::Relaxed), len.saturating_sub(i * 8))
+        })
+    };
+    let (d0, d1, d2, d3) = (d(0), d(1), d(2), d(3));
+    // The header dword in memory order, as the low (LE) / high (BE) half.
+    let hdr = u64::from(inline_header(len as u32).to_be());
+    let hdr = if cfg!(target_endian = "little") {
+        hdr << 32
+    } else {
+        hdr
+    };
+    [
+        ctrl[0],
+        ctrl[1],
+        raddr[0],
+        raddr[1],
+        shift4(hdr, d0),
+        shift4(d0, d1),
+        shift4(d1, d2),
+        shift4(d2, d3),
+    ]
+}
+
 /// A QP's rings and the state of its one poster.
 pub(crate) struct WorkQueues {
     pub qpn: u32,
@@ -320,7 +388,24 @@ impl WorkQueues {
 
     /// Steps 1–4 of a send post: WQEs, tracking, barrier, record, barrier;
     /// what the UAR write (step 5) must be, if anything was posted.
+    #[inline(always)]
     pub fn post_send(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        fatal: bool,
+    ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
+        if let [wr] = wrs
+            && let Some(ring) = self.post_fast_write(wr, fatal)
+        {
+            return (Some(ring), Ok(()));
+        }
+        self.post_send_general(wrs, fatal)
+    }
+
+    /// [`WorkQueues::post_send`] without the single-WRITE shortcut: every
+    /// request through the general writer.
+    #[inline(never)]
+    pub fn post_send_general(
         &mut self,
         wrs: &[SendWr<'_>],
         fatal: bool,
@@ -424,14 +509,11 @@ impl WorkQueues {
         ring.ctrl = ctrl[0];
         ring.wqebb = head;
         ring.wqebbs = p.wqebbs;
-        let idx = (head & self.shared.sq.mask) as usize;
-        if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
-            id.store(wr.wr_id, Ordering::Relaxed);
-            m.store(
-                sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
-                Ordering::Relaxed,
-            );
-        }
+        self.shared.sq.record(
+            head,
+            wr.wr_id,
+            sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
+        );
         self.sq_head = head.wrapping_add(p.wqebbs);
         self.counters.sends += 1;
         Ok(())
@@ -454,66 +536,156 @@ impl WorkQueues {
         fatal: bool,
     ) -> Result<[u64; 8], PostFailure> {
         const { assert!(N <= FAST_INLINE_MAX) };
-        let ds = inline_write_ds(N);
-        if fatal || self.shared.flush.load(Ordering::Relaxed) {
-            return Err(PostFailure::DeviceFatal);
-        }
-        if self.state != QpState::Rts {
-            return Err(PostFailure::BadState {
-                state: self.state.name().unwrap_or("?"),
-            });
-        }
-        if self.limits.ud {
-            return Err(PostFailure::Unsupported { op: "RDMA WRITE" });
-        }
-        if N > self.limits.max_inline {
-            return Err(PostFailure::InlineTooLong {
-                got: N,
-                max: self.limits.max_inline,
-            });
+        if !self.fast_write_ok(fatal, N) {
+            return Err(self.fast_refusal(fatal, N));
         }
         let head = self.sq_head;
         let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
         if used >= self.sq_wqebbs {
-            self.counters.queue_full += 1;
-            return Err(PostFailure::QueueFull { outstanding: used });
+            return Err(self.queue_full(used));
         }
         let wqe = inline_write_words(
             head as u16,
             self.qpn,
-            ds,
+            inline_write_ds(N),
             fm_ce_se(signaled_flags(signaled), self.sig_all),
             remote_addr,
             rkey,
             data,
         );
-        // One WQEBB: 8 words from a multiple of 8, inside the ring.
+        self.commit_wqebb(head, &wqe, wr_id, used)?;
+        Ok(wqe)
+    }
+
+    /// Whether an RDMA WRITE of `n` inline bytes passes every check of
+    /// [`WorkQueues::post_send`] but queue space: one branch on the hot path.
+    #[inline(always)]
+    fn fast_write_ok(&self, fatal: bool, n: usize) -> bool {
+        !fatal
+            & !self.shared.flush.load(Ordering::Relaxed)
+            & (self.state == QpState::Rts)
+            & !self.limits.ud
+            & (n <= self.limits.max_inline)
+    }
+
+    /// Why [`WorkQueues::fast_write_ok`] said no, in the order
+    /// [`WorkQueues::post_send`] checks.
+    #[cold]
+    #[inline(never)]
+    fn fast_refusal(&self, fatal: bool, n: usize) -> PostFailure {
+        if fatal || self.shared.flush.load(Ordering::Relaxed) {
+            PostFailure::DeviceFatal
+        } else if self.state != QpState::Rts {
+            PostFailure::BadState {
+                state: self.state.name().unwrap_or("?"),
+            }
+        } else if self.limits.ud {
+            PostFailure::Unsupported { op: "RDMA WRITE" }
+        } else {
+            PostFailure::InlineTooLong {
+                got: n,
+                max: self.limits.max_inline,
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn queue_full(&mut self, used: u32) -> PostFailure {
+        self.counters.queue_full += 1;
+        PostFailure::QueueFull { outstanding: used }
+    }
+
+    /// Store one whole WQEBB at `head` (8 words from a multiple of 8:
+    /// inside the ring, one bounds check), its tracking (an RDMA WRITE),
+    /// the producer, then the record between the two named barriers.
+    #[inline(always)]
+    fn commit_wqebb(
+        &mut self,
+        head: u32,
+        wqe: &[u64; 8],
+        wr_id: u64,
+        used: u32,
+    ) -> Result<(), PostFailure> {
         let at = self.sq_word_base + ((head as usize * 8) & self.sq_mask_words);
         let words = self.buf.words();
-        let bb: &[std::sync::atomic::AtomicU64; 8] = words
-            .get(at..at + 8)
-            .and_then(|s| s.try_into().ok())
-            .ok_or(PostFailure::QueueFull { outstanding: used })?;
+        let Some(bb) = words
+            .get(at..at.wrapping_add(8))
+            .and_then(|s| s.first_chunk::<8>())
+        else {
+            return Err(PostFailure::QueueFull { outstanding: used });
+        };
         for (slot, w) in bb.iter().zip(wqe) {
-            slot.store(w, Ordering::Relaxed);
+            slot.store(*w, Ordering::Relaxed);
         }
-        let idx = (head & self.shared.sq.mask) as usize;
-        if let (Some(id), Some(m)) = (self.shared.sq.wrid.get(idx), self.shared.sq.meta.get(idx)) {
-            id.store(wr_id, Ordering::Relaxed);
-            m.store(
-                sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
-                Ordering::Relaxed,
-            );
-        }
-        self.sq_head = head.wrapping_add(1);
+        self.shared.sq.record(
+            head,
+            wr_id,
+            sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
+        );
+        let next = head.wrapping_add(1);
+        self.sq_head = next;
         self.counters.sends += 1;
-        self.shared.sq.head.store(self.sq_head, Ordering::Release);
+        self.shared.sq.head.store(next, Ordering::Release);
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        self.store_dbrec_in(words);
+        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
+        let send = qp_doorbell_record::send_counter.insert(0, next & 0xffff);
+        if let Some(w) = words.get(self.dbrec_word) {
+            w.store(be_pair(recv, send), Ordering::Relaxed);
+        }
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
-        Ok(wqe)
+        Ok(())
+    }
+
+    /// [`WorkQueues::post_send`]'s common case on the fast path's code: a
+    /// single signaled-or-not RDMA WRITE with `INLINE`, one SGE of 1..=28
+    /// bytes at an 8-aligned address of a region given to
+    /// [`crate::Qp::use_region`], no fence or solicited flag, on an RC QP
+    /// with room — the same bytes as the general writer (unit-tested).
+    /// `None` when any of that does not hold (the general writer then
+    /// takes the request and makes every refusal).
+    #[inline(always)]
+    fn post_fast_write(&mut self, wr: &SendWr<'_>, fatal: bool) -> Option<SendDoorbell> {
+        let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
+            return None;
+        };
+        let [s] = wr.sg_list else {
+            return None;
+        };
+        let len = s.length as usize;
+        if !(SendFlags::INLINE | SendFlags::SIGNALED).contains(wr.flags)
+            || !wr.flags.contains(SendFlags::INLINE)
+            || len == 0
+            || len > FAST_INLINE_MAX
+            || !self.fast_write_ok(fatal, len)
+        {
+            return None;
+        }
+        let src = self.inline_words(s)?;
+        let head = self.sq_head;
+        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
+        if used >= self.sq_wqebbs {
+            return None;
+        }
+        let wqe = inline_write_words_from(
+            head as u16,
+            self.qpn,
+            inline_write_ds(len),
+            fm_ce_se(wr.flags, self.sig_all),
+            remote_addr,
+            rkey.get(),
+            src,
+            len,
+        );
+        self.commit_wqebb(head, &wqe, wr.wr_id, used).ok()?;
+        Some(SendDoorbell {
+            ctrl: wqe[0],
+            wqebb: head,
+            wqebbs: 1,
+            single: true,
+        })
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).
