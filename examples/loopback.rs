@@ -8,6 +8,11 @@
 //! cargo run --release --example loopback -- --size 1MiB --iters 200 --mtu 1024
 //! ```
 //!
+//! On mlx5 (`--a mlx5:vfio-user:/tmp/a.sock@127.0.0.1 --b
+//! mlx5:vfio-user:/tmp/b.sock@127.0.0.2 --size 1MiB --mtu 1024`, or one end
+//! of each) the buffers are the functions' own DMA buffers
+//! ([`rnic::MemorySource`]) and the counters printed are the rxe end's.
+//!
 //! Steps: allocate both buffers with rnic-dma (hugepages preferred, NUMA
 //! placement verified page by page), register them, connect an RC QP pair,
 //! then RDMA WRITE A→B (timed, `--iters` times, `--depth` in flight), READ it
@@ -24,9 +29,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use rnic::core::exchange::{QpEndpoint, client_exchange, server_exchange};
 use rnic::core::{
-    AccessFlags, CompletionQueue, Context, InitParams, Memory, MemoryRegion, Mtu, ProtectionDomain,
-    Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams, SendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, Gid, InitParams, Memory, MemoryRegion, Mtu,
+    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
+    SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use rnic::dma::{DmaRegion, PagePolicy, PageSize};
 use rnic::rxe::{RxeConfig, RxeDevice, Target};
@@ -83,19 +88,67 @@ const WINDOW_PSNS: u32 = 1024;
 /// One side: device, verbs objects, and its buffer (two halves of `size`).
 struct Side {
     name: &'static str,
-    dev: RxeDevice,
+    /// The rxe device (counters); `None` on mlx5.
+    dev: Option<RxeDevice>,
+    gid: Gid,
     ctx: Context,
     pd: ProtectionDomain,
     cq: CompletionQueue,
-    mem: Arc<DmaRegion>,
+    mem: Arc<dyn Memory>,
     mr: MemoryRegion,
+}
+
+/// All access rights the demo's operations need.
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// An mlx5 side: the function's DMA buffer, GID 0 from the spec's `@<ip>`.
+fn open_mlx5_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String> {
+    let (ctx, memory) = rnic::open_with_memory(spec).map_err(|e| {
+        let mut m = e.to_string();
+        let mut s = std::error::Error::source(&e);
+        while let Some(c) = s {
+            m += &format!(": {c}");
+            s = c.source();
+        }
+        m
+    })?;
+    let gid = ctx
+        .query_gid_table(1)
+        .map_err(|e| e.to_string())?
+        .first()
+        .map(|g| g.gid)
+        .ok_or_else(|| format!("{spec}: no GID programmed: end the spec with @<ip>"))?;
+    let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(512).map_err(|e| e.to_string())?;
+    let mem = memory
+        .alloc(2 * size)
+        .map_err(|e| format!("allocating {} bytes for {name}: {e}", 2 * size))?;
+    println!(
+        "  {name}: {spec:<16} GID {gid:<18} buffer {} KiB of the function's DMA memory",
+        (2 * size) >> 10,
+    );
+    let mr = pd.reg_mr(mem.clone(), ACCESS).map_err(|e| e.to_string())?;
+    Ok(Side {
+        name,
+        dev: None,
+        gid,
+        ctx,
+        pd,
+        cq,
+        mem,
+        mr,
+    })
 }
 
 fn open_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String> {
     let target = match spec.parse::<DeviceSpec>().map_err(|e| e.to_string())? {
         DeviceSpec::Rxe(RxeTarget::Ip(ip)) => Target::Ip(ip),
         DeviceSpec::Rxe(RxeTarget::Netdev(n)) => Target::Netdev(n),
-        other => return Err(format!("{other}: this demo drives the rxe backend only")),
+        DeviceSpec::Mlx5 { .. } => return open_mlx5_side(name, spec, size),
+        other => return Err(format!("{other}: this demo drives rxe and mlx5 only")),
     };
     // Both ends are rnic, so the requester window can exceed rxe's 128 PSNs
     // (keep the default when one end is a kernel rxe peer).
@@ -103,7 +156,7 @@ fn open_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String
     let dev = RxeDevice::open(&cfg).map_err(|e| format!("{spec}: {e}"))?;
     let ctx = dev.context();
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
-    let cq = ctx.create_cq(256).map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(512).map_err(|e| e.to_string())?;
     let mem = DmaRegion::builder(2 * size)
         .pages(PagePolicy::Prefer(PageSize::Huge2M))
         .build()
@@ -120,18 +173,16 @@ fn open_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String
         p.pages_on_wanted,
         p.pages_checked,
     );
-    let mr = pd
-        .reg_mr(
-            mem.clone(),
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        )
-        .map_err(|e| e.to_string())?;
+    let mem: Arc<dyn Memory> = mem;
+    let mr = pd.reg_mr(mem.clone(), ACCESS).map_err(|e| e.to_string())?;
+    let gid = *dev
+        .gids()
+        .first()
+        .ok_or_else(|| format!("{name}: the device has no GID"))?;
     Ok(Side {
         name,
-        dev,
+        dev: Some(dev),
+        gid,
         ctx,
         pd,
         cq,
@@ -174,16 +225,11 @@ fn random_psn() -> Psn {
 }
 
 fn endpoint(s: &Side, qp: &QueuePair) -> Result<QpEndpoint, String> {
-    let gid = *s
-        .dev
-        .gids()
-        .first()
-        .ok_or_else(|| format!("{}: the device has no GID", s.name))?;
     Ok(QpEndpoint {
         lid: 0,
         qpn: qp.qpn(),
         psn: random_psn(),
-        gid,
+        gid: s.gid,
     })
 }
 
@@ -249,7 +295,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn read(mem: &DmaRegion, off: usize, len: usize) -> Result<Vec<u8>, String> {
+fn read(mem: &Arc<dyn Memory>, off: usize, len: usize) -> Result<Vec<u8>, String> {
     let mut v = vec![0u8; len];
     mem.read(off, &mut v).map_err(|e| e.to_string())?;
     Ok(v)
@@ -385,16 +431,24 @@ fn run(args: &Args) -> Result<(), String> {
         &msg,
     )?;
 
-    // 4. Atomics on B's first 8 bytes: FETCH_ADD ×100, then CMP_SWP.
-    b.mem
-        .write(0, &1000u64.to_ne_bytes())
-        .map_err(|e| e.to_string())?;
+    // 4. Atomics on B's first 8 bytes: FETCH_ADD ×100, then CMP_SWP. An
+    // mlx5 function (no atomic endianness mode) keeps the target word and
+    // returns the original value big-endian; rxe uses host order.
+    let order = |s: &Side| -> (fn(u64) -> [u8; 8], fn([u8; 8]) -> u64) {
+        if s.dev.is_none() {
+            (u64::to_be_bytes, u64::from_be_bytes)
+        } else {
+            (u64::to_ne_bytes, u64::from_ne_bytes)
+        }
+    };
+    let ((b_enc, b_dec), (_, a_dec)) = (order(&b), order(&a));
+    b.mem.write(0, &b_enc(1000)).map_err(|e| e.to_string())?;
     let res = [a.mr.sge(size, 8).map_err(|e| e.to_string())?];
     for i in 0..100u64 {
         qa.post_send(&[SendWr::atomic_fetch_add(3000 + i, &res, raddr, rkey, 7).signaled()])
             .map_err(|e| e.to_string())?;
         wait(&mut a.cq, 1, "FETCH_ADD")?;
-        let old = u64::from_ne_bytes(
+        let old = a_dec(
             read(&a.mem, size, 8)?
                 .try_into()
                 .map_err(|_| "short read")?,
@@ -409,12 +463,12 @@ fn run(args: &Args) -> Result<(), String> {
     qa.post_send(&[SendWr::atomic_cmp_swap(4000, &res, raddr, rkey, 1700, 42).signaled()])
         .map_err(|e| e.to_string())?;
     wait(&mut a.cq, 1, "CMP_SWP")?;
-    let old = u64::from_ne_bytes(
+    let old = a_dec(
         read(&a.mem, size, 8)?
             .try_into()
             .map_err(|_| "short read")?,
     );
-    let now = u64::from_ne_bytes(read(&b.mem, 0, 8)?.try_into().map_err(|_| "short read")?);
+    let now = b_dec(read(&b.mem, 0, 8)?.try_into().map_err(|_| "short read")?);
     if old != 1700 || now != 42 {
         return Err(format!(
             "CMP_SWP returned {old} (want 1700), memory now {now} (want 42)"
@@ -439,7 +493,11 @@ fn run(args: &Args) -> Result<(), String> {
         gbps(size as u64, rt)
     );
     for s in [&a, &b] {
-        let st = s.dev.stats();
+        let Some(dev) = &s.dev else {
+            println!("  {}: mlx5 function (counters: rnicctl info)", s.name);
+            continue;
+        };
+        let st = dev.stats();
         let d = &st.device;
         let retrans: u64 = st.qps.iter().map(|(_, q)| q.retransmits).sum();
         println!(

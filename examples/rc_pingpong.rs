@@ -7,9 +7,12 @@
 //! client: cargo run --example rc_pingpong -- -d rxe:127.0.0.2 -g 0 127.0.0.1
 //! ```
 //!
-//! `-d` takes a device spec (`rxe:<netdev|ip>`, `mlx5:<bdf>`) or a bare
-//! netdev name. Busy-polling runs the rxe backend caller-driven; `-e` uses its
-//! progress thread and the CQ's completion channel.
+//! `-d` takes a device spec (`rxe:<netdev|ip>`, `mlx5:<bdf>@<ip>`,
+//! `mlx5:vfio-user:<socket>@<ip>`) or a bare netdev name. Busy-polling runs
+//! the rxe backend caller-driven; `-e` uses its progress thread and the CQ's
+//! completion channel (on mlx5: the function's event queue). The buffer comes
+//! from the device's [`rnic::MemorySource`]: host memory for rxe, the
+//! function's DMA buffers for mlx5.
 
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -19,11 +22,11 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rnic::core::exchange::{QpEndpoint, client_exchange, server_exchange};
 use rnic::core::{
-    AccessFlags, Context, HeapMemory, InitParams, Memory, Mtu, Psn, QpCaps, QpInitAttr, QpType,
-    QueuePair, RecvWr, RtrParams, RtsParams, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Context, InitParams, Memory, Mtu, Psn, QpCaps, QpInitAttr, QpType, QueuePair,
+    RecvWr, RtrParams, RtsParams, SendWr, WcStatus, WorkCompletion,
 };
 use rnic::rxe::{Progress, RxeConfig, RxeDevice, Target};
-use rnic::{DeviceSpec, RxeTarget};
+use rnic::{DeviceSpec, MemorySource, RxeTarget};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -35,7 +38,8 @@ struct Args {
     /// Listen on / connect to TCP port.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     port: u16,
-    /// Device: a spec (rxe:<netdev|ip>, mlx5:<bdf>) or a netdev name.
+    /// Device: a spec (rxe:<netdev|ip>, mlx5:<bdf>@<ip>,
+    /// mlx5:vfio-user:<socket>@<ip>) or a netdev name.
     #[arg(short = 'd', long = "ib-dev", default_value = "rxe")]
     device: String,
     /// Port of the device.
@@ -72,7 +76,9 @@ struct Args {
     servername: Option<String>,
 }
 
-fn open(spec: &str, events: bool) -> Result<(Context, Option<RxeDevice>), String> {
+type Opened = (Context, Option<RxeDevice>, MemorySource);
+
+fn open(spec: &str, events: bool) -> Result<Opened, String> {
     let spec = if spec.contains(':') || spec == "rxe" {
         spec.to_owned()
     } else {
@@ -91,22 +97,30 @@ fn open(spec: &str, events: bool) -> Result<(Context, Option<RxeDevice>), String
             };
             let dev = RxeDevice::open(&RxeConfig::new(target).with_progress(progress))
                 .map_err(|e| format!("Couldn't get context for {spec}: {e}"))?;
-            Ok((dev.context(), Some(dev)))
+            Ok((dev.context(), Some(dev), MemorySource::Host))
         }
-        _ => rnic::open(&spec)
-            .map(|c| (c, None))
-            .map_err(|e| e.to_string()),
+        _ => rnic::open_with_memory(&spec)
+            .map(|(c, m)| (c, None, m))
+            .map_err(|e| {
+                let mut m = format!("Couldn't get context for {spec}: {e}");
+                let mut s = std::error::Error::source(&e);
+                while let Some(c) = s {
+                    m += &format!(": {c}");
+                    s = c.source();
+                }
+                m
+            }),
     }
 }
 
-fn fill(mem: &HeapMemory, off: usize, size: usize, seq: u32) {
+fn fill(mem: &dyn Memory, off: usize, size: usize, seq: u32) {
     let bytes: Vec<u8> = (0..size)
         .map(|i| (seq as usize).wrapping_add(i) as u8)
         .collect();
     let _ = mem.write(off, &bytes);
 }
 
-fn check(mem: &HeapMemory, size: usize, seq: u32) -> bool {
+fn check(mem: &dyn Memory, size: usize, seq: u32) -> bool {
     let mut got = vec![0u8; size];
     if mem.read(0, &mut got).is_err() {
         return false;
@@ -118,18 +132,23 @@ fn check(mem: &HeapMemory, size: usize, seq: u32) -> bool {
 
 fn run(args: &Args) -> Result<(), String> {
     let mtu = Mtu::from_bytes(args.mtu).map_err(|e| format!("Invalid MTU {}: {e}", args.mtu))?;
-    let (ctx, dev) = open(&args.device, args.events)?;
+    let (ctx, dev, memory) = open(&args.device, args.events)?;
     let size = args.size as usize;
     let pd = ctx
         .alloc_pd()
         .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
     // Receive half at 0, send half at `size`.
-    let mem = Arc::new(HeapMemory::new((2 * size).max(1)));
+    let mem: Arc<dyn Memory> = memory
+        .alloc((2 * size).max(1))
+        .map_err(|e| format!("Couldn't allocate the buffer: {e}"))?;
     let mr = pd
         .reg_mr(mem.clone(), AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
+    // ibv_rc_pingpong asks for rx_depth + 1 entries; an mlx5 function also
+    // wants room for its rounded-up queues (a power-of-two RQ and up to 16
+    // WQEBBs of send queue), which costs rxe nothing.
     let cq = ctx
-        .create_cq(args.rx_depth + 1)
+        .create_cq(args.rx_depth.next_power_of_two().max(args.rx_depth + 1) + 16)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let caps = QpCaps {
         max_send_wr: 1,
@@ -228,7 +247,7 @@ fn run(args: &Args) -> Result<(), String> {
     let (mut scnt, mut rcnt) = (0u32, 0u32);
     let post_send = |qp: &mut QueuePair, seq: u32| -> Result<(), String> {
         if args.check {
-            fill(&mem, size, size, seq);
+            fill(mem.as_ref(), size, size, seq);
         }
         qp.post_send(&[SendWr::send(SEND_WRID, ssge).signaled()])
             .map_err(|e| format!("Couldn't post send: {e}"))
@@ -279,7 +298,7 @@ fn run(args: &Args) -> Result<(), String> {
                             return Err("Couldn't post receive".into());
                         }
                     }
-                    if args.check && !check(&mem, size, rcnt) {
+                    if args.check && !check(mem.as_ref(), size, rcnt) {
                         return Err(format!("Failed validation of message {rcnt}"));
                     }
                     rcnt += 1;

@@ -21,6 +21,8 @@
 //!   `open_mlx5` gives the typed provider (for `alloc_dma`: an mlx5
 //!   function registers only its own DMA buffers);
 //! * [`open`]: a device from a spec string, as a `rnic_core::Context`;
+//!   [`open_with_memory`] adds the [`MemorySource`] its buffers must come
+//!   from (host memory for rxe, the function's DMA buffers for mlx5);
 //! * [`spec`]: the device-spec strings (`rxe:<netdev|ip>`, `mlx5:<pci bdf>`,
 //!   `mlx5:vfio-user:<socket>`)
 //!   users pick a backend with.
@@ -62,7 +64,7 @@ mod open;
 
 #[cfg(feature = "mlx5")]
 pub use open::open_mlx5;
-pub use open::{OpenError, open};
+pub use open::{AllocError, MemorySource, OpenError, open, open_with_memory};
 pub use rnic_core as core;
 pub use rnic_dma as dma;
 #[cfg(feature = "mlx5")]

@@ -84,9 +84,9 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
             hint: "rebuild with the `rxe` feature (on by default)",
         }),
         #[cfg(feature = "mlx5")]
-        DeviceSpec::Mlx5(_) => open_mlx5(spec).map(|p| rnic_mlx5::Mlx5Provider::context(&p)),
+        DeviceSpec::Mlx5 { .. } => open_mlx5(spec).map(|p| rnic_mlx5::Mlx5Provider::context(&p)),
         #[cfg(not(feature = "mlx5"))]
-        DeviceSpec::Mlx5(_) => Err(OpenError::NotBuilt {
+        DeviceSpec::Mlx5 { .. } => Err(OpenError::NotBuilt {
             spec: spec.to_owned(),
             backend: "mlx5",
             hint: "rebuild with feature `mlx5` (on by default)",
@@ -103,7 +103,8 @@ pub fn open(spec: &str) -> Result<rnic_core::Context, OpenError> {
 /// Open and bring up the mlx5 function `spec` names (`mlx5:<pci bdf>`
 /// through kernel VFIO, `mlx5:vfio-user:<socket>` through vfio-user), with
 /// its event queue: the typed provider, for `alloc_dma`, `set_gid` and the
-/// statically dispatched `Mlx5Provider::typed_context`.
+/// statically dispatched `Mlx5Provider::typed_context`. A spec ending in
+/// `@<ip>` gets GID 0 programmed with that address.
 #[cfg(feature = "mlx5")]
 pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, OpenError> {
     use std::sync::Arc;
@@ -116,13 +117,21 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         spec: spec.to_owned(),
         source: Box::new(source),
     };
-    let function: Arc<dyn PciFunction> = match spec.parse::<DeviceSpec>()? {
-        DeviceSpec::Mlx5(Mlx5Target::VfioUser(path)) => {
-            Arc::new(VfioUserFunction::connect(path).map_err(err)?)
-        }
-        DeviceSpec::Mlx5(Mlx5Target::Pci(addr)) => {
-            Arc::new(VfioFunction::open(&addr, u64::MAX).map_err(err)?)
-        }
+    let (function, gid): (Arc<dyn PciFunction>, _) = match spec.parse::<DeviceSpec>()? {
+        DeviceSpec::Mlx5 {
+            target: Mlx5Target::VfioUser(path),
+            addr,
+        } => (
+            Arc::new(VfioUserFunction::connect(path).map_err(err)?),
+            addr,
+        ),
+        DeviceSpec::Mlx5 {
+            target: Mlx5Target::Pci(bdf),
+            addr,
+        } => (
+            Arc::new(VfioFunction::open(&bdf, u64::MAX).map_err(err)?),
+            addr,
+        ),
         _ => {
             return Err(OpenError::WrongBackend {
                 spec: spec.to_owned(),
@@ -131,7 +140,78 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         }
     };
     let hca = Hca::bring_up(function, HcaOptions::default()).map_err(err)?;
-    Mlx5Provider::new(hca).map_err(err)
+    let provider = Mlx5Provider::new(hca).map_err(err)?;
+    if let Some(ip) = gid {
+        provider.set_gid(0, ip).map_err(err)?;
+    }
+    Ok(provider)
+}
+
+/// Where an opened device's registrable memory comes from: what the tools
+/// and examples allocate their buffers with, whatever the backend.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum MemorySource {
+    /// Host memory ([`rnic_core::HeapMemory`]): what rxe registers.
+    Host,
+    /// The mlx5 function's own DMA buffers (`Mlx5Provider::alloc_dma`),
+    /// the only memory it registers.
+    #[cfg(feature = "mlx5")]
+    Mlx5(std::sync::Arc<rnic_mlx5::Mlx5Provider>),
+}
+
+/// Why [`MemorySource::alloc`] failed.
+#[derive(Debug, Error)]
+#[error("allocating {len} bytes of {what}: {source}")]
+pub struct AllocError {
+    /// The length asked for.
+    pub len: usize,
+    /// The kind of memory.
+    pub what: &'static str,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl MemorySource {
+    /// `len` zeroed bytes the device can register (`reg_mr` on its context).
+    pub fn alloc(&self, len: usize) -> Result<std::sync::Arc<dyn rnic_core::Memory>, AllocError> {
+        match self {
+            MemorySource::Host => Ok(std::sync::Arc::new(rnic_core::HeapMemory::new(len))),
+            #[cfg(feature = "mlx5")]
+            MemorySource::Mlx5(p) => match p.alloc_dma(len.max(1)) {
+                Ok(b) => Ok(b),
+                Err(e) => Err(AllocError {
+                    len,
+                    what: "mlx5 DMA memory",
+                    source: Box::new(e),
+                }),
+            },
+        }
+    }
+
+    /// The mlx5 provider behind this source, if it is one.
+    #[cfg(feature = "mlx5")]
+    pub fn mlx5(&self) -> Option<&std::sync::Arc<rnic_mlx5::Mlx5Provider>> {
+        match self {
+            MemorySource::Mlx5(p) => Some(p),
+            MemorySource::Host => None,
+        }
+    }
+}
+
+/// [`open`], and where the device's registrable memory comes from: host
+/// memory for rxe, the function's DMA buffers for mlx5. Programs written
+/// against this run unchanged on every backend.
+pub fn open_with_memory(spec: &str) -> Result<(rnic_core::Context, MemorySource), OpenError> {
+    match spec.parse::<DeviceSpec>()? {
+        #[cfg(feature = "mlx5")]
+        DeviceSpec::Mlx5 { .. } => {
+            let p = open_mlx5(spec)?;
+            Ok((rnic_mlx5::Mlx5Provider::context(&p), MemorySource::Mlx5(p)))
+        }
+        _ => open(spec).map(|c| (c, MemorySource::Host)),
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,13 @@
 //! | `rxe` | same | the default: loopback, `127.0.0.1` |
 //! | `mlx5:<pci bdf>` (`mlx5:0000:3b:00.1`) | ConnectX through VFIO | that PCI function, bound to vfio-pci |
 //! | `mlx5:vfio-user:<socket>` (`mlx5:vfio-user:/run/rnic/emu0.sock`) | ConnectX over vfio-user | the device process serving that socket (rnic-mlx5-emu) |
+//! | `mlx5:…@<ip>` (`mlx5:vfio-user:/tmp/emu.sock@10.0.0.1`, `mlx5:0000:3b:00.1@fd00::1`) | same | and program GID 0 with that RoCE v2 address at open |
+//!
+//! An mlx5 function has no kernel netdev whose addresses could fill its GID
+//! table: the driver programs it (SET_ROCE_ADDRESS). Without `@<ip>` the
+//! table stays empty (`Mlx5Provider::set_gid` fills it later); with it,
+//! `rnic::open` programs entry 0. The suffix is the text after the last `@`,
+//! taken only when it parses as an IP address.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -41,7 +48,12 @@ pub enum DeviceSpec {
     /// The Soft-RoCE-compatible software backend.
     Rxe(RxeTarget),
     /// A ConnectX function owned through VFIO or vfio-user.
-    Mlx5(Mlx5Target),
+    Mlx5 {
+        /// The function.
+        target: Mlx5Target,
+        /// The RoCE v2 address GID 0 gets at open (`@<ip>`), if any.
+        addr: Option<IpAddr>,
+    },
 }
 
 impl Default for DeviceSpec {
@@ -122,16 +134,29 @@ impl FromStr for DeviceSpec {
                 Ok(DeviceSpec::Rxe(RxeTarget::Netdev(rest.to_owned())))
             }
             "mlx5" => {
+                let (rest, addr) = match rest.rsplit_once('@') {
+                    Some((head, ip)) => match ip.parse::<IpAddr>() {
+                        Ok(ip) => (head, Some(ip)),
+                        Err(_) => (rest, None),
+                    },
+                    None => (rest, None),
+                };
                 if let Some(path) = rest.strip_prefix("vfio-user:") {
                     if path.is_empty() {
                         return Err(SpecError::NoSocket {
                             spec: spec.to_owned(),
                         });
                     }
-                    return Ok(DeviceSpec::Mlx5(Mlx5Target::VfioUser(PathBuf::from(path))));
+                    return Ok(DeviceSpec::Mlx5 {
+                        target: Mlx5Target::VfioUser(PathBuf::from(path)),
+                        addr,
+                    });
                 }
                 rest.parse::<PciAddr>()
-                    .map(|a| DeviceSpec::Mlx5(Mlx5Target::Pci(a)))
+                    .map(|a| DeviceSpec::Mlx5 {
+                        target: Mlx5Target::Pci(a),
+                        addr,
+                    })
                     .map_err(|source| SpecError::BadPciAddr {
                         spec: spec.to_owned(),
                         source,
@@ -150,9 +175,15 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Rxe(RxeTarget::Netdev(n)) => write!(f, "rxe:{n}"),
             DeviceSpec::Rxe(RxeTarget::Ip(ip)) => write!(f, "rxe:{ip}"),
-            DeviceSpec::Mlx5(Mlx5Target::Pci(addr)) => write!(f, "mlx5:{addr}"),
-            DeviceSpec::Mlx5(Mlx5Target::VfioUser(p)) => {
-                write!(f, "mlx5:vfio-user:{}", p.display())
+            DeviceSpec::Mlx5 { target, addr } => {
+                match target {
+                    Mlx5Target::Pci(bdf) => write!(f, "mlx5:{bdf}")?,
+                    Mlx5Target::VfioUser(p) => write!(f, "mlx5:vfio-user:{}", p.display())?,
+                }
+                match addr {
+                    Some(ip) => write!(f, "@{ip}"),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -182,9 +213,30 @@ mod tests {
         );
         assert_eq!(
             "mlx5:vfio-user:/run/rnic/emu0.sock".parse::<DeviceSpec>(),
-            Ok(DeviceSpec::Mlx5(Mlx5Target::VfioUser(
-                "/run/rnic/emu0.sock".into()
-            )))
+            Ok(DeviceSpec::Mlx5 {
+                target: Mlx5Target::VfioUser("/run/rnic/emu0.sock".into()),
+                addr: None
+            })
+        );
+        assert_eq!(
+            "mlx5:vfio-user:/tmp/a@b.sock@10.0.0.1".parse::<DeviceSpec>(),
+            Ok(DeviceSpec::Mlx5 {
+                target: Mlx5Target::VfioUser("/tmp/a@b.sock".into()),
+                addr: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
+            })
+        );
+        assert_eq!(
+            "mlx5:vfio-user:/tmp/a@b.sock".parse::<DeviceSpec>(),
+            Ok(DeviceSpec::Mlx5 {
+                target: Mlx5Target::VfioUser("/tmp/a@b.sock".into()),
+                addr: None
+            })
+        );
+        assert_eq!(
+            "mlx5:0000:3b:00.1@fd00::1"
+                .parse::<DeviceSpec>()
+                .map(|s| s.to_string()),
+            Ok("mlx5:0000:3b:00.1@fd00::1".to_owned())
         );
         assert_eq!(
             "mlx5:vfio-user:rel/emu.sock"

@@ -6,7 +6,9 @@ use crate::error::CtlError;
 
 /// `rnicctl info`.
 pub fn main(spec: &str, json_out: bool) -> Result<(), CtlError> {
-    let (ctx, _dev) = crate::perf::open_device(spec, false)?;
+    let opened = crate::perf::open_device(spec, false)?;
+    let ctx = &opened.ctx;
+    let mlx5 = opened.memory.mlx5().map(mlx5_facts);
     let q = |what| {
         move |e: rnic::core::VerbsError| CtlError::Verbs {
             what,
@@ -52,6 +54,7 @@ pub fn main(spec: &str, json_out: bool) -> Result<(), CtlError> {
                     "netdev": e.netdev,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
+            "mlx5": mlx5.as_ref().map(|m| &m.json),
         });
         println!("{v}");
         return Ok(());
@@ -98,6 +101,180 @@ pub fn main(spec: &str, json_out: bool) -> Result<(), CtlError> {
                     .unwrap_or_default()
             );
         }
+        if g.is_empty() && mlx5.is_some() {
+            println!("\t\tGIDs:\t\tnone programmed (end the spec with @<ip> to program GID 0)");
+        }
+    }
+    if let Some(m) = &mlx5 {
+        print!("{}", m.text);
     }
     Ok(())
+}
+
+/// What an mlx5 function reports beyond the verbs attributes.
+struct Mlx5Facts {
+    json: serde_json::Value,
+    text: String,
+}
+
+/// The function's firmware, command interface, capabilities that matter to
+/// a verbs user, pages and health (`Hca::info`, the current caps).
+fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Facts {
+    use std::fmt::Write as _;
+
+    let hca = p.hca();
+    let i = hca.info();
+    let caps = hca.general_caps().ok();
+    let roce = hca.roce_caps();
+    let log_max_qp_sz = caps.as_ref().map(|c| c.log_max_qp_sz());
+    let log_max_cq_sz = caps.as_ref().map(|c| c.log_max_cq_sz());
+    let log_max_ra_res_qp = caps.as_ref().map(|c| c.log_max_ra_res_qp());
+    let log_max_ra_req_qp = caps.as_ref().map(|c| c.log_max_ra_req_qp());
+    let max_wqe_sz_sq = caps.as_ref().map(|c| c.max_wqe_sz_sq());
+    let max_wqe_sz_rq = caps.as_ref().map(|c| c.max_wqe_sz_rq());
+    let gid_table_size = caps.as_ref().map(|c| c.gid_table_size());
+    let versions = {
+        let mut v = Vec::new();
+        for (bit, name) in [(0, "v1"), (1, "v1.5"), (2, "v2")] {
+            if i.roce_version & (1 << bit) != 0 {
+                v.push(name);
+            }
+        }
+        v
+    };
+    let udp = roce.as_ref().map(|r| {
+        (
+            r.r_roce_min_src_udp_port(),
+            r.r_roce_max_src_udp_port(),
+            r.r_roce_dest_udp_port(),
+        )
+    });
+    let health = hca.health().ok();
+    let json = json!({
+        "function": i.function,
+        "device_id": format!("0x{:04x}", i.device_id),
+        "fw_version": i.fw_version.to_string(),
+        "cmdif_rev": i.cmdif_rev,
+        "issi": i.issi,
+        "cmdq_slots": i.cmdq_slots,
+        "cmd_timeout_ms": i.cmd_timeout.as_millis() as u64,
+        "vhca_id": i.vhca_id,
+        "port_type": i.port_type.to_string(),
+        "num_ports": i.num_ports,
+        "caps": {
+            "log_max_qp": i.log_max_qp,
+            "log_max_qp_sz": log_max_qp_sz,
+            "log_max_cq": i.log_max_cq,
+            "log_max_cq_sz": log_max_cq_sz,
+            "log_max_eq": i.log_max_eq,
+            "log_max_mkey": i.log_max_mkey,
+            "log_max_pd": i.log_max_pd,
+            "log_max_msg": i.log_max_msg,
+            "log_max_ra_req_qp": log_max_ra_req_qp,
+            "log_max_ra_res_qp": log_max_ra_res_qp,
+            "max_wqe_sz_sq": max_wqe_sz_sq,
+            "max_wqe_sz_rq": max_wqe_sz_rq,
+            "max_inline_data": rnic::mlx5::wqe::MAX_INLINE_DATA,
+            "gid_table_size": gid_table_size,
+            "roce": i.roce,
+            "roce_versions": versions,
+            "sw_roce_src_udp_port": i.sw_roce_src_udp_port,
+            "roce_src_udp_ports": udp.map(|(lo, hi, _)| [lo, hi]),
+            "roce_dest_udp_port": udp.map(|(_, _, d)| d),
+        },
+        "uar": i.uar,
+        "pd": i.pd,
+        "pages": { "boot": i.pages.boot, "init": i.pages.init, "held": i.pages.held },
+        "health": health.map(|h| json!({
+            "syndrome": h.syndrome.map(|s| format!("{s:?}")),
+            "counter": h.counter,
+        })),
+    });
+    let opt = |v: Option<u32>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+    let mut t = String::new();
+    let _ = writeln!(t, "mlx5 function: {}", i.function);
+    let _ = writeln!(t, "\tpci_device_id:\t\t0x{:04x}", i.device_id);
+    let _ = writeln!(t, "\tfw_version:\t\t{}", i.fw_version);
+    let _ = writeln!(
+        t,
+        "\tcmdif_rev:\t\t{} (ISSI {}, {} command slots, timeout {} ms)",
+        i.cmdif_rev,
+        i.issi,
+        i.cmdq_slots,
+        i.cmd_timeout.as_millis()
+    );
+    let _ = writeln!(
+        t,
+        "\tport_type:\t\t{} ({} port{}), vhca_id {}",
+        i.port_type,
+        i.num_ports,
+        if i.num_ports == 1 { "" } else { "s" },
+        i.vhca_id
+    );
+    let _ = writeln!(
+        t,
+        "\tlog_max_qp/cq/eq/mkey/pd:\t{}/{}/{}/{}/{}",
+        i.log_max_qp, i.log_max_cq, i.log_max_eq, i.log_max_mkey, i.log_max_pd
+    );
+    let _ = writeln!(
+        t,
+        "\tlog_max_qp_sz/cq_sz/msg:\t{}/{}/{}",
+        opt(log_max_qp_sz),
+        opt(log_max_cq_sz),
+        i.log_max_msg
+    );
+    let _ = writeln!(
+        t,
+        "\tlog_max_ra_req/res_qp:\t{}/{}",
+        opt(log_max_ra_req_qp),
+        opt(log_max_ra_res_qp)
+    );
+    let _ = writeln!(
+        t,
+        "\tmax_wqe_sz_sq/rq:\t{}/{} bytes, inline up to {} bytes",
+        opt(max_wqe_sz_sq),
+        opt(max_wqe_sz_rq),
+        rnic::mlx5::wqe::MAX_INLINE_DATA
+    );
+    let _ = writeln!(
+        t,
+        "\troce:\t\t\t{} (versions {}), GID table {}, UDP source ports {}{}",
+        if i.roce { "enabled" } else { "disabled" },
+        if versions.is_empty() {
+            "none".to_owned()
+        } else {
+            versions.join(" ")
+        },
+        opt(gid_table_size),
+        udp.map_or_else(
+            || "?".to_owned(),
+            |(lo, hi, _)| format!("0x{lo:04x}-0x{hi:04x}")
+        ),
+        if i.sw_roce_src_udp_port {
+            " (driver-chosen)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(t, "\tuar/pd:\t\t\t{}/{}", i.uar, i.pd);
+    let _ = writeln!(
+        t,
+        "\tpages:\t\t\tboot {} init {} held {}",
+        i.pages.boot, i.pages.init, i.pages.held
+    );
+    match health {
+        Some(h) => {
+            let _ = writeln!(
+                t,
+                "\thealth:\t\t\t{} (counter {})",
+                h.syndrome
+                    .map_or_else(|| "ok".to_owned(), |s| format!("FATAL {s:?}")),
+                h.counter
+            );
+        }
+        None => {
+            let _ = writeln!(t, "\thealth:\t\t\tunreadable");
+        }
+    }
+    Mlx5Facts { json, text: t }
 }

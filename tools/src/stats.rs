@@ -251,7 +251,7 @@ pub fn main(target: Option<&str>, json_out: bool) -> Result<(), CtlError> {
         })?;
         v.get("stats").cloned().unwrap_or(Value::Null)
     } else {
-        let (_ctx, dev) = crate::perf::open_device(target, false)?;
+        let dev = crate::perf::open_device(target, false)?.dev;
         let regions = rnic::dma::registry::snapshot();
         json!({
             "device": dev.map(|d| rxe_json(&d.stats())).unwrap_or(Value::Null),

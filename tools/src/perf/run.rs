@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic::core::{
-    AccessFlags, CompletionQueue, Context, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, RtrParams,
-    RtsParams, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, InitParams, Memory, MemoryRegion, Mtu, ProtectionDomain,
+    Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, RtrParams, RtsParams, SendWr,
+    WcStatus, WorkCompletion,
 };
 use rnic::rxe::{Progress, RxeConfig, RxeDevice, Target};
-use rnic::{DeviceSpec, RxeTarget};
+use rnic::{DeviceSpec, MemorySource, RxeTarget};
 use serde_json::json;
 
 use super::report::{self, BwRow, LatRow};
@@ -19,9 +19,22 @@ use super::wire::{BwReport, Dest, Role, Session};
 use super::{Bar, CACHE_LINE, CYCLE_BUFFER, Outcome, Params, PerfArgs, Test, Verb};
 use crate::error::CtlError;
 
+/// An opened device: its context, the rxe device behind it (counters,
+/// progress) and where its registrable memory comes from (host memory for
+/// rxe, the function's DMA buffers for mlx5).
+#[derive(Debug)]
+pub struct Opened {
+    /// The verbs context.
+    pub ctx: Context,
+    /// The rxe device, when the backend is rxe.
+    pub dev: Option<RxeDevice>,
+    /// Where buffers to register come from.
+    pub memory: MemorySource,
+}
+
 /// Open a device spec the way every rnicctl command does (a bare netdev
 /// name means `rxe:<name>`).
-pub fn open_device(spec: &str, events: bool) -> Result<(Context, Option<RxeDevice>), CtlError> {
+pub fn open_device(spec: &str, events: bool) -> Result<Opened, CtlError> {
     let spec = if spec.contains(':') || spec == "rxe" {
         spec.to_owned()
     } else {
@@ -49,15 +62,38 @@ pub fn open_device(spec: &str, events: bool) -> Result<(Context, Option<RxeDevic
                         why: e.to_string(),
                     }
                 })?;
-            Ok((dev.context(), Some(dev)))
+            Ok(Opened {
+                ctx: dev.context(),
+                dev: Some(dev),
+                memory: MemorySource::Host,
+            })
         }
-        _ => rnic::open(&spec)
-            .map(|c| (c, None))
+        _ => rnic::open_with_memory(&spec)
+            .map(|(ctx, memory)| Opened {
+                ctx,
+                dev: None,
+                memory,
+            })
             .map_err(|e| CtlError::Open {
                 spec: spec.clone(),
-                why: e.to_string(),
+                why: error_chain(&e),
             }),
     }
+}
+
+/// An error and its sources, `: `-separated (the driver's reason is
+/// usually a source, not the top-level message).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut m = e.to_string();
+    let mut s = e.source();
+    while let Some(c) = s {
+        let t = c.to_string();
+        if !m.contains(&t) {
+            m += &format!(": {t}");
+        }
+        s = c.source();
+    }
+    m
 }
 
 fn verbs(what: &'static str) -> impl FnOnce(rnic::core::VerbsError) -> CtlError {
@@ -72,7 +108,7 @@ struct Bench {
     dev: Option<RxeDevice>,
     ctx: Context,
     _pd: ProtectionDomain,
-    mem: Arc<HeapMemory>,
+    mem: Arc<dyn Memory>,
     mr: MemoryRegion,
     cq: CompletionQueue,
     qps: Vec<QueuePair>,
@@ -88,12 +124,15 @@ struct Bench {
 
 impl Bench {
     fn new(args: &PerfArgs, p: &Params, cycle: u32) -> Result<Bench, CtlError> {
-        let (ctx, dev) = open_device(&args.device, p.events)?;
+        let Opened { ctx, dev, memory } = open_device(&args.device, p.events)?;
         let max = p.sizes.iter().copied().max().unwrap_or(8) as usize;
         let slot = max.max(cycle as usize);
         let n = p.qps as usize;
         let pd = ctx.alloc_pd().map_err(verbs("allocating a PD"))?;
-        let mem = Arc::new(HeapMemory::new(2 * n * slot));
+        let mem = memory.alloc(2 * n * slot).map_err(|e| CtlError::Verbs {
+            what: "allocating the buffer",
+            why: error_chain(&e),
+        })?;
         let mr = pd
             .reg_mr(
                 mem.clone(),
