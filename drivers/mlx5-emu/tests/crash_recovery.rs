@@ -1,0 +1,489 @@
+//! A driver killed mid-traffic leaves the emulated function ready for the
+//! next one, and a driver that tears down leaves nothing behind — across
+//! processes, as a user runs them:
+//!
+//! 1. the `rnic-mlx5-emu` binary serves one socket (`--state-file` reports
+//!    what it holds);
+//! 2. a child process (this test binary re-executed with
+//!    `RNIC_CRASH_CHILD_SOCKET` set) brings the function up with the real
+//!    driver (`rnic_mlx5`: `VfioUserFunction`, `Hca::bring_up`, the
+//!    `Mlx5Provider` verbs), connects an RC QP to an rnic-rxe peer of its
+//!    own and streams RDMA WRITEs, byte-checked, until this test SIGKILLs it
+//!    mid-stream; the state file then shows what the dead driver left behind
+//!    (pages, EQ/CQ/QP/MKey, GID, DMA mappings) and that the reset after its
+//!    disconnect reclaimed all of it;
+//! 3. this process brings the same function up, runs WRITE, READ and SEND
+//!    (with immediate) to and from a new rxe peer, byte-exact, tears down in
+//!    ownership order and disconnects: the emulator reports that this driver
+//!    left zero pages, zero objects and zero DMA mappings;
+//! 4. SIGTERM: exit 0, the socket gone, the last report `running: false`.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rnic_core::{
+    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
+    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
+    SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+use rnic_mlx5::{Hca, HcaOptions, Mlx5Provider, PciFunction, VfioUserFunction};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rnic-mlx5-emu");
+/// Set in the child process: the socket to drive.
+const CHILD_SOCKET: &str = "RNIC_CRASH_CHILD_SOCKET";
+/// Set in the child process: the /24 (127.29.N.0) its addresses come from.
+const CHILD_NET: &str = "RNIC_CRASH_CHILD_NET";
+/// This test's name, which the child is run with (`--exact`).
+const TEST: &str =
+    "a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_nothing";
+
+const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+const BUF: usize = 1 << 20;
+const CHUNK: usize = 64 << 10;
+
+fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 29, net, host))
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// One end of the RC connection: a verbs context, a PD, a CQ, a registered
+/// buffer. Fields drop in declaration order: QP users first, then the CQ,
+/// MR, PD, context.
+struct Side {
+    mr: MemoryRegion,
+    cq: CompletionQueue,
+    pd: ProtectionDomain,
+    mem: Arc<dyn Memory>,
+    ctx: Context,
+    gid: Gid,
+}
+
+impl Side {
+    fn new(ctx: Context, mem: Arc<dyn Memory>, gid: Gid) -> Side {
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
+        let cq = ctx.create_cq(256).unwrap();
+        Side {
+            mr,
+            cq,
+            pd,
+            mem,
+            ctx,
+            gid,
+        }
+    }
+
+    fn qp(&self) -> QueuePair {
+        let caps = QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        self.pd
+            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(QpType::Rc, caps))
+            .unwrap()
+    }
+
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mem.read(off, &mut v).unwrap();
+        v
+    }
+
+    fn fill(&self, off: usize, data: &[u8]) {
+        self.mem.write(off, data).unwrap();
+    }
+
+    /// Poll until `n` completions arrived (panics after 30 s).
+    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::default(); 16];
+        let start = Instant::now();
+        while out.len() < n {
+            let got = self.cq.poll(&mut wcs).unwrap();
+            out.extend_from_slice(&wcs[..got]);
+            if got == 0 {
+                std::thread::yield_now();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "timed out with {} of {n} completions: {out:?}",
+                out.len()
+            );
+        }
+        out
+    }
+}
+
+/// The mlx5 end over vfio-user, with `ip` in GID 0.
+fn mlx5_side(socket: &Path, ip: IpAddr) -> (Side, Arc<Mlx5Provider>) {
+    let function: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(socket).unwrap());
+    let opts = HcaOptions {
+        pre_init_timeout: Duration::from_secs(10),
+        cmd_timeout: Some(Duration::from_secs(5)),
+        ..HcaOptions::default()
+    };
+    let provider = Mlx5Provider::new(Hca::bring_up(function, opts).unwrap()).unwrap();
+    let gid = provider.set_gid(0, ip).unwrap();
+    let mem: Arc<dyn Memory> = provider.alloc_dma(BUF).unwrap();
+    let side = Side::new(Mlx5Provider::context(&provider), mem, gid);
+    assert_eq!(side.ctx.backend(), "mlx5");
+    (side, provider)
+}
+
+/// The rnic-rxe end on `ip`.
+fn rxe_side(ip: IpAddr) -> (Side, rnic_rxe::RxeDevice) {
+    let dev = rnic_rxe::RxeDevice::open(
+        &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
+            .with_progress(rnic_rxe::Progress::Thread),
+    )
+    .unwrap();
+    let gid = dev.gids()[0];
+    let side = Side::new(dev.context(), Arc::new(HeapMemory::new(BUF)), gid);
+    (side, dev)
+}
+
+/// Connect `qa` on `a` and `qb` on `b` as an RC pair.
+fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair) {
+    let init = InitParams {
+        access: ALL,
+        ..InitParams::default()
+    };
+    let rtr = RtrParams {
+        path_mtu: Mtu::Mtu1024,
+        max_dest_rd_atomic: 16,
+        ..RtrParams::default()
+    };
+    let rts = RtsParams {
+        max_rd_atomic: 16,
+        ..RtsParams::default()
+    };
+    let (pa, pb) = (Psn::from_wire(0x2000), Psn::from_wire(0x5_4321));
+    qa.to_init(&init).unwrap();
+    qb.to_init(&init).unwrap();
+    qb.to_rtr(qa.qpn(), pa, a.gid, &rtr).unwrap();
+    qb.to_rts(pb, &rts).unwrap();
+    qa.to_rtr(qb.qpn(), pb, b.gid, &rtr).unwrap();
+    qa.to_rts(pa, &rts).unwrap();
+}
+
+/// The child: bring up, connect, stream WRITEs forever (8 in flight per
+/// round), printing `round N` after each byte-checked round, until killed.
+fn child(socket: &Path, net: u8) -> ! {
+    let (m, _provider) = mlx5_side(socket, ip(net, 1));
+    let (r, _rxe) = rxe_side(ip(net, 2));
+    let (mut qm, mut qr) = (m.qp(), r.qp());
+    connect(&m, &mut qm, &r, &mut qr);
+    let mut out = std::io::stdout();
+    for round in 1u32.. {
+        let data = pattern(BUF, round);
+        m.fill(0, &data);
+        let wrs: Vec<_> = (0..BUF / CHUNK)
+            .map(|i| {
+                let off = i * CHUNK;
+                (
+                    [m.mr.sge(off, CHUNK as u32).unwrap()],
+                    r.mr.addr() + off as u64,
+                    i as u64,
+                )
+            })
+            .collect();
+        for w in wrs.chunks(8) {
+            let batch: Vec<_> = w
+                .iter()
+                .map(|(sge, at, id)| SendWr::rdma_write(*id, sge, *at, r.mr.rkey()).signaled())
+                .collect();
+            qm.post_send(&batch).unwrap();
+            for wc in m.wait(batch.len()) {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            }
+        }
+        assert!(r.bytes(0, BUF) == data, "round {round}: bytes differ");
+        writeln!(out, "round {round}").unwrap();
+        out.flush().unwrap();
+    }
+    unreachable!("the rounds never end")
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The value of `"key":` after `from` in the one-line report (up to the
+/// next `,` or `}`).
+fn field<'a>(json: &'a str, from: &str, key: &str) -> &'a str {
+    let at = json
+        .find(from)
+        .unwrap_or_else(|| panic!("{from} not in {json}"));
+    let rest = &json[at..];
+    let k = format!("\"{key}\":");
+    let v = &rest[rest
+        .find(&k)
+        .unwrap_or_else(|| panic!("{key} not in {rest}"))
+        + k.len()..];
+    &v[..v.find([',', '}']).unwrap()]
+}
+
+fn num(json: &str, from: &str, key: &str) -> u64 {
+    field(json, from, key)
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e}: {json}"))
+}
+
+/// The state report once `connections` reached `n` (panics after 15 s).
+fn state_after(path: &Path, n: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.contains("\"connections\":")
+            && num(&s, "{", "connections") >= n
+        {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no report of {n} connections: {:?}",
+            std::fs::read_to_string(path)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The counts every clean report has: nothing held.
+fn assert_nothing_held(json: &str, from: &str) {
+    for key in [
+        "pages_held",
+        "uars",
+        "pds",
+        "tds",
+        "eqs",
+        "cqs",
+        "qps",
+        "mkeys",
+        "gids",
+        "dma_mappings",
+    ] {
+        assert_eq!(num(json, from, key), 0, "{from} {key}: {json}");
+    }
+    assert_eq!(field(json, from, "clean"), "true", "{json}");
+}
+
+#[test]
+fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_nothing() {
+    if let Ok(sock) = std::env::var(CHILD_SOCKET) {
+        let net = std::env::var(CHILD_NET).unwrap().parse().unwrap();
+        child(Path::new(&sock), net);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("emu.sock");
+    let state = dir.path().join("emu.json");
+    // A /24 of this process's own: 127.29.N (other tests use 30 and up).
+    let net = (std::process::id() % 250) as u8;
+    let mut emu = Command::new(BIN)
+        .args(["--socket", sock.to_str().unwrap()])
+        .args(["--state-file", state.to_str().unwrap()])
+        .args(["--boot-delay-ms", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = state_after(&state, 0);
+    assert_nothing_held(&first, "\"accounting\"");
+
+    // The first driver: another process, killed while its WRITEs stream.
+    let mut driver = Command::new(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_SOCKET, &sock)
+        .env(CHILD_NET, net.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    while rounds < 3 {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the driver process ended after {rounds} rounds"))
+            .unwrap();
+        if let Some(n) = line.strip_prefix("round ") {
+            rounds = n.parse().unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "too slow");
+    }
+    // Mid-round: the next round's WRITEs are being posted and executed.
+    std::thread::sleep(Duration::from_millis(15));
+    kill(
+        Pid::from_raw(i32::try_from(driver.id()).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    let st = wait_exit(&mut driver, "the killed driver");
+    assert!(!st.success(), "{st:?}");
+
+    // What it left behind, and the reset that took it back.
+    let after_crash = state_after(&state, 1);
+    let left = "\"left\"";
+    assert_eq!(num(&after_crash, "\"last_driver\"", "connection"), 1);
+    assert_eq!(field(&after_crash, left, "phase"), "\"initialized\"");
+    assert!(num(&after_crash, left, "pages_held") > 0, "{after_crash}");
+    for (key, at_least) in [
+        ("uars", 1),
+        ("pds", 1),
+        ("eqs", 1),
+        ("cqs", 1),
+        ("qps", 1),
+        ("mkeys", 1),
+        ("gids", 1),
+        ("dma_mappings", 3),
+    ] {
+        assert!(
+            num(&after_crash, left, key) >= at_least,
+            "{key}: {after_crash}"
+        );
+    }
+    assert_eq!(field(&after_crash, left, "clean"), "false");
+    assert_nothing_held(&after_crash, "\"accounting\"");
+    assert!(emu.try_wait().unwrap().is_none(), "the emulator serves on");
+
+    // The next driver: this process, on the same function, with a new peer.
+    {
+        let (m, provider) = mlx5_side(&sock, ip(net, 3));
+        let (r, rxe) = rxe_side(ip(net, 4));
+        let (mut qm, mut qr) = (m.qp(), r.qp());
+        connect(&m, &mut qm, &r, &mut qr);
+        traffic(&m, &mut qm, &r, &mut qr);
+        // Ownership order: QPs, then CQs/MRs/PDs (the Sides), the buffers
+        // with them, then the function (Hca teardown: pages back, DISABLE_HCA).
+        drop((qm, qr));
+        drop(m);
+        drop(r);
+        drop(rxe);
+        drop(Arc::into_inner(provider).expect("no other holder of the provider"));
+    }
+
+    let after_clean = state_after(&state, 2);
+    assert_eq!(num(&after_clean, "\"last_driver\"", "connection"), 2);
+    assert_eq!(field(&after_clean, left, "phase"), "\"disabled\"");
+    assert_nothing_held(&after_clean, left);
+    assert_nothing_held(&after_clean, "\"accounting\"");
+
+    kill(
+        Pid::from_raw(i32::try_from(emu.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = wait_exit(&mut emu, "the emulator");
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert!(!sock.exists(), "the socket is removed on SIGTERM");
+    let last = std::fs::read_to_string(&state).unwrap();
+    assert_eq!(field(&last, "{", "running"), "false", "{last}");
+    assert_nothing_held(&last, "\"accounting\"");
+}
+
+/// WRITE and READ (mlx5 → rxe), SEND with immediate both ways, byte-exact
+/// with a guard byte after each target.
+fn traffic(m: &Side, qm: &mut QueuePair, r: &Side, qr: &mut QueuePair) {
+    const LEN: usize = 200_000;
+    let l32 = LEN as u32;
+    // WRITE: m[0..] → r[0..].
+    let data = pattern(LEN, 7);
+    m.fill(0, &data);
+    r.fill(0, &vec![0xEE; LEN + 1]);
+    let src = [m.mr.sge(0, l32).unwrap()];
+    qm.post_send(&[SendWr::rdma_write(1, &src, r.mr.addr(), r.mr.rkey()).signaled()])
+        .unwrap();
+    let wc = m.wait(1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    assert!(r.bytes(0, LEN) == data, "WRITE bytes differ");
+    assert_eq!(r.bytes(LEN, 1), [0xEE], "WRITE overran");
+
+    // READ: r[512K..] → m[512K..].
+    let data = pattern(LEN, 8);
+    r.fill(512 << 10, &data);
+    m.fill(512 << 10, &vec![0xEE; LEN + 1]);
+    let dst = [m.mr.sge(512 << 10, l32).unwrap()];
+    qm.post_send(&[SendWr::rdma_read(2, &dst, r.mr.addr() + (512 << 10), r.mr.rkey()).signaled()])
+        .unwrap();
+    let wc = m.wait(1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    assert_eq!(wc[0].byte_len, l32);
+    assert!(m.bytes(512 << 10, LEN) == data, "READ bytes differ");
+    assert_eq!(m.bytes((512 << 10) + LEN, 1), [0xEE], "READ overran");
+
+    // SEND with immediate, each way, into a posted receive.
+    send_imm(m, qm, r, qr, 9);
+    send_imm(r, qr, m, qm, 10);
+}
+
+/// SEND with immediate from `a` into a receive posted on `b`, byte-exact.
+fn send_imm(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, seed: u32) {
+    {
+        let len = 3000usize;
+        let data = pattern(len, seed);
+        a.fill(0, &data);
+        b.fill(256 << 10, &vec![0xEE; len + 1]);
+        let rsge = [b.mr.sge(256 << 10, len as u32).unwrap()];
+        qb.post_recv(&[RecvWr::new(70 + u64::from(seed), &rsge)])
+            .unwrap();
+        let sge = [a.mr.sge(0, len as u32).unwrap()];
+        qa.post_send(&[SendWr::send_with_imm(3, &sge, 0xC0DE_0000 | seed).signaled()])
+            .unwrap();
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        let wb = b.wait(1);
+        assert_eq!(
+            (wb[0].wr_id, wb[0].status, wb[0].opcode, wb[0].byte_len),
+            (
+                70 + u64::from(seed),
+                WcStatus::Success,
+                WcOpcode::Recv,
+                len as u32
+            ),
+            "{wb:?}"
+        );
+        assert_eq!(wb[0].imm_data, Some(0xC0DE_0000 | seed));
+        assert!(wb[0].wc_flags.contains(WcFlags::WITH_IMM));
+        assert!(b.bytes(256 << 10, len) == data, "SEND bytes differ");
+        assert_eq!(b.bytes((256 << 10) + len, 1), [0xEE], "SEND overran");
+    }
+}
