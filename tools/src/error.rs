@@ -106,6 +106,9 @@ pub enum CtlError {
     /// A VFIO/sysfs step failed (rnic-vfio's message says what to do).
     #[error(transparent)]
     Vfio(#[from] rnic_vfio::VfioError),
+    /// An `emu` command failed.
+    #[error(transparent)]
+    Emu(#[from] crate::emu::EmuError),
     /// `doctor` found failures.
     #[error("{0} check(s) failed; apply the fixes above")]
     DoctorFailed(usize),

@@ -9,9 +9,11 @@
 //! * `stats` — counters (of a perf run; live IPC is future work).
 //! * `perf <test>` — perftest-compatible bandwidth/latency tests.
 //! * `mlx5 layouts` — the mlx5 PRM layout table (`--json` for tools).
+//! * `emu start|list|stop` — emulated ConnectX functions (rnic-mlx5-emu).
 #![forbid(unsafe_code)]
 
 mod doctor;
+mod emu;
 mod error;
 mod info;
 mod list;
@@ -128,6 +130,12 @@ enum Cmd {
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]
     Mlx5(mlx5::Mlx5Cmd),
+    /// Emulated ConnectX functions: `emu start`, `emu list`, `emu stop`.
+    ///
+    /// Each is an rnic-mlx5-emu process serving a vfio-user socket
+    /// (default /run/rnic/emu/<name>.sock) that the mlx5 driver opens as
+    /// `mlx5:vfio-user:<socket>`.
+    Emu(emu::EmuArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, CtlError> {
@@ -154,6 +162,9 @@ fn run(cli: Cli) -> Result<ExitCode, CtlError> {
             stats::main(target.as_deref(), json).map(|()| ExitCode::SUCCESS)
         }
         Cmd::Perf(a) => perf::main(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Emu(a) => emu::main(&a)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(CtlError::from),
         Cmd::Mlx5(c) => {
             mlx5::main(&c);
             Ok(ExitCode::SUCCESS)
