@@ -59,6 +59,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ident;
 pub mod pcap;
 pub mod transport;
 pub mod wire;

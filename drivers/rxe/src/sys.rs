@@ -414,38 +414,19 @@ pub fn is_v6(ip: &IpAddr) -> bool {
     matches!(ip, IpAddr::V6(_))
 }
 
-/// Bytes of each tapped packet kept: the largest IPv4 header (60), UDP (8)
-/// and a BTH (12), rounded up.
-pub const TAP_SNAP: usize = 96;
+/// Bytes of each tapped packet kept (rnic-roce's [`rnic_roce::ident::TAP_SNAP`]).
+pub const TAP_SNAP: usize = rnic_roce::ident::TAP_SNAP;
 
-/// Classic BPF instruction classes and modes used by [`ident_tap`]'s filter
-/// (linux/filter.h).
-mod bpf {
-    pub const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
-    pub const LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
-    pub const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * (P[k] & 0xf)
-    pub const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    pub const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
-    pub const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-}
-
-/// The filter of an identification tap: keep the first [`TAP_SNAP`] bytes
-/// of every unfragmented IPv4/UDP packet to `roce_port` whose IPv4
-/// identification is not 0 (rnic senders use 0, which the receive path
-/// predicts; kernel rxe counts), drop everything else.
+/// The filter of an identification tap ([`rnic_roce::ident::tap_filter`]):
+/// keep the first [`TAP_SNAP`] bytes of every unfragmented IPv4/UDP packet
+/// to `roce_port` whose IPv4 identification is not 0, drop everything else.
 pub fn tap_filter(roce_port: u16) -> [libc::sock_filter; 9] {
-    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    [
-        op(bpf::LD_H_ABS, 0, 0, 6),                 // 0: flags + fragment offset
-        op(bpf::JSET_K, 6, 0, 0x1fff),              // 1: a fragment → drop (8)
-        op(bpf::LD_H_ABS, 0, 0, 4),                 // 2: identification
-        op(bpf::JEQ_K, 4, 0, 0),                    // 3: 0 → drop (8)
-        op(bpf::LDX_B_MSH, 0, 0, 0),                // 4: X = IPv4 header length
-        op(bpf::LD_H_IND, 0, 0, 2),                 // 5: UDP destination port
-        op(bpf::JEQ_K, 0, 1, u32::from(roce_port)), // 6: the RoCE port → keep (7)
-        op(bpf::RET_K, 0, 0, TAP_SNAP as u32),      // 7: keep the headers
-        op(bpf::RET_K, 0, 0, 0),                    // 8: drop
-    ]
+    rnic_roce::ident::tap_filter(roce_port).map(|i| libc::sock_filter {
+        code: i.code,
+        jt: i.jt,
+        jf: i.jf,
+        k: i.k,
+    })
 }
 
 /// A raw IPv4 socket that sees a copy of every UDP packet to `ip`:`roce_port`
