@@ -36,6 +36,20 @@ fn rnicctl(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Stops every emulator of a directory when dropped: a failed test leaves
+/// no detached emulator running.
+struct StopAll(PathBuf);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN)
+            .args(["emu", "--dir"])
+            .arg(&self.0)
+            .args(["stop", "--all", "--timeout", "1"])
+            .output();
+    }
+}
+
 fn ok(o: &Output) -> String {
     assert!(
         o.status.success(),
@@ -115,6 +129,7 @@ fn help_explains_start_list_and_stop() {
 fn two_emulators_started_listed_driven_and_stopped() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("emu");
+    let _guard = StopAll(dir.clone());
     let out = ok(&rnicctl(
         &dir,
         &["start", "--name", "a", "--", "--boot-delay-ms", "10"],
@@ -209,6 +224,7 @@ fn two_emulators_started_listed_driven_and_stopped() {
 fn a_killed_emulator_is_listed_stale_once_and_its_name_reusable() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
+    let _guard = StopAll(dir.clone());
     ok(&rnicctl(&dir, &["start"]));
     let e = entry(&list(&dir), "emu0").clone();
     let pid = e["pid"].as_i64().unwrap();
@@ -238,6 +254,7 @@ fn a_killed_emulator_is_listed_stale_once_and_its_name_reusable() {
 fn stop_kills_one_that_outlasts_the_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
+    let _guard = StopAll(dir.clone());
     ok(&rnicctl(&dir, &["start", "--name", "busy"]));
     // A connected client keeps the emulator's serving thread for 2 s after
     // SIGTERM; a 1 s timeout runs out first.
@@ -264,14 +281,25 @@ fn a_missing_emulator_binary_names_the_build_command() {
     let tmp = tempfile::tempdir().unwrap();
     let lone = tmp.path().join("rnicctl");
     std::fs::copy(BIN, &lone).unwrap();
-    let o = Command::new(&lone)
-        .args(["emu", "--dir"])
-        .arg(tmp.path().join("d"))
-        .arg("start")
-        .env_remove("RNIC_MLX5_EMU")
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap();
+    // Another test thread forking while the copy was open for writing holds
+    // it open until its exec: ETXTBSY for a moment.
+    let mut tries = 0;
+    let o = loop {
+        match Command::new(&lone)
+            .args(["emu", "--dir"])
+            .arg(tmp.path().join("d"))
+            .arg("start")
+            .env_remove("RNIC_MLX5_EMU")
+            .env("PATH", "/nonexistent")
+            .output()
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

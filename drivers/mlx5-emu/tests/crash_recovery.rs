@@ -191,7 +191,8 @@ fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair) {
 }
 
 /// The child: bring up, connect, stream WRITEs forever (8 in flight per
-/// round), printing `round N` after each byte-checked round, until killed.
+/// round), printing `posted N` once round N's first WRITEs are posted and
+/// `round N` after it was byte-checked, until killed.
 fn child(socket: &Path, net: u8) -> ! {
     let (m, _provider) = mlx5_side(socket, ip(net, 1));
     let (r, _rxe) = rxe_side(ip(net, 2));
@@ -211,12 +212,16 @@ fn child(socket: &Path, net: u8) -> ! {
                 )
             })
             .collect();
-        for w in wrs.chunks(8) {
+        for (i, w) in wrs.chunks(8).enumerate() {
             let batch: Vec<_> = w
                 .iter()
                 .map(|(sge, at, id)| SendWr::rdma_write(*id, sge, *at, r.mr.rkey()).signaled())
                 .collect();
             qm.post_send(&batch).unwrap();
+            if i == 0 {
+                writeln!(out, "posted {round}").unwrap();
+                out.flush().unwrap();
+            }
             for wc in m.wait(batch.len()) {
                 assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
             }
@@ -335,7 +340,7 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
     let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
     let t0 = Instant::now();
     let mut rounds = 0;
-    while rounds < 3 {
+    loop {
         let line = lines
             .next()
             .unwrap_or_else(|| panic!("the driver process ended after {rounds} rounds"))
@@ -343,10 +348,14 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
         if let Some(n) = line.strip_prefix("round ") {
             rounds = n.parse().unwrap();
         }
+        // Three rounds checked, the 4th's first 8 WRITEs posted: kill it now,
+        // with 8 WRITEs outstanding and 8 more of the round still to post.
+        if line == "posted 4" {
+            assert_eq!(rounds, 3);
+            break;
+        }
         assert!(t0.elapsed() < Duration::from_secs(120), "too slow");
     }
-    // Mid-round: the next round's WRITEs are being posted and executed.
-    std::thread::sleep(Duration::from_millis(15));
     kill(
         Pid::from_raw(i32::try_from(driver.id()).unwrap()),
         Signal::SIGKILL,
