@@ -22,7 +22,8 @@ use rnic_mlx5_emu::{AfterDisconnect, Emulator, FirmwareOptions, Options};
 /// completes commands by polling. One driver is served at a time; when it
 /// disconnects (cleanly or by dying) the function is reset and the next one
 /// may connect, until SIGTERM or SIGINT (or, with --once, the first driver's
-/// disconnect) stops it: the socket is removed and it exits 0. Logs go to
+/// disconnect) stops it: the socket is removed and it exits 0. SIGUSR1
+/// rewrites the --state-file. Logs go to
 /// stderr (RUST_LOG=debug for every doorbell and DMA mapping).
 #[derive(Debug, Parser)]
 #[command(name = "rnic-mlx5-emu", version)]
@@ -50,16 +51,21 @@ struct Args {
     once: bool,
     /// Keep a JSON state report at PATH: pages held, live objects, DMA
     /// mappings, what the last driver left behind, counters. Rewritten
-    /// atomically at start, after each driver disconnects and at exit.
+    /// atomically at start, after each driver disconnects, on SIGUSR1 (the
+    /// live state, a driver connected or not) and at exit.
     #[arg(long, value_name = "PATH")]
     state_file: Option<PathBuf>,
 }
 
-/// Why the emulator stops.
+/// What the main thread is told.
 #[derive(Debug)]
-enum Stop {
+enum Event {
+    /// Stop: SIGTERM or SIGINT.
     Signal(Signal),
+    /// Stop: the driver left (`--once`).
     Once,
+    /// SIGUSR1: rewrite the state file.
+    Report,
 }
 
 /// Write the state report, logging (not failing) when it cannot be written.
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGUSR1);
     if let Err(e) = signals.thread_block() {
         eprintln!("rnic-mlx5-emu: blocking SIGTERM/SIGINT: {e}");
         return ExitCode::FAILURE;
@@ -111,8 +118,14 @@ fn main() -> ExitCode {
     let spawned = std::thread::Builder::new()
         .name("mlx5-emu-signals".into())
         .spawn(move || {
-            if let Ok(sig) = signals.wait() {
-                let _ = sig_tx.send(Stop::Signal(sig));
+            while let Ok(sig) = signals.wait() {
+                let ev = match sig {
+                    Signal::SIGUSR1 => Event::Report,
+                    sig => Event::Signal(sig),
+                };
+                if sig_tx.send(ev).is_err() {
+                    break;
+                }
             }
         });
     if let Err(e) = spawned {
@@ -136,7 +149,7 @@ fn main() -> ExitCode {
             *last = Some(*d);
             report(state_file.as_ref(), &reporter.report(!once, Some(*d)));
             if once {
-                let _ = tx.send(Stop::Once);
+                let _ = tx.send(Event::Once);
                 AfterDisconnect::Stop
             } else {
                 AfterDisconnect::Serve
@@ -145,12 +158,27 @@ fn main() -> ExitCode {
     }
     // A driver that came and went before the hook was installed.
     if args.once && emu.device().stats().connections.load(Ordering::Relaxed) > 0 {
-        let _ = tx_once.send(Stop::Once);
+        let _ = tx_once.send(Event::Once);
     }
-    match rx.recv() {
-        Ok(Stop::Signal(sig)) => tracing::info!("{sig} received: stopping"),
-        Ok(Stop::Once) => tracing::info!("the driver disconnected (--once): stopping"),
-        Err(_) => tracing::warn!("no stop event can arrive any more: stopping"),
+    loop {
+        match rx.recv() {
+            Ok(Event::Report) => {
+                let last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                report(args.state_file.as_ref(), &reporter.report(true, *last));
+            }
+            Ok(Event::Signal(sig)) => {
+                tracing::info!("{sig} received: stopping");
+                break;
+            }
+            Ok(Event::Once) => {
+                tracing::info!("the driver disconnected (--once): stopping");
+                break;
+            }
+            Err(_) => {
+                tracing::warn!("no stop event can arrive any more: stopping");
+                break;
+            }
+        }
     }
     {
         let last = last.lock().unwrap_or_else(PoisonError::into_inner);

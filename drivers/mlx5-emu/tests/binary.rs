@@ -58,6 +58,7 @@ fn help_explains_the_options() {
         "--once",
         "--state-file",
         "SIGTERM",
+        "SIGUSR1",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}:\n{text}");
     }
@@ -262,6 +263,13 @@ fn by_default_it_serves_driver_after_driver_and_counts_them_in_the_state_file() 
         }
     }
     assert!(emu.try_wait().unwrap().is_none(), "still serving");
+    // SIGUSR1 rewrites the report and stops nothing.
+    std::fs::remove_file(&state).unwrap();
+    signal(&emu, Signal::SIGUSR1);
+    let s = read_state(&state);
+    assert_eq!(field(&s, "{", "running"), "true", "{s}");
+    assert_eq!(field(&s, "\"last_driver\"", "connection"), "3", "{s}");
+    assert!(emu.try_wait().unwrap().is_none(), "SIGUSR1 stopped it");
     signal(&emu, Signal::SIGTERM);
     assert_eq!(exited(&mut emu).code(), Some(0));
     assert!(!sock.exists());

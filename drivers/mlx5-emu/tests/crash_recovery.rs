@@ -8,8 +8,9 @@
 //!    `RNIC_CRASH_CHILD_SOCKET` set) brings the function up with the real
 //!    driver (`rnic_mlx5`: `VfioUserFunction`, `Hca::bring_up`, the
 //!    `Mlx5Provider` verbs), connects an RC QP to an rnic-rxe peer of its
-//!    own and streams RDMA WRITEs, byte-checked, until this test SIGKILLs it
-//!    mid-stream; the state file then shows what the dead driver left behind
+//!    own and streams RDMA WRITEs, byte-checked (the live report, on
+//!    SIGUSR1, shows the function initialized, its objects and packets
+//!    sent), until this test SIGKILLs it mid-stream; the state file then shows what the dead driver left behind
 //!    (pages, EQ/CQ/QP/MKey, GID, DMA mappings) and that the reset after its
 //!    disconnect reclaimed all of it;
 //! 3. this process brings the same function up, runs WRITE, READ and SEND
@@ -287,6 +288,24 @@ fn state_after(path: &Path, n: u64) -> String {
     }
 }
 
+/// Ask the emulator for its live state (SIGUSR1) and read it.
+fn live_state(emu: &Child, path: &Path) -> String {
+    std::fs::remove_file(path).unwrap();
+    kill(
+        Pid::from_raw(i32::try_from(emu.id()).unwrap()),
+        Signal::SIGUSR1,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no report after SIGUSR1");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The counts every clean report has: nothing held.
 fn assert_nothing_held(json: &str, from: &str) {
     for key in [
@@ -347,6 +366,18 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
             .unwrap();
         if let Some(n) = line.strip_prefix("round ") {
             rounds = n.parse().unwrap();
+        }
+        if line == "round 1" {
+            // The live state (SIGUSR1): the function up, traffic flowing.
+            let live = live_state(&emu, &state);
+            let now = "\"accounting\"";
+            assert_eq!(field(&live, now, "phase"), "\"initialized\"", "{live}");
+            assert!(num(&live, now, "pages_held") > 0, "{live}");
+            for key in ["eqs", "cqs", "qps", "mkeys", "gids"] {
+                assert!(num(&live, now, key) >= 1, "{key}: {live}");
+            }
+            assert!(num(&live, "\"hca\"", "tx_packets") >= 16, "{live}");
+            assert_eq!(num(&live, "{", "connections"), 0, "{live}");
         }
         // Three rounds checked, the 4th's first 8 WRITEs posted: kill it now,
         // with 8 WRITEs outstanding and 8 more of the round still to post.
