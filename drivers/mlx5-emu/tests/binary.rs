@@ -111,19 +111,45 @@ fn refuses_to_remove_a_file_that_is_not_a_socket() {
     assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
 }
 
-fn start_with(socket: &Path, extra: &[&str]) -> Child {
-    Command::new(BIN)
-        .args([
-            "--socket",
-            socket.to_str().unwrap(),
-            "--boot-delay-ms",
-            "10",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// A child process killed (and reaped) when dropped, so a failing test
+/// leaves no emulator behind.
+struct Proc(Child);
+
+impl std::ops::Deref for Proc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_with(socket: &Path, extra: &[&str]) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args([
+                "--socket",
+                socket.to_str().unwrap(),
+                "--boot-delay-ms",
+                "10",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// Wait for `child` to exit on its own (panics after 10 s, killing it).

@@ -234,6 +234,30 @@ fn child(socket: &Path, net: u8) -> ! {
     unreachable!("the rounds never end")
 }
 
+/// A child process killed (and reaped) when dropped, so a failing test
+/// leaves no emulator behind.
+struct Proc(Child);
+
+impl std::ops::Deref for Proc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -336,26 +360,30 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
     let state = dir.path().join("emu.json");
     // A /24 of this process's own: 127.29.N (other tests use 30 and up).
     let net = (std::process::id() % 250) as u8;
-    let mut emu = Command::new(BIN)
-        .args(["--socket", sock.to_str().unwrap()])
-        .args(["--state-file", state.to_str().unwrap()])
-        .args(["--boot-delay-ms", "10"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut emu = Proc(
+        Command::new(BIN)
+            .args(["--socket", sock.to_str().unwrap()])
+            .args(["--state-file", state.to_str().unwrap()])
+            .args(["--boot-delay-ms", "10"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let first = state_after(&state, 0);
     assert_nothing_held(&first, "\"accounting\"");
 
     // The first driver: another process, killed while its WRITEs stream.
-    let mut driver = Command::new(std::env::current_exe().unwrap())
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_SOCKET, &sock)
-        .env(CHILD_NET, net.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut driver = Proc(
+        Command::new(std::env::current_exe().unwrap())
+            .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_SOCKET, &sock)
+            .env(CHILD_NET, net.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
     let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
     let t0 = Instant::now();
     let mut rounds = 0;
