@@ -3,16 +3,27 @@
 //! that is how the function gets its RoCE address, as on hardware where the driver programs
 //! the GIDs. Outgoing packets leave from per-source-port sockets with DF set (IPv4
 //! identification 0) and the ICRC filled.
+//!
+//! Incoming ICRCs are checked in all 32 bits by rnic-roce's [`rnic_roce::ident`], the code
+//! rnic-rxe runs: IPv4 identifications are predicted (0, the sender's previous + 1), and
+//! where that misses (kernel rxe numbers its packets from a counter a UDP socket never
+//! sees) they are read from the address's **identification tap**, a raw IPPROTO_UDP socket
+//! with the shared BPF program (needs CAP_NET_RAW; without it such packets are unverifiable
+//! and dropped). The receive thread checks before it takes the HCA lock; each address's
+//! counts are logged in rnic's `icrc: …` line when it is unbound and summed by
+//! [`Hca::icrc_counts`].
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsFd;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rnic_core::Gid;
+use rnic_roce::ident::{self, IcrcCheck, IcrcCounts, IdentCtx, LastIdent, TapSource, TapTable};
 use rnic_roce::transport::{PacketDest, PacketSink};
 use rnic_roce::wire::icrc;
 
@@ -59,6 +70,8 @@ pub(crate) struct Port {
     refs: usize,
     /// Send sockets by UDP source port.
     senders: BTreeMap<u16, UdpSocket>,
+    /// The receive thread's ICRC outcomes.
+    icrc: Arc<Mutex<IcrcCounts>>,
 }
 
 impl Drop for Port {
@@ -77,11 +90,169 @@ impl Drop for Port {
 #[derive(Debug, Default)]
 pub(crate) struct Ports {
     pub(crate) by_ip: BTreeMap<IpAddr, Port>,
+    /// ICRC outcomes of addresses already unbound.
+    released: IcrcCounts,
 }
+
+fn add_counts(a: &mut IcrcCounts, b: &IcrcCounts) {
+    a.ok += b.ok;
+    a.ident_zero += b.ident_zero;
+    a.gro_index += b.gro_index;
+    a.next += b.next;
+    a.tapped += b.tapped;
+    a.recovered += b.recovered;
+    a.unverified += b.unverified;
+    a.bad += b.bad;
+}
+
+impl Hca {
+    /// ICRC outcomes of every received datagram since power-on (all addresses, bound or
+    /// not): rnic's `icrc: …` line is its `Display`.
+    pub fn icrc_counts(&self) -> IcrcCounts {
+        let mut sum = self.ports.released;
+        for p in self.ports.by_ip.values() {
+            add_counts(&mut sum, &lock(&p.icrc));
+        }
+        sum
+    }
+}
+
+/// A raw IPv4 socket that sees a copy of every UDP packet to `ip`:`ROCE_PORT` whose
+/// identification is not 0, cut to its headers ([`ident::tap_filter`]), non-blocking. Raw
+/// delivery precedes UDP delivery in the kernel, so a datagram's copy is queued here before
+/// the datagram is readable on the UDP socket. Needs CAP_NET_RAW (`EPERM` otherwise).
+pub(crate) fn ident_tap(ip: Ipv4Addr) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, SockaddrIn};
+    let fd = nix::sys::socket::socket(
+        AddressFamily::Inet,
+        SockType::Raw,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Udp,
+    )?;
+    let filter = ident::tap_filter(ROCE_PORT).map(|i| libc::sock_filter {
+        code: i.code,
+        jt: i.jt,
+        jf: i.jf,
+        k: i.k,
+    });
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fd` is a live socket we own; `prog` points at `filter`, both on this stack
+    // frame for the duration of the call, with the size we pass; the kernel copies the
+    // program and keeps no pointer into it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const prog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrIn::from(SocketAddrV4::new(ip, 0)))?;
+    let _ = nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::RcvBuf, &(1 << 20));
+    Ok(fd)
+}
+
+/// A tap socket as the shared check reads it.
+struct FdTap<'a>(&'a OwnedFd);
+
+impl TapSource for FdTap<'_> {
+    fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+        use nix::sys::socket::MsgFlags;
+        nix::sys::socket::recv(
+            self.0.as_raw_fd(),
+            buf,
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_TRUNC,
+        )
+        .ok()
+        .map(|n| n.min(buf.len()))
+    }
+}
+
+/// One address's receive-side ICRC state: its tap (IPv4 with CAP_NET_RAW), the tapped
+/// headers not yet claimed, the last sender's identification, the counts.
+pub(crate) struct RxIdent {
+    local: IpAddr,
+    tap: Option<OwnedFd>,
+    table: TapTable,
+    last: LastIdent,
+    counts: Arc<Mutex<IcrcCounts>>,
+}
+
+impl RxIdent {
+    /// The state of `local`, with its tap when one can be opened (the reason is logged
+    /// when not).
+    pub(crate) fn new(local: IpAddr, counts: Arc<Mutex<IcrcCounts>>) -> RxIdent {
+        let tap = match local {
+            IpAddr::V4(v4) => match ident_tap(v4) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!(
+                        %local, %e,
+                        "no IPv4 identification tap (needs CAP_NET_RAW): packets whose \
+                         identification is neither 0 nor the sender's previous + 1 (kernel \
+                         rxe's first, and any after a loss) cannot be checked and are dropped"
+                    );
+                    None
+                }
+            },
+            IpAddr::V6(_) => None,
+        };
+        RxIdent {
+            local,
+            tap,
+            table: TapTable::default(),
+            last: None,
+            counts,
+        }
+    }
+
+    /// Whether this address has a tap.
+    pub(crate) fn tapped(&self) -> bool {
+        self.tap.is_some()
+    }
+
+    /// Check `pkt` (BTH‥ICRC, one datagram: no GRO) from `from`, and count the outcome.
+    pub(crate) fn check(&mut self, from: SocketAddr, pkt: &[u8]) -> IcrcCheck {
+        let mut fd_tap;
+        let tap = match &self.tap {
+            Some(fd) => {
+                fd_tap = FdTap(fd);
+                Some((&mut fd_tap as &mut dyn TapSource, &mut self.table))
+            }
+            None => None,
+        };
+        let mut cx = IdentCtx {
+            last: &mut self.last,
+            tap,
+            recovery: false,
+        };
+        let first_bth = pkt.get(..12).unwrap_or(&[]);
+        let c = ident::check_icrc(self.local, ROCE_PORT, &from, 0, first_bth, pkt, &mut cx);
+        lock(&self.counts).count(c);
+        c
+    }
+}
+
+thread_local! {
+    /// The receive thread's verdict on the datagram it is handing to [`Hca::on_packet`],
+    /// which [`verify_icrc`] returns: the check runs once, before the HCA lock is taken.
+    static VERDICT: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Socket buffer asked for (see `sys::set_socket_buffers`), as rnic-rxe does.
+const SOCKET_BUFFER: usize = 16 << 20;
 
 fn bind_udp(ip: IpAddr, port: u16) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
     crate::sys::set_pmtudisc_do(s.as_fd(), ip.is_ipv6())?;
+    crate::sys::set_socket_buffers(s.as_fd(), SOCKET_BUFFER);
     Ok(s)
 }
 
@@ -107,11 +278,14 @@ impl Ports {
         };
         let rx = Arc::new(sock);
         let stop = Arc::new(AtomicBool::new(false));
+        let icrc = Arc::new(Mutex::new(IcrcCounts::default()));
+        let rx_ident = RxIdent::new(ip, icrc.clone());
+        let tapped = rx_ident.tapped();
         let (r, s, h) = (rx.clone(), stop.clone(), hca.clone());
         std::thread::Builder::new()
             .name(format!("mlx5-emu-rx {ip}"))
-            .spawn(move || rx_loop(&h, &r, &s, ip))?;
-        tracing::info!(%ip, "RoCE v2 address bound (UDP/4791)");
+            .spawn(move || rx_loop(&h, &r, &s, rx_ident))?;
+        tracing::info!(%ip, ident_tap = tapped, "RoCE v2 address bound (UDP/4791)");
         self.by_ip.insert(
             ip,
             Port {
@@ -119,6 +293,7 @@ impl Ports {
                 stop,
                 refs: 1,
                 senders: BTreeMap::new(),
+                icrc,
             },
         );
         Ok(())
@@ -129,8 +304,10 @@ impl Ports {
         if let Some(p) = self.by_ip.get_mut(&ip) {
             p.refs -= 1;
             if p.refs == 0 {
+                let counts = *lock(&p.icrc);
+                add_counts(&mut self.released, &counts);
                 self.by_ip.remove(&ip);
-                tracing::info!(%ip, "RoCE v2 address unbound");
+                tracing::info!(%ip, "RoCE v2 address unbound; {counts}");
             }
         }
     }
@@ -164,9 +341,11 @@ impl Ports {
 }
 
 /// The receive thread of one address: blocks on the socket up to the next engine deadline
-/// (at most 50 ms), hands each datagram to the HCA, runs due timers on timeouts. It holds
-/// only a weak reference, so the HCA's end ends it.
-fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, local: IpAddr) {
+/// (at most 50 ms), checks each datagram's ICRC (without the HCA lock) and hands it to the
+/// HCA with the verdict, runs due timers on timeouts. It holds only a weak reference, so
+/// the HCA's end ends it.
+fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, mut ident: RxIdent) {
+    let local = ident.local;
     let mut buf = vec![0u8; 65536];
     loop {
         if stop.load(Ordering::Acquire) {
@@ -181,10 +360,21 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, local: I
         if stop.load(Ordering::Acquire) {
             return;
         }
+        let verdict = match &got {
+            Ok((n, from)) => Some(matches!(
+                ident.check(*from, buf.get(..*n).unwrap_or(&[])),
+                IcrcCheck::Ok(_) | IcrcCheck::Tapped | IcrcCheck::Recovered
+            )),
+            Err(_) => None,
+        };
         let Some(h) = hca.upgrade() else { return };
         let mut h = lock(&h);
         match got {
-            Ok((n, from)) => h.on_packet(local, from, buf.get(..n).unwrap_or(&[])),
+            Ok((n, from)) => {
+                VERDICT.with(|v| v.set(verdict));
+                h.on_packet(local, from, buf.get(..n).unwrap_or(&[]));
+                VERDICT.with(|v| v.set(None));
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -203,27 +393,26 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, local: I
     }
 }
 
-/// Verify the ICRC of `pkt` (BTH‥ICRC) received from `from` at `local`. IPv4: the
-/// identification is not visible to a UDP socket, so the likely ones are tried — 0 (DF,
-/// unconnected sender), the segment indexes of a GSO send, and the last one seen + 1.
+/// Whether the ICRC of `pkt` (BTH‥ICRC) received from `from` at `local` verified: the
+/// receive thread's verdict ([`RxIdent::check`], all 32 bits) for the datagram it is
+/// handing over. Called outside a receive thread, the shared check without a tap: IPv4
+/// identification 0 or `last_id` + 1 (updated when it verifies).
 pub(crate) fn verify_icrc(local: IpAddr, from: SocketAddr, pkt: &[u8], last_id: &mut u16) -> bool {
-    match (from.ip(), local) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let next = last_id.wrapping_add(1);
-            let ids = [0u16, next].into_iter().chain(1..64);
-            for id in ids {
-                if icrc::verify_v4(s, d, id, true, from.port(), ROCE_PORT, pkt).is_ok() {
-                    *last_id = id;
-                    return true;
-                }
-            }
-            icrc::verify_v4(s, d, 0, false, from.port(), ROCE_PORT, pkt).is_ok()
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            icrc::verify_v6(s, d, from.port(), ROCE_PORT, pkt).is_ok()
-        }
-        _ => false,
+    if let Some(v) = VERDICT.with(Cell::take) {
+        return v;
     }
+    let mut last = Some((from, *last_id));
+    let mut cx = IdentCtx {
+        last: &mut last,
+        tap: None,
+        recovery: false,
+    };
+    let first_bth = pkt.get(..12).unwrap_or(&[]);
+    let c = ident::check_icrc(local, ROCE_PORT, &from, 0, first_bth, pkt, &mut cx);
+    if let Some((_, id)) = last {
+        *last_id = id;
+    }
+    matches!(c, IcrcCheck::Ok(_))
 }
 
 /// The engine's packet sink: one preallocated buffer, sent on commit from the address of the
@@ -312,16 +501,116 @@ mod tests {
         pkt[0] = 0x04; // SEND ONLY
         icrc::fill_v4(s, d, 0, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         let from = SocketAddr::new(IpAddr::V4(s), 0xc001);
-        let mut last = 0;
+        let mut last = 6;
         assert!(verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+        assert_eq!(last, 0, "identification 0 is the last seen");
+        last = 6;
         icrc::fill_v4(s, d, 7, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         assert!(
             verify_icrc(IpAddr::V4(d), from, &pkt, &mut last),
-            "a GSO index"
+            "previous + 1"
         );
         assert_eq!(last, 7);
+        icrc::fill_v4(s, d, 0x4444, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
+        assert!(
+            !verify_icrc(IpAddr::V4(d), from, &pkt, &mut last),
+            "not predictable without a tap"
+        );
+        icrc::fill_v4(s, d, 0, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         let n = pkt.len();
         pkt[n - 1] ^= 1;
         assert!(!verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+        // A receive thread's verdict is what the HCA sees, once.
+        VERDICT.with(|v| v.set(Some(true)));
+        assert!(verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+        assert!(!verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+    }
+
+    /// An IPv4 packet with identification `ident` and DF from `src`:`sport` to
+    /// `dst`:4791 carrying `roce`, sent on a raw socket (IP_HDRINCL).
+    fn send_raw(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, ident: u16, roce: &[u8]) -> bool {
+        use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType};
+        let Ok(fd) = nix::sys::socket::socket(
+            AddressFamily::Inet,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::Raw,
+        ) else {
+            return false;
+        };
+        let udp_len = 8 + roce.len();
+        let mut p = vec![0x45, 0];
+        p.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        p.extend_from_slice(&ident.to_be_bytes());
+        p.extend_from_slice(&[0x40, 0, 64, 17, 0, 0]);
+        p.extend_from_slice(&src.octets());
+        p.extend_from_slice(&dst.octets());
+        p.extend_from_slice(&sport.to_be_bytes());
+        p.extend_from_slice(&ROCE_PORT.to_be_bytes());
+        p.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(roce);
+        let to = nix::sys::socket::SockaddrIn::from(SocketAddrV4::new(dst, 0));
+        nix::sys::socket::sendto(fd.as_raw_fd(), &p, &to, MsgFlags::empty()).is_ok()
+    }
+
+    /// Kernel-rxe-like traffic (identifications from a counter, not 0) on a real socket:
+    /// the tap's copy verifies the first packet in all 32 bits, the next verifies as
+    /// previous + 1, a packet whose ICRC holds for another identification is refused, and
+    /// the counts print as rnic's icrc line. Needs CAP_NET_RAW (SKIP otherwise).
+    #[test]
+    fn the_tap_verifies_counted_identifications_in_all_32_bits() {
+        let (s, d) = (Ipv4Addr::new(127, 0, 77, 2), Ipv4Addr::new(127, 0, 77, 1));
+        let counts = Arc::new(Mutex::new(IcrcCounts::default()));
+        let mut rx = RxIdent::new(IpAddr::V4(d), counts.clone());
+        if !rx.tapped() {
+            println!("SKIP: no CAP_NET_RAW for the identification tap");
+            return;
+        }
+        let sock = bind_udp(IpAddr::V4(d), ROCE_PORT).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let packet = |ident: u16, icrc_ident: u16| {
+            let mut p = vec![0u8; 12 + 8 + 4];
+            p[0] = 0x04; // RC SEND ONLY
+            p[5..8].copy_from_slice(&[0, 0, 0x11]);
+            p[12..20].copy_from_slice(&ident.to_be_bytes().repeat(4));
+            icrc::fill_v4(s, d, icrc_ident, true, 0xc0de, ROCE_PORT, &mut p).unwrap();
+            p
+        };
+        let mut buf = [0u8; 256];
+        let mut deliver = |ident, icrc_ident| {
+            if !send_raw(s, d, 0xc0de, ident, &packet(ident, icrc_ident)) {
+                return None;
+            }
+            let (n, from) = sock.recv_from(&mut buf).unwrap();
+            assert_eq!(from, SocketAddr::new(IpAddr::V4(s), 0xc0de));
+            Some(rx.check(from, &buf[..n]))
+        };
+        let Some(first) = deliver(0x7e12, 0x7e12) else {
+            println!("SKIP: raw IPv4 send refused");
+            return;
+        };
+        assert_eq!(first, IcrcCheck::Tapped);
+        assert_eq!(
+            deliver(0x7e13, 0x7e13),
+            Some(IcrcCheck::Ok(ident::Predicted::Next))
+        );
+        // A gap (a lost packet): the tap again.
+        assert_eq!(deliver(0x7e30, 0x7e30), Some(IcrcCheck::Tapped));
+        // Sent as 0x1111, ICRC for 0x2222 (which a 15-bit solve would accept): refused.
+        assert_eq!(deliver(0x1111, 0x2222), Some(IcrcCheck::Bad));
+        // rnic senders: identification 0 (not tapped), predicted.
+        assert_eq!(deliver(0, 0), Some(IcrcCheck::Ok(ident::Predicted::Zero)));
+        let c = *lock(&counts);
+        assert_eq!(
+            (c.ok, c.tapped, c.next, c.ident_zero, c.bad),
+            (4, 2, 1, 1, 1)
+        );
+        assert!(
+            c.to_string().starts_with(
+                "icrc: 4 ok, all 32 bits (ident 0: 1, GRO index: 0, previous + 1: 1, tapped: 2), 0 recovered (15-bit check), 0 unverifiable (dropped), 1 dropped"
+            ),
+            "{c}"
+        );
     }
 }
