@@ -307,7 +307,8 @@ impl Ports {
                 let counts = *lock(&p.icrc);
                 add_counts(&mut self.released, &counts);
                 self.by_ip.remove(&ip);
-                tracing::info!(%ip, "RoCE v2 address unbound; {counts}");
+                // The counts last: the line ends with rnic's icrc line.
+                tracing::info!("RoCE v2 address {ip} unbound; {counts}");
             }
         }
     }
