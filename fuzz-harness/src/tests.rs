@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::mlx5::{firmware, wqe};
+use crate::mlx5::{cqe, firmware, wqe};
 use crate::{engine, wire};
 
 fn corpus(target: &str) -> PathBuf {
@@ -124,6 +124,69 @@ fn the_mlx5_wqe_seeds_do_what_they_say() {
 }
 
 #[test]
+fn mlx5_cqe_corpus_and_random_inputs() {
+    assert!(replay("mlx5_cqe", cqe::completions) >= 8);
+    random_inputs(7, 400, 600, cqe::completions);
+}
+
+/// The CQE seeds reach what they were written for: honest completions, and each hostile
+/// kind refused and counted.
+#[test]
+fn the_mlx5_cqe_seeds_do_what_they_say() {
+    let seeds = cqe::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    let end = cqe::run(get("honest-sends"));
+    assert_eq!((end.completions, end.cq.cqes), (2, 2), "{end:?}");
+    assert_eq!(end.cq.bad_wqe_counter + end.cq.unknown_qpn, 0, "{end:?}");
+    let end = cqe::run(get("honest-recv-and-error"));
+    assert_eq!((end.completions, end.cq.cqes), (3, 3), "{end:?}");
+    let end = cqe::run(get("bad-wqe-counter"));
+    assert_eq!(end.cq.bad_wqe_counter, 3, "{end:?}");
+    assert_eq!(end.completions, 0, "{end:?}");
+    // A REQ for a QPN no QP has; a receive completion for the idle QP (nothing posted).
+    let end = cqe::run(get("unknown-qpn"));
+    assert_eq!(
+        (end.cq.unknown_qpn, end.cq.unexpected_recv, end.completions),
+        (1, 1, 0),
+        "{end:?}"
+    );
+    let end = cqe::run(get("unknown-opcode-and-compressed"));
+    assert_eq!(
+        end.cq.unknown_cqe, 2,
+        "opcode 9 and the compressed format: {end:?}"
+    );
+    assert_eq!(end.completions, 1, "format 1 is decoded: {end:?}");
+    let end = cqe::run(get("wrong-owner-and-raw"));
+    assert_eq!((end.cq.cqes, end.completions), (0, 0), "{end:?}");
+    let end = cqe::run(get("responder-stops-poll-send"));
+    assert_eq!((end.cq.cqes, end.completions), (2, 2), "{end:?}");
+    let end = cqe::run(get("flush"));
+    assert_eq!(end.cq.software_flushed, 3, "{end:?}");
+    let end = cqe::run(get("eqes"));
+    let k = end.eq;
+    assert_eq!(
+        (
+            k.eqes,
+            k.completion,
+            k.unknown_cq,
+            k.command,
+            k.page_requests,
+            k.unknown_type
+        ),
+        (5, 2, 1, 1, 1, 1),
+        "{k:?}"
+    );
+    let end = cqe::run(get("full-sq"));
+    assert_eq!(end.completions, 0, "{end:?}");
+}
+
+#[test]
+#[should_panic(expected = "no outstanding WQE")]
+fn the_mlx5_cqe_completion_check_can_fail() {
+    cqe::check_a_forged_completion();
+}
+
+#[test]
 #[should_panic(expected = "other pages")]
 fn the_mlx5_page_check_can_fail() {
     firmware::check_a_forged_page();
@@ -210,6 +273,7 @@ fn write_seed_corpus() {
         ("requester", engine::requester_seeds()),
         ("mlx5_firmware", firmware::seeds()),
         ("mlx5_wqe", wqe::seeds()),
+        ("mlx5_cqe", cqe::seeds()),
     ] {
         let dir = corpus(target);
         std::fs::create_dir_all(&dir).expect("mkdir");

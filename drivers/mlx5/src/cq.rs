@@ -453,6 +453,21 @@ impl CqRing {
         self.buf.words()
     }
 
+    /// The consumer index (free-running).
+    pub(crate) fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+
+    /// What the ring counted.
+    pub(crate) fn counters_now(&self) -> CqCounters {
+        self.counters
+    }
+
+    /// The doorbell record as stored now.
+    pub(crate) fn record_now(&self) -> [u8; 8] {
+        self.doorbell_record()
+    }
+
     #[cfg(test)]
     pub(crate) fn record(&self) -> [u8; 8] {
         self.doorbell_record()

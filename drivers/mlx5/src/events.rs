@@ -75,12 +75,12 @@ pub struct EventCounters {
 }
 
 #[derive(Debug, Default)]
-struct EqState {
-    ci: u32,
+pub(crate) struct EqState {
+    pub ci: u32,
     cmd_done: u32,
-    pages: i64,
-    counters: EventCounters,
-    cqs: HashMap<u32, Arc<CqNotify>>,
+    pub pages: i64,
+    pub counters: EventCounters,
+    pub cqs: HashMap<u32, Arc<CqNotify>>,
 }
 
 /// The function's EQ.
@@ -209,7 +209,7 @@ impl EventQueue {
 /// Consume every valid EQE of the ring (owner parity, then the read
 /// barrier, then the body); `doorbell(ci, arm)` every [`NUM_SPARE_EQE`]
 /// entries without arming and once, arming, at the end.
-fn drain_ring(
+pub(crate) fn drain_ring(
     words: &[std::sync::atomic::AtomicU64],
     log_size: u32,
     st: &mut EqState,

@@ -154,6 +154,8 @@ pub mod cq;
 mod datapath_tests;
 mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod init;
 pub mod memory;
 pub mod provider;

@@ -7,7 +7,10 @@
 //!
 //! - [`firmware`]: the command interface under hostile entries, chains and inputs.
 //! - [`wqe`]: an RC QP in RTS under hostile send WQEs.
+//! - [`cqe`]: the other direction — the driver's (rnic-mlx5's) CQ and EQ consumers under
+//!   hostile CQEs and EQEs, over plain DMA buffers (no emulator).
 
+pub mod cqe;
 pub mod firmware;
 pub mod wqe;
 
