@@ -149,3 +149,17 @@ pub(crate) fn set_pmtudisc_do(fd: BorrowedFd<'_>, ipv6: bool) -> std::io::Result
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// Receive and send buffers of `bytes` for a RoCE socket (the `*_FORCE` options first, which
+/// a privileged process may use beyond `net.core.[rw]mem_max`; else capped there). Best
+/// effort: the default (~208 KiB) drops most of a burst of a large message (the transport has
+/// no congestion control, a 1 MiB WRITE leaves at once) and go-back-N resends it.
+pub(crate) fn set_socket_buffers(fd: BorrowedFd<'_>, bytes: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if setsockopt(&fd, sockopt::RcvBufForce, &bytes).is_err() {
+        let _ = setsockopt(&fd, sockopt::RcvBuf, &bytes);
+    }
+    if setsockopt(&fd, sockopt::SndBufForce, &bytes).is_err() {
+        let _ = setsockopt(&fd, sockopt::SndBuf, &bytes);
+    }
+}
