@@ -194,7 +194,7 @@ fn full_bring_up_and_teardown_leave_nothing_behind() {
     let ctx = QueryNicVportContextOut::new_unchecked(&out[..]);
     let ctx = ctx.nic_vport_context();
     assert_eq!(ctx.roce_en(), 1);
-    assert_eq!(ctx.mtu(), 1500);
+    assert_eq!(ctx.mtu(), 9000);
     assert_eq!(
         out[0x106..0x10c],
         FirmwareOptions::default().mac,

@@ -411,3 +411,59 @@ fn hostile_wqes_and_doorbells_never_crash_the_data_path() {
         "{stats:?}"
     );
 }
+
+/// INIT2RTR of an RC QP at path MTU enum `mtu` (1 = 256 … 5 = 4096, mlx5.md qpc dw 0x20).
+fn init2rtr_at(hw: &Hw, qp: &EmuQp, peer: u32, ip: IpAddr, mtu: u32) -> (u8, u32) {
+    qp.modify(hw, CmdOpcode::Init2RtrQp, |q| {
+        q.set_mtu(mtu).unwrap();
+        q.set_log_msg_max(20).unwrap();
+        q.set_remote_qpn(peer).unwrap();
+        q.set_min_rnr_nak(12).unwrap();
+        let mut a = q.primary_address_path_mut();
+        a.set_src_addr_index(0).unwrap();
+        a.set_rgid_rip(&gid_of(ip)).unwrap();
+        a.set_hop_limit(64).unwrap();
+        a.set_vhca_port_num(1).unwrap();
+    })
+}
+
+#[test]
+fn path_mtu_must_fit_the_vport_mtu() {
+    let (ip, _) = ip_pair();
+    let mut hw = Hw::new();
+    assert_eq!(hw.set_gid(0, ip), (0, 0));
+    let ceq = hw.eq(6, 1, 0);
+    let cq = hw.cq(ceq.0);
+    let qps: Vec<EmuQp> = (0..3)
+        .map(|_| EmuQp::create(&mut hw, &cq, QpServiceType::Rc))
+        .collect();
+    for qp in &qps {
+        let st = qp.modify(&hw, CmdOpcode::Rst2InitQp, |q| {
+            q.primary_address_path_mut().set_vhca_port_num(1).unwrap();
+        });
+        assert_eq!(st, (0, 0));
+    }
+    let bad = (CmdStatus::BadParam.as_raw(), syn::QP_ATTR);
+    // The power-on vport MTU (9000) takes path MTU 4096; enums 0, 6, 7 are no MTU.
+    let out =
+        hw.r.ok(&cmd(CmdOpcode::QueryNicVportContext, 0, 0x10), 0x110);
+    let vport = rnic_mlx5_prm::QueryNicVportContextOut::new_unchecked(&out[..]);
+    assert_eq!(vport.nic_vport_context().mtu(), 9000);
+    for m in [0, 6, 7] {
+        assert_eq!(
+            init2rtr_at(&hw, &qps[0], qps[1].qpn, ip, m),
+            bad,
+            "enum {m}"
+        );
+    }
+    assert_eq!(init2rtr_at(&hw, &qps[0], qps[1].qpn, ip, 5), (0, 0));
+    // A 1500-byte vport: 1024 + 96 fits, 2048 + 96 does not.
+    let mut m = cmd(CmdOpcode::ModifyNicVportContext, 0, 0x200);
+    let mut v = ModifyNicVportContextIn::new_unchecked(&mut m[..]);
+    v.field_select_mut().set_mtu(1).unwrap();
+    v.nic_vport_context_mut().set_mtu(1500).unwrap();
+    hw.r.ok(&m, OUT);
+    assert_eq!(init2rtr_at(&hw, &qps[1], qps[0].qpn, ip, 4), bad);
+    assert_eq!(init2rtr_at(&hw, &qps[1], qps[0].qpn, ip, 3), (0, 0));
+    assert_eq!(init2rtr_at(&hw, &qps[2], qps[0].qpn, ip, 5), bad);
+}

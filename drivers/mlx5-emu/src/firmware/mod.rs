@@ -56,7 +56,8 @@ pub struct FirmwareOptions {
     pub max_pages: u32,
     /// The permanent MAC address (QUERY_NIC_VPORT_CONTEXT).
     pub mac: [u8; 6],
-    /// The vport MTU at power-on (default 1500).
+    /// The vport MTU at power-on (default 9000, a jumbo-frame port: RoCE path MTU 4096 needs
+    /// 4096 + 96 bytes; the emulator's datagrams go over loopback, MTU 65536).
     pub mtu: u16,
     /// Whether the port reports link up (QUERY_VPORT_STATE `state`).
     pub link_up: bool,
@@ -69,7 +70,7 @@ impl Default for FirmwareOptions {
             init_pages: 32,
             max_pages: 1 << 16,
             mac: [0x02, 0x00, 0x15, 0xb3, 0x10, 0x17],
-            mtu: 1500,
+            mtu: 9000,
             link_up: true,
         }
     }
