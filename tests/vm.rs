@@ -1321,6 +1321,12 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
 
 /// Builds the `rnicctl` binary (tools/) for a scenario's host side.
 fn host_rnicctl() -> Result<PathBuf, String> {
+    host_bin("rnicctl", "rnicctl")
+}
+
+/// Builds binary `bin` of workspace package `package` (dev profile) for a scenario's host
+/// side and returns it.
+fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK
         .lock()
@@ -1328,10 +1334,10 @@ fn host_rnicctl() -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
-    let log = results_root().join("build-rnicctl.log");
+    let log = results_root().join(format!("build-{bin}.log"));
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "rnicctl", "--manifest-path"])
+        .args(["build", "-p", package, "--bin", bin, "--manifest-path"])
         .arg(repo().join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .stdin(Stdio::null())
@@ -1339,14 +1345,14 @@ fn host_rnicctl() -> Result<PathBuf, String> {
         .stderr(out)
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
-    let bin = target.join("debug/rnicctl");
-    if !status.success() || !bin.is_file() {
+    let path = target.join("debug").join(bin);
+    if !status.success() || !path.is_file() {
         return Err(format!(
-            "cargo build -p rnicctl failed (log: {})",
+            "cargo build -p {package} --bin {bin} failed (log: {})",
             log.display()
         ));
     }
-    Ok(bin)
+    Ok(path)
 }
 
 /// ib_send_lat's / rnicctl's latency row: "<bytes> <iters>" then seven numbers.
@@ -1453,4 +1459,202 @@ fn interop_perftest_kernel_servers_rnicctl_clients() {
 #[test]
 fn interop_perftest_rnicctl_servers_kernel_clients() {
     interop_perftest("rnic");
+}
+
+/// Every "icrc: …" line of the emulator's log (one per driver session: logged when the
+/// session's teardown unbinds the address).
+fn emu_icrc_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter_map(|l| l.find("icrc: ").map(|at| &l[at..]))
+        .collect()
+}
+
+/// "N ok" at the start of an icrc line.
+fn icrc_ok(line: &str) -> Option<u64> {
+    line.strip_prefix("icrc: ")?.split(' ').next()?.parse().ok()
+}
+
+/// The count before `label` inside the parenthesis of an icrc line ("tapped: N").
+fn icrc_detail(line: &str, label: &str) -> Option<u64> {
+    let at = line.find(label)? + label.len();
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn emulator_icrc_lines_parse() {
+    let log = "2026-12-01T12:55:25Z INFO rnic_mlx5_emu::hca::port: RoCE v2 address 10.50.0.1 unbound; icrc: 40 ok, all 32 bits (ident 0: 0, GRO index: 0, previous + 1: 38, tapped: 2), 0 recovered (15-bit check), 0 unverifiable (dropped), 0 dropped\nother\n";
+    let lines = emu_icrc_lines(log);
+    assert_eq!(lines.len(), 1);
+    assert!(icrc_all_32_bits(lines[0]));
+    assert_eq!(icrc_drops(lines[0]), Some(0));
+    assert_eq!(icrc_detail(lines[0], "tapped: "), Some(2));
+    assert_eq!(icrc_detail(lines[0], "previous + 1: "), Some(38));
+    assert_eq!(icrc_ok(lines[0]), Some(40));
+}
+
+/// rnic on an emulated ConnectX-5 (rnic-mlx5-emu in the host netns, the tools on
+/// `mlx5:vfio-user:<socket>@10.50.0.1`) against the guest's kernel rxe: `steps` of
+/// `<what>:<server>` (tests/vm/scenarios/interop-mlx5.sh). Checks every tool's exit and
+/// result rows, the stock ibv_rc_pingpong's `-c` (every buffer it received), that the
+/// kernel accepted the emulator's packets (the tools finish; the capture's ICRCs verify
+/// with the real identifications) and that the emulator verified every kernel packet's
+/// ICRC in all 32 bits (its icrc line per session; the tap must have been used).
+fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
+    const ITERS: u64 = 100;
+    const PP_SIZE: u64 = 4096;
+    let name = if netem.is_some() {
+        "interop-mlx5@netem"
+    } else {
+        "interop-mlx5"
+    };
+    let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
+    let Some(run) = run_prepared(name, &args, 420, || {
+        let fail = |e: String| -> PathBuf { panic!("FAIL {name}: {e}") };
+        let rnicctl = host_rnicctl().unwrap_or_else(fail);
+        let pp = host_example("rc_pingpong").unwrap_or_else(fail);
+        let emu = host_bin("rnic-mlx5-emu", "rnic-mlx5-emu").unwrap_or_else(fail);
+        vec![
+            ("RNICCTL".into(), rnicctl.display().to_string()),
+            ("RNIC_RC_PINGPONG".into(), pp.display().to_string()),
+            ("RNIC_MLX5_EMU".into(), emu.display().to_string()),
+            ("RNIC_MLX5_STEPS".into(), steps.join(" ")),
+            ("RNIC_MLX5_ITERS".into(), ITERS.to_string()),
+            ("RNIC_MLX5_PP_SIZE".into(), PP_SIZE.to_string()),
+        ]
+    }) else {
+        return;
+    };
+    let mut c = run.exit_checks();
+    let guest = run.file("share/interop-mlx5.out");
+    let iters = ITERS.to_string();
+    for (i, step) in steps.iter().enumerate() {
+        let (what, server) = step.split_once(':').unwrap_or((step, "kernel"));
+        let kernel = run.file(&format!("share/kernel-{i}-{what}.txt"));
+        let rnic = run.file(&format!("rnic-{i}-{what}.log"));
+        c.that(
+            guest
+                .lines()
+                .any(|l| l == format!("kernel {what}@{server} rc=0")),
+            format!("kernel {step} did not exit 0"),
+        );
+        c.that(
+            rnic.lines().any(|l| l == "rc=0"),
+            format!("rnic (mlx5) {step} did not exit 0"),
+        );
+        match what {
+            "pp" => {
+                c.that(
+                    pingpong_ok(&kernel, ITERS, PP_SIZE) && pingpong_ok(&rnic, ITERS, PP_SIZE),
+                    format!("{step}: no result lines for {ITERS} iters of {PP_SIZE} bytes"),
+                );
+                c.that(
+                    !kernel.contains("invalid data"),
+                    format!("{step}: the kernel's -c found invalid data"),
+                );
+            }
+            t if t.ends_with("-bw") => {
+                c.that(
+                    write_bw_row(&kernel, "4096", &iters).is_some()
+                        && write_bw_row(&rnic, "4096", &iters).is_some(),
+                    format!("{step}: no 4096/{ITERS} result row on both sides"),
+                );
+            }
+            _ => {
+                let client = if server == "kernel" { &rnic } else { &kernel };
+                c.that(
+                    lat_row(client, "64", &iters).is_some(),
+                    format!("{step}: the client printed no 64/{ITERS} latency row"),
+                );
+            }
+        }
+    }
+    let emu = run.file("emu.log");
+    let lines = emu_icrc_lines(&emu);
+    // A client's retries while the guest boots are sessions that saw no packet.
+    let busy = lines
+        .iter()
+        .filter(|l| icrc_ok(l).is_some_and(|n| n > 0))
+        .count();
+    c.that(
+        busy == steps.len(),
+        format!(
+            "{busy} emulator sessions verified packets, for {} steps",
+            steps.len()
+        ),
+    );
+    let mut tapped = 0;
+    for line in &lines {
+        if icrc_ok(line) == Some(0) && icrc_drops(line) == Some(0) {
+            c.that(
+                icrc_count(line, " unverifiable") == Some(0)
+                    && icrc_count(line, " recovered") == Some(0),
+                format!("the emulator left kernel packets unverified: {line}"),
+            );
+            continue;
+        }
+        say(&format!("{name}: emulator {line}"));
+        c.that(
+            icrc_drops(line) == Some(0),
+            format!("the emulator dropped kernel packets for their ICRC: {line}"),
+        );
+        c.that(
+            icrc_all_32_bits(line),
+            format!("the emulator accepted kernel packets without a full 32-bit check: {line}"),
+        );
+        tapped += icrc_detail(line, "tapped: ").unwrap_or(0);
+    }
+    c.that(
+        tapped > 0,
+        "no kernel packet was verified through the identification tap",
+    );
+    if netem.is_some() {
+        let drops = netem_drops(&guest);
+        say(&format!(
+            "{name}: netem dropped {drops:?} of the kernel's packets"
+        ));
+        c.that(
+            drops.is_some_and(|d| d > 0),
+            format!("netem dropped nothing ({drops:?})"),
+        );
+    }
+    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
+        Ok(summary) => say(&format!("{name}: {summary}")),
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+/// ibv_rc_pingpong, ib_write_bw, ib_read_bw and ib_send_lat between the guest's kernel
+/// rxe and rnic on mlx5-over-emulator, each with the kernel serving and then rnic.
+#[test]
+fn interop_mlx5_emulator_pingpong_and_perftest_both_ways() {
+    interop_mlx5(
+        &[
+            "pp:kernel",
+            "pp:rnic",
+            "write-bw:kernel",
+            "read-bw:kernel",
+            "send-lat:kernel",
+            "write-bw:rnic",
+            "read-bw:rnic",
+            "send-lat:rnic",
+        ],
+        None,
+    );
+}
+
+/// The same under netem dropping 2% of what the kernel sends (the stock pingpong with
+/// `linger_destroy_qp.so`, as `interop_rc_pingpong_under_netem_loss_on_the_kernel_side`).
+#[test]
+fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
+    interop_mlx5(
+        &["pp:kernel", "pp:rnic", "write-bw:kernel", "read-bw:rnic"],
+        Some("loss 2%"),
+    );
 }
