@@ -1,32 +1,38 @@
-//! Cost of the direct data path: one 8-byte inline RDMA WRITE (BlueFlame)
-//! posted and its CQE polled, in a loop, against rnic-mlx5-emu (in this
-//! process) and an rnic-rxe peer on 127.x.
+//! Cost of the data path: one 8-byte inline RDMA WRITE (BlueFlame) posted
+//! and its CQE polled, in a loop, against rnic-mlx5-emu and an rnic-rxe peer
+//! on 127.x — three ways: the driver's generic calls (`Qp::post_send` /
+//! `Cq::poll`), its direct fast path (`Qp::post_write_inline` /
+//! `Cq::poll_send`), and through `rnic_core::Provider` (a typed
+//! `Context<Mlx5Provider>`: `QueuePair::post_send` / `CompletionQueue::poll`).
+//!
+//! The emulator runs in this process unless `RNIC_MLX5_EMU_SOCKET` names the
+//! socket of one running in its own process (`rnic-mlx5-emu --socket PATH
+//! --once`), which is how docs/mlx5.md §13 counts instructions:
 //!
 //! ```sh
-//! cargo run --release -p rnic-mlx5 --example mlx5_inline_write -- 20000
-//! # instructions per post_send / per poll (docs/mlx5.md §"Cost"):
-//! cargo build --release -p rnic-mlx5 --example mlx5_inline_write
-//! valgrind --tool=callgrind --callgrind-out-file=/tmp/mlx5.cg \
-//!   --toggle-collect='mlx5_inline_write::bench_post' \
-//!   --toggle-collect='mlx5_inline_write::bench_poll' \
-//!   --toggle-collect='mlx5_inline_write::bench_post_inline' \
-//!   --toggle-collect='mlx5_inline_write::bench_poll_send' \
+//! cargo build --release -p rnic-mlx5-emu -p rnic-mlx5 --example mlx5_inline_write
+//! target/release/rnic-mlx5-emu --socket /tmp/emu.sock --once &
+//! RNIC_MLX5_EMU_SOCKET=/tmp/emu.sock valgrind --tool=callgrind \
+//!   --callgrind-out-file=/tmp/mlx5.cg \
+//!   --toggle-collect='mlx5_inline_write::bench_*' \
 //!   target/release/examples/mlx5_inline_write 2000
-//! callgrind_annotate --inclusive=yes /tmp/mlx5.cg | grep bench_
+//! callgrind_annotate --inclusive=yes /tmp/mlx5.cg | grep 'mlx5_inline_write.rs:mlx5_inline_write::bench_'
 //! ```
-//! Divide each function's inclusive Ir by the iteration count (plus the
-//! warm-up, printed).
+//! Divide each function's inclusive Ir by the iteration count plus the
+//! warm-up (2000 + 200).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, Gid, HeapMemory, InitParams, Mtu, Psn, QpCaps, QpInitAttr, QpType, Rkey,
-    RtrParams, RtsParams, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Gid, HeapMemory, InitParams, Mtu, Psn, QpCaps, QpInitAttr,
+    QpType, QueuePair, Rkey, RtrParams, RtsParams, SendFlags, SendWr, Sge, WcStatus,
+    WorkCompletion,
 };
 use rnic_mlx5::{
-    Cq, Hca, HcaOptions, Mkey, PciFunction, Qp, QpOptions, SendCompletion, VfioUserFunction,
+    Cq, Hca, HcaOptions, Mkey, Mlx5Provider, PciFunction, Qp, QpOptions, SendCompletion,
+    VfioUserFunction,
 };
 use rnic_mlx5_emu::{Emulator, Options};
 
@@ -61,6 +67,34 @@ fn bench_poll(cq: &mut Cq, wcs: &mut [WorkCompletion]) -> usize {
     cq.poll(wcs)
 }
 
+#[inline(never)]
+fn bench_provider_post(qp: &mut QueuePair<Mlx5Provider>, wr: &SendWr<'_>) {
+    if let Err(e) = qp.post_send(std::slice::from_ref(wr)) {
+        panic!("post_send: {e}");
+    }
+}
+
+/// [`bench_provider_poll`]'s body on an empty CQ (its cost is subtracted
+/// per empty poll).
+#[inline(never)]
+fn bench_provider_poll_empty(
+    cq: &CompletionQueue<Mlx5Provider>,
+    wcs: &mut [WorkCompletion],
+) -> usize {
+    match cq.poll(wcs) {
+        Ok(n) => n,
+        Err(e) => panic!("poll: {e}"),
+    }
+}
+
+#[inline(never)]
+fn bench_provider_poll(cq: &CompletionQueue<Mlx5Provider>, wcs: &mut [WorkCompletion]) -> usize {
+    match cq.poll(wcs) {
+        Ok(n) => n,
+        Err(e) => panic!("poll: {e}"),
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let iters: u64 = std::env::args()
         .nth(1)
@@ -68,21 +102,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(20_000);
     let dir = tempfile::tempdir()?;
-    let emu = Emulator::start(dir.path().join("mlx5.sock"), Options::default())?;
-    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket())?);
-    let mut hca = Hca::bring_up(
+    let (_emu, socket) = match std::env::var_os("RNIC_MLX5_EMU_SOCKET") {
+        Some(path) => (None, std::path::PathBuf::from(path)),
+        None => {
+            let emu = Emulator::start(dir.path().join("mlx5.sock"), Options::default())?;
+            let socket = emu.socket().to_path_buf();
+            (Some(emu), socket)
+        }
+    };
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(&socket)?);
+    let hca = Hca::bring_up(
         f,
         HcaOptions {
             cmd_timeout: Some(Duration::from_secs(30)),
             ..HcaOptions::default()
         },
     )?;
-    hca.enable_events()?;
-    let hca = Arc::new(hca);
+    // One function for all three ways: the provider owns the `Hca`, the
+    // direct objects share it.
+    let provider = Mlx5Provider::new(hca)?;
+    let hca = provider.hca().clone();
     let b = 200 + (std::process::id() % 50) as u8;
     let emu_ip = IpAddr::V4(Ipv4Addr::new(127, 251, b, 1));
     let peer_ip = Ipv4Addr::new(127, 251, b, 2);
-    hca.set_gid(0, emu_ip)?;
+    provider.set_gid(0, emu_ip)?;
     let mut cq = Cq::new(&hca, 256)?;
     let mkey = Mkey::new(&hca, hca.function().alloc_dma(4096)?, ALL)?;
     let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default())?;
@@ -165,15 +208,64 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     fast(WARMUP);
     let tf = fast(iters);
+    // Through `rnic_core::Provider`: a typed context, its own QP and CQ, a
+    // second rxe QP as the peer.
+    let tctx = Mlx5Provider::typed_context(&provider);
+    let tpd = tctx.alloc_pd()?;
+    let tcq = tctx.create_cq_reserved(64)?;
+    let tmr = tpd.reg_mr(provider.alloc_dma(4096)?, ALL)?;
+    rnic_core::Memory::write(tmr.memory().as_ref(), 0, b"8 bytes!")?;
+    let mut tqp = tpd.create_qp(&tcq, &tcq, &QpInitAttr::new(QpType::Rc, caps))?;
+    let mut pqp2 = pd.create_qp(&pcq, &pcq, &QpInitAttr::new(QpType::Rc, caps))?;
+    pqp2.to_init(&init)?;
+    pqp2.to_rtr(tqp.qpn(), Psn::from_wire(1), Gid::from_ip(emu_ip), &rtr)?;
+    pqp2.to_rts(Psn::from_wire(2), &rts)?;
+    tqp.to_init(&init)?;
+    tqp.to_rtr(pqp2.qpn(), Psn::from_wire(2), Gid::from_ipv4(peer_ip), &rtr)?;
+    tqp.to_rts(Psn::from_wire(1), &rts)?;
+    let tsge = [Sge::new(tmr.addr(), 8, tmr.lkey())];
+    let mut twr = SendWr::rdma_write(1, &tsge, mr.addr(), mr.rkey());
+    twr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    let mut polls = 0u64;
+    let mut through = |n: u64| -> Duration {
+        let start = Instant::now();
+        for _ in 0..n {
+            bench_provider_post(&mut tqp, &twr);
+            // No way to peek through the Provider: poll until the
+            // completion and count the calls; the empty ones are taken out
+            // with the cost of an empty poll measured below.
+            let got = loop {
+                polls += 1;
+                match bench_provider_poll(&tcq, &mut wcs) {
+                    0 => std::hint::spin_loop(),
+                    n => break n,
+                }
+            };
+            assert!(got == 1 && wcs[0].status == WcStatus::Success, "{wcs:?}");
+        }
+        start.elapsed()
+    };
+    through(WARMUP);
+    let tp = through(iters);
+    for _ in 0..iters + WARMUP {
+        assert_eq!(bench_provider_poll_empty(&tcq, &mut wcs), 0);
+    }
+    println!(
+        "Provider: {polls} polls for {} completions; {} empty polls in bench_provider_poll_empty",
+        iters + WARMUP,
+        iters + WARMUP
+    );
     println!(
         "{iters} inline 8-byte WRITEs (+{WARMUP} warm-up) per path: post_send/poll {:.2} µs, \
-         post_write_inline/poll_send {:.2} µs per post+completion round trip \
-         (emulator + rxe peer included); BlueFlame rings {}",
+         post_write_inline/poll_send {:.2} µs, Provider {:.2} µs per post+completion round \
+         trip (emulator + rxe peer included); BlueFlame rings {}",
         t.as_secs_f64() * 1e6 / iters as f64,
         tf.as_secs_f64() * 1e6 / iters as f64,
+        tp.as_secs_f64() * 1e6 / iters as f64,
         qp.counters().blueflame
     );
-    drop((qp, cq, mkey));
-    Arc::into_inner(hca).ok_or("Hca still shared")?.shutdown()?;
+    drop((tqp, tcq, tmr, tpd, tctx));
+    drop((qp, cq, mkey, hca));
+    drop(provider);
     Ok(())
 }

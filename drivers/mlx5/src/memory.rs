@@ -362,6 +362,7 @@ impl DmaBuffer {
             .unwrap_or_else(|| unreachable!("taken only in Drop"))
     }
 
+    #[inline]
     pub(crate) fn words(&self) -> &[AtomicU64] {
         let mem = self.shared();
         // SAFETY: the mapping is page-aligned (so 8-aligned), `mem.len()`
