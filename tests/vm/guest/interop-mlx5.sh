@@ -15,14 +15,15 @@ for step in $STEPS; do
   out=$S/kernel-$i-$what.txt
   peer=
   [ "$server" = kernel ] || peer=10.50.0.1
+  pre=   # linger_destroy_qp.so (netem) is for the stock pingpong only
   case $what in
-    pp) cmd="ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $PP_SIZE -m 1024 -n $ITERS -c" ;;
+    pp) pre=${PRELOAD:-}; cmd="ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $PP_SIZE -m 1024 -n $ITERS -c" ;;
     *-bw) cmd="ib_$(echo $what | tr - _) -d rxe0 -x 1 -F -p $port -s 4096 -m 1024 -n $ITERS" ;;
     *) cmd="ib_$(echo $what | tr - _) -d rxe0 -x 1 -F -p $port -s 64 -m 1024 -n $ITERS" ;;
   esac
   # A client retries while the host's server is not listening yet.
   for _ in $(seq 1 60); do
-    LD_PRELOAD=${PRELOAD:-} timeout 90 $cmd $peer > $out 2>&1
+    LD_PRELOAD=$pre timeout 90 $cmd $peer > $out 2>&1
     rc=$?
     [ -n "$peer" ] && grep -q "Couldn't connect\|Unable to open file descriptor" $out || break
     sleep 1
