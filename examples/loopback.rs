@@ -434,7 +434,8 @@ fn run(args: &Args) -> Result<(), String> {
     // 4. Atomics on B's first 8 bytes: FETCH_ADD ×100, then CMP_SWP. An
     // mlx5 function (no atomic endianness mode) keeps the target word and
     // returns the original value big-endian; rxe uses host order.
-    let order = |s: &Side| -> (fn(u64) -> [u8; 8], fn([u8; 8]) -> u64) {
+    type WordOrder = (fn(u64) -> [u8; 8], fn([u8; 8]) -> u64);
+    let order = |s: &Side| -> WordOrder {
         if s.dev.is_none() {
             (u64::to_be_bytes, u64::from_be_bytes)
         } else {
