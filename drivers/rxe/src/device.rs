@@ -218,6 +218,12 @@ pub struct Shared {
     pub state: Mutex<State>,
     /// The local addresses (GID index = position).
     pub ports: Vec<Port>,
+    /// The QPNs this device hands out: all, or its slot's when it shares its
+    /// addresses with other processes (`crate::share`).
+    pub qpns: crate::qpns::QpnRange,
+    /// The sharing membership (its slot lock); dropped after `ports`, so
+    /// the slot frees only once the sockets are closed.
+    pub share: Option<crate::share::Member>,
     /// The UDP port RoCE listens on (4791).
     pub roce_port: u16,
     /// The path MTU the link allows.
@@ -682,7 +688,13 @@ impl Dispatch<'_> {
             .get(&qpn.get())
             .and_then(|&h| self.qps.get_mut(h))
         else {
-            self.stats.unknown_qpn += 1;
+            // Another process's QPN on a shared address (its owner just
+            // left, or a GRO batch mixed QPs): dropped, never delivered.
+            if sh.qpns.contains(qpn.get()) {
+                self.stats.unknown_qpn += 1;
+            } else {
+                self.stats.foreign_qpn += 1;
+            }
             return;
         };
         run_engine(sh, e, self.keys, self.cqs, self.tx, self.stats, |q, io| {

@@ -77,6 +77,20 @@ pub enum RxeError {
         #[source]
         source: io::Error,
     },
+    /// Joining an address's sharing group (`crate::share`) failed.
+    #[error(
+        "{what} for {addr} failed: {source} (sharing the address with other rnic processes; \
+         RNIC_RXE_SHARE=0 binds it exclusively instead)"
+    )]
+    Share {
+        /// What was being done.
+        what: &'static str,
+        /// The local address and port.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// Listing the interfaces failed.
     #[error("reading the interface addresses (getifaddrs) failed: {0}")]
     Interfaces(#[source] nix::Error),

@@ -59,6 +59,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bpf;
 mod device;
 mod error;
 mod fault;
@@ -67,6 +68,8 @@ mod ident;
 mod mem;
 mod port;
 mod provider;
+mod qpns;
+pub mod share;
 mod stats;
 pub mod sys;
 mod tx;
@@ -76,4 +79,6 @@ pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{Target, active_mtu, qp_udp_sport, rc_udp_sport};
 pub use provider::{RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
+pub use qpns::QpnRange;
+pub use share::{MemberInfo, share_from_env};
 pub use stats::{DeviceStats, RxeStats};

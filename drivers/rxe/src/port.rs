@@ -92,7 +92,9 @@ fn holder(port: u16) -> String {
          address (list: rdma link show; remove: rdma link delete rxe0, or modprobe -r rdma_rxe)"
             .to_owned()
     } else {
-        " — another process (or another rnic device in this one) holds it; find it with \
+        " — another process (or another rnic device in this one) holds it; rnic devices \
+         share an address only when each process may load the steering program (CAP_BPF, \
+         CAP_SYS_ADMIN: run as root) and none sets RNIC_RXE_SHARE=0; find the holder with \
          ss -uanp 'sport = :4791'"
             .to_owned()
     }
@@ -123,22 +125,27 @@ impl Port {
         roce_port: u16,
         want_gro: bool,
         want_tap: bool,
+        share: Option<&mut crate::share::Member>,
     ) -> Result<Port, RxeError> {
         let addr = sockaddr(local.ip, local.scope_id, roce_port);
-        let sock = UdpSocket::bind(addr).map_err(|source| {
-            if source.kind() == io::ErrorKind::AddrInUse {
-                RxeError::PortInUse {
-                    addr,
-                    holder: holder(roce_port),
+        let bound = match share {
+            Some(m) => m.bind(addr)?,
+            None => UdpSocket::bind(addr).map_err(|source| {
+                if source.kind() == io::ErrorKind::AddrInUse {
+                    RxeError::PortInUse {
+                        addr,
+                        holder: holder(roce_port),
+                    }
+                } else {
+                    RxeError::Socket {
+                        what: "binding the RoCE socket",
+                        addr,
+                        source,
+                    }
                 }
-            } else {
-                RxeError::Socket {
-                    what: "binding the RoCE socket",
-                    addr,
-                    source,
-                }
-            }
-        })?;
+            })?,
+        };
+        let sock = bound;
         prepare(&sock, local.ip, addr)?;
         let gro = want_gro && sys::enable_gro(&sock);
         let tap = match local.ip {

@@ -26,6 +26,7 @@ use crate::error::RxeError;
 use crate::fault::FaultConfig;
 use crate::gid::{self, Target};
 use crate::port::Port;
+use crate::qpns::QpnRange;
 use crate::stats::RxeStats;
 use crate::sys;
 
@@ -53,6 +54,12 @@ pub struct RxeConfig {
     /// kernel rxe peer expects; between rnic devices with large socket
     /// buffers 1024 (4 MiB at MTU 4096) keeps a fast link busy.
     pub max_unacked_psns: u32,
+    /// Share the addresses with other processes' devices (`rnic_rxe::share`):
+    /// join each address's `SO_REUSEPORT` group, steered by QPN. Needs
+    /// CAP_BPF and CAP_SYS_ADMIN; without them the device binds exclusively.
+    /// On by default; `RNIC_RXE_SHARE=0` turns it off for devices opened
+    /// with [`RxeConfig::new`].
+    pub share: bool,
     /// Open an IPv4 identification tap per IPv4 address (a raw socket, needs
     /// CAP_NET_RAW; see `Port::tap`), so that every ICRC is checked in all
     /// 32 bits even when the sender's IPv4 identification is unpredictable.
@@ -80,7 +87,16 @@ impl RxeConfig {
             max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
             ident_tap: true,
             ident_recovery: ident_recovery_from_env(),
+            share: crate::share::share_from_env(),
         }
+    }
+
+    /// The same, sharing the addresses with other processes or not (see
+    /// [`RxeConfig::share`]).
+    #[must_use]
+    pub fn with_share(mut self, on: bool) -> RxeConfig {
+        self.share = on;
+        self
     }
 
     /// The same, with the identification tap on or off (see
@@ -164,10 +180,18 @@ impl RxeDevice {
     /// start the progress thread (in [`Progress::Thread`] mode).
     pub fn open(cfg: &RxeConfig) -> Result<RxeDevice, RxeError> {
         let addrs = gid::resolve(&cfg.target)?;
-        let ports = addrs
-            .iter()
-            .map(|a| Port::bind(a, cfg.roce_port, cfg.gro, cfg.ident_tap))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (ports, share) = crate::share::bind_ports(
+            &addrs,
+            cfg.roce_port,
+            cfg.gro,
+            cfg.ident_tap,
+            cfg.share,
+            &match &cfg.target {
+                Target::Netdev(n) => format!("rxe:{n}"),
+                Target::Ip(ip) => format!("rxe:{ip}"),
+            },
+        )?;
+        let qpns = share.as_ref().map_or(QpnRange::ALL, |m| m.range());
         let gso = cfg.gso && ports.iter().all(|p| sys::probe_gso(&p.sock));
         let gro = ports.iter().any(|p| p.gro);
         let active_mtu = gid::active_mtu(addrs.first().and_then(|a| a.netdev_mtu));
@@ -186,6 +210,8 @@ impl RxeDevice {
                 cfg.ident_recovery,
             )),
             ports,
+            qpns,
+            share,
             roce_port: cfg.roce_port,
             active_mtu,
             progress: cfg.progress,
@@ -194,6 +220,13 @@ impl RxeDevice {
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
         });
+        if sh.qpns != QpnRange::ALL {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()).rotate_left(32);
+            sh.lock().next_qpn = sh.qpns.start(seed);
+        }
         tracing::info!(
             target = ?cfg.target,
             gids = sh.ports.len(),
@@ -276,6 +309,28 @@ impl RxeDevice {
     /// Whether receives use UDP GRO.
     pub fn gro(&self) -> bool {
         self.inner.sh.ports.iter().any(|p| p.gro)
+    }
+
+    /// The QPNs this device hands out: all of them, or its slot's when it
+    /// shares its addresses with other processes (see [`crate::share`]).
+    pub fn qpn_range(&self) -> QpnRange {
+        self.inner.sh.qpns
+    }
+
+    /// Its sharing slot, when it shares its addresses.
+    pub fn share_slot(&self) -> Option<u32> {
+        self.inner.sh.share.as_ref().map(|m| m.slot())
+    }
+
+    /// Whether the device shares its addresses and every address's steering
+    /// array holds this device's socket at its slot.
+    pub fn steered(&self) -> bool {
+        let sh = &self.inner.sh;
+        sh.share.as_ref().is_some_and(|m| {
+            sh.ports
+                .iter()
+                .all(|p| p.sock.local_addr().is_ok_and(|a| m.steered(a, &p.sock)))
+        })
     }
 
     /// The device's and every QP's counters.
@@ -972,11 +1027,13 @@ impl Provider for RxeProvider {
         if st.cqs.get(send_cq.h).is_none() || st.cqs.get(recv_cq.h).is_none() {
             return Err(VerbsError::CreateQp { source: GONE });
         }
-        let mut n = st.next_qpn;
-        while st.by_qpn.contains_key(&n) || !(0x11..=0xFF_FFFF).contains(&n) {
-            n = if n >= 0xFF_FFFF { 0x11 } else { n + 1 };
-        }
-        st.next_qpn = n + 1;
+        let range = self.sh.qpns;
+        let Some(n) = range.next_free(st.next_qpn, |n| st.by_qpn.contains_key(&n)) else {
+            return Err(err(
+                "every QPN of this device's range is in use: destroy QPs first",
+            ));
+        };
+        st.next_qpn = range.after(n);
         let qpn = rnic_core::Qpn::from_wire(n);
         let local_gid = self.sh.ports.first().map_or(Gid::ZERO, |p| p.gid);
         let qp = Qp::new(

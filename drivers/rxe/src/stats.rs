@@ -83,6 +83,11 @@ pub struct DeviceStats {
     pub icrc_drops: u64,
     /// Packets for a QPN the device does not have (dropped).
     pub unknown_qpn: u64,
+    /// Packets for a QPN outside this device's range: another process's on
+    /// a shared address, reaching this one because its owner had just left
+    /// (the kernel's hash fallback) or a GRO batch mixed two QPs. Dropped,
+    /// never delivered.
+    pub foreign_qpn: u64,
     /// Verified packets the fault injector dropped ([`crate::FaultConfig`]).
     pub fault_drops: u64,
     /// Verified packets the fault injector delivered after their successor.
@@ -130,7 +135,7 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN",
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN, {} other processes' QPNs",
             d.rx_packets,
             d.rx_bytes,
             d.rx_datagrams,
@@ -138,7 +143,8 @@ impl fmt::Display for RxeStats {
             d.gro_datagrams,
             d.gro_segments,
             d.rx_malformed,
-            d.unknown_qpn
+            d.unknown_qpn,
+            d.foreign_qpn
         )?;
         writeln!(
             f,

@@ -130,6 +130,9 @@ struct Group {
     /// covers them).
     src: IpAddr,
     sport: u16,
+    /// BTH DestQP of its packets: a GSO group never mixes QPs, so a shared
+    /// address's steering (by the first packet) sends all to the right one.
+    dqpn: u32,
     msg: TxMsg,
     segs: usize,
     seg_len: usize,
@@ -455,6 +458,7 @@ impl Sink<'_> {
         len: usize,
         sock: usize,
         dst: SocketAddr,
+        dqpn: u32,
     ) -> bool {
         let tx = &mut *self.tx;
         let (Some(ack), Some(g)) = (tx.last_ack, tx.groups.last()) else {
@@ -466,6 +470,7 @@ impl Sink<'_> {
             && ack.off + ACK_LEN == start
             && ack.sock == sock
             && ack.dst == dst
+            && ack.qpn == dqpn.to_be_bytes()[1..]
             && (ACK_LEN..=GSO_MAX_BYTES - ACK_LEN).contains(&len)
             && tx.arena.get(start..start + len).is_some_and(rc_request);
         if !fits {
@@ -529,7 +534,8 @@ impl PacketSink for Sink<'_> {
             self.stats.tx_errors += 1;
             return;
         }
-        if self.bundle_behind_ack(start, len, sock, dst) {
+        let dqpn = dest.qpn.get();
+        if self.bundle_behind_ack(start, len, sock, dst, dqpn) {
             return;
         }
         // Join the open group when the packet continues it.
@@ -539,6 +545,7 @@ impl PacketSink for Sink<'_> {
                 gso && g.open
                     && g.sock == sock
                     && g.msg.dst == dst
+                    && g.dqpn == dqpn
                     && len <= g.seg_len
                     && g.segs < GSO_MAX_SEGS
                     && g.msg.len + len <= GSO_MAX_BYTES
@@ -589,6 +596,7 @@ impl PacketSink for Sink<'_> {
                 sock,
                 src,
                 sport,
+                dqpn,
                 msg: TxMsg {
                     off: start,
                     len,
