@@ -17,6 +17,9 @@
 #            package: set FABTESTS_BIN=<dir> (built from the libfabric
 #            v1.17.0 source, see /work/shared/reference/peerbench.sh);
 #            without it those rows are skipped (the script says so).
+#   share    rnic write-lat 8 B (poll) and write-bw 1 MiB with both ends on
+#            one shared device (rxe:127.0.0.1 twice, docs/sharing.md) next
+#            to the two-address pair, alternating in the same run
 #   memcpy   256 MiB copy, 1 and 2 threads: the ceiling of any loopback
 #            transfer
 #
@@ -29,15 +32,16 @@
 # Usage (root, Debian 12, from anywhere):  bash bench/compare.sh
 #   QUICK=1        few sizes, short runs (~10 min on 2 vCPUs)
 #   REPS=3         repetitions (>= 3 for a median worth the name)
-#   ONLY="mem duel rnic ucx tcp fi"   subset of groups (duel: rnic write-lat and
-#                                 UCX tag_lat, 8 B, busy poll, back to back)
+#   ONLY="mem duel share rnic ucx tcp fi"   subset of groups (duel: rnic write-lat
+#                                 and UCX tag_lat, 8 B, busy poll, back to back;
+#                                 share: one shared device vs two addresses)
 #   NETNS=0        skip the two-namespace rnic runs
 #   SKIP_INSTALL=1 do not apt-get / pip install
 #   FABTESTS_BIN=<dir with fi_rma_bw>   OUT=<dir>   PLOTS=0 (no docs/*.png)
 set -u
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}; QUICK=${QUICK:-0}
-ONLY=${ONLY:-"mem duel rnic ucx tcp fi"}
+ONLY=${ONLY:-"mem duel share rnic ucx tcp fi"}
 OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S)$([ "$QUICK" = 1 ] && echo -quick)}
 mkdir -p "$OUT/logs"
 echo "results in $OUT"

@@ -276,6 +276,40 @@ def duel(rep):
         f()
 
 
+# ----------------------------------------------------------------- share ---
+def share(rep):
+    """Both ends on one shared device (rxe:127.0.0.1 twice: two processes in
+    one SO_REUSEPORT group on UDP/4791, steered by QPN; docs/sharing.md) next
+    to the usual two addresses (rxe:127.0.0.1 <-> rxe:127.0.0.2), the order
+    alternating per repetition: write-lat 8 B busy poll and write-bw 1 MiB."""
+    def one(where):
+        cdev = "rxe:127.0.0.1" if where == "shared" else "rxe:127.0.0.2"
+        label = "one shared device" if where == "shared" else "two addresses"
+        p = port(18900)
+        args = ["-s", "8", "-n", str(LAT_N), "-p", str(p), "--json"]
+        text, cpu, forn = run(f"share_{where}_write-lat__r{rep}",
+                              [RNIC, "perf", "write-lat", "-d", cdev, *args, "127.0.0.1"],
+                              server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], p=p)
+        res = rnic_result(text)
+        if res:
+            add(rep, "share", f"rnic write-lat loopback, {label}", "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
+        p, s = port(18900), 1048576
+        args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
+        text, cpu, forn = run(f"share_{where}_write-bw__r{rep}",
+                              [RNIC, "perf", "write-bw", "-d", cdev, *args, "127.0.0.1"],
+                              server=[RNIC, "perf", "write-bw", "-d", "rxe:127.0.0.1", *args],
+                              p=p, timeout=DUR * 10 + 30)
+        res = rnic_result(text)
+        if res:
+            gbs = res["bw_average"] * 2**20 / 1e9
+            moved = res["iterations"] * s / 1e9
+            add(rep, "share", f"rnic write-bw loopback, {label}", "poll", s, "bw", gbs, "GB/s",
+                cpu / moved if moved else None, forn)
+
+    for w in (("shared", "two") if rep % 2 else ("two", "shared")):
+        one(w)
+
+
 # ---------------------------------------------------------------- memcpy ---
 def mem(rep):
     for th in (1, 2):
@@ -286,7 +320,7 @@ def mem(rep):
                 float(m.group(1)), "GB/s", None, forn)
 
 
-GROUPS = (("mem", mem), ("duel", duel), ("rnic", rnic), ("ucx", ucx), ("tcp", tcp), ("fi", fi))
+GROUPS = (("mem", mem), ("duel", duel), ("share", share), ("rnic", rnic), ("ucx", ucx), ("tcp", tcp), ("fi", fi))
 for rep in range(1, REPS + 1):
     for g, f in GROUPS:
         if g in ONLY:

@@ -1658,3 +1658,90 @@ fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
         Some("loss 2%"),
     );
 }
+
+/// The local QPN an rc_pingpong log printed ("local address: …, QPN 0x…, …").
+fn local_qpn(log: &str) -> Option<u32> {
+    let l = log.lines().find(|l| l.trim_start().starts_with("local address:"))?;
+    let hex = l.split("QPN 0x").nth(1)?.get(..6)?;
+    u32::from_str_radix(hex, 16).ok()
+}
+
+/// Two rnic processes share one host device (rxe:10.50.0.1: one SO_REUSEPORT group on
+/// UDP/4791, steered by QPN; docs/sharing.md) and talk at the same time to two stock
+/// ibv_rc_pingpong servers on the guest's kernel rxe: both runs complete (the kernel's
+/// `-c` checks every byte), each process's QPN lies in its own slot, every kernel packet
+/// reaching either process passed the full ICRC check, and neither dropped any.
+#[test]
+fn interop_two_rnic_processes_share_one_device_against_kernel_rxe() {
+    const ITERS: u64 = 500;
+    const SIZE: u64 = 4096;
+    let name = "interop-shared";
+    let Some(run) = run_with_example(
+        name,
+        ("rc_pingpong", "RNIC_RC_PINGPONG"),
+        &[("RNIC_INTEROP_SIZE", "4096"), ("RNIC_INTEROP_ITERS", "500")],
+        &[],
+        150,
+    ) else {
+        return;
+    };
+    let mut c = run.exit_checks();
+    let guest = run.file("share/interop-shared.out");
+    let mut qpns = Vec::new();
+    for t in ["a", "b"] {
+        let kernel = run.file(&format!("share/kernel-{t}.txt"));
+        let rnic = run.file(&format!("rnic-{t}.log"));
+        c.that(
+            pingpong_ok(&kernel, ITERS, SIZE),
+            format!("kernel server {t}: no result lines for {ITERS} iters"),
+        );
+        c.that(
+            guest.lines().any(|l| l == format!("kernel rc_pingpong {t} rc=0")),
+            format!("kernel server {t} did not exit 0"),
+        );
+        c.that(
+            !kernel.contains("invalid data"),
+            format!("kernel server {t} -c found invalid data"),
+        );
+        c.that(
+            pingpong_ok(&rnic, ITERS, SIZE),
+            format!("rnic client {t}: no result lines for {ITERS} iters"),
+        );
+        c.that(
+            rnic.lines().any(|l| l == "rc=0"),
+            format!("rnic client {t} did not exit 0"),
+        );
+        match local_qpn(&rnic) {
+            Some(q) => qpns.push(q),
+            None => c.that(false, format!("rnic client {t}: no local QPN line")),
+        }
+        match icrc_line(&rnic) {
+            Some(line) => {
+                say(&format!("{name} {t}: rnic {line}"));
+                c.that(
+                    icrc_drops(line) == Some(0),
+                    format!("rnic {t} dropped kernel packets for their ICRC: {line}"),
+                );
+                c.that(
+                    icrc_all_32_bits(line),
+                    format!("rnic {t} accepted packets without a full ICRC check: {line}"),
+                );
+            }
+            None => c.that(false, format!("rnic {t}: no icrc counter line")),
+        }
+    }
+    if let [a, b] = qpns[..] {
+        say(&format!("{name}: rnic QPNs {a:#08x} and {b:#08x}"));
+        c.that(
+            a >> 16 != b >> 16,
+            format!("the two processes' QPNs {a:#x}, {b:#x} are not in different slots"),
+        );
+    }
+    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
+        Ok(summary) => say(&format!("{name}: {summary}")),
+        Err(e) => c.that(false, format!("capture.pcap: {e}")),
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}

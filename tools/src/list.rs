@@ -70,6 +70,7 @@ pub fn endpoints(sysfs_root: &Path) -> Vec<Endpoint> {
 pub fn main(root: &Path, json_out: bool) -> Result<(), CtlError> {
     let fns = pci::scan_mlx5(root);
     let eps = endpoints(root);
+    let sharing = rnic::rxe::share::members();
     if json_out {
         let v = json!({
             "mlx5": fns.iter().map(pci::function_json).collect::<Vec<_>>(),
@@ -81,6 +82,7 @@ pub fn main(root: &Path, json_out: bool) -> Result<(), CtlError> {
                 "active_mtu": e.active_mtu,
                 "gids": e.gids,
             })).collect::<Vec<Value>>(),
+            "rxe_sharing": sharing.iter().map(crate::stats::member_json).collect::<Vec<_>>(),
         });
         println!("{v}");
         return Ok(());
@@ -118,6 +120,23 @@ pub fn main(root: &Path, json_out: bool) -> Result<(), CtlError> {
         for (i, g) in e.gids.iter().enumerate() {
             println!("      GID[{i}] {g}");
         }
+    }
+    println!(
+        "rxe devices open in processes (sharing UDP 4791 by QPN range; registry {}):",
+        rnic::rxe::share::REGISTRY
+    );
+    if sharing.is_empty() {
+        println!("  none");
+    }
+    for m in &sharing {
+        println!(
+            "  pid {:<7} {:<16} slot {:<3} QPNs {}  on {}",
+            m.pid,
+            m.target,
+            m.slot,
+            m.range,
+            m.addrs.join(", ")
+        );
     }
     Ok(())
 }

@@ -78,6 +78,7 @@ pub fn rxe_json(s: &RxeStats) -> Value {
         "icrc_recovered": d.icrc_recovered,
         "icrc_drops": d.icrc_drops,
         "unknown_qpn": d.unknown_qpn,
+        "foreign_qpn": d.foreign_qpn,
         "acks_deferred": d.acks_deferred,
         "acks_coalesced": d.acks_coalesced,
         "acks_bundled": d.acks_bundled,
@@ -89,6 +90,46 @@ pub fn rxe_json(s: &RxeStats) -> Value {
             v["qpn"] = json!(q.get());
             v
         }).collect::<Vec<_>>(),
+    })
+}
+
+/// How `dev` shares its addresses: its slot and QPN range, and every live
+/// process's device (itself included) on any of the same addresses.
+pub fn sharing_json(dev: &RxeDevice) -> Value {
+    let members = rnic::rxe::share::members();
+    let range = dev.qpn_range();
+    let Some(slot) = dev.share_slot() else {
+        return json!({
+            "shared": false,
+            "qpns": range.to_string(),
+        });
+    };
+    let mine: Vec<String> = members
+        .iter()
+        .find(|m| m.slot == slot && m.pid == std::process::id())
+        .map(|m| m.addrs.clone())
+        .unwrap_or_default();
+    json!({
+        "shared": true,
+        "slot": slot,
+        "qpns": range.to_string(),
+        "steered": dev.steered(),
+        "members": members
+            .iter()
+            .filter(|m| m.addrs.iter().any(|a| mine.contains(a)))
+            .map(member_json)
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// One registry entry as JSON.
+pub fn member_json(m: &rnic::rxe::MemberInfo) -> Value {
+    json!({
+        "pid": m.pid,
+        "slot": m.slot,
+        "target": m.target,
+        "qpns": m.range.to_string(),
+        "addrs": m.addrs,
     })
 }
 
@@ -161,6 +202,7 @@ impl StatsServer {
                             "pid": std::process::id(),
                             "what": label,
                             "device": rxe_json(&dev.stats()),
+                            "sharing": sharing_json(&dev),
                             "cq": cq_json(&cq),
                             "dma_registry": registry_json(&rnic::dma::registry::snapshot()),
                         });
@@ -254,7 +296,8 @@ pub fn main(target: Option<&str>, json_out: bool) -> Result<(), CtlError> {
         let dev = crate::perf::open_device(target, false)?.dev;
         let regions = rnic::dma::registry::snapshot();
         json!({
-            "device": dev.map(|d| rxe_json(&d.stats())).unwrap_or(Value::Null),
+            "device": dev.as_ref().map(|d| rxe_json(&d.stats())).unwrap_or(Value::Null),
+            "sharing": dev.as_ref().map(sharing_json).unwrap_or(Value::Null),
             "dma_registry": registry_json(&regions),
             "note": "counters of a device opened by this command; a running process's counters are not reachable yet (no stats socket): use `rnicctl perf … --stats`",
         })

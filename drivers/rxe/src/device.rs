@@ -688,11 +688,11 @@ impl Dispatch<'_> {
             .get(&qpn.get())
             .and_then(|&h| self.qps.get_mut(h))
         else {
-            // Another process's QPN on a shared address (its owner just
-            // left, or a GRO batch mixed QPs): dropped, never delivered.
-            if sh.qpns.contains(qpn.get()) {
-                self.stats.unknown_qpn += 1;
-            } else {
+            self.stats.unknown_qpn += 1;
+            // Of those, another process's QPN on a shared address (its
+            // owner just left, or a GRO batch mixed QPs): dropped, never
+            // delivered.
+            if !sh.qpns.contains(qpn.get()) {
                 self.stats.foreign_qpn += 1;
             }
             return;

@@ -83,7 +83,8 @@ pub struct DeviceStats {
     pub icrc_drops: u64,
     /// Packets for a QPN the device does not have (dropped).
     pub unknown_qpn: u64,
-    /// Packets for a QPN outside this device's range: another process's on
+    /// Of `unknown_qpn`, those for a QPN outside this device's range (not an
+    /// outcome of its own): another process's on
     /// a shared address, reaching this one because its owner had just left
     /// (the kernel's hash fallback) or a GRO batch mixed two QPs. Dropped,
     /// never delivered.
@@ -135,7 +136,7 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN, {} other processes' QPNs",
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN ({} in other processes' ranges)",
             d.rx_packets,
             d.rx_bytes,
             d.rx_datagrams,
