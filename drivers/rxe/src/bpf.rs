@@ -464,6 +464,7 @@ pub fn file_locked(fd: BorrowedFd<'_>) -> io::Result<bool> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -31,6 +31,12 @@
 //!   accepts them after solving for the identification, a 15-bit check.
 //!   Every path and the drops are counted ([`DeviceStats`]).
 //! * **Demultiplexing** by BTH DestQP; unknown QPNs are dropped and counted.
+//! * **Sharing** ([`share`]): processes opening the same address join one
+//!   `SO_REUSEPORT` group on UDP/4791; an eBPF program steers each datagram
+//!   to the member owning its DestQP's slot (`qpn >> 16`). Each device hands
+//!   out QPNs only from its slot ([`RxeDevice::qpn_range`]). Needs CAP_BPF
+//!   and CAP_SYS_ADMIN, else (or with `RNIC_RXE_SHARE=0`) the addresses are
+//!   bound exclusively.
 //! * **Fault injection** ([`FaultConfig`], off by default): seeded loss and
 //!   reordering of verified packets before demultiplexing, counted.
 //!
@@ -42,7 +48,8 @@
 //!   devices' locks, so two devices in one process cannot deadlock.
 //! * Moving a QP to RESET or destroying it removes its completions from its
 //!   CQs (the provider contract).
-//! * The only `unsafe` is in [`sys`]: `IP_MTU_DISCOVER`, `sendmmsg`,
+//! * The only `unsafe` is in [`sys`] and in `bpf` (device sharing: `bpf(2)`,
+//!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks); in [`sys`]: `IP_MTU_DISCOVER`, `sendmmsg`,
 //!   `recvmmsg` over stack-built headers, the identification tap's raw
 //!   socket, filter and `recv`.
 //!

@@ -95,6 +95,7 @@ impl std::fmt::Display for QpnRange {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -363,10 +363,10 @@ pub fn members_in(dir: &Path) -> Vec<MemberInfo> {
             continue;
         }
         let mut text = String::new();
-        if f.read_to_string(&mut text).is_ok() {
-            if let Some(m) = parse_member(&text) {
-                out.push(m);
-            }
+        if f.read_to_string(&mut text).is_ok()
+            && let Some(m) = parse_member(&text)
+        {
+            out.push(m);
         }
     }
     out.sort_by_key(|m| m.slot);
@@ -414,6 +414,7 @@ pub fn members() -> Vec<MemberInfo> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -498,7 +498,7 @@ fn the_registry_lists_live_members() {
     let ma = here(da.share_slot()).expect("a is listed");
     assert_eq!(ma.pid, std::process::id());
     assert_eq!(ma.range, da.qpn_range());
-    assert_eq!(ma.addrs, [addr.clone()]);
+    assert_eq!(ma.addrs, std::slice::from_ref(&addr));
     assert_eq!(ma.target, format!("rxe:{ip}"));
     let slot_b = db.share_slot();
     assert!(here(slot_b).is_some());
