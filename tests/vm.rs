@@ -1661,7 +1661,9 @@ fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
 
 /// The local QPN an rc_pingpong log printed ("local address: …, QPN 0x…, …").
 fn local_qpn(log: &str) -> Option<u32> {
-    let l = log.lines().find(|l| l.trim_start().starts_with("local address:"))?;
+    let l = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("local address:"))?;
     let hex = l.split("QPN 0x").nth(1)?.get(..6)?;
     u32::from_str_radix(hex, 16).ok()
 }
@@ -1696,7 +1698,9 @@ fn interop_two_rnic_processes_share_one_device_against_kernel_rxe() {
             format!("kernel server {t}: no result lines for {ITERS} iters"),
         );
         c.that(
-            guest.lines().any(|l| l == format!("kernel rc_pingpong {t} rc=0")),
+            guest
+                .lines()
+                .any(|l| l == format!("kernel rc_pingpong {t} rc=0")),
             format!("kernel server {t} did not exit 0"),
         );
         c.that(
