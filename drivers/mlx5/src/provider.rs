@@ -298,6 +298,12 @@ impl Mlx5Cq {
     pub fn with_cq<R>(&mut self, f: impl FnOnce(&mut Cq) -> R) -> R {
         f(self.cq.get_mut().unwrap_or_else(PoisonError::into_inner))
     }
+
+    /// Whether the next CQE is valid, without consuming it
+    /// ([`Cq::pending`]; takes the lock `poll` never takes).
+    pub fn pending(&self) -> bool {
+        lock(&self.cq).pending()
+    }
 }
 
 impl CqOps for Mlx5Cq {
