@@ -21,9 +21,7 @@ use rnic::rxe::FaultConfig;
 use crate::KvError;
 use crate::layout::{ChunkPlan, KvGeometry, Msg, SENTINEL, VERSION, check_model, model_fields};
 use crate::model::{Model, ModelConfig};
-use crate::net::{
-    Device, Placement, Rc, accept_within, alloc_buffer, endpoint_fields, endpoint_of,
-};
+use crate::net::{Device, Placement, Rc, accept_within, alloc_buffer};
 use crate::prefill::Transport;
 use crate::reference::greedy;
 use crate::view::KvRegion;
@@ -168,6 +166,14 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
             p.placement,
             p.rdma,
         ),
+        None if transport == Transport::Rdma => {
+            // The device first: an mlx5 function registers only its own memory.
+            let g = KvGeometry::new(&cfg, tokens, need);
+            let dev = Device::open(&o.device, o.faults)?;
+            let (mem, placement) = dev.alloc_buffer(g.region_len() as usize, o.numa_node)?;
+            let r = register_on(dev, &mem)?;
+            (g, mem, placement, Some(r))
+        }
         None => {
             let g = KvGeometry::new(&cfg, tokens, need);
             let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
@@ -196,8 +202,9 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
                 .post_recv(&[RecvWr::new(u64::from(i), &[])])
                 .map_err(KvError::verbs("post_recv"))?;
         }
-        rc.connect(&endpoint_of(&hello)?)?;
-        accept = endpoint_fields(accept, &rc.local)
+        rc.connect_to(&hello)?;
+        accept = rc
+            .endpoint_fields(accept)
             .with("va", format!("{:x}", mr.addr()))
             .with("rkey", format!("{:x}", mr.rkey().0));
         rdma = Some(rc);
@@ -289,6 +296,14 @@ fn register(
     mem: &Arc<dyn Memory>,
 ) -> Result<(Device, ProtectionDomain, MemoryRegion), KvError> {
     let dev = Device::open(&o.device, o.faults)?;
+    register_on(dev, mem)
+}
+
+/// Register `mem` on the open `dev` for the prefill node's writes.
+fn register_on(
+    dev: Device,
+    mem: &Arc<dyn Memory>,
+) -> Result<(Device, ProtectionDomain, MemoryRegion), KvError> {
     let pd = dev.ctx.alloc_pd().map_err(KvError::verbs("alloc_pd"))?;
     let mr = pd
         .reg_mr(
@@ -310,8 +325,10 @@ struct Prepared {
 impl Prepared {
     fn new(o: &DecodeOptions, cap: u32) -> Result<Prepared, KvError> {
         let g = KvGeometry::new(&o.model, 0, cap);
-        let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
-        let rdma = Some(register(o, &mem)?);
+        // The device first: an mlx5 function registers only its own memory.
+        let dev = Device::open(&o.device, o.faults)?;
+        let (mem, placement) = dev.alloc_buffer(g.region_len() as usize, o.numa_node)?;
+        let rdma = Some(register_on(dev, &mem)?);
         Ok(Prepared {
             cap,
             mem,

@@ -26,10 +26,14 @@ pub struct Device {
     pub rxe: Option<RxeDevice>,
     /// The spec it was opened from.
     pub spec: String,
+    /// Where its registrable memory comes from (host memory for rxe, the
+    /// function's DMA buffers for mlx5).
+    pub memory: rnic::MemorySource,
 }
 
 impl Device {
-    /// Open `spec` (`rxe`, `rxe:<ip|netdev>`, `mlx5:<bdf>`). rxe devices run
+    /// Open `spec` (`rxe`, `rxe:<ip|netdev>`, `mlx5:<bdf>@<ip>`,
+    /// `mlx5:vfio-user:<socket>@<ip>`). rxe devices run
     /// their progress thread (so transfers advance while the caller
     /// computes) and inject `faults` on their receive path.
     pub fn open(spec: &str, faults: FaultConfig) -> Result<Device, KvError> {
@@ -54,13 +58,26 @@ impl Device {
                     ctx: dev.context(),
                     rxe: Some(dev),
                     spec: spec.to_owned(),
+                    memory: rnic::MemorySource::Host,
                 })
             }
-            _ => Ok(Device {
-                ctx: rnic::open(spec).map_err(|e| open_err(e.to_string()))?,
-                rxe: None,
-                spec: spec.to_owned(),
-            }),
+            _ => {
+                let (ctx, memory) = rnic::open_with_memory(spec).map_err(|e| {
+                    let mut m = e.to_string();
+                    let mut s = std::error::Error::source(&e);
+                    while let Some(c) = s {
+                        m += &format!(": {c}");
+                        s = c.source();
+                    }
+                    open_err(m)
+                })?;
+                Ok(Device {
+                    ctx,
+                    rxe: None,
+                    spec: spec.to_owned(),
+                    memory,
+                })
+            }
         }
     }
 
@@ -90,6 +107,33 @@ impl Device {
             .min(Mtu::Mtu4096)
     }
 
+    /// A registrable buffer of `len` bytes for this device: [`alloc_buffer`]
+    /// on host-memory backends, the function's own DMA memory on mlx5.
+    pub fn alloc_buffer(
+        &self,
+        len: usize,
+        node: Option<u32>,
+    ) -> Result<(Arc<dyn Memory>, Placement), KvError> {
+        match &self.memory {
+            rnic::MemorySource::Host => Ok(alloc_buffer(len, node)),
+            other => {
+                let mem = other.alloc(len.max(8)).map_err(|e| KvError::Open {
+                    spec: self.spec.clone(),
+                    reason: format!("{e}: {}", e.source),
+                })?;
+                Ok((
+                    mem,
+                    Placement {
+                        kind: "device",
+                        page_size: 4096,
+                        node: None,
+                        pinned: false,
+                    },
+                ))
+            }
+        }
+    }
+
     /// Injected faults so far (rxe only): (dropped, reordered).
     pub fn fault_counts(&self) -> (u64, u64) {
         self.rxe.as_ref().map_or((0, 0), |d| {
@@ -109,8 +153,9 @@ impl Device {
 /// Where a KV buffer's memory came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
-    /// `"dma"` (rnic-dma region: NUMA-verified, hugepages where available)
-    /// or `"heap"` (the fallback).
+    /// `"dma"` (rnic-dma region: NUMA-verified, hugepages where available),
+    /// `"heap"` (the fallback) or `"device"` (an mlx5 function's own DMA
+    /// memory, the only memory it registers).
     pub kind: &'static str,
     /// Page size in bytes.
     pub page_size: usize,
@@ -180,9 +225,13 @@ impl Rc {
         recvs: u32,
         access: AccessFlags,
     ) -> Result<Rc, KvError> {
+        // An mlx5 function also wants room for its power-of-two queues
+        // (WQEBBs); a deeper CQ costs rxe nothing.
+        let depth = (sends + recvs + 1)
+            .max(sends.max(1).next_power_of_two() + recvs.max(4).next_power_of_two() + 16);
         let cq = dev
             .ctx
-            .create_cq(sends + recvs + 1)
+            .create_cq(depth)
             .map_err(KvError::verbs("create_cq"))?;
         let caps = QpCaps {
             max_send_wr: sends.max(1),
@@ -214,6 +263,22 @@ impl Rc {
             mtu: dev.path_mtu(),
             peer_regions: Vec::new(),
         })
+    }
+
+    /// `m` with this QP's endpoint (`qpn`, `psn`, `gid`) and its path MTU
+    /// (`mtu`, bytes).
+    pub fn endpoint_fields(&self, m: Msg) -> Msg {
+        endpoint_fields(m, &self.local).with("mtu", self.mtu.bytes())
+    }
+
+    /// Move to RTR and RTS towards the endpoint in `m`, at the smaller of
+    /// the two path MTUs (an mlx5 function's is at most 1024, rxe's 4096).
+    pub fn connect_to(&mut self, m: &Msg) -> Result<(), KvError> {
+        let remote = endpoint_of(m)?;
+        if let Some(theirs) = m.u32("mtu").ok().and_then(|b| Mtu::from_bytes(b).ok()) {
+            self.mtu = self.mtu.min(theirs);
+        }
+        self.connect(&remote)
     }
 
     /// Move to RTR and RTS towards `remote`.

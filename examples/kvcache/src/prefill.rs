@@ -28,9 +28,7 @@ use crate::layout::{
     Chunk, ChunkPlan, KvGeometry, Msg, SENTINEL, VERSION, check_model, imm, model_fields, split_imm,
 };
 use crate::model::{Model, ModelConfig, prompt};
-use crate::net::{
-    Device, Placement, Rc, alloc_buffer, connect_within, endpoint_fields, endpoint_of,
-};
+use crate::net::{Device, Placement, Rc, alloc_buffer, connect_within};
 use crate::view::append_f32;
 
 /// How the KV bytes travel.
@@ -455,8 +453,11 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
     } else {
         None
     };
-    let (staging, placement) =
-        alloc_buffer((2 * part * u64::from(cfg.layers)) as usize, o.numa_node);
+    let staging_len = (2 * part * u64::from(cfg.layers)) as usize;
+    let (staging, placement) = match &dev {
+        Some(dev) => dev.alloc_buffer(staging_len, o.numa_node)?,
+        None => alloc_buffer(staging_len, o.numa_node),
+    };
     let mut res = match &dev {
         Some(dev) => {
             let pd = dev.ctx.alloc_pd().map_err(KvError::verbs("alloc_pd"))?;
@@ -482,7 +483,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
         .with("window", o.window)
         .with("transport", o.transport.name());
     if let Some((rc, _)) = &res {
-        hello = endpoint_fields(hello, &rc.local);
+        hello = rc.endpoint_fields(hello);
     }
     hello.send(&mut ctl)?;
     let mut reader = BufReader::new(ctl.try_clone().map_err(KvError::io("cloning the socket"))?);
@@ -528,7 +529,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
     let plan = ChunkPlan::new(g, o.chunk_bytes)?;
     let remote = match res.as_mut() {
         Some((rc, _)) => {
-            rc.connect(&endpoint_of(&reply)?)?;
+            rc.connect_to(&reply)?;
             Some((reply.hex("va")?, Rkey(reply.hex("rkey")? as u32)))
         }
         None => None,
