@@ -112,14 +112,14 @@ pub fn main(spec: &str, json_out: bool) -> Result<(), CtlError> {
 }
 
 /// What an mlx5 function reports beyond the verbs attributes.
-struct Mlx5Facts {
-    json: serde_json::Value,
-    text: String,
+pub(crate) struct Mlx5Facts {
+    pub(crate) json: serde_json::Value,
+    pub(crate) text: String,
 }
 
 /// The function's firmware, command interface, capabilities that matter to
 /// a verbs user, pages and health (`Hca::info`, the current caps).
-fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Facts {
+pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Facts {
     use std::fmt::Write as _;
 
     let hca = p.hca();

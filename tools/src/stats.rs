@@ -293,10 +293,16 @@ pub fn main(target: Option<&str>, json_out: bool) -> Result<(), CtlError> {
         })?;
         v.get("stats").cloned().unwrap_or(Value::Null)
     } else {
-        let dev = crate::perf::open_device(target, false)?.dev;
+        let opened = crate::perf::open_device(target, false)?;
+        let mlx5 = opened
+            .memory
+            .mlx5()
+            .map(|p| crate::info::mlx5_facts(p).json);
+        let dev = opened.dev;
         let regions = rnic::dma::registry::snapshot();
         json!({
             "device": dev.as_ref().map(|d| rxe_json(&d.stats())).unwrap_or(Value::Null),
+            "mlx5": mlx5,
             "sharing": dev.as_ref().map(sharing_json).unwrap_or(Value::Null),
             "dma_registry": registry_json(&regions),
             "note": "counters of a device opened by this command; a running process's counters are not reachable yet (no stats socket): use `rnicctl perf … --stats`",

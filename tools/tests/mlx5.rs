@@ -110,6 +110,17 @@ fn info_shows_firmware_caps_gids_and_pages() {
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }
+    // `stats <spec>` carries the function's facts too.
+    let st: serde_json::Value = serde_json::from_str(
+        ok(&Command::new(BIN)
+            .args(["stats", &spec, "--json"])
+            .output()
+            .unwrap())
+        .trim(),
+    )
+    .unwrap();
+    assert_eq!(st["mlx5"]["pages"]["held"], 48, "{st}");
+    assert_eq!(st["mlx5"]["fw_version"], "16.35.2000");
     // Without @<ip> the table is empty, and info says how to fill it.
     let bare = format!("mlx5:vfio-user:{}", e.sock.display());
     let text = ok(&Command::new(BIN).args(["info", &bare]).output().unwrap());
