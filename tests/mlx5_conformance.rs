@@ -491,10 +491,10 @@ fn all_ops(ka: Kind, kb: Kind, mtu: Mtu) {
     for s in [&a, &b] {
         if let Backend::Mlx5 { provider, .. } = &s.backend {
             let port = rnic::core::Provider::query_port(&**provider, 1).unwrap();
-            // rnic-mlx5's query_port reports a fixed 1024 (drivers/mlx5/src/
-            // provider.rs), not what the vport MTU (9000 on the emulator)
-            // allows; the path MTUs above it ran regardless.
-            assert!(port.max_mtu >= mtu.min(Mtu::Mtu1024));
+            // The emulated vport's MTU is 9000: every path MTU fits, and
+            // query_port reports the largest (4096 + 96 bytes of headers).
+            assert_eq!(port.max_mtu, Mtu::Mtu4096);
+            assert_eq!(port.active_mtu, Mtu::Mtu4096);
         }
     }
 }

@@ -173,6 +173,23 @@ impl Mlx5Provider {
     }
 }
 
+/// Bytes of headers a RoCE v2 packet adds to its payload on the wire, as
+/// counted against the Ethernet MTU: IPv6 40 (the larger IP header), UDP 8,
+/// BTH 12, the largest extended headers 32 (RETH 16 + IMMDT 4 + … within),
+/// ICRC 4 — 96, the margin the emulated function checks too (docs/mlx5.md
+/// §12).
+const ROCE_HEADROOM: u32 = 96;
+
+/// The largest path MTU whose packets fit a vport MTU of `vport_mtu` bytes
+/// (256 when even that does not: the smallest size a QP can name).
+fn path_mtu_for(vport_mtu: u32) -> Mtu {
+    Mtu::ALL
+        .into_iter()
+        .rev()
+        .find(|m| m.bytes() + ROCE_HEADROOM <= vport_mtu)
+        .unwrap_or(Mtu::Mtu256)
+}
+
 /// A driver failure as core's allocation-free device error (the full
 /// error is logged where it happens).
 fn device_error(e: &Mlx5Error) -> DeviceError {
@@ -677,16 +694,19 @@ impl Provider for Mlx5Provider {
             });
         }
         let info = self.hca.info();
+        let vport_mtu = self.hca.vport_mtu().map_err(|e| VerbsError::QueryPort {
+            port: port_num,
+            source: logged("query_port", &e),
+        })?;
+        let mtu = path_mtu_for(vport_mtu);
         Ok(PortAttr {
             state: if info.roce {
                 PortState::Active
             } else {
                 PortState::Down
             },
-            // The vport MTU is the Ethernet default (1500): path MTU + 96
-            // bytes of headers must fit.
-            max_mtu: Mtu::Mtu1024,
-            active_mtu: Mtu::Mtu1024,
+            max_mtu: mtu,
+            active_mtu: mtu,
             gid_tbl_len: 256,
             link_layer: LinkLayer::Ethernet,
             active_width: 4,
@@ -862,6 +882,16 @@ mod tests {
             av_problem(&gids, &v6),
             Some(AvError::Family { .. })
         ));
+    }
+
+    #[test]
+    fn the_port_mtu_is_the_largest_path_mtu_the_vport_carries() {
+        assert_eq!(path_mtu_for(9000), Mtu::Mtu4096);
+        assert_eq!(path_mtu_for(4096 + 96), Mtu::Mtu4096);
+        assert_eq!(path_mtu_for(4096 + 95), Mtu::Mtu2048);
+        assert_eq!(path_mtu_for(1500), Mtu::Mtu1024);
+        assert_eq!(path_mtu_for(1024 + 95), Mtu::Mtu512);
+        assert_eq!(path_mtu_for(0), Mtu::Mtu256);
     }
 
     #[test]

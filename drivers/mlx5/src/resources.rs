@@ -42,18 +42,32 @@ impl Hca {
         lock(&self.roce).mac
     }
 
-    fn query_mac(&self) -> Result<[u8; 6], Mlx5Error> {
+    /// QUERY_NIC_VPORT_CONTEXT of the function's own vport: the output.
+    fn query_vport(&self) -> Result<Vec<u8>, Mlx5Error> {
         let buf = vec![0u8; QueryNicVportContextIn::<&[u8]>::SIZE_BYTES];
-        let out = self.exec(
+        self.exec(
             CmdOpcode::QueryNicVportContext,
             0,
             &buf,
             QueryNicVportContextOut::<&[u8]>::SIZE_BYTES,
-        )?;
+        )
+    }
+
+    fn query_mac(&self) -> Result<[u8; 6], Mlx5Error> {
+        let out = self.query_vport()?;
         let v = QueryNicVportContextOut::new_checked(&out[..])
             .map_err(prm("QUERY_NIC_VPORT_CONTEXT"))?;
         let addr = v.nic_vport_context().permanent_address().to_be_bytes();
         Ok([addr[2], addr[3], addr[4], addr[5], addr[6], addr[7]])
+    }
+
+    /// The vport's Ethernet MTU in bytes (`nic_vport_context.mtu`, mlx5.md
+    /// §5.4), read from the firmware each call.
+    pub fn vport_mtu(&self) -> Result<u32, Mlx5Error> {
+        let out = self.query_vport()?;
+        let v = QueryNicVportContextOut::new_checked(&out[..])
+            .map_err(prm("QUERY_NIC_VPORT_CONTEXT"))?;
+        Ok(v.nic_vport_context().mtu())
     }
 
     fn set_roce_en(&self, on: bool) -> Result<(), Mlx5Error> {

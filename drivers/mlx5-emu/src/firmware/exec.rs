@@ -480,7 +480,7 @@ impl State {
                 let mut o = QueryNicVportContextOut::new_unchecked(out);
                 let mut c = o.nic_vport_context_mut();
                 let _ = c.set_roce_en(u32::from(self.roce_en));
-                let _ = c.set_mtu(self.mtu);
+                let _ = c.set_mtu(lock(&self.hca).vport_mtu(self.mtu));
                 let mac = self.options.mac;
                 let mut be = [0u8; 8];
                 be[2..].copy_from_slice(&mac);
@@ -489,15 +489,16 @@ impl State {
             }
             CmdOpcode::ModifyNicVportContext => self.modify_nic_vport(input),
             op if crate::hca::spec(op).is_some() => {
+                let mut hca = lock(&self.hca);
                 let ctx = Ctx {
                     pds: &self.pds,
                     uars: &self.uars,
                     caps: &self.caps,
                     mac: self.options.mac,
-                    mtu: self.mtu,
+                    mtu: hca.vport_mtu(self.mtu),
                     roce_en: self.roce_en,
                 };
-                lock(&self.hca).command(dev, op, input, out, &ctx)
+                hca.command(dev, op, input, out, &ctx)
             }
             // `spec` returned Some only for the opcodes above.
             _ => refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE),

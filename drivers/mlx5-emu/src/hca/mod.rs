@@ -512,6 +512,13 @@ impl Hca {
             .event(dev, EventType::PageRequest, 0, &data, &mut self.stats)
     }
 
+    /// The vport MTU in force: the vport context's `configured` MTU, at
+    /// most the MTU of the host interfaces carrying the bound RoCE
+    /// addresses (the emulated port's wire; docs/mlx5-emu.md).
+    pub(crate) fn vport_mtu(&self, configured: u32) -> u32 {
+        configured.min(self.ports.wire_mtu())
+    }
+
     /// The addresses bound (for tests and tools).
     pub fn bound_addresses(&self) -> Vec<IpAddr> {
         self.ports.by_ip.keys().copied().collect()

@@ -72,6 +72,27 @@ pub(crate) struct Port {
     senders: BTreeMap<u16, UdpSocket>,
     /// The receive thread's ICRC outcomes.
     icrc: Arc<Mutex<IcrcCounts>>,
+    /// The MTU of the host interface carrying the address (the wire).
+    if_mtu: u32,
+}
+
+/// The MTU of the host interface that has `ip`, read from
+/// `/sys/class/net/<name>/mtu`; `None` when no interface has it or the
+/// value cannot be read.
+pub(crate) fn interface_mtu(ip: IpAddr) -> Option<u32> {
+    let name = nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        let a = ifa.address?;
+        let found = match ip {
+            IpAddr::V4(v4) => a.as_sockaddr_in().map(|s| s.ip() == v4),
+            IpAddr::V6(v6) => a.as_sockaddr_in6().map(|s| s.ip() == v6),
+        };
+        found.unwrap_or(false).then_some(ifa.interface_name)
+    })?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl Drop for Port {
@@ -285,7 +306,8 @@ impl Ports {
         std::thread::Builder::new()
             .name(format!("mlx5-emu-rx {ip}"))
             .spawn(move || rx_loop(&h, &r, &s, rx_ident))?;
-        tracing::info!(%ip, ident_tap = tapped, "RoCE v2 address bound (UDP/4791)");
+        let if_mtu = interface_mtu(ip).unwrap_or(u32::MAX);
+        tracing::info!(%ip, ident_tap = tapped, if_mtu, "RoCE v2 address bound (UDP/4791)");
         self.by_ip.insert(
             ip,
             Port {
@@ -294,9 +316,20 @@ impl Ports {
                 refs: 1,
                 senders: BTreeMap::new(),
                 icrc,
+                if_mtu,
             },
         );
         Ok(())
+    }
+
+    /// The smallest MTU of the host interfaces carrying the bound
+    /// addresses (`u32::MAX` with none bound): the emulated port's wire.
+    pub(crate) fn wire_mtu(&self) -> u32 {
+        self.by_ip
+            .values()
+            .map(|p| p.if_mtu)
+            .min()
+            .unwrap_or(u32::MAX)
     }
 
     /// Drop a reference on `ip` (unbinding on the last).
@@ -483,6 +516,22 @@ impl PacketSink for Sink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wire_mtu_is_the_interface_mtu_of_the_address() {
+        let lo: u32 = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(interface_mtu(IpAddr::V4(Ipv4Addr::LOCALHOST)), Some(lo));
+        // TEST-NET-3: no interface here has it.
+        assert_eq!(
+            interface_mtu(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 77))),
+            None
+        );
+        assert_eq!(Ports::default().wire_mtu(), u32::MAX);
+    }
 
     #[test]
     fn gids_and_addresses_round_trip() {
