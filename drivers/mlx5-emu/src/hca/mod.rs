@@ -124,7 +124,6 @@ pub struct Hca {
     qps: BTreeMap<u32, QpObj>,
     stats: HcaStats,
     txbuf: Vec<u8>,
-    last_ident: u16,
 }
 
 impl std::fmt::Debug for Hca {
@@ -199,7 +198,6 @@ impl Hca {
                 qps: BTreeMap::new(),
                 stats: HcaStats::default(),
                 txbuf: vec![0u8; 4096 + 128],
-                last_ident: 0,
             })
         })
     }

@@ -13,7 +13,6 @@
 //! counts are logged in rnic's `icrc: …` line when it is unbound and summed by
 //! [`Hca::icrc_counts`].
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -234,6 +233,19 @@ impl RxIdent {
         }
     }
 
+    /// The state of `local` without a tap: identification 0 or the sender's previous + 1
+    /// only.
+    #[cfg(test)]
+    fn untapped(local: IpAddr) -> RxIdent {
+        RxIdent {
+            local,
+            tap: None,
+            table: TapTable::default(),
+            last: None,
+            counts: Arc::default(),
+        }
+    }
+
     /// Whether this address has a tap.
     pub(crate) fn tapped(&self) -> bool {
         self.tap.is_some()
@@ -259,12 +271,6 @@ impl RxIdent {
         lock(&self.counts).count(c);
         c
     }
-}
-
-thread_local! {
-    /// The receive thread's verdict on the datagram it is handing to [`Hca::on_packet`],
-    /// which [`verify_icrc`] returns: the check runs once, before the HCA lock is taken.
-    static VERDICT: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
 /// Socket buffer asked for (see `sys::set_socket_buffers`), as rnic-rxe does.
@@ -394,21 +400,18 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, mut iden
         if stop.load(Ordering::Acquire) {
             return;
         }
-        let verdict = match &got {
-            Ok((n, from)) => Some(matches!(
+        // The ICRC check (all 32 bits with the tap) runs before the HCA lock is taken.
+        let icrc_ok = match &got {
+            Ok((n, from)) => matches!(
                 ident.check(*from, buf.get(..*n).unwrap_or(&[])),
                 IcrcCheck::Ok(_) | IcrcCheck::Tapped | IcrcCheck::Recovered
-            )),
-            Err(_) => None,
+            ),
+            Err(_) => false,
         };
         let Some(h) = hca.upgrade() else { return };
         let mut h = lock(&h);
         match got {
-            Ok((n, from)) => {
-                VERDICT.with(|v| v.set(verdict));
-                h.on_packet(local, from, buf.get(..n).unwrap_or(&[]));
-                VERDICT.with(|v| v.set(None));
-            }
+            Ok((n, from)) => h.on_packet(local, from, buf.get(..n).unwrap_or(&[]), icrc_ok),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -425,28 +428,6 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, mut iden
             }
         }
     }
-}
-
-/// Whether the ICRC of `pkt` (BTH‥ICRC) received from `from` at `local` verified: the
-/// receive thread's verdict ([`RxIdent::check`], all 32 bits) for the datagram it is
-/// handing over. Called outside a receive thread, the shared check without a tap: IPv4
-/// identification 0 or `last_id` + 1 (updated when it verifies).
-pub(crate) fn verify_icrc(local: IpAddr, from: SocketAddr, pkt: &[u8], last_id: &mut u16) -> bool {
-    if let Some(v) = VERDICT.with(Cell::take) {
-        return v;
-    }
-    let mut last = Some((from, *last_id));
-    let mut cx = IdentCtx {
-        last: &mut last,
-        tap: None,
-        recovery: false,
-    };
-    let first_bth = pkt.get(..12).unwrap_or(&[]);
-    let c = ident::check_icrc(local, ROCE_PORT, &from, 0, first_bth, pkt, &mut cx);
-    if let Some((_, id)) = last {
-        *last_id = id;
-    }
-    matches!(c, IcrcCheck::Ok(_))
 }
 
 /// The engine's packet sink: one preallocated buffer, sent on commit from the address of the
@@ -551,29 +532,33 @@ mod tests {
         pkt[0] = 0x04; // SEND ONLY
         icrc::fill_v4(s, d, 0, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         let from = SocketAddr::new(IpAddr::V4(s), 0xc001);
-        let mut last = 6;
-        assert!(verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
-        assert_eq!(last, 0, "identification 0 is the last seen");
-        last = 6;
+        let mut rx = RxIdent::untapped(IpAddr::V4(d));
+        rx.last = Some((from, 6));
+        assert!(matches!(rx.check(from, &pkt), IcrcCheck::Ok(_)));
+        assert_eq!(
+            rx.last,
+            Some((from, 0)),
+            "identification 0 is the last seen"
+        );
+        rx.last = Some((from, 6));
         icrc::fill_v4(s, d, 7, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         assert!(
-            verify_icrc(IpAddr::V4(d), from, &pkt, &mut last),
+            matches!(rx.check(from, &pkt), IcrcCheck::Ok(_)),
             "previous + 1"
         );
-        assert_eq!(last, 7);
+        assert_eq!(rx.last, Some((from, 7)));
         icrc::fill_v4(s, d, 0x4444, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         assert!(
-            !verify_icrc(IpAddr::V4(d), from, &pkt, &mut last),
+            !matches!(rx.check(from, &pkt), IcrcCheck::Ok(_)),
             "not predictable without a tap"
         );
         icrc::fill_v4(s, d, 0, true, 0xc001, ROCE_PORT, &mut pkt).unwrap();
         let n = pkt.len();
         pkt[n - 1] ^= 1;
-        assert!(!verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
-        // A receive thread's verdict is what the HCA sees, once.
-        VERDICT.with(|v| v.set(Some(true)));
-        assert!(verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
-        assert!(!verify_icrc(IpAddr::V4(d), from, &pkt, &mut last));
+        assert!(!matches!(rx.check(from, &pkt), IcrcCheck::Ok(_)));
+        let c = *lock(&rx.counts);
+        assert_eq!((c.ok, c.ident_zero, c.next), (2, 1, 1), "{c}");
+        assert_eq!(c.unverified + c.bad, 2, "{c}");
     }
 
     /// An IPv4 packet with identification `ident` and DF from `src`:`sport` to
