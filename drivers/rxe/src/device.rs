@@ -1,20 +1,38 @@
 //! A device's state and its progress engine: receive, verify, demultiplex,
 //! run timers, flush.
 //!
-//! Everything mutable lives in one [`State`] behind the device's mutex: the
-//! key table, the PDs, MRs, CQs and QPs, and the transmit and receive
-//! buffers (preallocated at open: no allocation per packet). Progress is one
-//! call, [`State::progress`], made by whichever thread gets there: a poller
-//! in `poll_cq` (caller-driven mode) or the device's progress thread.
+//! The state is split by who needs it, so that posting and polling take no
+//! device-wide lock:
+//!
+//! * each QP's engine, transmit queue and queue counts ([`QpShared`]) sit
+//!   behind the QP's own lock, which the QP object and the receive/timer
+//!   path share (the application's `&mut` post on it meets only a round
+//!   delivering a packet to that same QP);
+//! * each CQ's ring ([`CqShared`]) behind its own lock, shared by its
+//!   poller and the QPs completing into it;
+//! * the QPN table ([`Shared::qps`]) is written at create and destroy and
+//!   read by the receive and timer path only;
+//! * the key table ([`Shared::keys`]) is read-locked by an engine call for
+//!   its memory accesses (readers side by side) and written at
+//!   registration, deregistration and a peer's invalidation;
+//! * the receive path ([`RxState`]: buffers, identification prediction and
+//!   tap tables, fault injection, receive counters) behind [`Shared::rx`],
+//!   held by whichever thread runs a round of progress
+//!   ([`RxState::progress`]): a poller whose CQ is empty (if no other
+//!   thread is in a round) or the device's progress thread.
+//!
+//! Lock order: rx → QPN table (read) → one QP → (key table, one CQ ring).
+//! No thread holds two QPs' or two CQs' locks; buffers are preallocated or
+//! grown once (no allocation per packet).
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
 
 use nix::sys::eventfd::EventFd;
 use rnic_core::{Mtu, QpAttr, QpCaps, QpType, WorkCompletion};
-use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp};
+use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp, QpStats};
 use rnic_roce::wire::roce::MIN_LEN;
 use rustc_hash::FxHashMap;
 
@@ -24,7 +42,7 @@ use crate::mem::{KeyAccess, Keys};
 use crate::port::Port;
 use crate::stats::DeviceStats;
 use crate::sys::{self, BATCH, RxMsg};
-use crate::tx::{Tx, TxCtx, gid_of};
+use crate::tx::{SendSockets, Tx, TxCtx, gid_of};
 
 /// How a device makes progress.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -77,11 +95,6 @@ impl<T> Slab<T> {
         self.items.get((h as usize).checked_sub(1)?)?.as_ref()
     }
 
-    /// The object named `h`, mutably.
-    pub fn get_mut(&mut self, h: u32) -> Option<&mut T> {
-        self.items.get_mut((h as usize).checked_sub(1)?)?.as_mut()
-    }
-
     /// Remove the object named `h`.
     pub fn remove(&mut self, h: u32) -> Option<T> {
         let i = (h as usize).checked_sub(1)?;
@@ -89,63 +102,186 @@ impl<T> Slab<T> {
         self.free.push(i);
         Some(t)
     }
-
-    /// Live objects.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items.iter().flatten()
-    }
-
-    /// Live objects, mutably.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.items.iter_mut().flatten()
-    }
 }
 
-/// A completion queue: a ring sized to its depth plus the event channel.
+/// The polled side of a QP's queue counts: requests retired by completions
+/// the application has polled. Written only by the poller of the QP's send
+/// CQ (`sends`) and of its receive CQ (`recvs`), under that CQ's ring lock;
+/// read by the QP's poster (its own lock) to know the queue's room.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// Send requests retired (signalled ones and the unsignalled ones they
+    /// retire).
+    pub sends: AtomicU32,
+    /// Receive requests retired.
+    pub recvs: AtomicU32,
+}
+
+/// A CQ's ring and what its poller needs: the completions not yet polled,
+/// each with the slot of its QP's [`Polled`] counts.
+#[derive(Debug)]
+pub struct CqRing {
+    /// Completions not yet polled, with their QP's slot in `qps`.
+    pub entries: VecDeque<(WorkCompletion, u32)>,
+    /// The counts of each QP completing into this CQ (a slot per side).
+    pub qps: Slab<Arc<Polled>>,
+    /// Armed by `req_notify_cq`: the next completion signals `event`.
+    pub armed: bool,
+}
+
+/// A completion queue: its own ring (its own lock: the poller and the QPs
+/// completing into it share it, nothing else) plus the event channel.
 /// Destroyed when the last of its holders (the application's CQ object and
 /// the QPs completing into it) is gone.
 #[derive(Debug)]
-pub struct CqState {
-    /// Completions not yet polled, with the slab handle of their QP.
-    pub ring: VecDeque<(WorkCompletion, u32)>,
-    /// Holders: the CQ object and each QP completing into it.
-    pub refs: u32,
+pub struct CqShared {
+    /// The ring.
+    pub ring: Mutex<CqRing>,
     /// Entries it was created with.
     pub depth: u32,
-    /// Armed by `req_notify_cq`: the next completion signals `event`.
-    pub armed: bool,
     /// Signalled when an armed queue gets a completion.
-    pub event: Arc<EventFd>,
-    /// Completions pushed beyond `depth`.
-    pub overflows: u64,
+    pub event: EventFd,
 }
 
-/// A queue pair: the engine's QP and what the provider tracks around it.
+impl CqShared {
+    /// The ring, locked (a poisoned lock is taken over: the ring is plain
+    /// data that no panic leaves half-updated).
+    pub fn lock(&self) -> MutexGuard<'_, CqRing> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Move up to `wcs.len()` completions out, giving their queues' room
+    /// back (at poll: the provider contract). Returns how many.
+    pub fn poll_into(&self, wcs: &mut [WorkCompletion]) -> usize {
+        let mut r = self.lock();
+        let CqRing { entries, qps, .. } = &mut *r;
+        let mut n = 0;
+        for slot in wcs.iter_mut() {
+            let Some((wc, q)) = entries.pop_front() else {
+                break;
+            };
+            if let Some(p) = qps.get(q) {
+                if wc.opcode.is_recv() {
+                    p.recvs.fetch_add(1, Ordering::Release);
+                } else {
+                    p.sends
+                        .fetch_add(wc.retired_unsignaled.saturating_add(1), Ordering::Release);
+                }
+            }
+            *slot = wc;
+            n += 1;
+        }
+        n
+    }
+
+    /// Remove every completion of the QP in `slot`.
+    pub fn purge(&self, slot: u32) {
+        self.lock().entries.retain(|&(_, q)| q != slot);
+    }
+}
+
+/// A queue pair's state, owned by the QP object and reached by the receive
+/// and timer path through the device's QPN table.
 #[derive(Debug)]
-pub struct QpEntry {
+pub struct QpShared {
+    /// Its number (fixed).
+    pub qpn: rnic_core::Qpn,
+    /// The engine and everything around it.
+    pub inner: Mutex<QpInner>,
+    /// The engine's nearest deadline in nanoseconds + 1 (0: none), so the
+    /// timer scan skips QPs without locking them.
+    pub deadline: AtomicU64,
+    /// Requests retired by polled completions.
+    pub polled: Arc<Polled>,
+}
+
+impl QpShared {
+    /// The QP's state, locked (a poisoned lock is taken over, as for the
+    /// CQ ring).
+    pub fn lock(&self) -> MutexGuard<'_, QpInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record the engine's deadline after a call (the caller holds the lock).
+    pub fn set_deadline(&self, d: Option<Instant>) {
+        let v = d.map_or(0, |d| d.nanos().saturating_add(1));
+        if self.deadline.load(Ordering::Relaxed) != v {
+            self.deadline.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The deadline last recorded.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.deadline.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(Instant::from_nanos(v - 1)),
+        }
+    }
+}
+
+/// What a QP's lock guards: the engine, its transmit queue, its CQs and the
+/// posted side of its queue counts.
+#[derive(Debug)]
+pub struct QpInner {
     /// The transport engine.
     pub qp: Qp,
-    /// Send CQ handle.
-    pub send_cq: u32,
-    /// Receive CQ handle.
-    pub recv_cq: u32,
+    /// Send CQ and this QP's slot in its ring.
+    pub send_cq: Arc<CqShared>,
+    /// The slot in the send CQ.
+    pub send_slot: u32,
+    /// Receive CQ.
+    pub recv_cq: Arc<CqShared>,
+    /// The slot in the receive CQ.
+    pub recv_slot: u32,
     /// Type.
     pub qp_type: QpType,
     /// Capacities granted.
     pub caps: QpCaps,
     /// Attributes as last set (`query_qp`).
     pub attr: QpAttr,
-    /// Its own slab handle (what its CQ entries name).
-    pub handle: u32,
-    /// Send requests posted and not yet retired by a polled completion: the
-    /// send queue's room is freed at poll, so the CQ's credit reservation in
-    /// core holds.
-    pub sq_unpolled: u32,
-    /// Receive requests posted and not yet retired by a polled completion.
-    pub rq_unpolled: u32,
+    /// Send requests posted (wrapping; minus [`Polled::sends`]: those not
+    /// yet retired by a polled completion, so the CQ's credit reservation
+    /// in core holds).
+    pub sq_posted: u32,
+    /// Receive requests posted (wrapping).
+    pub rq_posted: u32,
     /// Core discarded the QP's work (RESET, or about to be destroyed):
     /// completions it still produces are dropped, not queued.
     pub discarded: bool,
+    /// Its packets not yet sent.
+    pub tx: Tx,
+    /// Its transmit counters (summed into the device's).
+    pub stats: DeviceStats,
+}
+
+impl QpInner {
+    /// Send and receive requests not yet retired by a polled completion.
+    pub fn unpolled(&self, polled: &Polled) -> (u32, u32) {
+        (
+            self.sq_posted
+                .wrapping_sub(polled.sends.load(Ordering::Acquire)),
+            self.rq_posted
+                .wrapping_sub(polled.recvs.load(Ordering::Acquire)),
+        )
+    }
+
+    /// Send what is queued.
+    pub fn flush(&mut self, sh: &Shared) {
+        self.tx.flush(&sh.send, &mut self.stats);
+    }
+
+    /// Drop the completions it has queued and its requests' claim on the
+    /// queues (RESET or destruction): returns what was outstanding.
+    pub fn discard(&mut self, polled: &Polled) -> (u32, u32) {
+        self.send_cq.purge(self.send_slot);
+        self.recv_cq.purge(self.recv_slot);
+        // After the purge no poller retires anything of this QP: the
+        // counts are final.
+        let d = self.unpolled(polled);
+        self.sq_posted = polled.sends.load(Ordering::Acquire);
+        self.rq_posted = polled.recvs.load(Ordering::Acquire);
+        d
+    }
 }
 
 /// The receive buffers: [`BATCH`] slots, each big enough for a GRO datagram
@@ -176,28 +312,13 @@ impl Rx {
     }
 }
 
-/// Everything mutable of a device (under [`Shared::state`]).
+/// The receive path's state (under [`Shared::rx`]): whoever runs a round
+/// of progress holds it; posting and polling never touch it.
 #[derive(Debug)]
-pub struct State {
-    /// L_Key/R_Key → region.
-    pub keys: Keys,
-    /// Protection domains.
-    pub pds: Slab<()>,
-    /// Completion queues.
-    pub cqs: Slab<CqState>,
-    /// Queue pairs.
-    pub qps: Slab<QpEntry>,
-    /// QPN → QP handle.
-    pub by_qpn: FxHashMap<u32, u32>,
-    /// The next QPN to hand out.
-    pub next_qpn: u32,
-    /// Transmit side.
-    pub tx: Tx,
+pub struct RxState {
     rx: Rx,
-    /// Device counters.
+    /// Receive-path counters.
     pub stats: DeviceStats,
-    /// The nearest engine timer (the progress thread sleeps until it).
-    pub next_deadline: Option<Instant>,
     /// The last IPv4 identification received, and from whom.
     last_ident: LastIdent,
     /// Per port: identifications its tap saw, not yet claimed.
@@ -209,13 +330,49 @@ pub struct State {
     drain_taps: bool,
     /// Injected receive-path faults (off by default).
     faults: Faults,
+    /// QPs this round gave packets to send (flushed, or deferred, at its
+    /// end).
+    touched: Vec<Arc<QpShared>>,
+    /// QPs holding ACKs a caller-driven round left for the next call.
+    deferred: Vec<Arc<QpShared>>,
 }
 
-/// The state every handle of a device shares.
+/// The control path's state: PDs and QPN allocation.
+#[derive(Debug)]
+pub struct Ctl {
+    /// Protection domains.
+    pub pds: Slab<()>,
+    /// The next QPN to hand out.
+    pub next_qpn: u32,
+}
+
+/// The state every handle of a device shares. No lock here is taken by
+/// `post_send`/`post_recv`/`poll` except the key table's read lock (inside
+/// an engine call that reads or writes memory); see the crate docs.
 #[derive(Debug)]
 pub struct Shared {
-    /// The mutable state.
-    pub state: Mutex<State>,
+    /// L_Key/R_Key → region: written at registration, deregistration and a
+    /// peer's invalidation; read by every engine call that touches memory.
+    pub keys: RwLock<Keys>,
+    /// QPN → QP: written at create and destroy, read by the receive and
+    /// timer path (never by posting or polling).
+    pub qps: RwLock<FxHashMap<u32, Arc<QpShared>>>,
+    /// PDs and QPN allocation (control path).
+    pub ctl: Mutex<Ctl>,
+    /// The receive path.
+    pub rx: Mutex<RxState>,
+    /// The send sockets every QP's transmit side shares.
+    pub send: SendSockets,
+    /// Transmit counters of destroyed QPs.
+    pub retired: Mutex<DeviceStats>,
+    /// Completions pushed beyond a CQ's depth.
+    pub cq_overflows: AtomicU64,
+    /// The nearest engine deadline in nanoseconds + 1 (0: none): the
+    /// progress thread sleeps until it.
+    pub next_deadline: AtomicU64,
+    /// Some QP holds ACKs a caller-driven round deferred (the next poll
+    /// sends them).
+    pub acks_waiting: AtomicBool,
     /// The local addresses (GID index = position).
     pub ports: Vec<Port>,
     /// The QPNs this device hands out: all, or its slot's when it shares its
@@ -242,11 +399,12 @@ pub struct Shared {
 
 /// The sink that routes a QP's completions into its CQs.
 struct CqSink<'a> {
-    cqs: &'a mut Slab<CqState>,
-    send: u32,
-    recv: u32,
-    qp: u32,
+    send: &'a CqShared,
+    send_slot: u32,
+    recv: &'a CqShared,
+    recv_slot: u32,
     discarded: bool,
+    overflows: &'a AtomicU64,
 }
 
 impl CompletionSink for CqSink<'_> {
@@ -254,126 +412,89 @@ impl CompletionSink for CqSink<'_> {
         if self.discarded {
             return;
         }
-        let h = match side {
-            CqSide::Send => self.send,
-            CqSide::Recv => self.recv,
+        let (cq, slot) = match side {
+            CqSide::Send => (self.send, self.send_slot),
+            CqSide::Recv => (self.recv, self.recv_slot),
         };
-        if let Some(cq) = self.cqs.get_mut(h) {
-            if cq.ring.len() >= cq.depth as usize {
-                cq.overflows += 1;
-            }
-            cq.ring.push_back((wc, self.qp));
-            if cq.armed {
-                cq.armed = false;
-                let _ = cq.event.write(1);
-            }
+        let mut r = cq.lock();
+        if r.entries.len() >= cq.depth as usize {
+            self.overflows.fetch_add(1, Ordering::Relaxed);
+        }
+        r.entries.push_back((wc, slot));
+        if r.armed {
+            r.armed = false;
+            let _ = cq.event.write(1);
         }
     }
 }
 
-/// Run QP `e`'s engine with `f`, giving it memory (the key table), a packet
-/// sink from its source port and its CQs: the one place an engine call is
-/// wired up (posting, timers, received packets).
+/// Run the engine of QP `e` (locked by the caller) with `f`, giving it
+/// memory (the key table), a packet sink (its own transmit queue) and its
+/// CQs: the one place an engine call is wired up (posting, timers,
+/// received packets).
 pub(crate) fn run_engine<R>(
     sh: &Shared,
-    e: &mut QpEntry,
-    keys: &mut Keys,
-    cqs: &mut Slab<CqState>,
-    tx: &mut Tx,
-    stats: &mut DeviceStats,
+    e: &mut QpInner,
     f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
 ) -> R {
+    let QpInner {
+        qp,
+        send_cq,
+        send_slot,
+        recv_cq,
+        recv_slot,
+        qp_type,
+        discarded,
+        tx,
+        stats,
+        ..
+    } = e;
     let ctx = TxCtx {
-        qpn: e.qp.qpn(),
-        qp_type: e.qp_type,
+        qpn: qp.qpn(),
+        qp_type: *qp_type,
     };
-    let mut mem = KeyAccess(keys);
-    let mut sink = tx.sink(&sh.ports, sh.roce_port, stats, ctx);
+    let mut mem = KeyAccess::new(&sh.keys);
+    let mut sink = tx.sink(&sh.send, &sh.ports, sh.roce_port, stats, ctx);
     let mut cq = CqSink {
-        cqs,
-        send: e.send_cq,
-        recv: e.recv_cq,
-        qp: e.handle,
-        discarded: e.discarded,
+        send: send_cq,
+        send_slot: *send_slot,
+        recv: recv_cq,
+        recv_slot: *recv_slot,
+        discarded: *discarded,
+        overflows: &sh.cq_overflows,
     };
     let mut io = Io {
         mem: &mut mem,
         tx: &mut sink,
         cq: &mut cq,
     };
-    f(&mut e.qp, &mut io)
+    f(qp, &mut io)
 }
 
-impl State {
-    /// A fresh state; `gso`/`gro` say what the sockets support.
-    pub fn new(
-        gso: bool,
-        gro: bool,
-        per_qp_sport: bool,
-        faults: FaultConfig,
-        ident_recovery: bool,
-    ) -> State {
-        State {
-            keys: Keys::new(),
-            pds: Slab::default(),
-            cqs: Slab::default(),
-            qps: Slab::default(),
-            by_qpn: FxHashMap::default(),
-            next_qpn: 0x11,
-            tx: Tx::new(gso, per_qp_sport),
+/// Note that `q` has packets queued (dedup against the last few entries: a
+/// flush of a QP with nothing queued costs a lock and a length check).
+fn touch(touched: &mut Vec<Arc<QpShared>>, q: &Arc<QpShared>) {
+    if !touched.iter().rev().take(4).any(|t| Arc::ptr_eq(t, q)) {
+        touched.push(Arc::clone(q));
+    }
+}
+
+/// The QPN table as the receive path reads it.
+type QpTable = FxHashMap<u32, Arc<QpShared>>;
+
+impl RxState {
+    /// A fresh receive state; `gro` says whether the sockets coalesce.
+    pub fn new(gro: bool, faults: FaultConfig, ident_recovery: bool) -> RxState {
+        RxState {
             rx: Rx::new(gro),
             stats: DeviceStats::default(),
-            next_deadline: None,
             last_ident: None,
             taps: Vec::new(),
             ident_recovery,
             drain_taps: false,
             faults: Faults::new(faults),
-        }
-    }
-
-    /// Run the engine for QP `h` with `f`, giving it memory, a packet sink and
-    /// its CQs. Returns `None` when there is no such QP.
-    pub fn with_qp<R>(
-        &mut self,
-        sh: &Shared,
-        h: u32,
-        f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
-    ) -> Option<R> {
-        let State {
-            keys,
-            cqs,
-            qps,
-            tx,
-            stats,
-            ..
-        } = self;
-        let e = qps.get_mut(h)?;
-        Some(run_engine(sh, e, keys, cqs, tx, stats, f))
-    }
-
-    /// Remove every completion of `qpn` still queued in CQ `h`.
-    pub fn purge_cq(&mut self, h: u32, qpn: rnic_core::Qpn) {
-        if let Some(cq) = self.cqs.get_mut(h) {
-            cq.ring.retain(|(wc, _)| wc.qp_num != qpn);
-        }
-    }
-
-    /// Drop a holder of CQ `h`; the last one destroys it.
-    pub fn unref_cq(&mut self, h: u32) {
-        let last = self.cqs.get_mut(h).is_some_and(|c| {
-            c.refs = c.refs.saturating_sub(1);
-            c.refs == 0
-        });
-        if last {
-            self.cqs.remove(h);
-        }
-    }
-
-    /// Send what is queued.
-    pub fn flush(&mut self) {
-        if self.tx.pending() > 0 {
-            self.tx.flush(&mut self.stats);
+            touched: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -381,15 +502,24 @@ impl State {
     /// port), run due timers, flush. Returns the datagrams received.
     ///
     /// With `defer_acks` (caller-driven mode, busy polling) a round that
-    /// received packets and produced nothing but ACKs leaves them queued:
-    /// the caller's next call into the device (a send post, a poll, the
-    /// next round, or a wait, which flushes before it sleeps) sends them, usually
-    /// in the same `sendmmsg` as that call's own packets. A round that finds
-    /// ACKs carried over from the previous one always flushes, so an ACK
-    /// waits at most one call.
+    /// received packets and produced nothing but ACKs leaves them queued in
+    /// their QPs: the caller's next call (a send post on that QP, a poll,
+    /// the next round, or a wait, which flushes before it sleeps) sends
+    /// them, a post usually in the same `sendmmsg` as its own packets. A
+    /// round that finds ACKs carried over from the previous one always
+    /// flushes, so an ACK waits at most one call.
     pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
-        let carried = self.tx.pending() > 0;
+        // Deferred ACKs that a post on their QP has sent since (bundled
+        // with its request) are not carried over.
+        if !self.deferred.is_empty() {
+            self.deferred.retain(|q| q.lock().tx.pending() > 0);
+            if self.deferred.is_empty() {
+                sh.acks_waiting.store(false, Ordering::Relaxed);
+            }
+        }
+        let carried = !self.deferred.is_empty();
         let now = sh.now();
+        let table = sh.qps.read().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
         for (pi, port) in sh.ports.iter().enumerate() {
             let mut got_here = 0;
@@ -413,7 +543,7 @@ impl State {
                 }
                 self.stats.recvmmsg_calls += 1;
                 for i in 0..got {
-                    self.deliver(sh, pi, i, now);
+                    self.deliver(sh, &table, pi, i, now);
                 }
                 got_here += got;
                 // Only a full batch suggests more is waiting now; after a
@@ -434,25 +564,51 @@ impl State {
         }
         // A packet held back for reordering never waits past its round.
         if let Some((pkt, src, dst)) = self.faults.take_held() {
-            self.dispatch_held(sh, &pkt, src, dst, now);
+            let mut d = Dispatch {
+                table: &table,
+                stats: &mut self.stats,
+                touched: &mut self.touched,
+            };
+            d.packet(sh, &pkt, src, dst, now);
         }
-        self.run_timers(sh, now);
-        if defer_acks && !carried && total > 0 && self.tx.only_acks() {
+        self.run_timers(sh, &table, now);
+        drop(table);
+        let only_acks = defer_acks && !carried && total > 0 && {
+            let mut queued = false;
+            let mut other = false;
+            for q in &self.touched {
+                let e = q.lock();
+                queued |= e.tx.pending() > 0;
+                other |= e.tx.pending() > 0 && !e.tx.only_acks();
+                if other {
+                    break;
+                }
+            }
+            queued && !other
+        };
+        if only_acks {
             self.stats.acks_deferred += 1;
+            self.deferred.append(&mut self.touched);
+            sh.acks_waiting.store(true, Ordering::Release);
         } else {
-            self.flush();
+            self.flush(sh);
         }
         total
     }
 
+    /// Send what every QP this round or the last one touched has queued.
+    pub fn flush(&mut self, sh: &Shared) {
+        if !self.deferred.is_empty() {
+            sh.acks_waiting.store(false, Ordering::Relaxed);
+        }
+        for q in self.touched.drain(..).chain(self.deferred.drain(..)) {
+            q.lock().flush(sh);
+        }
+    }
+
     /// Hand datagram `i` of the receive batch (from port `pi`) to its QP(s).
-    fn deliver(&mut self, sh: &Shared, pi: usize, i: usize, now: Instant) {
-        let State {
-            keys,
-            cqs,
-            qps,
-            by_qpn,
-            tx,
+    fn deliver(&mut self, sh: &Shared, table: &QpTable, pi: usize, i: usize, now: Instant) {
+        let RxState {
             rx,
             stats,
             last_ident,
@@ -460,6 +616,7 @@ impl State {
             ident_recovery,
             drain_taps,
             faults,
+            touched,
             ..
         } = self;
         let m = rx.msgs[i];
@@ -568,12 +725,9 @@ impl State {
                 }
             }
             let mut d = Dispatch {
-                keys,
-                cqs,
-                qps,
-                by_qpn,
-                tx,
+                table,
                 stats,
+                touched,
             };
             d.packet(sh, pkt, src_gid, port.gid, now);
             if let Some((held, held_src, held_dst)) = faults.take_held() {
@@ -582,90 +736,36 @@ impl State {
         }
     }
 
-    /// Hand over a packet the fault injector held back.
-    fn dispatch_held(
-        &mut self,
-        sh: &Shared,
-        pkt: &[u8],
-        src: rnic_core::Gid,
-        dst: rnic_core::Gid,
-        now: Instant,
-    ) {
-        let State {
-            keys,
-            cqs,
-            qps,
-            by_qpn,
-            tx,
-            stats,
-            ..
-        } = self;
-        Dispatch {
-            keys,
-            cqs,
-            qps,
-            by_qpn,
-            tx,
-            stats,
-        }
-        .packet(sh, pkt, src, dst, now);
-    }
-
     /// Run the timers that are due and recompute the nearest deadline.
-    fn run_timers(&mut self, sh: &Shared, now: Instant) {
-        let State {
-            keys,
-            cqs,
-            qps,
-            tx,
-            stats,
-            next_deadline,
-            ..
-        } = self;
+    fn run_timers(&mut self, sh: &Shared, table: &QpTable, now: Instant) {
         let mut next: Option<Instant> = None;
-        for e in qps.iter_mut() {
-            if e.qp.next_deadline().is_some_and(|d| d <= now) {
-                run_engine(sh, e, keys, cqs, tx, stats, |q, io| q.on_timer(now, io));
+        for q in table.values() {
+            if q.deadline().is_some_and(|d| d <= now) {
+                let mut e = q.lock();
+                if e.qp.next_deadline().is_some_and(|d| d <= now) {
+                    run_engine(sh, &mut e, |qp, io| qp.on_timer(now, io));
+                }
+                q.set_deadline(e.qp.next_deadline());
+                if e.tx.pending() > 0 {
+                    touch(&mut self.touched, q);
+                }
             }
-            if let Some(d) = e.qp.next_deadline() {
+            if let Some(d) = q.deadline() {
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
-        *next_deadline = next;
-    }
-
-    /// Note a QP's deadline; whether it is earlier than the one the progress
-    /// thread sleeps towards (so it must be woken).
-    pub fn note_deadline(&mut self, d: Option<Instant>) -> bool {
-        match (d, self.next_deadline) {
-            (Some(d), Some(n)) if d < n => {
-                self.next_deadline = Some(d);
-                true
-            }
-            (Some(d), None) => {
-                self.next_deadline = Some(d);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// A copy of the device counters, with the CQ overflows summed in.
-    pub fn device_stats(&self) -> DeviceStats {
-        let mut s = self.stats;
-        s.cq_overflows = self.cqs.iter().map(|c| c.overflows).sum();
-        s
+        sh.next_deadline.store(
+            next.map_or(0, |d| d.nanos().saturating_add(1)),
+            Ordering::Relaxed,
+        );
     }
 }
 
-/// The parts of [`State`] a verified packet needs to reach its QP.
+/// What a verified packet needs to reach its QP.
 struct Dispatch<'a> {
-    keys: &'a mut Keys,
-    cqs: &'a mut Slab<CqState>,
-    qps: &'a mut Slab<QpEntry>,
-    by_qpn: &'a FxHashMap<u32, u32>,
-    tx: &'a mut Tx,
+    table: &'a QpTable,
     stats: &'a mut DeviceStats,
+    touched: &'a mut Vec<Arc<QpShared>>,
 }
 
 impl Dispatch<'_> {
@@ -683,11 +783,7 @@ impl Dispatch<'_> {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Some(e) = self
-            .by_qpn
-            .get(&qpn.get())
-            .and_then(|&h| self.qps.get_mut(h))
-        else {
+        let Some(q) = self.table.get(&qpn.get()) else {
             self.stats.unknown_qpn += 1;
             // Of those, another process's QPN on a shared address (its
             // owner just left, or a GRO batch mixed QPs): dropped, never
@@ -697,9 +793,14 @@ impl Dispatch<'_> {
             }
             return;
         };
-        run_engine(sh, e, self.keys, self.cqs, self.tx, self.stats, |q, io| {
-            q.receive_at(now, pkt, src_gid, dst_gid, io);
+        let mut e = q.lock();
+        run_engine(sh, &mut e, |qp, io| {
+            qp.receive_at(now, pkt, src_gid, dst_gid, io);
         });
+        q.set_deadline(e.qp.next_deadline());
+        if e.tx.pending() > 0 {
+            touch(self.touched, q);
+        }
     }
 }
 
@@ -710,10 +811,80 @@ impl Shared {
         Instant::from_nanos(n)
     }
 
-    /// Lock the state (a poisoned lock is taken over: the state is plain
-    /// data that no panic leaves half-updated in a way later calls trust).
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The receive path's state, locked (a poisoned lock is taken over: the
+    /// state is plain data that no panic leaves half-updated in a way later
+    /// calls trust).
+    pub fn rx(&self) -> MutexGuard<'_, RxState> {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The receive path's state if no other thread is running a round.
+    pub fn try_rx(&self) -> Option<MutexGuard<'_, RxState>> {
+        match self.rx.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The control path's state, locked.
+    pub fn ctl(&self) -> MutexGuard<'_, Ctl> {
+        self.ctl.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The key table, for writing (registration).
+    pub fn keys_mut(&self) -> RwLockWriteGuard<'_, Keys> {
+        self.keys.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The nearest engine deadline the progress thread knows of.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.next_deadline.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(Instant::from_nanos(v - 1)),
+        }
+    }
+
+    /// Note a QP's deadline; whether it is earlier than the one the progress
+    /// thread sleeps towards (so it must be woken). A lost race with the
+    /// timer scan's store is repaired by that wake-up: the thread's next
+    /// round scans every QP's own deadline again.
+    pub fn note_deadline(&self, d: Option<Instant>) -> bool {
+        let Some(d) = d else { return false };
+        let v = d.nanos().saturating_add(1);
+        let cur = self.next_deadline.load(Ordering::Relaxed);
+        if cur != 0 && cur <= v {
+            return false;
+        }
+        self.next_deadline.fetch_min_nonzero(v);
+        true
+    }
+
+    /// Send the ACKs a caller-driven round left queued, unless another
+    /// thread is in a round (which sends them).
+    pub fn flush_deferred(&self) {
+        if self.acks_waiting.load(Ordering::Acquire)
+            && let Some(mut rx) = self.try_rx()
+        {
+            rx.flush(self);
+        }
+    }
+
+    /// A copy of the device counters: the receive path's, every live QP's
+    /// transmit counters, those of destroyed QPs and the CQ overflows.
+    pub fn device_stats(&self) -> (DeviceStats, Vec<(rnic_core::Qpn, QpStats)>) {
+        let mut s = self.rx().stats;
+        s.add(&self.retired.lock().unwrap_or_else(|p| p.into_inner()));
+        let table = self.qps.read().unwrap_or_else(|p| p.into_inner());
+        let mut qps = Vec::with_capacity(table.len());
+        for q in table.values() {
+            let e = q.lock();
+            s.add(&e.stats);
+            qps.push((q.qpn, *e.qp.stats()));
+        }
+        qps.sort_by_key(|(q, _)| q.get());
+        s.cq_overflows = self.cq_overflows.load(Ordering::Relaxed);
+        (s, qps)
     }
 
     /// Wake the progress thread.
@@ -721,5 +892,18 @@ impl Shared {
         if self.progress == Progress::Thread {
             let _ = self.doorbell.write(1);
         }
+    }
+}
+
+/// `fetch_min` where 0 means "none" (larger than everything).
+trait FetchMinNonzero {
+    fn fetch_min_nonzero(&self, v: u64);
+}
+
+impl FetchMinNonzero for AtomicU64 {
+    fn fetch_min_nonzero(&self, v: u64) {
+        let _ = self.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+            (cur == 0 || v < cur).then_some(v)
+        });
     }
 }

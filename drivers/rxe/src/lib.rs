@@ -13,7 +13,8 @@
 //!   registered in rnic-dma's key table, which the engine's `MemoryAccess`
 //!   goes through), CQs (a ring sized to the depth, plus an eventfd
 //!   completion channel), RC and UD QPs (the engine's `Qp`), batched posts,
-//!   `poll_cq`, `req_notify_cq`, `cq_event_fd`, `wait_cq`.
+//!   `poll_cq`, `req_notify_cq`, `cq_event_fd`, `wait_cq`. Each QP owns
+//!   its engine and its transmit queue; see `device` for who shares what.
 //! * **Progress** ([`Progress`]): a thread per device (epoll on the sockets,
 //!   a doorbell eventfd and the nearest engine deadline), or caller-driven
 //!   (inside `poll_cq` / `post_*` / `wait_cq`).
@@ -44,8 +45,13 @@
 //!
 //! * Every received datagram is verified (ICRC) before any QP sees it, and
 //!   lands in exactly one outcome counter.
-//! * One mutex per device guards all of its state; no call holds two
-//!   devices' locks, so two devices in one process cannot deadlock.
+//! * No device-wide lock on the post and poll path: a QP's engine and
+//!   transmit queue are behind the QP's own lock (shared with the receive
+//!   and timer path that must reach it), a CQ's ring behind its own; the
+//!   QPN table is read by the receive path only; an engine call read-locks
+//!   the key table for its memory accesses. Locks are taken in one order
+//!   (receive path → QPN table → one QP → key table or one CQ ring), never
+//!   two QPs' or two CQs' at once, and no call holds two devices' locks.
 //! * Moving a QP to RESET or destroying it removes its completions from its
 //!   CQs (the provider contract).
 //! * The only `unsafe` is in [`sys`] and in `bpf` (device sharing: `bpf(2)`,

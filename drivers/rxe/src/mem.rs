@@ -4,7 +4,8 @@
 //! PD, access right, whole range inside the registration) before a byte is
 //! copied; a refused access touches nothing.
 
-use std::sync::Arc;
+use std::cell::OnceCell;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use rnic_core::{AccessFlags, Memory, MemoryError, PdHandle, Rkey};
 use rnic_dma::{KeyError, KeyTable};
@@ -13,9 +14,32 @@ use rnic_roce::transport::{Access, AtomicOp, MemError, MemKey, MemoryAccess};
 /// The table every rxe device keeps: any `Arc<dyn Memory>` registers.
 pub type Keys = KeyTable<dyn Memory>;
 
-/// The engine's view of a device's key table for one call.
+/// The engine's view of a device's key table for one engine call: the
+/// table's read lock, taken at the call's first access and held to its end
+/// (engine calls on different QPs read the table side by side; only
+/// registration, deregistration and a peer's invalidation write it).
 #[derive(Debug)]
-pub struct KeyAccess<'a>(pub &'a mut Keys);
+pub struct KeyAccess<'a> {
+    table: &'a RwLock<Keys>,
+    read: OnceCell<RwLockReadGuard<'a, Keys>>,
+}
+
+impl<'a> KeyAccess<'a> {
+    /// Access through `table`; nothing is locked until the first access.
+    pub fn new(table: &'a RwLock<Keys>) -> KeyAccess<'a> {
+        KeyAccess {
+            table,
+            read: OnceCell::new(),
+        }
+    }
+
+    /// The table, read-locked (a poisoned lock is taken over: every update
+    /// of the table is complete before it can panic).
+    fn keys(&self) -> &Keys {
+        self.read
+            .get_or_init(|| self.table.read().unwrap_or_else(|p| p.into_inner()))
+    }
+}
 
 fn need(access: Access) -> AccessFlags {
     match access {
@@ -71,7 +95,7 @@ impl MemoryAccess for KeyAccess<'_> {
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        find(self.0, pd, key, addr, len, access).map(|_| ())
+        find(self.keys(), pd, key, addr, len, access).map(|_| ())
     }
 
     fn read(
@@ -82,7 +106,7 @@ impl MemoryAccess for KeyAccess<'_> {
         dst: &mut [u8],
         access: Access,
     ) -> Result<(), MemError> {
-        let (region, off) = find(self.0, pd, key, addr, dst.len() as u64, access)?;
+        let (region, off) = find(self.keys(), pd, key, addr, dst.len() as u64, access)?;
         region.read(off, dst).map_err(mem_err)
     }
 
@@ -94,7 +118,7 @@ impl MemoryAccess for KeyAccess<'_> {
         src: &[u8],
         access: Access,
     ) -> Result<(), MemError> {
-        let (region, off) = find(self.0, pd, key, addr, src.len() as u64, access)?;
+        let (region, off) = find(self.keys(), pd, key, addr, src.len() as u64, access)?;
         region.write(off, src).map_err(mem_err)
     }
 
@@ -109,7 +133,7 @@ impl MemoryAccess for KeyAccess<'_> {
             return Err(MemError::Misaligned);
         }
         let (region, off) = find(
-            self.0,
+            self.keys(),
             pd,
             MemKey::Remote(rkey),
             addr,
@@ -124,7 +148,12 @@ impl MemoryAccess for KeyAccess<'_> {
     }
 
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {
-        self.0
+        // The read lock goes before the write lock is taken (the next access
+        // takes it again).
+        drop(self.read.take());
+        self.table
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
             .invalidate_remote(rkey, pd)
             .map(drop)
             .map_err(key_err)

@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -21,14 +21,18 @@ use rnic_core::{
 };
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
 
-use crate::device::{CqState, Progress, QpEntry, Shared, State, run_engine};
+use crate::device::{
+    CqRing, CqShared, Ctl, Polled, Progress, QpInner, QpShared, RxState, Shared, Slab, run_engine,
+};
 use crate::error::RxeError;
 use crate::fault::FaultConfig;
 use crate::gid::{self, Target};
+use crate::mem::Keys;
 use crate::port::Port;
 use crate::qpns::QpnRange;
 use crate::stats::RxeStats;
 use crate::sys;
+use crate::tx::{SendSockets, Tx};
 
 /// How to open an rxe device.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -202,13 +206,18 @@ impl RxeDevice {
                     source,
                 })?;
         let sh = Arc::new(Shared {
-            state: Mutex::new(State::new(
-                gso,
-                gro,
-                cfg.per_qp_sport,
-                cfg.faults,
-                cfg.ident_recovery,
-            )),
+            keys: RwLock::new(Keys::new()),
+            qps: RwLock::new(Default::default()),
+            ctl: Mutex::new(Ctl {
+                pds: Slab::default(),
+                next_qpn: 0x11,
+            }),
+            rx: Mutex::new(RxState::new(gro, cfg.faults, cfg.ident_recovery)),
+            send: SendSockets::new(gso, cfg.per_qp_sport),
+            retired: Mutex::new(Default::default()),
+            cq_overflows: AtomicU64::new(0),
+            next_deadline: AtomicU64::new(0),
+            acks_waiting: AtomicBool::new(false),
             ports,
             qpns,
             share,
@@ -225,7 +234,7 @@ impl RxeDevice {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
                 ^ u64::from(std::process::id()).rotate_left(32);
-            sh.lock().next_qpn = sh.qpns.start(seed);
+            sh.ctl().next_qpn = sh.qpns.start(seed);
         }
         tracing::info!(
             target = ?cfg.target,
@@ -303,7 +312,7 @@ impl RxeDevice {
 
     /// Whether sends use UDP GSO.
     pub fn gso(&self) -> bool {
-        self.inner.sh.lock().tx.gso
+        self.inner.sh.send.gso.load(Ordering::Relaxed)
     }
 
     /// Whether receives use UDP GRO.
@@ -335,11 +344,8 @@ impl RxeDevice {
 
     /// The device's and every QP's counters.
     pub fn stats(&self) -> RxeStats {
-        let st = self.inner.sh.lock();
-        RxeStats {
-            device: st.device_stats(),
-            qps: st.qps.iter().map(|e| (e.qp.qpn(), *e.qp.stats())).collect(),
-        }
+        let (device, qps) = self.inner.sh.device_stats();
+        RxeStats { device, qps }
     }
 
     /// Run one round of progress now (receive, timers, flush); returns the
@@ -351,8 +357,7 @@ impl RxeDevice {
     /// wait for ACKs.
     pub fn progress(&self) -> usize {
         let sh = &self.inner.sh;
-        sh.lock()
-            .progress(sh, 1024, sh.progress == Progress::Caller)
+        sh.rx().progress(sh, 1024, sh.progress == Progress::Caller)
     }
 }
 
@@ -366,8 +371,7 @@ fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
     while !sh.stop.load(Ordering::Acquire) {
         if !busy {
             let timeout_ms: u16 = {
-                let st = sh.lock();
-                match st.next_deadline {
+                match sh.next_deadline() {
                     None => 1000,
                     Some(d) => {
                         let now = sh.now().nanos();
@@ -388,16 +392,17 @@ fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
                 break;
             }
         }
-        busy = sh.lock().progress(sh, 256, false) > 0;
+        busy = sh.rx().progress(sh, 256, false) > 0;
     }
 }
 
-fn transport_to_post(e: TransportError, qp: &QpEntry) -> PostError {
+/// `unpolled`: the send and receive requests outstanding.
+fn transport_to_post(e: TransportError, qp: &QpInner, unpolled: (u32, u32)) -> PostError {
     match e {
         TransportError::QueueFull(side) => {
             let (outstanding, capacity) = match side {
-                CqSide::Send => (qp.sq_unpolled, qp.caps.max_send_wr),
-                CqSide::Recv => (qp.rq_unpolled, qp.caps.max_recv_wr),
+                CqSide::Send => (unpolled.0, qp.caps.max_send_wr),
+                CqSide::Recv => (unpolled.1, qp.caps.max_recv_wr),
             };
             PostError::QueueFull {
                 outstanding,
@@ -478,7 +483,7 @@ pub struct RxePd {
 
 impl Drop for RxePd {
     fn drop(&mut self) {
-        self.sh.lock().pds.remove(self.h);
+        self.sh.ctl().pds.remove(self.h);
     }
 }
 
@@ -492,87 +497,54 @@ pub struct RxeMr {
 impl Drop for RxeMr {
     fn drop(&mut self) {
         // A key a peer already invalidated (SEND with invalidate) is gone.
-        let _ = self.sh.lock().keys.invalidate(Lkey(self.key));
+        let _ = self.sh.keys_mut().invalidate(Lkey(self.key));
     }
 }
 
-/// An rxe completion queue.
+/// An rxe completion queue: its ring (shared with the QPs completing into
+/// it, which keep it alive while they exist).
 #[derive(Debug)]
 pub struct RxeCq {
-    h: u32,
-    event: Arc<EventFd>,
+    cq: Arc<CqShared>,
     sh: Arc<Shared>,
-}
-
-impl Drop for RxeCq {
-    fn drop(&mut self) {
-        self.sh.lock().unref_cq(self.h);
-    }
 }
 
 impl CqOps for RxeCq {
     fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         let sh = &*self.sh;
-        let mut st = sh.lock();
-        let empty = st.cqs.get(self.h).map(|c| c.ring.is_empty());
-        match empty {
-            None => return Err(VerbsError::PollCq { source: GONE }),
-            Some(true) => {
-                st.progress(sh, 256, sh.progress == Progress::Caller);
-            }
-            Some(false) => st.flush(),
+        let n = self.cq.poll_into(wcs);
+        if n > 0 {
+            // ACKs a caller-driven round left for the next call leave now.
+            sh.flush_deferred();
+            return Ok(n);
         }
-        let State { cqs, qps, .. } = &mut *st;
-        let Some(c) = cqs.get_mut(self.h) else {
-            return Ok(0);
-        };
-        let mut n = 0;
-        for slot in wcs.iter_mut() {
-            let Some((wc, qh)) = c.ring.pop_front() else {
-                break;
-            };
-            // The queue's room comes back now, at poll (see the contract).
-            if let Some(q) = qps.get_mut(qh) {
-                if wc.opcode.is_recv() {
-                    q.rq_unpolled = q.rq_unpolled.saturating_sub(1);
-                } else {
-                    q.sq_unpolled = q
-                        .sq_unpolled
-                        .saturating_sub(wc.retired_unsignaled.saturating_add(1));
-                }
-            }
-            *slot = wc;
-            n += 1;
+        // Empty: make progress, unless another thread is in a round.
+        if let Some(mut rx) = sh.try_rx() {
+            rx.progress(sh, 256, sh.progress == Progress::Caller);
         }
-        Ok(n)
+        Ok(self.cq.poll_into(wcs))
     }
 
     fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
         // Solicited-only arming signals on any completion (a superset: waiters
         // re-poll anyway).
         let _ = solicited_only;
-        let mut st = self.sh.lock();
-        let c = st
-            .cqs
-            .get_mut(self.h)
-            .ok_or(VerbsError::ReqNotifyCq { source: GONE })?;
-        c.armed = true;
+        self.cq.lock().armed = true;
         Ok(())
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.event.as_raw_fd())
+        Some(self.cq.event.as_raw_fd())
     }
 
     fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
         let sh = &*self.sh;
-        let event = &self.event;
+        let event = &self.cq.event;
         let start = std::time::Instant::now();
         loop {
             let deadline = if sh.progress == Progress::Caller {
-                let mut st = sh.lock();
-                st.progress(sh, 256, false);
-                st.next_deadline
+                sh.rx().progress(sh, 256, false);
+                sh.next_deadline()
             } else {
                 None
             };
@@ -611,37 +583,43 @@ impl CqOps for RxeCq {
     }
 }
 
-/// An rxe queue pair: its slab handle in the device.
+/// An rxe queue pair: it owns its state ([`QpShared`]), which the device's
+/// QPN table shares with the receive and timer path.
 #[derive(Debug)]
 pub struct RxeQp {
-    h: u32,
-    qpn: rnic_core::Qpn,
+    q: Arc<QpShared>,
     sh: Arc<Shared>,
 }
 
 impl Drop for RxeQp {
     fn drop(&mut self) {
-        let mut st = self.sh.lock();
+        let sh = &*self.sh;
+        // Out of the receive path's reach first (waits for a round that
+        // holds the table), then nothing but this object reaches the QP.
+        sh.qps
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.q.qpn.get());
+        let mut e = self.q.lock();
         // ACKs a caller-driven round deferred to the next call leave now: an
         // application that polled its last completion and tears down makes no
         // next call, and its peer would retry into a dead QP.
-        st.flush();
-        let Some(e) = st.qps.remove(self.h) else {
-            return;
-        };
-        let qpn = e.qp.qpn();
-        st.by_qpn.remove(&qpn.get());
-        st.purge_cq(e.send_cq, qpn);
-        st.purge_cq(e.recv_cq, qpn);
-        st.unref_cq(e.send_cq);
-        st.unref_cq(e.recv_cq);
+        e.flush(sh);
+        e.discarded = true;
+        e.discard(&self.q.polled);
+        e.send_cq.lock().qps.remove(e.send_slot);
+        e.recv_cq.lock().qps.remove(e.recv_slot);
+        sh.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&std::mem::take(&mut e.stats));
     }
 }
 
 impl QpOps for RxeQp {
     fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let sh = &*self.sh;
-        let qpn = self.qpn;
+        let qpn = self.q.qpn;
         if mask.contains(QpAttrMask::AV)
             && let Some(source) = av_problem(&sh.ports, &attr.ah_attr)
         {
@@ -650,55 +628,40 @@ impl QpOps for RxeQp {
                 source,
             });
         }
-        let mut st = sh.lock();
+        let mut e = self.q.lock();
         let now = sh.now();
-        let r = st
-            .with_qp(sh, self.h, |q, io| {
-                let r = q.modify(attr, mask, io.cq);
-                if r.is_ok() {
-                    q.run(now, io);
-                }
-                r.map(|()| q.next_deadline())
-            })
-            .ok_or(VerbsError::ModifyQp {
-                qpn,
-                mask,
-                source: GONE,
-            })?;
+        let r = run_engine(sh, &mut e, |q, io| {
+            let r = q.modify(attr, mask, io.cq);
+            if r.is_ok() {
+                q.run(now, io);
+            }
+            r.map(|()| q.next_deadline())
+        });
         let deadline = r.map_err(|e| VerbsError::ModifyQp {
             qpn,
             mask,
             source: transport_error(&e),
         })?;
-        if let Some(e) = st.qps.get_mut(self.h) {
-            apply_attr(&mut e.attr, attr, mask);
-            if mask.contains(QpAttrMask::STATE) && attr.qp_state != QpState::Reset {
+        apply_attr(&mut e.attr, attr, mask);
+        if mask.contains(QpAttrMask::STATE) {
+            if attr.qp_state == QpState::Reset {
+                e.send_cq.purge(e.send_slot);
+                e.recv_cq.purge(e.recv_slot);
+            } else {
                 e.discarded = false;
             }
         }
-        let reset = mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset;
-        if let Some((s, r)) = st
-            .qps
-            .get(self.h)
-            .filter(|_| reset)
-            .map(|e| (e.send_cq, e.recv_cq))
-        {
-            st.purge_cq(s, qpn);
-            st.purge_cq(r, qpn);
-        }
-        st.flush();
-        if st.note_deadline(deadline) {
+        e.flush(sh);
+        self.q.set_deadline(deadline);
+        drop(e);
+        if sh.note_deadline(deadline) {
             sh.ring();
         }
         Ok(())
     }
 
     fn query(&mut self) -> Result<QpAttr, VerbsError> {
-        let st = self.sh.lock();
-        let e = st.qps.get(self.h).ok_or(VerbsError::QueryQp {
-            qpn: self.qpn,
-            source: GONE,
-        })?;
+        let e = self.q.lock();
         let mut a = e.attr;
         a.qp_state = e.qp.state();
         a.cur_qp_state = e.qp.state();
@@ -708,31 +671,17 @@ impl QpOps for RxeQp {
 
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let sh = &*self.sh;
-        let mut st = sh.lock();
+        let mut e = self.q.lock();
         let now = sh.now();
-        let State {
-            keys,
-            cqs,
-            qps,
-            tx,
-            stats,
-            ..
-        } = &mut *st;
-        let Some(e) = qps.get_mut(self.h) else {
-            return Err(VerbsError::PostSend {
-                index: 0,
-                reason: PostError::Device(GONE),
-            });
-        };
         let cap = e.caps.max_send_wr;
+        let unpolled = e.unpolled(&self.q.polled);
         let mut refused = None;
         let mut bad_av = None;
         let mut posted = 0u32;
-        let unpolled = e.sq_unpolled;
         let ports = &sh.ports;
-        let deadline = run_engine(sh, e, keys, cqs, tx, stats, |q, io| {
+        let deadline = run_engine(sh, &mut e, |q, io| {
             for (i, wr) in wrs.iter().enumerate() {
-                if unpolled + posted >= cap {
+                if unpolled.0 + posted >= cap {
                     refused = Some((i, TransportError::QueueFull(CqSide::Send)));
                     break;
                 }
@@ -752,12 +701,15 @@ impl QpOps for RxeQp {
             q.run(now, io);
             q.next_deadline()
         });
-        e.sq_unpolled += posted;
+        e.sq_posted = e.sq_posted.wrapping_add(posted);
+        let unpolled = (unpolled.0 + posted, unpolled.1);
         let reason = refused
-            .map(|(index, err)| (index, transport_to_post(err, e)))
+            .map(|(index, err)| (index, transport_to_post(err, &e, unpolled)))
             .or(bad_av.map(|(index, p)| (index, PostError::AddressVector(p))));
-        st.flush();
-        if st.note_deadline(deadline) {
+        e.flush(sh);
+        self.q.set_deadline(deadline);
+        drop(e);
+        if sh.note_deadline(deadline) {
             sh.ring();
         }
         match reason {
@@ -768,27 +720,13 @@ impl QpOps for RxeQp {
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
         let sh = &*self.sh;
-        let mut st = sh.lock();
-        let State {
-            keys,
-            cqs,
-            qps,
-            tx,
-            stats,
-            ..
-        } = &mut *st;
-        let Some(e) = qps.get_mut(self.h) else {
-            return Err(VerbsError::PostRecv {
-                index: 0,
-                reason: PostError::Device(GONE),
-            });
-        };
+        let mut e = self.q.lock();
         let cap = e.caps.max_recv_wr;
-        let unpolled = e.rq_unpolled;
+        let unpolled = e.unpolled(&self.q.polled);
         let mut posted = 0u32;
-        let refused = run_engine(sh, e, keys, cqs, tx, stats, |q, io| {
+        let refused = run_engine(sh, &mut e, |q, io| {
             for (i, wr) in wrs.iter().enumerate() {
-                if unpolled + posted >= cap {
+                if unpolled.1 + posted >= cap {
                     return Some((i, TransportError::QueueFull(CqSide::Recv)));
                 }
                 if let Err(e) = q.post_recv(wr, io) {
@@ -798,40 +736,27 @@ impl QpOps for RxeQp {
             }
             None
         });
-        e.rq_unpolled += posted;
+        e.rq_posted = e.rq_posted.wrapping_add(posted);
         match refused {
             None => Ok(()),
             Some((index, err)) => Err(VerbsError::PostRecv {
                 index,
-                reason: transport_to_post(err, e),
+                reason: transport_to_post(err, &e, (unpolled.0, unpolled.1 + posted)),
             }),
         }
     }
 
     fn outstanding(&self) -> Outstanding {
-        let st = self.sh.lock();
-        st.qps
-            .get(self.h)
-            .map_or(Outstanding::default(), |e| Outstanding {
-                sends: e.sq_unpolled,
-                recvs: e.rq_unpolled,
-            })
+        let e = self.q.lock();
+        let (sends, recvs) = e.unpolled(&self.q.polled);
+        Outstanding { sends, recvs }
     }
 
     fn discard(&mut self) -> Outstanding {
-        let mut st = self.sh.lock();
-        let Some(e) = st.qps.get_mut(self.h) else {
-            return Outstanding::default();
-        };
+        let mut e = self.q.lock();
         e.discarded = true;
-        let d = Outstanding {
-            sends: std::mem::take(&mut e.sq_unpolled),
-            recvs: std::mem::take(&mut e.rq_unpolled),
-        };
-        let (s, r) = (e.send_cq, e.recv_cq);
-        st.purge_cq(s, self.qpn);
-        st.purge_cq(r, self.qpn);
-        d
+        let (sends, recvs) = e.discard(&self.q.polled);
+        Outstanding { sends, recvs }
     }
 }
 
@@ -921,7 +846,7 @@ impl Provider for RxeProvider {
     }
 
     fn alloc_pd(&self) -> Result<RxePd, VerbsError> {
-        let h = self.sh.lock().pds.insert(());
+        let h = self.sh.ctl().pds.insert(());
         Ok(RxePd {
             h,
             sh: Arc::clone(&self.sh),
@@ -946,12 +871,12 @@ impl Provider for RxeProvider {
                 "an empty region cannot be registered: register at least one byte",
             )));
         }
-        let mut st = self.sh.lock();
-        if st.pds.get(pd.h).is_none() {
+        if !Arc::ptr_eq(&pd.sh, &self.sh) || self.sh.ctl().pds.get(pd.h).is_none() {
             return Err(err(GONE));
         }
-        let keys = st
-            .keys
+        let keys = self
+            .sh
+            .keys_mut()
             .register(memory, 0, len as u64, PdHandle(pd.h), access)
             .map_err(|e| {
                 tracing::debug!(error = %e, "key table registration refused");
@@ -991,19 +916,18 @@ impl Provider for RxeProvider {
                     depth,
                     source: DeviceError::os(e as i32, "eventfd for the CQ (check ulimit -n)"),
                 })?;
-        let event = Arc::new(event);
-        let h = self.sh.lock().cqs.insert(CqState {
-            ring: VecDeque::with_capacity(depth as usize),
-            refs: 1,
+        let cq = Arc::new(CqShared {
+            ring: Mutex::new(CqRing {
+                entries: VecDeque::with_capacity(depth as usize),
+                qps: Slab::default(),
+                armed: false,
+            }),
             depth,
-            armed: false,
-            event: Arc::clone(&event),
-            overflows: 0,
+            event,
         });
         Ok((
             RxeCq {
-                h,
-                event,
+                cq,
                 sh: Arc::clone(&self.sh),
             },
             depth,
@@ -1020,25 +944,27 @@ impl Provider for RxeProvider {
         let err = |what| VerbsError::CreateQp {
             source: DeviceError::new(DeviceErrorKind::InvalidArgument, what),
         };
-        let mut st = self.sh.lock();
-        if st.pds.get(pd.h).is_none() {
+        let sh = &self.sh;
+        let ours = |o: &Arc<Shared>| Arc::ptr_eq(o, sh);
+        if !ours(&pd.sh) || !ours(&send_cq.sh) || !ours(&recv_cq.sh) {
             return Err(VerbsError::CreateQp { source: GONE });
         }
-        if st.cqs.get(send_cq.h).is_none() || st.cqs.get(recv_cq.h).is_none() {
+        let mut ctl = sh.ctl();
+        if ctl.pds.get(pd.h).is_none() {
             return Err(VerbsError::CreateQp { source: GONE });
         }
-        let range = self.sh.qpns;
-        let Some(n) = range.next_free(st.next_qpn, |n| st.by_qpn.contains_key(&n)) else {
+        let mut table = sh.qps.write().unwrap_or_else(|p| p.into_inner());
+        let range = sh.qpns;
+        let Some(n) = range.next_free(ctl.next_qpn, |n| table.contains_key(&n)) else {
             return Err(err(
                 "every QPN of this device's range is in use: destroy QPs first",
             ));
         };
-        st.next_qpn = range.after(n);
         let qpn = rnic_core::Qpn::from_wire(n);
-        let local_gid = self.sh.ports.first().map_or(Gid::ZERO, |p| p.gid);
+        let local_gid = sh.ports.first().map_or(Gid::ZERO, |p| p.gid);
         let qp = Qp::new(
             QpConfig::from_init(qpn, PdHandle(pd.h), init, local_gid)
-                .with_max_unacked_psns(self.sh.max_unacked_psns),
+                .with_max_unacked_psns(sh.max_unacked_psns),
         )
         .map_err(|e| match e {
             TransportError::UnsupportedQpType(_) => {
@@ -1046,35 +972,38 @@ impl Provider for RxeProvider {
             }
             _ => err("the transport refused the QP's capacities"),
         })?;
-        let h = st.qps.insert(QpEntry {
-            qp,
-            send_cq: send_cq.h,
-            recv_cq: recv_cq.h,
-            qp_type: init.qp_type,
-            caps: init.caps,
-            attr: QpAttr {
-                cap: init.caps,
-                ..QpAttr::default()
-            },
-            handle: 0,
-            sq_unpolled: 0,
-            rq_unpolled: 0,
-            discarded: false,
+        ctl.next_qpn = range.after(n);
+        let polled = Arc::new(Polled::default());
+        let send_slot = send_cq.cq.lock().qps.insert(Arc::clone(&polled));
+        let recv_slot = recv_cq.cq.lock().qps.insert(Arc::clone(&polled));
+        let q = Arc::new(QpShared {
+            qpn,
+            inner: Mutex::new(QpInner {
+                qp,
+                send_cq: Arc::clone(&send_cq.cq),
+                send_slot,
+                recv_cq: Arc::clone(&recv_cq.cq),
+                recv_slot,
+                qp_type: init.qp_type,
+                caps: init.caps,
+                attr: QpAttr {
+                    cap: init.caps,
+                    ..QpAttr::default()
+                },
+                sq_posted: 0,
+                rq_posted: 0,
+                discarded: false,
+                tx: Tx::new(&sh.send),
+                stats: Default::default(),
+            }),
+            deadline: AtomicU64::new(0),
+            polled,
         });
-        if let Some(e) = st.qps.get_mut(h) {
-            e.handle = h;
-        }
-        for c in [send_cq.h, recv_cq.h] {
-            if let Some(c) = st.cqs.get_mut(c) {
-                c.refs += 1;
-            }
-        }
-        st.by_qpn.insert(n, h);
+        table.insert(n, Arc::clone(&q));
         Ok((
             RxeQp {
-                h,
-                qpn,
-                sh: Arc::clone(&self.sh),
+                q,
+                sh: Arc::clone(sh),
             },
             QpInfo {
                 qpn,

@@ -98,6 +98,87 @@ pub struct DeviceStats {
     pub cq_overflows: u64,
 }
 
+impl DeviceStats {
+    /// Add `o`'s counters to these (the device's total is the receive
+    /// path's plus every QP's transmit side).
+    pub fn add(&mut self, o: &DeviceStats) {
+        let DeviceStats {
+            tx_packets,
+            tx_bytes,
+            tx_datagrams,
+            sendmmsg_calls,
+            acks_deferred,
+            acks_coalesced,
+            acks_bundled,
+            gso_sends,
+            gso_segments,
+            gso_fallbacks,
+            tx_errors,
+            tx_too_big,
+            tx_bad_sgid,
+            sport_fallbacks,
+            rx_datagrams,
+            recvmmsg_calls,
+            rx_packets,
+            rx_bytes,
+            gro_datagrams,
+            gro_segments,
+            rx_malformed,
+            icrc_ok,
+            icrc_ident_zero,
+            icrc_ident_gro,
+            icrc_ident_next,
+            icrc_ident_tap,
+            icrc_unverified,
+            icrc_recovered,
+            icrc_drops,
+            unknown_qpn,
+            foreign_qpn,
+            fault_drops,
+            fault_reordered,
+            cq_overflows,
+        } = *o;
+        for (a, b) in [
+            (&mut self.tx_packets, tx_packets),
+            (&mut self.tx_bytes, tx_bytes),
+            (&mut self.tx_datagrams, tx_datagrams),
+            (&mut self.sendmmsg_calls, sendmmsg_calls),
+            (&mut self.acks_deferred, acks_deferred),
+            (&mut self.acks_coalesced, acks_coalesced),
+            (&mut self.acks_bundled, acks_bundled),
+            (&mut self.gso_sends, gso_sends),
+            (&mut self.gso_segments, gso_segments),
+            (&mut self.gso_fallbacks, gso_fallbacks),
+            (&mut self.tx_errors, tx_errors),
+            (&mut self.tx_too_big, tx_too_big),
+            (&mut self.tx_bad_sgid, tx_bad_sgid),
+            (&mut self.sport_fallbacks, sport_fallbacks),
+            (&mut self.rx_datagrams, rx_datagrams),
+            (&mut self.recvmmsg_calls, recvmmsg_calls),
+            (&mut self.rx_packets, rx_packets),
+            (&mut self.rx_bytes, rx_bytes),
+            (&mut self.gro_datagrams, gro_datagrams),
+            (&mut self.gro_segments, gro_segments),
+            (&mut self.rx_malformed, rx_malformed),
+            (&mut self.icrc_ok, icrc_ok),
+            (&mut self.icrc_ident_zero, icrc_ident_zero),
+            (&mut self.icrc_ident_gro, icrc_ident_gro),
+            (&mut self.icrc_ident_next, icrc_ident_next),
+            (&mut self.icrc_ident_tap, icrc_ident_tap),
+            (&mut self.icrc_unverified, icrc_unverified),
+            (&mut self.icrc_recovered, icrc_recovered),
+            (&mut self.icrc_drops, icrc_drops),
+            (&mut self.unknown_qpn, unknown_qpn),
+            (&mut self.foreign_qpn, foreign_qpn),
+            (&mut self.fault_drops, fault_drops),
+            (&mut self.fault_reordered, fault_reordered),
+            (&mut self.cq_overflows, cq_overflows),
+        ] {
+            *a += b;
+        }
+    }
+}
+
 /// A device's counters and those of each live QP.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RxeStats {

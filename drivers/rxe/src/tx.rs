@@ -41,6 +41,8 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rnic_core::{Gid, QpType, Qpn};
 use rnic_roce::transport::{PacketDest, PacketSink};
@@ -117,9 +119,63 @@ fn plain_ack(pkt: &[u8]) -> Option<([u8; 3], u32)> {
 
 /// A socket that sends from one (address, UDP source port).
 #[derive(Debug)]
-struct SendSock {
+pub struct SendSock {
     sock: UdpSocket,
     port: u16,
+}
+
+/// A socket's key: (port index, source port, (traffic class, hop limit)).
+type SockKey = (usize, u16, (u8, u8));
+
+/// What every QP's transmit side shares: the send sockets (opened on first
+/// use by whichever QP needs one, then cached by each QP) and whether the
+/// kernel takes GSO. Touched on a QP's first packet to a new (source port,
+/// class) and when GSO is refused, never per packet.
+#[derive(Debug)]
+pub struct SendSockets {
+    socks: Mutex<FxHashMap<SockKey, Arc<SendSock>>>,
+    /// The kernel takes `UDP_SEGMENT` (cleared on the first refusal).
+    pub gso: AtomicBool,
+    /// Send from rxe's per-QP UDP source ports (else from the listening port).
+    pub per_qp_sport: bool,
+}
+
+impl SendSockets {
+    /// No sockets yet.
+    pub fn new(gso: bool, per_qp_sport: bool) -> SendSockets {
+        SendSockets {
+            socks: Mutex::new(FxHashMap::default()),
+            gso: AtomicBool::new(gso),
+            per_qp_sport,
+        }
+    }
+
+    /// The socket sending from (`ports[port]`, `sport`, `tos`), opened on
+    /// first use. When the source port cannot be bound (taken by someone
+    /// else) the listening socket sends instead, from the RoCE port.
+    fn get(&self, ports: &[Port], key: SockKey, stats: &mut DeviceStats) -> Option<Arc<SendSock>> {
+        let mut socks = self.socks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = socks.get(&key) {
+            return Some(Arc::clone(s));
+        }
+        let (port, want, tos) = key;
+        let p = ports.get(port)?;
+        let sock = if want == 0 {
+            p.sock.try_clone().ok()
+        } else {
+            match p.bind_sender(want, tos.0, tos.1) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    stats.sport_fallbacks += 1;
+                    p.sock.try_clone().ok()
+                }
+            }
+        }?;
+        let local = sock.local_addr().ok()?.port();
+        let s = Arc::new(SendSock { sock, port: local });
+        socks.insert(key, Arc::clone(&s));
+        Some(s)
+    }
 }
 
 /// One queued datagram or GSO group.
@@ -140,16 +196,19 @@ struct Group {
     open: bool,
 }
 
-/// The sending state of a device (under the device lock).
+/// The sending state of one QP (under the QP's lock): its packets since
+/// the last flush and the sockets it has sent from.
 #[derive(Debug)]
 pub struct Tx {
+    /// Grown on demand up to [`ARENA`] (a QP that never sends holds none).
     arena: Vec<u8>,
     used: usize,
     groups: Vec<Group>,
-    socks: Vec<SendSock>,
+    socks: Vec<Arc<SendSock>>,
     /// (port, source port, (traffic class, hop limit)) → socket.
-    by_port: FxHashMap<(usize, u16, (u8, u8)), usize>,
-    /// The kernel takes `UDP_SEGMENT`.
+    by_port: FxHashMap<SockKey, usize>,
+    /// The kernel takes `UDP_SEGMENT` (this QP's copy of
+    /// [`SendSockets::gso`]).
     pub gso: bool,
     /// Send from rxe's per-QP UDP source ports (else from the listening port).
     pub per_qp_sport: bool,
@@ -169,16 +228,16 @@ pub struct TxCtx {
 }
 
 impl Tx {
-    /// An empty transmit state.
-    pub fn new(gso: bool, per_qp_sport: bool) -> Tx {
+    /// An empty transmit state, sending through `shared`'s sockets.
+    pub fn new(shared: &SendSockets) -> Tx {
         Tx {
-            arena: vec![0; ARENA],
+            arena: Vec::new(),
             used: 0,
-            groups: Vec::with_capacity(MAX_MSGS),
+            groups: Vec::new(),
             socks: Vec::new(),
             by_port: FxHashMap::default(),
-            gso,
-            per_qp_sport,
+            gso: shared.gso.load(Ordering::Relaxed),
+            per_qp_sport: shared.per_qp_sport,
             only_acks: true,
             last_ack: None,
         }
@@ -194,51 +253,50 @@ impl Tx {
         self.only_acks && !self.groups.is_empty()
     }
 
-    /// The socket sending from (`ports[port]`, `sport`), opened on first use.
-    /// When the source port cannot be bound (taken by someone else) the
-    /// listening socket sends instead, from the RoCE port. A per-QP socket
-    /// sends with the address vector's traffic class and hop limit (`tos`),
-    /// as kernel rxe's IP headers carry them; the listening socket (no
-    /// per-QP ports, or the fallback) sends with the system's defaults.
+    /// The socket sending from (`ports[port]`, `sport`): this QP's cached
+    /// one, else the device's ([`SendSockets::get`]). A per-QP socket sends
+    /// with the address vector's traffic class and hop limit (`tos`), as
+    /// kernel rxe's IP headers carry them; the listening socket (no per-QP
+    /// ports, or the fallback) sends with the system's defaults.
     fn sock_for(
         &mut self,
+        shared: &SendSockets,
         ports: &[Port],
         port: usize,
         sport: u16,
         tos: (u8, u8),
         stats: &mut DeviceStats,
     ) -> Option<usize> {
-        let (want, tos) = if self.per_qp_sport {
-            (sport, tos)
+        let key = if self.per_qp_sport {
+            (port, sport, tos)
         } else {
-            (0, (0, 0))
+            (port, 0, (0, 0))
         };
-        if let Some(&i) = self.by_port.get(&(port, want, tos)) {
+        if let Some(&i) = self.by_port.get(&key) {
             return Some(i);
         }
-        let p = ports.get(port)?;
-        let sock = if want == 0 {
-            p.sock.try_clone().ok()
-        } else {
-            match p.bind_sender(want, tos.0, tos.1) {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    stats.sport_fallbacks += 1;
-                    p.sock.try_clone().ok()
-                }
-            }
-        }?;
-        let local = sock.local_addr().ok()?.port();
-        self.socks.push(SendSock { sock, port: local });
+        let s = shared.get(ports, key, stats)?;
+        self.socks.push(s);
         let i = self.socks.len() - 1;
-        self.by_port.insert((port, want, tos), i);
+        self.by_port.insert(key, i);
         Some(i)
+    }
+
+    /// Make room for `len` more bytes at `used` (the arena grows by
+    /// doubling up to [`ARENA`]: no allocation per packet once warm).
+    fn reserve(&mut self, len: usize) {
+        let need = self.used + len;
+        if need > self.arena.len() {
+            let grown = (self.arena.len() * 2).clamp(16 * 1024, ARENA).max(need);
+            self.arena.resize(grown, 0);
+        }
     }
 
     /// The engine's sink for packets of `ctx` (flushes to `ports` when the
     /// arena fills).
     pub fn sink<'a>(
         &'a mut self,
+        shared: &'a SendSockets,
         ports: &'a [Port],
         roce_port: u16,
         stats: &'a mut DeviceStats,
@@ -246,6 +304,7 @@ impl Tx {
     ) -> Sink<'a> {
         Sink {
             tx: self,
+            shared,
             ports,
             roce_port,
             stats,
@@ -280,7 +339,10 @@ impl Tx {
 
     /// Send everything queued. Errors are counted, never returned: a lost
     /// packet is the transport's to retransmit.
-    pub fn flush(&mut self, stats: &mut DeviceStats) {
+    pub fn flush(&mut self, shared: &SendSockets, stats: &mut DeviceStats) {
+        if self.groups.is_empty() {
+            return;
+        }
         self.fill_icrcs(stats);
         let mut at = 0;
         while at < self.groups.len() {
@@ -322,6 +384,7 @@ impl Tx {
                         // The kernel refused GSO: turn it off and send this
                         // group's packets one by one (identification 0 each).
                         self.gso = false;
+                        shared.gso.store(false, Ordering::Relaxed);
                         stats.gso_fallbacks += 1;
                         self.split_group(at);
                         continue;
@@ -413,6 +476,7 @@ fn fill_icrc(src: IpAddr, dst: SocketAddr, sport: u16, ip_id: u16, pkt: &mut [u8
 #[derive(Debug)]
 pub struct Sink<'a> {
     tx: &'a mut Tx,
+    shared: &'a SendSockets,
     ports: &'a [Port],
     roce_port: u16,
     stats: &'a mut DeviceStats,
@@ -504,8 +568,9 @@ impl PacketSink for Sink<'_> {
             return None;
         }
         if self.tx.used + len > ARENA || self.tx.groups.len() >= MAX_MSGS {
-            self.tx.flush(self.stats);
+            self.tx.flush(self.shared, self.stats);
         }
+        self.tx.reserve(len);
         let start = self.tx.used;
         self.tx.arena.get_mut(start..start + len)
     }
@@ -521,7 +586,10 @@ impl PacketSink for Sink<'_> {
             (None, _) => rc_udp_sport(self.ctx.qpn, dest.qpn),
         };
         let tos = (dest.av.traffic_class, dest.av.hop_limit);
-        let Some(sock) = self.tx.sock_for(self.ports, port, sport, tos, self.stats) else {
+        let Some(sock) = self
+            .tx
+            .sock_for(self.shared, self.ports, port, sport, tos, self.stats)
+        else {
             self.stats.tx_errors += 1;
             return;
         };
