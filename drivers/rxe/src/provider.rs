@@ -518,10 +518,17 @@ impl CqOps for RxeCq {
             sh.flush_deferred();
             return Ok(n);
         }
-        // Empty: make progress, unless another thread is in a round.
-        if let Some(mut rx) = sh.try_rx() {
-            rx.progress(sh, 256, sh.progress == Progress::Caller);
+        // Empty: make progress, unless another thread is in a round (then
+        // the next poll sees what it delivers). A round that received
+        // nothing completed nothing either but a timer's error completion,
+        // which the next poll returns.
+        let Some(mut rx) = sh.try_rx() else {
+            return Ok(0);
+        };
+        if rx.progress(sh, 256, sh.progress == Progress::Caller) == 0 {
+            return Ok(0);
         }
+        drop(rx);
         Ok(self.cq.poll_into(wcs))
     }
 
