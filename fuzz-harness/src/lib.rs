@@ -34,6 +34,13 @@
 //!   position, none is overwritten unconsumed, an error CQE leaves the QP in
 //!   ERR, memory no MKey grants never changes.
 //!
+//! - [`rxe::rx`]: a live rnic-rxe device (caller-driven, no sockets read)
+//!   fed hostile datagrams through the receive path's own delivery function
+//!   (ICRC check, QPN lookup, the per-QP engine, memory keys, CQ writes).
+//!   No canary byte around the regions and no byte of a region without
+//!   remote-write rights changes; every completion names a posted WR, once,
+//!   with a known status; afterwards an honest WRITE and SEND still land.
+//!
 //! The cargo-fuzz targets in `fuzz/` call these functions; the tests of
 //! this crate replay the committed seed corpus (`fuzz/corpus/<target>/`)
 //! and a deterministic batch of pseudo-random inputs through them, so every
@@ -42,6 +49,7 @@
 
 pub mod engine;
 pub mod mlx5;
+pub mod rxe;
 pub mod wire;
 
 /// Reads an input front to back; past the end every read is zero, so any

@@ -58,6 +58,16 @@ fn responder_corpus_and_random_inputs() {
     random_inputs(2, 600, 600, engine::responder);
 }
 
+/// The rxe receive path: the seeds (valid packets of every kind) and random
+/// inputs; the valid seeds do what they say (bytes land where the keys let
+/// them, receives complete).
+#[test]
+fn rxe_rx_corpus_and_random_inputs() {
+    assert!(replay("rxe_rx", crate::rxe::rx) >= 15);
+    random_inputs(4, 200, 800, crate::rxe::rx);
+    crate::rxe::check_seed_effects();
+}
+
 #[test]
 fn requester_corpus_and_random_inputs() {
     assert!(replay("requester", engine::requester) >= 3);
@@ -274,6 +284,7 @@ fn write_seed_corpus() {
         ("mlx5_firmware", firmware::seeds()),
         ("mlx5_wqe", wqe::seeds()),
         ("mlx5_cqe", cqe::seeds()),
+        ("rxe_rx", crate::rxe::rxe_rx_seeds()),
     ] {
         let dir = corpus(target);
         std::fs::create_dir_all(&dir).expect("mkdir");

@@ -288,9 +288,9 @@ impl QpInner {
 /// when GRO is on.
 #[derive(Debug)]
 pub struct Rx {
-    arena: Vec<u8>,
-    slot: usize,
-    msgs: [RxMsg; BATCH],
+    pub(crate) arena: Vec<u8>,
+    pub(crate) slot: usize,
+    pub(crate) msgs: [RxMsg; BATCH],
     /// Datagrams the next `recvmmsg` asks for: twice what the last one got,
     /// between 1 and [`BATCH`]. An idle or ping-pong socket asks for one or
     /// two: `recvmmsg` tries for more after the first until the socket is
@@ -316,7 +316,7 @@ impl Rx {
 /// of progress holds it; posting and polling never touch it.
 #[derive(Debug)]
 pub struct RxState {
-    rx: Rx,
+    pub(crate) rx: Rx,
     /// Receive-path counters.
     pub stats: DeviceStats,
     /// The last IPv4 identification received, and from whom.
@@ -607,7 +607,14 @@ impl RxState {
     }
 
     /// Hand datagram `i` of the receive batch (from port `pi`) to its QP(s).
-    fn deliver(&mut self, sh: &Shared, table: &QpTable, pi: usize, i: usize, now: Instant) {
+    pub(crate) fn deliver(
+        &mut self,
+        sh: &Shared,
+        table: &QpTable,
+        pi: usize,
+        i: usize,
+        now: Instant,
+    ) {
         let RxState {
             rx,
             stats,

@@ -76,6 +76,8 @@ mod bpf;
 mod device;
 mod error;
 mod fault;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gid;
 mod ident;
 mod mem;

@@ -157,7 +157,7 @@ pub fn ident_recovery_from_env() -> bool {
 /// (and [`RxeDevice::context`] through `dyn`); stops its thread when dropped.
 #[derive(Debug)]
 pub struct RxeProvider {
-    sh: Arc<Shared>,
+    pub(crate) sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -176,7 +176,7 @@ impl Drop for RxeProvider {
 /// verbs entry point.
 #[derive(Debug, Clone)]
 pub struct RxeDevice {
-    inner: Arc<RxeProvider>,
+    pub(crate) inner: Arc<RxeProvider>,
 }
 
 impl RxeDevice {
