@@ -36,6 +36,8 @@ pub(crate) enum Call {
     PostSend(Qpn, Vec<(u64, bool)>),
     /// The `wr_id` of each request accepted.
     PostRecv(Qpn, Vec<u64>),
+    /// An address vector checked and resolved (`create_ah`).
+    CreateAh,
 }
 
 impl Call {
@@ -70,6 +72,18 @@ struct State {
     refuse_send_after: Option<usize>,
     refuse_recv_after: Option<usize>,
     auto_complete: bool,
+    /// Address vectors checked (`create_ah`, and nowhere else).
+    av_checks: u32,
+    /// UD sends posted, each through the handle's resolved destination.
+    ud_sent: Vec<(u64, crate::wr::UdDest)>,
+}
+
+/// What the fake's `create_ah` resolved: the checked vector and the device
+/// that checked it.
+#[derive(Debug)]
+pub(crate) struct FakeAh {
+    dev: Shared,
+    av: AddressVector,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -140,6 +154,16 @@ impl FakeProvider {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Address vectors checked so far.
+    pub(crate) fn av_checks(&self) -> u32 {
+        self.lock().av_checks
+    }
+
+    /// UD sends accepted: `wr_id` and the destination used.
+    pub(crate) fn ud_sent(&self) -> Vec<(u64, crate::wr::UdDest)> {
+        self.lock().ud_sent.clone()
     }
 
     pub(crate) fn calls(&self) -> Vec<Call> {
@@ -387,6 +411,7 @@ impl QpOps for FakeQp {
             });
         }
         let mut accepted = Vec::new();
+        let mut ud_sent = Vec::new();
         let mut stop = None;
         for (i, wr) in wrs.iter().enumerate() {
             if refuse_after == Some(i) {
@@ -397,11 +422,31 @@ impl QpOps for FakeQp {
                 stop = Some((i, PostError::InvalidWr(e)));
                 break;
             }
+            // The handle's own resolution, no second check of the vector;
+            // a handle of another device is refused.
+            let ud = match &wr.ud {
+                None => None,
+                Some(d) => match d.ah.driver::<FakeAh>() {
+                    Some(ah) if Arc::ptr_eq(&ah.dev, &self.state) => Some(crate::wr::UdDest {
+                        av: ah.av,
+                        remote_qpn: d.remote_qpn,
+                        remote_qkey: d.remote_qkey,
+                    }),
+                    _ => {
+                        stop = Some((i, PostError::ForeignAddressHandle));
+                        break;
+                    }
+                },
+            };
             let signaled = wr.is_signaled(q.sig_all);
             q.sq.push_back((wr.wr_id, signaled));
             q.sq_outstanding += 1;
             accepted.push((wr.wr_id, signaled));
+            if let Some(dest) = ud {
+                ud_sent.push((wr.wr_id, dest));
+            }
         }
+        s.ud_sent.append(&mut ud_sent);
         if auto {
             for &(wr_id, _) in accepted.iter().filter(|w| w.1) {
                 s.complete_send(qpn, wr_id, WcStatus::Success);
@@ -483,7 +528,7 @@ impl Provider for FakeProvider {
     type Mr = FakeMr;
     type Cq = FakeCq;
     type Qp = FakeQp;
-    type Ah = ();
+    type Ah = FakeAh;
 
     fn backend(&self) -> &'static str {
         "fake"
@@ -599,7 +644,23 @@ impl Provider for FakeProvider {
         ))
     }
 
-    fn create_ah(&self, _pd: &FakePd, _av: &AddressVector) -> Result<(), VerbsError> {
-        Ok(())
+    fn create_ah(&self, _pd: &FakePd, av: &AddressVector) -> Result<FakeAh, VerbsError> {
+        let mut s = self.lock();
+        s.av_checks += 1;
+        s.calls.push(Call::CreateAh);
+        // The fake's table has one source GID.
+        if av.sgid_index != 0 {
+            return Err(VerbsError::AddressVector {
+                dgid: av.dgid,
+                source: crate::provider::AvError::NoSuchSgid {
+                    index: av.sgid_index,
+                    table_len: 1,
+                },
+            });
+        }
+        Ok(FakeAh {
+            dev: Arc::clone(&self.state),
+            av: *av,
+        })
     }
 }

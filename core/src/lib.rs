@@ -123,6 +123,6 @@ pub use queue_pair::{InitParams, QueuePair, RtrParams, RtsParams};
 pub use types::{Gid, Iova, Lkey, Mtu, Psn, Qpn, Rkey};
 pub use verbs::{AddressHandle, Context, MemoryRegion, ProtectionDomain};
 pub use wr::{
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    WrError,
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, UdDestination, UdSend, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, WrError,
 };

@@ -352,6 +352,14 @@ pub enum PostError {
     /// have refused).
     #[error("the UD destination cannot be used: {0}")]
     AddressVector(#[source] AvError),
+    /// A UD send names an address handle another device (or no device:
+    /// `AddressHandle::unchecked`) created; nothing from the request on was
+    /// posted.
+    #[error(
+        "the UD send's address handle was not created on this device: create it with \
+         create_ah on a protection domain of the QP's device"
+    )]
+    ForeignAddressHandle,
     /// The device refused the request.
     #[error("the device refused it: {0}")]
     Device(#[source] DeviceError),

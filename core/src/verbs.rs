@@ -201,8 +201,9 @@ impl<P: Provider> ProtectionDomain<P> {
         QueuePair::create(self, send_cq, recv_cq, init)
     }
 
-    /// Resolve `av` once, for UD sends (`UdDest { ah, .. }`): the driver
-    /// checks the source GID and the route here instead of per request.
+    /// Resolve `av` once, for UD sends ([`crate::SendWr::ud_send`]): the driver
+    /// checks the source GID and the route here instead of per request, and
+    /// keeps what it resolved in the handle for its post path.
     pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle, VerbsError> {
         if av.flow_label > AddressVector::MAX_FLOW_LABEL {
             return Err(VerbsError::AddressVector {
@@ -268,9 +269,13 @@ impl AddressHandle {
 
     /// The destination of a UD send to QP `remote_qpn` (Q_Key `remote_qkey`)
     /// at this address.
-    pub fn ud_dest(&self, remote_qpn: crate::types::Qpn, remote_qkey: u32) -> crate::wr::UdDest {
-        crate::wr::UdDest {
-            av: self.av,
+    pub fn ud_dest(
+        &self,
+        remote_qpn: crate::types::Qpn,
+        remote_qkey: u32,
+    ) -> crate::wr::UdSend<'_> {
+        crate::wr::UdSend {
+            ah: self,
             remote_qpn,
             remote_qkey,
         }

@@ -816,10 +816,9 @@ fn the_dyn_path_reaches_the_same_driver() {
     let ah = pd
         .create_ah(&crate::qp::AddressVector::new(Gid::ZERO))
         .expect("ah");
-    assert_eq!(ah.driver::<()>(), Some(&()));
+    assert!(ah.driver::<crate::fake_provider::FakeAh>().is_some());
     let sge = [mr.whole()];
-    let dest = ah.ud_dest(Qpn::from_wire(2), 1);
-    qp.post_send(&[SendWr::send(1, &sge).signaled().to_ud(dest)])
+    qp.post_send(&[SendWr::ud_send(1, &sge, &ah, Qpn::from_wire(2), 1).signaled()])
         .expect("post");
     fake.complete_send(qp.qpn(), 1, WcStatus::Success);
     let mut wcs = [WorkCompletion::default(); 2];
@@ -874,4 +873,108 @@ fn objects_are_send_and_sync() {
     send::<crate::cq::CompletionQueue>();
     send::<std::sync::Mutex<CompletionQueue>>();
     check::<std::sync::Mutex<CompletionQueue>>();
+}
+
+/// A UD QP in RTS on `fake`, with a registered region.
+fn ud_rig(
+    ctx: &Context,
+) -> (
+    ProtectionDomain,
+    CompletionQueue,
+    crate::verbs::MemoryRegion<FakeProvider>,
+    QueuePair,
+) {
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx.create_cq(8).expect("cq");
+    let mr = pd
+        .reg_mr(Arc::new(HeapMemory::new(64)), AccessFlags::LOCAL_WRITE)
+        .expect("mr");
+    let mut qp = pd
+        .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Ud, CAPS))
+        .expect("qp");
+    bring_up(&mut qp);
+    (pd, cq, mr, qp)
+}
+
+#[test]
+fn ud_sends_use_the_handle_checked_once_at_create_ah() {
+    let fake = FakeProvider::new();
+    let ctx = Context::new(fake.clone());
+    let (pd, _cq, mr, mut qp) = ud_rig(&ctx);
+    let mut av = crate::qp::AddressVector::new(Gid::from_ipv4([10, 0, 0, 2].into()));
+    av.hop_limit = 7;
+    // A vector the device cannot use is refused at create_ah, typed.
+    let bad = crate::qp::AddressVector {
+        sgid_index: 4,
+        ..av
+    };
+    assert!(matches!(
+        pd.create_ah(&bad),
+        Err(VerbsError::AddressVector {
+            source: crate::provider::AvError::NoSuchSgid { index: 4, .. },
+            ..
+        })
+    ));
+    let ah = pd.create_ah(&av).expect("ah");
+    assert_eq!(fake.av_checks(), 2);
+    let sge = [mr.whole()];
+    let wrs: Vec<SendWr<'_>> = (0..5)
+        .map(|i| SendWr::ud_send(i, &sge, &ah, Qpn::from_wire(0x40 + i as u32), 0x1111))
+        .collect();
+    qp.post_send(&wrs).expect("post");
+    qp.post_send(&wrs[..1]).expect("post");
+    // Six sends, no check of the vector after create_ah's.
+    assert_eq!(fake.av_checks(), 2);
+    let sent = fake.ud_sent();
+    assert_eq!(sent.len(), 6);
+    for (i, (wr_id, dest)) in sent.iter().take(5).enumerate() {
+        assert_eq!(*wr_id, i as u64);
+        assert_eq!(dest.av, av);
+        assert_eq!(dest.remote_qpn, Qpn::from_wire(0x40 + i as u32));
+        assert_eq!(dest.remote_qkey, 0x1111);
+    }
+}
+
+#[test]
+fn an_address_handle_of_another_device_is_refused_and_nothing_sent() {
+    let fake = FakeProvider::new();
+    let ctx = Context::new(fake.clone());
+    let (_pd, _cq, mr, mut qp) = ud_rig(&ctx);
+    // Same driver type, another device.
+    let other = FakeProvider::new();
+    let other_ctx = Context::new(other.clone());
+    let other_pd = other_ctx.alloc_pd().expect("pd");
+    let foreign = other_pd
+        .create_ah(&crate::qp::AddressVector::new(Gid::ZERO))
+        .expect("ah");
+    let sge = [mr.whole()];
+    let before = fake.calls().len();
+    let err = qp
+        .post_send(&[SendWr::ud_send(1, &sge, &foreign, Qpn::from_wire(2), 1).signaled()])
+        .expect_err("a foreign handle");
+    assert_eq!(
+        err,
+        VerbsError::PostSend {
+            index: 0,
+            reason: PostError::ForeignAddressHandle
+        }
+    );
+    // A handle no driver resolved is refused the same way.
+    let unchecked =
+        crate::verbs::AddressHandle::unchecked(crate::qp::AddressVector::new(Gid::ZERO));
+    assert!(matches!(
+        qp.post_send(&[SendWr::ud_send(2, &sge, &unchecked, Qpn::from_wire(2), 1)]),
+        Err(VerbsError::PostSend {
+            index: 0,
+            reason: PostError::ForeignAddressHandle
+        })
+    ));
+    assert!(fake.ud_sent().is_empty());
+    assert!(
+        fake.calls()[before..]
+            .iter()
+            .all(|c| matches!(c, Call::PostSend(_, w) if w.is_empty())),
+        "nothing accepted"
+    );
+    assert_eq!(qp.outstanding_sends(), 0);
 }

@@ -19,6 +19,7 @@ use thiserror::Error;
 
 use crate::qp::{AddressVector, QpCaps, QpType};
 use crate::types::{Lkey, Qpn, Rkey};
+use crate::verbs::AddressHandle;
 
 /// The largest message a work request may describe: 2^31 bytes (what rxe
 /// and ConnectX report as `max_msg_sz`).
@@ -228,9 +229,10 @@ impl SendOp {
     }
 }
 
-/// Where a UD send goes: the peer's address, QPN and Q_Key. Build it from
-/// an address handle ([`crate::AddressHandle::ud_dest`]), which the driver resolved
-/// and checked once when it was created.
+/// Where a UD send goes, by value: the peer's address, QPN and Q_Key. This is
+/// the form a sans-IO engine takes (`rnic-roce`'s queue pairs, the emulated
+/// HCA decoding a WQE's datagram segment). Verbs users name an address handle
+/// instead ([`UdSend`], [`SendWr::ud_send`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UdDest {
     /// Address vector of the peer.
@@ -241,10 +243,51 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
-/// A send work request (`struct ibv_send_wr` without the list link): the
-/// batch is a slice instead.
+/// Where a UD send posted through the verbs API goes: an address handle the
+/// driver resolved and checked once, at [`crate::ProtectionDomain::create_ah`],
+/// and the peer's QPN and Q_Key. The request borrows the handle, so the handle
+/// outlives the post call; drivers copy what they need out of it at post time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SendWr<'a> {
+pub struct UdSend<'a> {
+    /// The resolved address of the peer.
+    pub ah: &'a AddressHandle,
+    /// The peer's QPN.
+    pub remote_qpn: Qpn,
+    /// The peer's Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A UD destination a queue's post path can read: [`UdSend`] (through an
+/// address handle) or [`UdDest`] (by value, for engines).
+pub trait UdDestination: Copy + fmt::Debug {
+    /// The destination by value.
+    fn ud_dest(&self) -> UdDest;
+}
+
+impl UdDestination for UdDest {
+    #[inline]
+    fn ud_dest(&self) -> UdDest {
+        *self
+    }
+}
+
+impl UdDestination for UdSend<'_> {
+    #[inline]
+    fn ud_dest(&self) -> UdDest {
+        UdDest {
+            av: *self.ah.av(),
+            remote_qpn: self.remote_qpn,
+            remote_qkey: self.remote_qkey,
+        }
+    }
+}
+
+/// A send work request (`struct ibv_send_wr` without the list link): the
+/// batch is a slice instead. `D` is the form of the UD destination: an
+/// address handle ([`UdSend`]) through the verbs API, the destination by
+/// value ([`UdDest`]) inside sans-IO engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SendWr<'a, D = UdSend<'a>> {
     /// Returned in the work completion.
     pub wr_id: u64,
     /// The operation and its operands.
@@ -255,7 +298,48 @@ pub struct SendWr<'a> {
     /// Signaling, fencing, solicited and inline flags.
     pub flags: SendFlags,
     /// Destination of a UD send; `None` on connected QPs.
-    pub ud: Option<UdDest>,
+    pub ud: Option<D>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A UD send of `sg_list` to QP `remote_qpn` (Q_Key `remote_qkey`) at the
+    /// address `ah` resolved. The request borrows the handle, so the handle
+    /// cannot be dropped while a request names it:
+    ///
+    /// ```compile_fail
+    /// use rnic_core::{AddressHandle, AddressVector, Gid, Qpn, SendWr};
+    /// let wr = {
+    ///     let ah = AddressHandle::unchecked(AddressVector::new(Gid::ZERO));
+    ///     SendWr::ud_send(1, &[], &ah, Qpn::from_wire(2), 1)
+    /// }; // `ah` dropped here while borrowed
+    /// assert!(wr.ud.is_some());
+    /// ```
+    ///
+    /// ```
+    /// use rnic_core::{AddressHandle, AddressVector, Gid, Qpn, SendWr};
+    /// let ah = AddressHandle::unchecked(AddressVector::new(Gid::ZERO));
+    /// let wr = SendWr::ud_send(1, &[], &ah, Qpn::from_wire(2), 1).signaled();
+    /// assert_eq!(wr.ud.map(|d| d.remote_qpn), Some(Qpn::from_wire(2)));
+    /// ```
+    pub const fn ud_send(
+        wr_id: u64,
+        sg_list: &'a [Sge],
+        ah: &'a AddressHandle,
+        remote_qpn: Qpn,
+        remote_qkey: u32,
+    ) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            op: SendOp::Send,
+            sg_list,
+            flags: SendFlags::empty(),
+            ud: Some(UdSend {
+                ah,
+                remote_qpn,
+                remote_qkey,
+            }),
+        }
+    }
 }
 
 impl<'a> SendWr<'a> {
@@ -358,31 +442,40 @@ impl<'a> SendWr<'a> {
             result,
         )
     }
+}
 
+impl<'a, D> SendWr<'a, D> {
     /// The same request with `SIGNALED` added.
     #[must_use]
-    pub const fn signaled(self) -> SendWr<'a> {
+    pub const fn signaled(self) -> SendWr<'a, D> {
         self.with_flags(SendFlags::SIGNALED)
     }
 
     /// The same request with `INLINE` added.
     #[must_use]
-    pub const fn inline(self) -> SendWr<'a> {
+    pub const fn inline(self) -> SendWr<'a, D> {
         self.with_flags(SendFlags::INLINE)
     }
 
     /// The same request with `flags` added.
     #[must_use]
-    pub const fn with_flags(mut self, flags: SendFlags) -> SendWr<'a> {
+    pub const fn with_flags(mut self, flags: SendFlags) -> SendWr<'a, D> {
         self.flags = self.flags.union(flags);
         self
     }
 
-    /// The same request addressed to a UD peer.
+    /// The same request addressed to a UD peer: through an address handle
+    /// ([`crate::AddressHandle::ud_dest`]) for the verbs API, or by value
+    /// ([`UdDest`]) for an engine.
     #[must_use]
-    pub const fn to_ud(mut self, dest: UdDest) -> SendWr<'a> {
-        self.ud = Some(dest);
-        self
+    pub fn to_ud<E>(self, dest: E) -> SendWr<'a, E> {
+        SendWr {
+            wr_id: self.wr_id,
+            op: self.op,
+            sg_list: self.sg_list,
+            flags: self.flags,
+            ud: Some(dest),
+        }
     }
 
     /// Total bytes of the scatter/gather list.
@@ -404,9 +497,8 @@ impl<'a> SendWr<'a> {
         }
         match (qp_type, &self.ud) {
             (QpType::Ud, None) => return Err(WrError::MissingUdDest),
-            (QpType::Ud, Some(dest)) => dest.av.validate().map_err(|_| WrError::UdFlowLabel {
-                value: dest.av.flow_label,
-            })?,
+            // The address handle's vector was checked by `create_ah`.
+            (QpType::Ud, Some(_)) => {}
             (_, Some(_)) => return Err(WrError::UdDestOnConnectedQp { qp_type }),
             (_, None) => {}
         }
@@ -500,7 +592,9 @@ pub enum WrError {
         qp_type: QpType,
     },
     /// A UD send without a destination.
-    #[error("a UD send needs a destination: address it with SendWr::to_ud")]
+    #[error(
+        "a UD send needs a destination: build it with SendWr::ud_send (an address handle from create_ah)"
+    )]
     MissingUdDest,
     /// A UD destination on a connected QP.
     #[error(
@@ -509,12 +603,6 @@ pub enum WrError {
     UdDestOnConnectedQp {
         /// The QP type.
         qp_type: QpType,
-    },
-    /// A UD destination whose flow label does not fit 20 bits.
-    #[error("UD destination flow label {value:#x} does not fit 20 bits (max 0xfffff)")]
-    UdFlowLabel {
-        /// The refused flow label.
-        value: u32,
     },
     /// More SGEs than the QP was created for.
     #[error(
@@ -927,11 +1015,12 @@ mod tests {
     #[test]
     fn ops_per_qp_type() {
         let one = [sge(8)];
+        let ah = AddressHandle::unchecked(AddressVector::new(Gid::ZERO));
         for op in all_ops() {
             for qp_type in QpType::ALL {
                 let mut wr = SendWr::new(1, op, &one);
                 if qp_type == QpType::Ud {
-                    wr = wr.to_ud(ud_dest());
+                    wr = wr.to_ud(ah.ud_dest(Qpn::from_wire(0x12), 1));
                 }
                 let expect_ok = match qp_type {
                     QpType::Rc => true,
@@ -963,26 +1052,22 @@ mod tests {
     #[test]
     fn ud_destination_rules() {
         let one = [sge(8)];
+        let ah = AddressHandle::unchecked(AddressVector::new(Gid::ZERO));
         assert_eq!(
             SendWr::send(1, &one).validate(QpType::Ud, &CAPS),
             Err(WrError::MissingUdDest)
         );
         assert_eq!(
             SendWr::send(1, &one)
-                .to_ud(ud_dest())
+                .to_ud(ah.ud_dest(Qpn::from_wire(0x12), 1))
                 .validate(QpType::Rc, &CAPS),
             Err(WrError::UdDestOnConnectedQp {
                 qp_type: QpType::Rc
             })
         );
-        let mut dest = ud_dest();
-        dest.av.flow_label = 0x20_0000;
-        assert_eq!(
-            SendWr::send(1, &one)
-                .to_ud(dest)
-                .validate(QpType::Ud, &CAPS),
-            Err(WrError::UdFlowLabel { value: 0x20_0000 })
-        );
+        let wr = SendWr::ud_send(1, &one, &ah, Qpn::from_wire(0x12), 0x1111_1111);
+        assert_eq!(wr.validate(QpType::Ud, &CAPS), Ok(()));
+        assert_eq!(wr.ud.map(|d| d.ud_dest()), Some(ud_dest()));
     }
 
     #[test]

@@ -303,17 +303,19 @@ fn ud_both_ways_against_rxe() {
     let back = pattern(700, 33);
     peer.mem.write(8192, &back).unwrap();
     let sge = [Sge::new(peer.mr.addr() + 8192, 700, peer.mr.lkey())];
+    let to_emu = peer
+        ._pd
+        .create_ah(&rnic_core::AddressVector::new(rnic_core::Gid::from_ipv4(
+            e4,
+        )))
+        .unwrap();
     peer.qp
         .post_send(&[SendWr {
             wr_id: 4,
             op: SendOp::SendWithImm { imm: 0xabc },
             sg_list: &sge,
             flags: SendFlags::SIGNALED,
-            ud: Some(rnic_core::UdDest {
-                av: rnic_core::AddressVector::new(rnic_core::Gid::from_ipv4(e4)),
-                remote_qpn: rnic_core::Qpn::from_wire(qp.qpn),
-                remote_qkey: qkey,
-            }),
+            ud: Some(to_emu.ud_dest(rnic_core::Qpn::from_wire(qp.qpn), qkey)),
         }])
         .unwrap();
     let c = cq.expect();

@@ -371,6 +371,43 @@ pub struct Mlx5Qp {
 }
 
 impl Mlx5Qp {
+    /// `ah` was resolved by this QP's device.
+    #[inline]
+    fn owns(&self, ah: &rnic_core::AddressHandle) -> bool {
+        ah.driver::<Mlx5Ah>()
+            .is_some_and(|a| Arc::ptr_eq(&a.gids, &self.gids))
+    }
+
+    /// Post `wrs`, whose address handles (if any) are this device's.
+    #[inline]
+    fn post_send_own(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        let mut done = 0;
+        loop {
+            let Some(rest) = wrs.get(done..) else {
+                return Ok(());
+            };
+            match self.qp.post_send(rest) {
+                Ok(()) => return Ok(()),
+                Err(Mlx5Error::PostSend {
+                    index,
+                    reason: PostFailure::InlineRegion { lkey, .. },
+                }) if self.learn(lkey) => done += index,
+                Err(Mlx5Error::PostSend { index, reason }) => {
+                    return Err(VerbsError::PostSend {
+                        index: done + index,
+                        reason: self.post_error(reason, rest.len() - index, true),
+                    });
+                }
+                Err(e) => {
+                    return Err(VerbsError::PostSend {
+                        index: done,
+                        reason: PostError::Device(logged("post_send", &e)),
+                    });
+                }
+            }
+        }
+    }
+
     /// The driver's QP (counters, doorbell record).
     pub fn qp(&self) -> &Qp {
         &self.qp
@@ -565,33 +602,22 @@ impl QpOps for Mlx5Qp {
 
     #[inline]
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        let mut done = 0;
-        loop {
-            let Some(rest) = wrs.get(done..) else {
-                return Ok(());
-            };
-            match self.qp.post_send(rest) {
-                Ok(()) => return Ok(()),
-                Err(Mlx5Error::PostSend {
-                    index,
-                    reason: PostFailure::InlineRegion { lkey, .. },
-                }) if self.learn(lkey) => done += index,
-                Err(Mlx5Error::PostSend { index, reason }) => {
-                    return Err(VerbsError::PostSend {
-                        index: done + index,
-                        reason: self.post_error(reason, rest.len() - index, true),
-                    });
-                }
-                Err(e) => {
-                    return Err(VerbsError::PostSend {
-                        index: done,
-                        reason: PostError::Device(logged("post_send", &e)),
-                    });
-                }
-            }
+        // UD sends name address handles this device resolved at create_ah
+        // (no second check of the vector); one of another device stops the
+        // batch there, the requests before it posted.
+        if self.qp_type == QpType::Ud
+            && let Some(index) = wrs
+                .iter()
+                .position(|w| w.ud.is_some_and(|d| !self.owns(d.ah)))
+        {
+            self.post_send_own(&wrs[..index])?;
+            return Err(VerbsError::PostSend {
+                index,
+                reason: PostError::ForeignAddressHandle,
+            });
         }
+        self.post_send_own(wrs)
     }
-
     #[inline]
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
         match self.qp.post_recv(wrs) {
@@ -623,11 +649,21 @@ impl QpOps for Mlx5Qp {
     }
 }
 
-/// What `create_ah` resolved: the checked vector.
-#[derive(Debug, Clone, Copy)]
+/// What `create_ah` resolved: the vector checked against the GID table,
+/// and the device (its GID table) that checked it.
+#[derive(Clone)]
 pub struct Mlx5Ah {
     /// The address vector.
     pub av: AddressVector,
+    gids: GidTable,
+}
+
+impl fmt::Debug for Mlx5Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mlx5Ah")
+            .field("av", &self.av)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Provider for Mlx5Provider {
@@ -846,7 +882,10 @@ impl Provider for Mlx5Provider {
 
     fn create_ah(&self, _pd: &Mlx5Pd, av: &AddressVector) -> Result<Mlx5Ah, VerbsError> {
         match av_problem(&lock(&self.gids), av) {
-            None => Ok(Mlx5Ah { av: *av }),
+            None => Ok(Mlx5Ah {
+                av: *av,
+                gids: Arc::clone(&self.gids),
+            }),
             Some(source) => Err(VerbsError::AddressVector {
                 dgid: av.dgid,
                 source,

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rnic_core::{
     AccessFlags, Gid, InitParams, Psn, QpType, Qpn, RecvWr, Rkey, RtrParams, RtsParams, SendWr,
+    UdDestination,
 };
 use rnic_dma::Mmio;
 use rnic_dma::barrier::wc_flush;
@@ -642,7 +643,7 @@ impl Qp {
     /// requests before it are posted (and rung) and the error names the
     /// failing one.
     #[inline]
-    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Mlx5Error> {
+    pub fn post_send<D: UdDestination>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
         let fatal = self.hca.is_fatal();
         let (ring, result) = self.wq.post_send(wrs, fatal);
         if let Some(ring) = ring {

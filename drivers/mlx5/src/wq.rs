@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use rnic_core::{Memory, RecvWr, SendFlags, SendOp, SendWr, WcOpcode};
+use rnic_core::{Memory, RecvWr, SendFlags, SendOp, SendWr, UdDestination, WcOpcode};
 use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
@@ -291,9 +291,9 @@ impl WorkQueues {
     }
 
     #[inline(always)]
-    fn gather_inline(
+    fn gather_inline<D: UdDestination>(
         &self,
-        wr: &SendWr<'_>,
+        wr: &SendWr<'_, D>,
         len: usize,
         w: &mut RingWriter<'_>,
     ) -> Result<(), PostFailure> {
@@ -309,9 +309,9 @@ impl WorkQueues {
     /// Several SGEs or an unaligned one: stage header and payload.
     #[cold]
     #[inline(never)]
-    fn gather_inline_staged(
+    fn gather_inline_staged<D: UdDestination>(
         &self,
-        wr: &SendWr<'_>,
+        wr: &SendWr<'_, D>,
         len: usize,
         w: &mut RingWriter<'_>,
     ) -> Result<(), PostFailure> {
@@ -340,9 +340,9 @@ impl WorkQueues {
     }
 
     #[inline(always)]
-    fn stage_inline(
+    fn stage_inline<D: UdDestination>(
         &self,
-        wr: &SendWr<'_>,
+        wr: &SendWr<'_, D>,
         len: usize,
         data: &mut [u8],
     ) -> Result<(), PostFailure> {
@@ -389,9 +389,9 @@ impl WorkQueues {
     /// Steps 1–4 of a send post: WQEs, tracking, barrier, record, barrier;
     /// what the UAR write (step 5) must be, if anything was posted.
     #[inline(always)]
-    pub fn post_send(
+    pub fn post_send<D: UdDestination>(
         &mut self,
-        wrs: &[SendWr<'_>],
+        wrs: &[SendWr<'_, D>],
         fatal: bool,
     ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
         if let [wr] = wrs
@@ -405,9 +405,9 @@ impl WorkQueues {
     /// [`WorkQueues::post_send`] without the single-WRITE shortcut: every
     /// request through the general writer.
     #[inline(never)]
-    pub fn post_send_general(
+    pub fn post_send_general<D: UdDestination>(
         &mut self,
-        wrs: &[SendWr<'_>],
+        wrs: &[SendWr<'_, D>],
         fatal: bool,
     ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
         let start = self.sq_head;
@@ -443,9 +443,9 @@ impl WorkQueues {
     }
 
     #[inline(always)]
-    fn write_send(
+    fn write_send<D: UdDestination>(
         &mut self,
-        wr: &SendWr<'_>,
+        wr: &SendWr<'_, D>,
         fatal: bool,
         ring: &mut SendDoorbell,
     ) -> Result<(), PostFailure> {
@@ -482,13 +482,13 @@ impl WorkQueues {
         );
         w.seg(ctrl);
         if self.limits.ud {
-            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?;
+            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?.ud_dest();
             let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, self.mac);
             let sport = dest
                 .av
                 .udp_sport
                 .unwrap_or_else(|| default_udp_sport(self.qpn, dest.remote_qpn.get()));
-            let seg = datagram_seg(dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)?;
+            let seg = datagram_seg(&dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)?;
             w.bytes(&seg);
         }
         if let Some((raddr, rkey)) = wr.op.remote() {
@@ -647,7 +647,11 @@ impl WorkQueues {
     /// `None` when any of that does not hold (the general writer then
     /// takes the request and makes every refusal).
     #[inline(always)]
-    fn post_fast_write(&mut self, wr: &SendWr<'_>, fatal: bool) -> Option<SendDoorbell> {
+    fn post_fast_write<D: UdDestination>(
+        &mut self,
+        wr: &SendWr<'_, D>,
+        fatal: bool,
+    ) -> Option<SendDoorbell> {
         let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
             return None;
         };

@@ -250,7 +250,7 @@ fn units(bytes: usize) -> u32 {
 
 /// Plan one send WQE: opcode, size, inline length; every check that needs
 /// nothing but the request and the limits.
-pub fn plan(wr: &SendWr<'_>, limits: &SendLimits) -> Result<WqePlan, PostFailure> {
+pub fn plan<D>(wr: &SendWr<'_, D>, limits: &SendLimits) -> Result<WqePlan, PostFailure> {
     let (opcode, imm) = match wr.op {
         SendOp::Send => (WqeOpcode::Send, 0),
         SendOp::SendWithImm { imm } => (WqeOpcode::SendImm, imm),
@@ -566,8 +566,7 @@ mod tests {
             plan(&SendWr::rdma_write(1, &sge, 0, Rkey(0)), &ud),
             Err(PostFailure::Unsupported { .. })
         ));
-        let mut w = SendWr::send(1, &sge);
-        w.ud = Some(UdDest {
+        let w = SendWr::send(1, &sge).to_ud(UdDest {
             av: AddressVector::new(Gid::ZERO),
             remote_qpn: Qpn::from_wire(5),
             remote_qkey: 7,

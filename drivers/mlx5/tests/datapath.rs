@@ -705,9 +705,9 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
     peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
     let s = [Sge::new(mkey.addr(), 500, mkey.lkey())];
-    let mut w = SendWr::send(1, &s);
-    w.flags = SendFlags::SIGNALED;
-    w.ud = Some(UdDest {
+    // The driver's own QP takes the destination by value (the verbs
+    // layer's `Mlx5Qp` takes an address handle).
+    let w = SendWr::send(1, &s).signaled().to_ud(UdDest {
         av: AddressVector::new(v4(peer_ip)),
         remote_qpn: peer.qp.qpn(),
         remote_qkey: qkey,
@@ -728,17 +728,14 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     let back = pattern(300, 4);
     peer.mem.write(8192, &back).unwrap();
     let ps = [Sge::new(peer.mr.addr() + 8192, 300, peer.mr.lkey())];
+    let to_emu = peer._pd.create_ah(&AddressVector::new(v4(emu_ip))).unwrap();
     peer.qp
         .post_send(&[SendWr {
             wr_id: 6,
             op: SendOp::SendWithImm { imm: 0xa5a5_0001 },
             sg_list: &ps,
             flags: SendFlags::SIGNALED,
-            ud: Some(UdDest {
-                av: AddressVector::new(v4(emu_ip)),
-                remote_qpn: qp.qpn(),
-                remote_qkey: qkey,
-            }),
+            ud: Some(to_emu.ud_dest(qp.qpn(), qkey)),
         }])
         .unwrap();
     let mut wcs = [WorkCompletion::default(); 4];

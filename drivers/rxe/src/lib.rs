@@ -93,7 +93,7 @@ pub use device::Progress;
 pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{Target, active_mtu, qp_udp_sport, rc_udp_sport};
-pub use provider::{RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
+pub use provider::{RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
 pub use qpns::QpnRange;
 pub use share::{MemberInfo, share_from_env};
 pub use stats::{DeviceStats, RxeStats};

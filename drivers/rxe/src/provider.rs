@@ -16,8 +16,8 @@ use rnic_core::{
     AccessFlags, AddressVector, AtomicCap, AvError, Context, CqOps, DeviceAttr, DeviceError,
     DeviceErrorKind, DynProvider, Gid, GidEntry, GidType, HostDomain, LinkLayer, Lkey, Memory,
     MrInfo, Mtu, Outstanding, PdHandle, PortAttr, PortState, PostError, Provider, QpAttr,
-    QpAttrMask, QpInfo, QpInitAttr, QpOps, QpState, RecvWr, SendWr, VerbsError, WorkCompletion,
-    WrError,
+    QpAttrMask, QpInfo, QpInitAttr, QpOps, QpState, RecvWr, SendWr, UdDest, VerbsError,
+    WorkCompletion, WrError,
 };
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
 
@@ -590,6 +590,49 @@ impl CqOps for RxeCq {
     }
 }
 
+/// What `create_ah` resolved: a destination the device's GID table can
+/// send to (the source GID index exists, the families match, a link-local
+/// destination has a scoped source), and the device that checked it.
+pub struct RxeAh {
+    sh: Arc<Shared>,
+    av: AddressVector,
+}
+
+impl std::fmt::Debug for RxeAh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxeAh")
+            .field("av", &self.av)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine's form of `wr`: a UD destination copied out of the address
+/// handle this device resolved; `None` for a handle of another device (or
+/// none: `AddressHandle::unchecked`).
+#[inline]
+fn engine_wr<'a>(sh: &Shared, wr: &SendWr<'a>) -> Option<SendWr<'a, UdDest>> {
+    let ud = match &wr.ud {
+        None => None,
+        Some(d) => {
+            let ah =
+                d.ah.driver::<RxeAh>()
+                    .filter(|ah| std::ptr::eq(Arc::as_ptr(&ah.sh), sh))?;
+            Some(UdDest {
+                av: ah.av,
+                remote_qpn: d.remote_qpn,
+                remote_qkey: d.remote_qkey,
+            })
+        }
+    };
+    Some(SendWr {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        sg_list: wr.sg_list,
+        flags: wr.flags,
+        ud,
+    })
+}
+
 /// An rxe queue pair: it owns its state ([`QpShared`]), which the device's
 /// QPN table shares with the receive and timer path.
 #[derive(Debug)]
@@ -683,23 +726,22 @@ impl QpOps for RxeQp {
         let cap = e.caps.max_send_wr;
         let unpolled = e.unpolled(&self.q.polled);
         let mut refused = None;
-        let mut bad_av = None;
+        let mut foreign_ah = None;
         let mut posted = 0u32;
-        let ports = &sh.ports;
         let deadline = run_engine(sh, &mut e, |q, io| {
             for (i, wr) in wrs.iter().enumerate() {
                 if unpolled.0 + posted >= cap {
                     refused = Some((i, TransportError::QueueFull(CqSide::Send)));
                     break;
                 }
-                // A UD destination that cannot be routed stops the batch
-                // there (one table index and a family compare; an address
-                // handle from create_ah has passed it already).
-                if let Some(p) = wr.ud.as_ref().and_then(|d| av_problem(ports, &d.av)) {
-                    bad_av = Some((i, p));
+                // A UD send takes the destination its address handle
+                // resolved at create_ah (no second check); a handle of
+                // another device stops the batch there.
+                let Some(wr) = engine_wr(sh, wr) else {
+                    foreign_ah = Some(i);
                     break;
-                }
-                if let Err(e) = q.post_send(wr, io) {
+                };
+                if let Err(e) = q.post_send(&wr, io) {
                     refused = Some((i, e));
                     break;
                 }
@@ -712,7 +754,7 @@ impl QpOps for RxeQp {
         let unpolled = (unpolled.0 + posted, unpolled.1);
         let reason = refused
             .map(|(index, err)| (index, transport_to_post(err, &e, unpolled)))
-            .or(bad_av.map(|(index, p)| (index, PostError::AddressVector(p))));
+            .or(foreign_ah.map(|index| (index, PostError::ForeignAddressHandle)));
         e.flush(sh);
         self.q.set_deadline(deadline);
         drop(e);
@@ -782,7 +824,7 @@ impl Provider for RxeProvider {
     type Mr = RxeMr;
     type Cq = RxeCq;
     type Qp = RxeQp;
-    type Ah = ();
+    type Ah = RxeAh;
 
     fn backend(&self) -> &'static str {
         "rxe"
@@ -1019,9 +1061,12 @@ impl Provider for RxeProvider {
         ))
     }
 
-    fn create_ah(&self, _pd: &RxePd, av: &AddressVector) -> Result<(), VerbsError> {
+    fn create_ah(&self, _pd: &RxePd, av: &AddressVector) -> Result<RxeAh, VerbsError> {
         match av_problem(&self.sh.ports, av) {
-            None => Ok(()),
+            None => Ok(RxeAh {
+                sh: Arc::clone(&self.sh),
+                av: *av,
+            }),
             Some(source) => Err(VerbsError::AddressVector {
                 dgid: av.dgid,
                 source,

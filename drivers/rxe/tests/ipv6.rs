@@ -36,7 +36,7 @@ use nix::sched::{CloneFlags, setns};
 use nix::sys::socket::{LinkAddr, recvfrom};
 use rnic_core::{
     AddressVector, AvError, Gid, InitParams, Mtu, PostError, Psn, QpState, QpType, QueuePair,
-    RecvWr, RtrParams, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
+    RecvWr, RtrParams, SendWr, Sge, VerbsError, WcFlags, WcOpcode, WcStatus,
 };
 use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target, qp_udp_sport, rc_udp_sport};
@@ -368,13 +368,8 @@ fn ud_sends(
                 ..AddressVector::new(dgid)
             })
             .unwrap();
-        let dest = UdDest {
-            av: *ah.av(),
-            remote_qpn: qb.qpn(),
-            remote_qkey: QKEY,
-        };
         qa.post_send(&[SendWr::send_with_imm(10, src, 0x6d6d)
-            .to_ud(dest)
+            .to_ud(ah.ud_dest(qb.qpn(), QKEY))
             .signaled()])
             .unwrap();
         assert_eq!(wait(&a.cq, 1, &[&b.dev])[0].status, WcStatus::Success);
@@ -469,12 +464,7 @@ fn lo_ud_grh_carries_the_ipv6_gids() {
     let before = a.dev.stats().device.tx_packets;
     let src = [a.mr.sge(0, 1025).unwrap()];
     let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
-    let dest = UdDest {
-        av: *ah.av(),
-        remote_qpn: qb.qpn(),
-        remote_qkey: QKEY,
-    };
-    qa.post_send(&[SendWr::send(11, &src).to_ud(dest).signaled()])
+    qa.post_send(&[SendWr::ud_send(11, &src, &ah, qb.qpn(), QKEY).signaled()])
         .unwrap();
     assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::LocLenErr);
     assert_eq!(a.dev.stats().device.tx_packets, before);
@@ -736,21 +726,14 @@ fn mixed_families_are_refused_with_a_reason() {
         "{e:?}"
     );
     let good = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
-    let to = UdDest {
-        av: *good.av(),
-        remote_qpn: ub.qpn(),
-        remote_qkey: QKEY,
-    };
-    // A destination built by hand (no address handle) is still checked per
-    // request: the batch stops there.
-    let bad = UdDest {
-        av: AddressVector::new(v6_peer),
-        ..to
-    };
+    // An address handle of another device (b's, to a) is refused at post
+    // time, typed: the batch stops there and nothing of it is sent.
+    let foreign = b.pd.create_ah(&AddressVector::new(a.gid())).unwrap();
+    let tx_before = a.dev.stats().device.tx_packets;
     let e = ua
         .post_send(&[
-            SendWr::send(4, &src).to_ud(to).signaled(),
-            SendWr::send(5, &src).to_ud(bad).signaled(),
+            SendWr::ud_send(4, &src, &good, ub.qpn(), QKEY).signaled(),
+            SendWr::ud_send(5, &src, &foreign, ub.qpn(), QKEY).signaled(),
         ])
         .unwrap_err();
     assert!(
@@ -758,7 +741,7 @@ fn mixed_families_are_refused_with_a_reason() {
             e,
             VerbsError::PostSend {
                 index: 1,
-                reason: PostError::AddressVector(AvError::Family { .. }),
+                reason: PostError::ForeignAddressHandle,
             }
         ),
         "{e:?}"
@@ -767,6 +750,8 @@ fn mixed_families_are_refused_with_a_reason() {
     assert_eq!((wa[0].wr_id, wa[0].status), (4, WcStatus::Success));
     assert_eq!(wait(&b.cq, 1, &[])[0].byte_len, 40 + 10);
     assert_eq!(b.bytes(40, 10), b"still fine");
+    // One packet left: the good request's.
+    assert_eq!(a.dev.stats().device.tx_packets, tx_before + 1);
     // Nothing reached the routing stage with a bad GID.
     assert_eq!(a.dev.stats().device.tx_bad_sgid, 0);
     // Nothing else is outstanding.

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use rnic_core::{
-    AddressVector, InitParams, Mtu, Psn, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest,
-    WcFlags, WcOpcode, WcStatus,
+    AddressVector, InitParams, Mtu, Psn, QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags,
+    WcOpcode, WcStatus,
 };
 use rnic_rxe::Progress;
 
@@ -186,11 +186,7 @@ fn ud_send_delivers_grh_and_payload() {
         let src = [a.mr.sge(0, len as u32).unwrap()];
         let src: &[Sge] = if len == 0 { &[] } else { &src };
         let ah = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
-        let dest = UdDest {
-            av: *ah.av(),
-            remote_qpn: qb.qpn(),
-            remote_qkey: 0x1111_1111,
-        };
+        let dest = ah.ud_dest(qb.qpn(), 0x1111_1111);
         qa.post_send(&[SendWr::send_with_imm(10, src, 0xabc).to_ud(dest).signaled()])
             .unwrap();
         assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);

@@ -4,7 +4,7 @@
 use rnic_core::wr::MAX_MSG_SIZE;
 use rnic_core::{
     AccessFlags, AddressVector, Gid, Mtu, PdHandle, Psn, QpAttr, QpAttrMask, QpInitAttr, QpState,
-    QpType, Qpn, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    QpType, Qpn, RecvWr, SendFlags, SendWr, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::completer::Completer;
@@ -345,7 +345,15 @@ impl Qp {
     /// Queue a send work request (data of `INLINE` requests is copied now).
     /// On an ERR QP the request completes at once with `WR_FLUSH_ERR`.
     /// Call [`Qp::run`] (the doorbell) to start sending.
-    pub fn post_send(&mut self, wr: &SendWr<'_>, io: &mut Io<'_>) -> Result<(), TransportError> {
+    ///
+    /// UD requests carry their destination by value ([`UdDest`]): the driver
+    /// above resolved it (rnic-rxe from an address handle, the emulated HCA
+    /// from the WQE's datagram segment).
+    pub fn post_send(
+        &mut self,
+        wr: &SendWr<'_, UdDest>,
+        io: &mut Io<'_>,
+    ) -> Result<(), TransportError> {
         if self.state == QpState::Reset {
             return Err(TransportError::BadState(self.state));
         }

@@ -151,7 +151,7 @@ pub(super) fn fill(buf: &mut [u8], tag: u64) {
     }
 }
 
-pub(super) fn post_send(sim: &mut Sim, side: usize, wr: &SendWr<'_>) {
+pub(super) fn post_send(sim: &mut Sim, side: usize, wr: &SendWr<'_, rnic_core::UdDest>) {
     let r = sim.ep[side].with(|qp, io| qp.post_send(wr, io));
     assert!(r.is_ok(), "post_send: {r:?}");
     sim.kick(side);
