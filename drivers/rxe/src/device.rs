@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
 
 use nix::sys::eventfd::EventFd;
@@ -139,6 +139,9 @@ pub struct CqShared {
     pub ring: Mutex<CqRing>,
     /// Entries it was created with.
     pub depth: u32,
+    /// Completions in the ring (written under the ring lock after every
+    /// change; read without it): an empty poll takes no lock.
+    pub queued: AtomicUsize,
     /// Signalled when an armed queue gets a completion.
     pub event: EventFd,
 }
@@ -153,6 +156,12 @@ impl CqShared {
     /// Move up to `wcs.len()` completions out, giving their queues' room
     /// back (at poll: the provider contract). Returns how many.
     pub fn poll_into(&self, wcs: &mut [WorkCompletion]) -> usize {
+        // Empty (as of the last push or pop under the lock): nothing to
+        // take. A completion pushed concurrently is seen by the next poll,
+        // as it would be had the lock been taken just before the push.
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         let mut r = self.lock();
         let CqRing { entries, qps, .. } = &mut *r;
         let mut n = 0;
@@ -171,12 +180,15 @@ impl CqShared {
             *slot = wc;
             n += 1;
         }
+        self.queued.store(entries.len(), Ordering::Release);
         n
     }
 
     /// Remove every completion of the QP in `slot`.
     pub fn purge(&self, slot: u32) {
-        self.lock().entries.retain(|&(_, q)| q != slot);
+        let mut r = self.lock();
+        r.entries.retain(|&(_, q)| q != slot);
+        self.queued.store(r.entries.len(), Ordering::Release);
     }
 }
 
@@ -332,7 +344,7 @@ pub struct RxState {
     faults: Faults,
     /// QPs this round gave packets to send (flushed, or deferred, at its
     /// end).
-    touched: Vec<Arc<QpShared>>,
+    touched: Touched,
     /// QPs holding ACKs a caller-driven round left for the next call.
     deferred: Vec<Arc<QpShared>>,
 }
@@ -421,6 +433,7 @@ impl CompletionSink for CqSink<'_> {
             self.overflows.fetch_add(1, Ordering::Relaxed);
         }
         r.entries.push_back((wc, slot));
+        cq.queued.store(r.entries.len(), Ordering::Release);
         if r.armed {
             r.armed = false;
             let _ = cq.event.write(1);
@@ -473,10 +486,23 @@ pub(crate) fn run_engine<R>(
 
 /// Note that `q` has packets queued (dedup against the last few entries: a
 /// flush of a QP with nothing queued costs a lock and a length check).
-fn touch(touched: &mut Vec<Arc<QpShared>>, q: &Arc<QpShared>) {
-    if !touched.iter().rev().take(4).any(|t| Arc::ptr_eq(t, q)) {
-        touched.push(Arc::clone(q));
+fn touch(touched: &mut Touched, q: &Arc<QpShared>, e: &QpInner) {
+    touched.other |= !e.tx.only_acks();
+    if !touched.qps.iter().rev().take(4).any(|t| Arc::ptr_eq(t, q)) {
+        touched.qps.push(Arc::clone(q));
     }
+}
+
+/// The QPs a round gave packets to send, and whether any of them was given
+/// more than ACKs (noted under each QP's lock as it is touched, so the
+/// round's end need not lock them again to decide whether to defer).
+#[derive(Debug, Default)]
+struct Touched {
+    qps: Vec<Arc<QpShared>>,
+    /// A touched QP's queue held something other than ACKs/NAKs. A post
+    /// that flushes such a queue between the touch and the round's end only
+    /// makes this conservative (the round flushes rather than defers).
+    other: bool,
 }
 
 /// The QPN table as the receive path reads it.
@@ -493,7 +519,7 @@ impl RxState {
             ident_recovery,
             drain_taps: false,
             faults: Faults::new(faults),
-            touched: Vec::new(),
+            touched: Touched::default(),
             deferred: Vec::new(),
         }
     }
@@ -573,35 +599,32 @@ impl RxState {
         }
         self.run_timers(sh, &table, now);
         drop(table);
-        let only_acks = defer_acks && !carried && total > 0 && {
-            let mut queued = false;
-            let mut other = false;
-            for q in &self.touched {
-                let e = q.lock();
-                queued |= e.tx.pending() > 0;
-                other |= e.tx.pending() > 0 && !e.tx.only_acks();
-                if other {
-                    break;
-                }
-            }
-            queued && !other
-        };
+        let only_acks = defer_acks
+            && !carried
+            && total > 0
+            && !self.touched.qps.is_empty()
+            && !self.touched.other;
         if only_acks {
             self.stats.acks_deferred += 1;
-            self.deferred.append(&mut self.touched);
+            self.deferred.append(&mut self.touched.qps);
             sh.acks_waiting.store(true, Ordering::Release);
         } else {
             self.flush(sh);
         }
+        self.touched.other = false;
         total
     }
 
     /// Send what every QP this round or the last one touched has queued.
     pub fn flush(&mut self, sh: &Shared) {
+        self.touched.other = false;
         if !self.deferred.is_empty() {
             sh.acks_waiting.store(false, Ordering::Relaxed);
+            for q in self.deferred.drain(..) {
+                q.lock().flush(sh);
+            }
         }
-        for q in self.touched.drain(..).chain(self.deferred.drain(..)) {
+        for q in self.touched.qps.drain(..) {
             q.lock().flush(sh);
         }
     }
@@ -754,7 +777,7 @@ impl RxState {
                 }
                 q.set_deadline(e.qp.next_deadline());
                 if e.tx.pending() > 0 {
-                    touch(&mut self.touched, q);
+                    touch(&mut self.touched, q, &e);
                 }
             }
             if let Some(d) = q.deadline() {
@@ -772,7 +795,7 @@ impl RxState {
 struct Dispatch<'a> {
     table: &'a QpTable,
     stats: &'a mut DeviceStats,
-    touched: &'a mut Vec<Arc<QpShared>>,
+    touched: &'a mut Touched,
 }
 
 impl Dispatch<'_> {
@@ -806,7 +829,7 @@ impl Dispatch<'_> {
         });
         q.set_deadline(e.qp.next_deadline());
         if e.tx.pending() > 0 {
-            touch(self.touched, q);
+            touch(self.touched, q, &e);
         }
     }
 }
@@ -857,6 +880,11 @@ impl Shared {
     /// timer scan's store is repaired by that wake-up: the thread's next
     /// round scans every QP's own deadline again.
     pub fn note_deadline(&self, d: Option<Instant>) -> bool {
+        // Caller-driven: no thread sleeps towards it (a wait runs a round,
+        // which scans every QP's deadline, before it reads it).
+        if self.progress == Progress::Caller {
+            return false;
+        }
         let Some(d) = d else { return false };
         let v = d.nanos().saturating_add(1);
         let cur = self.next_deadline.load(Ordering::Relaxed);

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -972,6 +972,7 @@ impl Provider for RxeProvider {
                 armed: false,
             }),
             depth,
+            queued: AtomicUsize::new(0),
             event,
         });
         Ok((
