@@ -2,14 +2,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use rnic_mlx5_emu::report::{Reporter, StateReport};
-use rnic_mlx5_emu::{AfterDisconnect, Emulator, FirmwareOptions, Options};
+use rnic_mlx5_emu::{AfterDisconnect, Disconnect, Emulator, FirmwareOptions, Options};
 
 /// An emulated ConnectX-5 (mlx5, PCI 15b3:1017) function served over a
 /// vfio-user UNIX socket, for running the rnic mlx5 driver without hardware.
@@ -106,15 +105,42 @@ fn main() -> ExitCode {
         },
         ..Options::default()
     };
-    let emu = match Emulator::start(&args.socket, options) {
+    let (tx, rx) = mpsc::channel();
+    let (sig_tx, once_tx) = (tx.clone(), tx);
+    // What the last driver left, and the reporter once the emulator exists:
+    // the hook runs from the first driver on, possibly before `start_hooked`
+    // returns, so the initial report below reads `last` under the same lock.
+    let last = Arc::new(Mutex::new(None));
+    let reporter: Arc<OnceLock<Reporter>> = Arc::default();
+    let hook = {
+        let (once, state_file, last, reporter) = (
+            args.once,
+            args.state_file.clone(),
+            last.clone(),
+            reporter.clone(),
+        );
+        move |d: &Disconnect| {
+            // The lock also keeps this write and main's apart.
+            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+            *last = Some(*d);
+            if let Some(r) = reporter.get() {
+                report(state_file.as_ref(), &r.report(!once, Some(*d)));
+            }
+            if once {
+                let _ = once_tx.send(Event::Once);
+                AfterDisconnect::Stop
+            } else {
+                AfterDisconnect::Serve
+            }
+        }
+    };
+    let emu = match Emulator::start_hooked(&args.socket, options, hook) {
         Ok(emu) => emu,
         Err(e) => {
             eprintln!("rnic-mlx5-emu: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let (tx, rx) = mpsc::channel();
-    let (sig_tx, tx_once) = (tx.clone(), tx.clone());
     let spawned = std::thread::Builder::new()
         .name("mlx5-emu-signals".into())
         .spawn(move || {
@@ -133,33 +159,15 @@ fn main() -> ExitCode {
         emu.shutdown();
         return ExitCode::FAILURE;
     }
-    let reporter = Reporter::new(&emu);
-    report(args.state_file.as_ref(), &reporter.report(true, None));
-    let last = Arc::new(Mutex::new(None));
-    {
-        let (once, state_file, last, reporter) = (
-            args.once,
-            args.state_file.clone(),
-            last.clone(),
-            reporter.clone(),
+    let reporter = {
+        let last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = reporter.get_or_init(|| Reporter::new(&emu)).clone();
+        report(
+            args.state_file.as_ref(),
+            &r.report(!(args.once && last.is_some()), *last),
         );
-        emu.on_disconnect(move |d| {
-            // The lock also keeps this write and main's last one apart.
-            let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-            *last = Some(*d);
-            report(state_file.as_ref(), &reporter.report(!once, Some(*d)));
-            if once {
-                let _ = tx.send(Event::Once);
-                AfterDisconnect::Stop
-            } else {
-                AfterDisconnect::Serve
-            }
-        });
-    }
-    // A driver that came and went before the hook was installed.
-    if args.once && emu.device().stats().connections.load(Ordering::Relaxed) > 0 {
-        let _ = tx_once.send(Event::Once);
-    }
+        r
+    };
     loop {
         match rx.recv() {
             Ok(Event::Report) => {

@@ -297,12 +297,37 @@ impl Emulator {
     /// Start an emulator running the strict firmware ([`Firmware`], configured by
     /// `options.firmware`) on `socket`; [`Emulator::firmware`] is its handle.
     pub fn start(socket: impl AsRef<Path>, options: Options) -> Result<Emulator, EmuError> {
+        Emulator::start_firmware(socket, options, None)
+    }
+
+    /// [`Emulator::start`] with `hook` installed as [`Emulator::on_disconnect`]'s
+    /// before the socket accepts its first driver, so no driver's end goes
+    /// unreported (installing it after `start` can miss a driver that came
+    /// and went at once).
+    pub fn start_hooked(
+        socket: impl AsRef<Path>,
+        options: Options,
+        hook: impl FnMut(&Disconnect) -> AfterDisconnect + Send + 'static,
+    ) -> Result<Emulator, EmuError> {
+        Emulator::start_firmware(socket, options, Some(Box::new(hook)))
+    }
+
+    fn start_firmware(
+        socket: impl AsRef<Path>,
+        options: Options,
+        hook: Option<DisconnectHook>,
+    ) -> Result<Emulator, EmuError> {
         let fw = Firmware::new(options.firmware);
         let handle = fw.handle();
-        let emu = Emulator::start_with(socket, options, Box::new(fw))?;
-        handle.attach(&emu.dev);
-        let _ = emu.shared.firmware.set(handle);
-        Ok(emu)
+        Emulator::start_inner(socket, options, Box::new(fw), |dev, shared| {
+            // Attached and known before the first driver can connect.
+            handle.attach(dev);
+            let _ = shared.firmware.set(handle);
+            *shared
+                .on_disconnect
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = hook;
+        })
     }
 
     /// Start an emulator without firmware: doorbells are only counted ([`NoFirmware`]).
@@ -341,6 +366,17 @@ impl Emulator {
         options: Options,
         handler: Box<dyn DoorbellHandler>,
     ) -> Result<Emulator, EmuError> {
+        Emulator::start_inner(socket, options, handler, |_, _| {})
+    }
+
+    /// Listen on `socket`, run `before_serving` on the new function and the
+    /// serving thread's shared state, then start serving.
+    fn start_inner(
+        socket: impl AsRef<Path>,
+        options: Options,
+        handler: Box<dyn DoorbellHandler>,
+        before_serving: impl FnOnce(&Arc<Device>, &Shared),
+    ) -> Result<Emulator, EmuError> {
         let socket = socket.as_ref().to_path_buf();
         prepare_socket(&socket)?;
         let dev = Arc::new(Device::new(options, handler)?);
@@ -352,6 +388,7 @@ impl Emulator {
         })?;
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared::default());
+        before_serving(&dev, &shared);
         let mut threads = Vec::new();
 
         let (d, s, sh) = (dev.clone(), stop.clone(), shared.clone());
