@@ -115,6 +115,75 @@ impl BlockWindow {
     }
 }
 
+/// The two halves of one BlueFlame register as two 64-byte blocks of a
+/// [`BlockWindow`], both checked once when the pair is made:
+/// [`BlockPair::write_next`] stores one block to the current half and flips
+/// to the other, with no check per post. The current half is private here
+/// and only ever `0` or `flip`, so every store lands in a checked block.
+#[derive(Debug)]
+pub struct BlockPair {
+    window: BlockWindow,
+    /// Offset of the current half: `0` or `flip`.
+    cur: usize,
+    /// Offset of the second half (a multiple of 64; `flip + 64 <= len`).
+    flip: usize,
+}
+
+impl BlockPair {
+    /// Blocks at `0` and `half` of `window`; `None` unless `half` is a
+    /// non-zero multiple of 64 and both blocks lie inside the window.
+    pub fn new(window: BlockWindow, half: usize) -> Option<BlockPair> {
+        if half == 0
+            || !half.is_multiple_of(BLOCK_BYTES)
+            || half.checked_add(BLOCK_BYTES)? > window.len
+        {
+            return None;
+        }
+        Some(BlockPair {
+            window,
+            cur: 0,
+            flip: half,
+        })
+    }
+
+    /// The offset the next block goes to (`0` or the second half).
+    #[inline(always)]
+    pub fn offset(&self) -> usize {
+        self.cur
+    }
+
+    /// Switch to the other half without storing.
+    #[inline(always)]
+    pub fn advance(&mut self) {
+        self.cur ^= self.flip;
+    }
+
+    /// Store `words` (memory order, lowest address first) to the current
+    /// half, then switch to the other.
+    #[inline(always)]
+    pub fn write_next(&mut self, words: &[u64; 8]) {
+        let block = self
+            .window
+            .base
+            .as_ptr()
+            .wrapping_add(self.cur)
+            .cast::<u64>();
+        for (i, w) in words.iter().enumerate() {
+            let word = block.wrapping_add(i);
+            // SAFETY: `cur` is `0` or `flip` (the only writes are `advance`
+            // and this function, both `cur ^= flip` from `0`), and `new`
+            // checked that `[0, 64)` and `[flip, flip + 64)` lie inside the
+            // window and `flip` is a multiple of 64: `word` is 8 bytes
+            // inside the window, 8-aligned (the base is 64-aligned,
+            // `BlockWindow::new`). The window's contract makes it valid for
+            // volatile 8-byte stores while its owner lives (`self.window`
+            // holds it); no reference into it is created.
+            unsafe { word.write_volatile(*w) };
+        }
+        self.cur ^= self.flip;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +244,31 @@ mod tests {
         assert!(w.window(8, 64).is_none());
         assert!(w.window(192, 128).is_none());
         assert_eq!((half.len(), half.is_empty()), (128, false));
+    }
+
+    #[test]
+    fn a_pair_alternates_between_its_two_checked_halves() {
+        let (all, first) = memory();
+        let mem = &all[first..first + 32];
+        // Halves that do not fit, or are misaligned or empty: refused.
+        assert!(BlockPair::new(window(&all, first, 128).unwrap(), 128).is_none());
+        assert!(BlockPair::new(window(&all, first, 256).unwrap(), 96).is_none());
+        assert!(BlockPair::new(window(&all, first, 256).unwrap(), 0).is_none());
+        assert!(BlockPair::new(window(&all, first, 256).unwrap(), usize::MAX - 63).is_none());
+        let mut p = BlockPair::new(window(&all, first, 256).unwrap(), 128).unwrap();
+        assert_eq!(p.offset(), 0);
+        p.write_next(&[1; 8]);
+        assert_eq!(p.offset(), 128);
+        p.write_next(&[2; 8]);
+        assert_eq!(p.offset(), 0);
+        p.advance();
+        assert_eq!(p.offset(), 128);
+        p.advance();
+        p.write_next(&[3, 4, 5, 6, 7, 8, 9, 10]);
+        let got: Vec<u64> = mem.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert_eq!(got[..8], [3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(got[8..16], [0; 8]);
+        assert_eq!(got[16..24], [2; 8]);
+        assert_eq!(got[24..], [0; 8]);
     }
 }

@@ -411,6 +411,18 @@ impl Cq {
     }
 }
 
+/// The CQ doorbell record (after the `mask + 1` CQEs): `set_ci` = `ci`'s
+/// low 24 bits and the arm word, one `Release` store (the CQEs were read
+/// before the device may reuse their slots).
+#[inline(always)]
+fn store_dbrec_in(words: &[AtomicU64], mask: u32, ci: u32, arm_word: u32) {
+    let set_ci = cq_doorbell_record::set_ci.insert(0, ci & 0xff_ffff);
+    let at = (mask as usize + 1) * 8;
+    if let Some(w) = words.get(at) {
+        w.store(be_pair(set_ci, arm_word), Ordering::Release);
+    }
+}
+
 impl CqRing {
     pub(crate) fn new(buf: Arc<DmaBuffer>, log_size: u32) -> CqRing {
         CqRing {
@@ -487,11 +499,7 @@ impl CqRing {
 
     #[inline(always)]
     fn store_dbrec(&self) {
-        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci & 0xff_ffff);
-        let at = (self.mask as usize + 1) * 8;
-        if let Some(w) = self.words().get(at) {
-            w.store(be_pair(set_ci, self.arm_word), Ordering::Release);
-        }
+        store_dbrec_in(self.words(), self.mask, self.ci, self.arm_word);
     }
 
     #[inline(always)]
@@ -617,14 +625,19 @@ impl CqRing {
                     base: idx,
                     last,
                 };
-                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
+                let c = requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0);
+                // The words already at hand: no second fetch.
+                store_dbrec_in(words, self.mask, self.ci, self.arm_word);
+                c
             } else {
                 match self.poll_send_slow(idx, last) {
                     Slow::Responder => return None,
-                    Slow::Taken(c) => c,
+                    Slow::Taken(c) => {
+                        self.store_dbrec();
+                        c
+                    }
                 }
             };
-            self.store_dbrec();
             if got.is_some() {
                 return got;
             }

@@ -39,6 +39,7 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, warn};
 
+use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
 use crate::track::{QpShared, RqTrack, SqTrack};
 use crate::wq::{Region, SendDoorbell, WorkQueues, next_bf_offset};
@@ -97,14 +98,35 @@ struct BlueFlame {
     reg: Mmio,
     /// The same register for block copies, where the transport offers it.
     blocks: Option<BlockWindow>,
-    /// `blocks` when the register is this QP's alone (BlueFlame allowed).
-    fast: Option<BlockWindow>,
+    /// Both halves of `blocks`, checked once, when the register is this
+    /// QP's alone (BlueFlame allowed); then the current half is its
+    /// [`BlockPair::offset`] and `offset` is unused.
+    fast: Option<BlockPair>,
+    /// The current half when there is no `fast` pair.
     offset: usize,
     half: usize,
     exclusive: Option<usize>,
 }
 
 impl BlueFlame {
+    /// The half the next write goes to.
+    #[inline(always)]
+    fn offset(&self) -> usize {
+        match &self.fast {
+            Some(p) => p.offset(),
+            None => self.offset,
+        }
+    }
+
+    /// Switch to the other half.
+    #[inline(always)]
+    fn advance(&mut self) {
+        match &mut self.fast {
+            Some(p) => p.advance(),
+            None => self.offset = next_bf_offset(self.offset, self.half),
+        }
+    }
+
     /// Copy one 64-byte unit into the register at `offset`: through the
     /// [`BlockWindow`] (one bounds check, eight volatile stores) where the
     /// transport offers one, else through the [`Mmio`] with the block
@@ -359,7 +381,9 @@ impl Qp {
             recv_cq: recv_core,
             bf: BlueFlame {
                 reg,
-                fast: exclusive.and(blocks.clone()),
+                fast: exclusive
+                    .and(blocks.clone())
+                    .and_then(|b| BlockPair::new(b, reg_size / 2)),
                 blocks,
                 offset: 0,
                 half: reg_size / 2,
@@ -645,7 +669,15 @@ impl Qp {
     #[inline]
     pub fn post_send<D: UdDestination>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
         let fatal = self.hca.is_fatal();
-        let (ring, result) = self.wq.post_send(wrs, fatal);
+        // The single-WRITE shortcut (`WorkQueues::post_send`), rung from
+        // the words it built rather than read back from the ring.
+        if let [wr] = wrs
+            && let Some(wqe) = self.wq.post_fast_write(wr, fatal)
+        {
+            self.ring_wqebb(&wqe);
+            return Ok(());
+        }
+        let (ring, result) = self.wq.post_send_general(wrs, fatal);
         if let Some(ring) = ring {
             self.ring(&ring);
         }
@@ -657,7 +689,7 @@ impl Qp {
     /// control word; then the other half of the register next time.
     #[inline(always)]
     fn ring(&mut self, ring: &SendDoorbell) {
-        let off = self.bf.offset;
+        let off = self.bf.offset();
         if ring.blueflame() && self.bf.exclusive.is_some() {
             let words = self.wq.buf.words();
             for bb in 0..ring.wqebbs {
@@ -682,7 +714,7 @@ impl Qp {
         } else {
             self.doorbell(off, ring.ctrl);
         }
-        self.bf.offset = next_bf_offset(off, self.bf.half);
+        self.bf.advance();
     }
 
     /// The 8-byte doorbell: the first word of the last WQE's control segment.
@@ -720,29 +752,40 @@ impl Qp {
             .wq
             .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)
             .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
-        let off = self.bf.offset;
-        match &self.bf.fast {
-            Some(b) if b.write_block(off, &wqe) => {
-                wc_flush();
-                self.wq.counters.blueflame += 1;
-            }
-            _ => self.ring_unit(off, &wqe),
-        }
-        self.bf.offset = next_bf_offset(off, self.bf.half);
+        self.ring_wqebb(&wqe);
         Ok(())
     }
 
-    /// [`Qp::post_write_inline`]'s UAR write without a block window: the
+    /// The UAR write for a one-WQEBB WQE whose words are at hand: one
+    /// BlueFlame block through the pair, else [`Qp::ring_unit`].
+    #[inline(always)]
+    fn ring_wqebb(&mut self, wqe: &[u64; 8]) {
+        match &mut self.bf.fast {
+            Some(p) => {
+                p.write_next(wqe);
+                wc_flush();
+                self.wq.counters.blueflame += 1;
+            }
+            None => self.ring_unit(),
+        }
+    }
+
+    /// [`Qp::ring_wqebb`] without a block pair: step 5 for the one-WQEBB
+    /// WQE just posted (at `sq_head − 1`), read back from the ring — the
     /// checked BlueFlame copy, or the 8-byte doorbell on a shared register.
+    /// Out of line and reading the ring, so the hot path keeps the words in
+    /// registers.
     #[cold]
     #[inline(never)]
-    fn ring_unit(&mut self, off: usize, wqe: &[u64; 8]) {
-        if self.bf.exclusive.is_some() && self.bf.write_block(off, wqe) {
-            wc_flush();
-            self.wq.counters.blueflame += 1;
-        } else {
-            self.doorbell(off, wqe[0]);
-        }
+    fn ring_unit(&mut self) {
+        let wqebb = self.wq.sq_head.wrapping_sub(1);
+        let ctrl = self.wq.sq_word_in(self.wq.buf.words(), wqebb, 0);
+        self.ring(&SendDoorbell {
+            ctrl,
+            wqebb,
+            wqebbs: 1,
+            single: true,
+        });
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).

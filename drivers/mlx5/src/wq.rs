@@ -328,15 +328,20 @@ impl WorkQueues {
             return None;
         }
         let n = s.length as u64;
-        let r = self.regions.iter().find(|r| {
-            r.lkey == s.lkey.get()
+        // A plain loop (not `Iter::find`): it inlines into the post.
+        for r in &self.regions {
+            if r.lkey == s.lkey.get()
                 && s.addr >= r.start
                 && s.addr.checked_add(n).is_some_and(|e| e <= r.start + r.len)
-        })?;
-        let first = ((s.addr - r.start) / 8) as usize;
-        r.buf
-            .words()
-            .get(first..first + (s.length as usize).div_ceil(8))
+            {
+                let first = ((s.addr - r.start) / 8) as usize;
+                return r
+                    .buf
+                    .words()
+                    .get(first..first + (s.length as usize).div_ceil(8));
+            }
+        }
+        None
     }
 
     #[inline(always)]
@@ -395,8 +400,14 @@ impl WorkQueues {
         fatal: bool,
     ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
         if let [wr] = wrs
-            && let Some(ring) = self.post_fast_write(wr, fatal)
+            && let Some(wqe) = self.post_fast_write(wr, fatal)
         {
+            let ring = SendDoorbell {
+                ctrl: wqe[0],
+                wqebb: self.sq_head.wrapping_sub(1),
+                wqebbs: 1,
+                single: true,
+            };
             return (Some(ring), Ok(()));
         }
         self.post_send_general(wrs, fatal)
@@ -645,13 +656,14 @@ impl WorkQueues {
     /// [`crate::Qp::use_region`], no fence or solicited flag, on an RC QP
     /// with room — the same bytes as the general writer (unit-tested).
     /// `None` when any of that does not hold (the general writer then
-    /// takes the request and makes every refusal).
+    /// takes the request and makes every refusal); else the WQE's eight
+    /// words (one WQEBB, at `sq_head − 1` now) for the BlueFlame copy.
     #[inline(always)]
-    fn post_fast_write<D: UdDestination>(
+    pub fn post_fast_write<D: UdDestination>(
         &mut self,
         wr: &SendWr<'_, D>,
         fatal: bool,
-    ) -> Option<SendDoorbell> {
+    ) -> Option<[u64; 8]> {
         let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
             return None;
         };
@@ -684,12 +696,7 @@ impl WorkQueues {
             len,
         );
         self.commit_wqebb(head, &wqe, wr.wr_id, used).ok()?;
-        Some(SendDoorbell {
-            ctrl: wqe[0],
-            wqebb: head,
-            wqebbs: 1,
-            single: true,
-        })
+        Some(wqe)
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).
