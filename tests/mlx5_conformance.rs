@@ -39,7 +39,7 @@ use rnic::core::{
     SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use rnic::mlx5::Mlx5Provider;
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::TempFunction;
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -68,8 +68,7 @@ fn ip_pair() -> (IpAddr, IpAddr) {
 enum Backend {
     Mlx5 {
         provider: Arc<Mlx5Provider>,
-        emu: Emulator,
-        _dir: tempfile::TempDir,
+        emu: TempFunction,
     },
     Rxe(#[allow(dead_code)] rnic::rxe::RxeDevice),
 }
@@ -91,35 +90,15 @@ impl Side {
     }
 
     fn mlx5_with(ip: IpAddr, cq_depth: u32, buf: usize) -> Side {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("mlx5.sock");
-        let emu = Emulator::start(
-            &sock,
-            Options {
-                boot_delay: Duration::from_millis(10),
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        let spec = format!("mlx5:vfio-user:{}", sock.display());
-        let provider = rnic::open_mlx5(&spec).unwrap();
+        let emu = TempFunction::start().unwrap();
+        let provider = rnic::open_mlx5(&emu.spec()).unwrap();
         let gid = provider.set_gid(0, ip).unwrap();
         let ctx = Mlx5Provider::context(&provider);
         assert_eq!(ctx.backend(), "mlx5");
         let gids = ctx.query_gid_table(1).unwrap();
         assert_eq!((gids.len(), gids[0].gid), (1, gid));
         let mem: Arc<dyn Memory> = provider.alloc_dma(buf).unwrap();
-        Side::with(
-            ctx,
-            mem,
-            gid,
-            cq_depth,
-            Backend::Mlx5 {
-                provider,
-                emu,
-                _dir: dir,
-            },
-        )
+        Side::with(ctx, mem, gid, cq_depth, Backend::Mlx5 { provider, emu })
     }
 
     fn rxe_with(ip: IpAddr, cq_depth: u32, buf: usize) -> Side {
@@ -194,7 +173,9 @@ impl Side {
     /// RoCE packets the emulated function sent (`None` on rxe).
     fn tx_packets(&self) -> Option<u64> {
         match &self.backend {
-            Backend::Mlx5 { emu, .. } => emu.firmware().map(|f| f.hca_stats().tx_packets),
+            Backend::Mlx5 { emu, .. } => {
+                emu.emulator().firmware().map(|f| f.hca_stats().tx_packets)
+            }
             Backend::Rxe(_) => None,
         }
     }

@@ -9,43 +9,13 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::TempFunction;
 
 fn example(name: &str) -> Option<PathBuf> {
     // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
     let exe = std::env::current_exe().ok()?;
     let p = exe.parent()?.parent()?.join("examples").join(name);
     p.exists().then_some(p)
-}
-
-struct Emu {
-    _emu: Emulator,
-    _dir: tempfile::TempDir,
-    sock: PathBuf,
-}
-
-impl Emu {
-    fn start() -> Emu {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("mlx5.sock");
-        let emu = Emulator::start(
-            &sock,
-            Options {
-                boot_delay: Duration::from_millis(10),
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        Emu {
-            _emu: emu,
-            _dir: dir,
-            sock,
-        }
-    }
-
-    fn spec(&self, ip: &str) -> String {
-        format!("mlx5:vfio-user:{}@{ip}", self.sock.display())
-    }
 }
 
 fn ok(o: &Output) -> String {
@@ -99,8 +69,11 @@ fn rc_pingpong_on_mlx5_checks_every_buffer() {
         println!("SKIP: build the example first (cargo test builds it)");
         return;
     };
-    let (a, b) = (Emu::start(), Emu::start());
-    let (sa, sb) = (a.spec("127.0.4.1"), b.spec("127.0.4.2"));
+    let (a, b) = (
+        TempFunction::start().unwrap(),
+        TempFunction::start().unwrap(),
+    );
+    let (sa, sb) = (a.spec_at("127.0.4.1"), b.spec_at("127.0.4.2"));
     pingpong(&bin, (&sa, "127.0.4.1"), (&sb, "127.0.4.2"), 19601, &[]);
     pingpong(&bin, (&sa, "127.0.4.1"), (&sb, "127.0.4.2"), 19602, &["-e"]);
     pingpong(
@@ -125,8 +98,11 @@ fn loopback_on_mlx5_verifies_every_operation() {
         println!("SKIP: build the example first (cargo test builds it)");
         return;
     };
-    let (a, b) = (Emu::start(), Emu::start());
-    let (sa, sb) = (a.spec("127.0.4.11"), b.spec("127.0.4.12"));
+    let (a, b) = (
+        TempFunction::start().unwrap(),
+        TempFunction::start().unwrap(),
+    );
+    let (sa, sb) = (a.spec_at("127.0.4.11"), b.spec_at("127.0.4.12"));
     for (x, y) in [
         (sa.as_str(), sb.as_str()),
         (sa.as_str(), "rxe:127.0.4.13"),

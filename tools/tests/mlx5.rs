@@ -3,44 +3,11 @@
 //! functions (busy poll and `-e`) and against rnic-rxe.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::TempFunction;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rnicctl");
-
-/// One emulated function in this process, on a socket in a temp dir.
-struct Emu {
-    _emu: Emulator,
-    _dir: tempfile::TempDir,
-    sock: PathBuf,
-}
-
-impl Emu {
-    fn start() -> Emu {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("mlx5.sock");
-        let emu = Emulator::start(
-            &sock,
-            Options {
-                boot_delay: Duration::from_millis(10),
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        Emu {
-            _emu: emu,
-            _dir: dir,
-            sock,
-        }
-    }
-
-    fn spec(&self, ip: &str) -> String {
-        format!("mlx5:vfio-user:{}@{ip}", self.sock.display())
-    }
-}
 
 fn ok(o: &Output) -> String {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -54,8 +21,8 @@ fn ok(o: &Output) -> String {
 
 #[test]
 fn info_shows_firmware_caps_gids_and_pages() {
-    let e = Emu::start();
-    let spec = e.spec("127.0.3.1");
+    let e = TempFunction::start().unwrap();
+    let spec = e.spec_at("127.0.3.1");
     let j: serde_json::Value = serde_json::from_str(
         ok(&Command::new(BIN)
             .args(["info", &spec, "--json"])
@@ -122,7 +89,7 @@ fn info_shows_firmware_caps_gids_and_pages() {
     assert_eq!(st["mlx5"]["pages"]["held"], 48, "{st}");
     assert_eq!(st["mlx5"]["fw_version"], "16.35.2000");
     // Without @<ip> the table is empty, and info says how to fill it.
-    let bare = format!("mlx5:vfio-user:{}", e.sock.display());
+    let bare = e.spec();
     let text = ok(&Command::new(BIN).args(["info", &bare]).output().unwrap());
     assert!(
         text.contains("none programmed (end the spec with @<ip>"),
@@ -193,8 +160,11 @@ fn check_lat(out: &str, bytes: &str, iters: &str) {
 
 #[test]
 fn perf_every_test_between_two_emulated_functions() {
-    let (a, b) = (Emu::start(), Emu::start());
-    let (sa, sb) = (a.spec("127.0.3.11"), b.spec("127.0.3.12"));
+    let (a, b) = (
+        TempFunction::start().unwrap(),
+        TempFunction::start().unwrap(),
+    );
+    let (sa, sb) = (a.spec_at("127.0.3.11"), b.spec_at("127.0.3.12"));
     let (c, s) = perf_pair("write-bw", &sa, &sb, 19501, &["-s", "4096", "-n", "200"]);
     check_bw(&c, "4096", "200");
     check_bw(&s, "4096", "200");
@@ -233,8 +203,8 @@ fn perf_every_test_between_two_emulated_functions() {
 
 #[test]
 fn perf_between_an_emulated_function_and_rnic_rxe() {
-    let a = Emu::start();
-    let sa = a.spec("127.0.3.21");
+    let a = TempFunction::start().unwrap();
+    let sa = a.spec_at("127.0.3.21");
     let (c, s) = perf_pair(
         "write-bw",
         &sa,

@@ -83,6 +83,7 @@ pub mod irq;
 pub mod report;
 pub mod server;
 mod sys;
+mod temp;
 pub mod watch;
 
 pub use bar::{BAR0_SIZE, FwRev};
@@ -95,4 +96,5 @@ pub use firmware::{
 pub use hca::HcaStats;
 pub use irq::Signal;
 pub use server::{AfterDisconnect, Disconnect, Emulator};
+pub use temp::TempFunction;
 pub use watch::{DoorbellHandler, NoFirmware};

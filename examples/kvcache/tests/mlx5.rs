@@ -4,7 +4,6 @@
 //! tokens and KV digest must equal the single-node reference.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rnic_kvcache::decode::DecodeOptions;
@@ -12,39 +11,9 @@ use rnic_kvcache::model::ModelConfig;
 use rnic_kvcache::pair::run_pair;
 use rnic_kvcache::prefill::{PrefillOptions, Transport};
 use rnic_kvcache::reference;
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::TempFunction;
 
 const GENERATE: u32 = 8;
-
-struct Emu {
-    _emu: Emulator,
-    _dir: tempfile::TempDir,
-    sock: PathBuf,
-}
-
-impl Emu {
-    fn start() -> Emu {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("mlx5.sock");
-        let emu = Emulator::start(
-            &sock,
-            Options {
-                boot_delay: Duration::from_millis(10),
-                ..Options::default()
-            },
-        )
-        .unwrap();
-        Emu {
-            _emu: emu,
-            _dir: dir,
-            sock,
-        }
-    }
-
-    fn spec(&self, ip: &str) -> String {
-        format!("mlx5:vfio-user:{}@{ip}", self.sock.display())
-    }
-}
 
 fn pair(pspec: String, dspec: String, prompt: u32, prealloc: u32) {
     let mut p = PrefillOptions::new("", ModelConfig::TINY);
@@ -74,16 +43,19 @@ fn pair(pspec: String, dspec: String, prompt: u32, prealloc: u32) {
 
 #[test]
 fn kv_pair_on_two_emulated_functions_matches_reference() {
-    let (a, b) = (Emu::start(), Emu::start());
-    pair(a.spec("127.0.6.1"), b.spec("127.0.6.2"), 16, 0);
-    pair(a.spec("127.0.6.1"), b.spec("127.0.6.2"), 128, 0);
+    let (a, b) = (
+        TempFunction::start().unwrap(),
+        TempFunction::start().unwrap(),
+    );
+    pair(a.spec_at("127.0.6.1"), b.spec_at("127.0.6.2"), 16, 0);
+    pair(a.spec_at("127.0.6.1"), b.spec_at("127.0.6.2"), 128, 0);
     // The decode node's region allocated and registered before the request.
-    pair(a.spec("127.0.6.1"), b.spec("127.0.6.2"), 128, 1024);
+    pair(a.spec_at("127.0.6.1"), b.spec_at("127.0.6.2"), 128, 1024);
 }
 
 #[test]
 fn kv_pair_between_an_emulated_function_and_rnic_rxe_matches_reference() {
-    let a = Emu::start();
-    pair(a.spec("127.0.6.11"), "rxe:127.0.6.12".into(), 64, 0);
-    pair("rxe:127.0.6.12".into(), a.spec("127.0.6.11"), 64, 0);
+    let a = TempFunction::start().unwrap();
+    pair(a.spec_at("127.0.6.11"), "rxe:127.0.6.12".into(), 64, 0);
+    pair("rxe:127.0.6.12".into(), a.spec_at("127.0.6.11"), 64, 0);
 }
