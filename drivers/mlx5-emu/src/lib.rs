@@ -74,6 +74,7 @@
 
 pub mod bar;
 pub mod config;
+pub mod control;
 pub mod device;
 pub mod dma;
 mod error;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
+use rnic_mlx5_emu::control::{ControlListener, Controller};
 use rnic_mlx5_emu::report::{Reporter, StateReport};
 use rnic_mlx5_emu::{AfterDisconnect, Disconnect, Emulator, FirmwareOptions, Options};
 
@@ -54,6 +55,12 @@ struct Args {
     /// live state, a driver connected or not) and at exit.
     #[arg(long, value_name = "PATH")]
     state_file: Option<PathBuf>,
+    /// Serve a control socket at PATH (a UNIX stream socket): one request a
+    /// line (`state`, `fail-next OPCODE STATUS SYNDROME`, `swallow-next`,
+    /// `health SYNDROME`, `health-stop`, `pages +N|-N`, `clear`, `help`),
+    /// one JSON line a reply. Removed at exit.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
 }
 
 /// What the main thread is told.
@@ -168,6 +175,17 @@ fn main() -> ExitCode {
         );
         r
     };
+    let control = match &args.control {
+        None => None,
+        Some(path) => match ControlListener::start(path, Controller::new(&emu, last.clone())) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("rnic-mlx5-emu: control socket {}: {e}", path.display());
+                emu.shutdown();
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     loop {
         match rx.recv() {
             Ok(Event::Report) => {
@@ -191,6 +209,9 @@ fn main() -> ExitCode {
     {
         let last = last.lock().unwrap_or_else(PoisonError::into_inner);
         report(args.state_file.as_ref(), &reporter.report(false, *last));
+    }
+    if let Some(c) = control {
+        c.shutdown();
     }
     emu.shutdown();
     ExitCode::SUCCESS
