@@ -166,15 +166,8 @@ fn main() -> ExitCode {
         emu.shutdown();
         return ExitCode::FAILURE;
     }
-    let reporter = {
-        let last = last.lock().unwrap_or_else(PoisonError::into_inner);
-        let r = reporter.get_or_init(|| Reporter::new(&emu)).clone();
-        report(
-            args.state_file.as_ref(),
-            &r.report(!(args.once && last.is_some()), *last),
-        );
-        r
-    };
+    // Before the first report: a reader that sees the state file (rnicctl
+    // emu start) finds the control socket listening.
     let control = match &args.control {
         None => None,
         Some(path) => match ControlListener::start(path, Controller::new(&emu, last.clone())) {
@@ -185,6 +178,15 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
+    };
+    let reporter = {
+        let last = last.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = reporter.get_or_init(|| Reporter::new(&emu)).clone();
+        report(
+            args.state_file.as_ref(),
+            &r.report(!(args.once && last.is_some()), *last),
+        );
+        r
     };
     loop {
         match rx.recv() {

@@ -1,0 +1,213 @@
+//! The control socket from another process: the `rnic-mlx5-emu` binary with
+//! `--control`, the real driver (`rnic_mlx5::Hca` over vfio-user) in this
+//! process, faults injected through the socket and seen by the driver as the
+//! typed errors and events they are.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rnic_mlx5::{Hca, HcaOptions, Mlx5Error, PciFunction, VfioUserFunction};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus, HealthSyndrome};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rnic-mlx5-emu");
+
+fn start(socket: &Path, control: &Path) -> Child {
+    let child = Command::new(BIN)
+        .arg("--socket")
+        .arg(socket)
+        .arg("--control")
+        .arg(control)
+        .args(["--boot-delay-ms", "5", "--health-period-ms", "10"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(socket.exists() && control.exists()) {
+        assert!(Instant::now() < deadline, "the emulator did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+/// Kills the emulator if the test fails before its SIGTERM.
+struct Reap(Option<Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One control client.
+struct Ctl {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+}
+
+impl Ctl {
+    fn connect(path: &Path) -> Ctl {
+        let w = UnixStream::connect(path).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Ctl {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
+    }
+
+    fn ask(&mut self, req: &str) -> String {
+        self.w.write_all(req.as_bytes()).unwrap();
+        self.w.write_all(b"\n").unwrap();
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        assert!(line.ends_with('\n'), "{req:?} → {line:?}");
+        line.trim_end().to_owned()
+    }
+
+    fn ok(&mut self, req: &str) -> String {
+        let reply = self.ask(req);
+        assert!(reply.starts_with("{\"ok\":true,"), "{req:?} → {reply}");
+        reply
+    }
+}
+
+/// The first number after `"key":` in `json`.
+fn num(json: &str, key: &str) -> u64 {
+    let pat = format!("\"{key}\":");
+    let at = json.find(&pat).unwrap_or_else(|| panic!("{key} in {json}")) + pat.len();
+    json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+fn bring_up(socket: &Path) -> Result<Hca, Mlx5Error> {
+    let function: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(socket).unwrap());
+    Hca::bring_up(
+        function,
+        HcaOptions {
+            pre_init_timeout: Duration::from_secs(10),
+            cmd_timeout: Some(Duration::from_secs(5)),
+            ..HcaOptions::default()
+        },
+    )
+}
+
+#[test]
+fn faults_injected_through_the_control_socket_reach_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, control) = (dir.path().join("emu.sock"), dir.path().join("emu.ctl"));
+    let mut reap = Reap(Some(start(&socket, &control)));
+
+    // First client: help, refusals that leave the connection usable, a fault.
+    let mut ctl = Ctl::connect(&control);
+    let help = ctl.ok("help");
+    assert!(help.contains("\"fail-next <OPCODE_NAME|0xNNN> <STATUS_NAME|0xNN> <syndrome>\""));
+    let bad = ctl.ask("fail-next ALLOC_PD");
+    assert!(
+        bad.starts_with("{\"ok\":false,\"error\":\"usage: fail-next"),
+        "{bad}"
+    );
+    let bad = ctl.ask("\u{1}\u{2} nonsense \"quoted\"");
+    assert!(
+        bad.starts_with("{\"ok\":false,\"error\":\"unknown request"),
+        "{bad}"
+    );
+    ctl.w.write_all(&[0xff, 0xfe, b'\n']).unwrap();
+    let mut line = String::new();
+    ctl.r.read_line(&mut line).unwrap();
+    assert!(line.contains("not UTF-8"), "{line}");
+    let reply = ctl.ok("fail-next ALLOC_PD EXCEED_LIM 0x1234");
+    assert_eq!(
+        reply,
+        "{\"ok\":true,\"request\":\"fail-next\",\"opcode\":\"0x800\",\"status\":\"0x08\",\"syndrome\":\"0x1234\"}"
+    );
+    drop(ctl);
+
+    // The driver's ALLOC_PD fails with exactly that status and syndrome.
+    match bring_up(&socket) {
+        Err(Mlx5Error::Command {
+            opcode: CmdOpcode::AllocPd,
+            status: CmdStatus::ExceedLim,
+            syndrome: 0x1234,
+            ..
+        }) => {}
+        other => panic!("wanted ALLOC_PD EXCEED_LIM 0x1234, got {other:?}"),
+    }
+
+    // A second client, the next driver: `state` shows what it holds.
+    let mut ctl = Ctl::connect(&control);
+    let mut hca = bring_up(&socket).unwrap();
+    hca.enable_events().unwrap();
+    let state = ctl.ok("state");
+    assert!(state.contains("\"phase\":\"initialized\""), "{state}");
+    let held = num(&state, "pages_held");
+    assert_eq!(held, 16 + 32, "{state}");
+    assert_eq!(held, hca.info().pages.held);
+    assert_eq!(num(&state, "pds"), 1, "{state}");
+    assert_eq!(num(&state, "uars"), 1, "{state}");
+    assert!(num(&state, "eqs") >= 1, "{state}");
+    assert!(
+        state.contains("\"last_driver\":{\"connection\":1,"),
+        "{state}"
+    );
+
+    // pages +8: a PAGE_REQUEST the driver serves; the firmware holds 8 more.
+    let reply = ctl.ok("pages +8");
+    assert_eq!(
+        reply,
+        "{\"ok\":true,\"request\":\"pages\",\"pages\":8,\"event\":true}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        hca.process_events(Duration::from_millis(100)).unwrap();
+        let now = num(&ctl.ok("state"), "pages_held");
+        if now == held + 8 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pages held {now}, wanted {}",
+            held + 8
+        );
+    }
+    assert_eq!(hca.info().pages.held, held + 8);
+
+    // health: the driver sees the fatal syndrome.
+    assert!(hca.check_health().is_ok());
+    assert_eq!(
+        ctl.ok("health 0x08"),
+        "{\"ok\":true,\"request\":\"health\",\"syndrome\":\"0x08\"}"
+    );
+    match hca.check_health() {
+        Err(Mlx5Error::DeviceFatal {
+            syndrome: Some(HealthSyndrome::HwFatal),
+            ..
+        }) => {}
+        other => panic!("wanted a fatal HwFatal health, got {other:?}"),
+    }
+    assert!(hca.is_fatal());
+    drop(hca);
+    drop(ctl);
+
+    // SIGTERM: exit 0, both sockets gone.
+    let mut child = reap.0.take().unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!control.exists(), "the control socket is left");
+    assert!(!socket.exists(), "the vfio-user socket is left");
+}
