@@ -10,6 +10,8 @@
 //!   arguments, log;
 //! * `<name>.state.json` — the emulator's own `--state-file` report (pages,
 //!   objects, DMA mappings, what the last driver left behind);
+//! * `<name>.ctl` — its control socket (`--control`: fault hooks and the
+//!   live state, one request a line; `rnicctl emu fault` forwards one);
 //! * `<name>.log` — its stderr.
 //!
 //! An emulator is *alive* while its pid is a running `rnic-mlx5-emu` (not a
@@ -17,8 +19,9 @@
 //! `list` removes its files.
 
 use std::fs;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -120,6 +123,18 @@ pub enum EmuError {
         /// The emulator directory.
         dir: String,
     },
+    /// An emulator started without a control socket (by an older rnicctl).
+    #[error(
+        "emulator {0} has no control socket (started by an older rnicctl): restart it with \
+         `rnicctl emu stop {0} && rnicctl emu start --name {0}`"
+    )]
+    NoControl(String),
+    /// The emulator refused a fault request.
+    #[error("the emulator refused the request: {0}")]
+    Refused(String),
+    /// The control socket's reply was not the JSON it should be.
+    #[error("the emulator's control socket replied {0:?}, not a JSON reply")]
+    BadReply(String),
     /// `stop` without a name.
     #[error("stop what? name an emulator (`rnicctl emu list`) or say --all")]
     NothingToStop,
@@ -203,6 +218,22 @@ enum EmuCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Send one request to an emulator's control socket and print its JSON reply.
+    ///
+    /// Requests: `state`, `fail-next <OPCODE> <STATUS> <syndrome>`,
+    /// `swallow-next [<OPCODE>]`, `health <SYNDROME>`, `health-stop`,
+    /// `pages <+N|-N>`, `clear`, `help` (docs/mlx5-emu.md, "Control
+    /// socket"). Exits nonzero when the emulator refuses it.
+    Fault {
+        /// The emulator.
+        name: String,
+        /// The request, e.g. `fail-next ALLOC_PD EXCEED_LIM 0x1234`.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        request: Vec<String>,
+        /// Seconds to wait for the reply.
+        #[arg(long, value_name = "S", default_value_t = 10)]
+        timeout: u64,
+    },
     /// Stop emulators: SIGTERM, wait for the socket to go, SIGKILL after --timeout.
     ///
     /// A stopped emulator removes its socket and exits 0 (a connected driver
@@ -226,6 +257,8 @@ struct Record {
     name: String,
     pid: i32,
     socket: PathBuf,
+    /// Its control socket (`None` in records of older rnicctls).
+    control: Option<PathBuf>,
     binary: PathBuf,
     args: Vec<String>,
 }
@@ -241,6 +274,7 @@ impl Record {
             "pid": self.pid,
             "socket": self.socket.display().to_string(),
             "spec": self.spec(),
+            "control": self.control.as_ref().map(|c| c.display().to_string()),
             "binary": self.binary.display().to_string(),
             "args": self.args,
             "state_file": state_path(dir, &self.name).display().to_string(),
@@ -253,6 +287,7 @@ impl Record {
             name: v["name"].as_str()?.to_owned(),
             pid: i32::try_from(v["pid"].as_i64()?).ok()?,
             socket: PathBuf::from(v["socket"].as_str()?),
+            control: v["control"].as_str().map(PathBuf::from),
             binary: PathBuf::from(v["binary"].as_str()?),
             args: v["args"]
                 .as_array()?
@@ -268,6 +303,9 @@ fn record_path(dir: &Path, name: &str) -> PathBuf {
 }
 fn state_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.state.json"))
+}
+fn control_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.ctl"))
 }
 fn log_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.log"))
@@ -400,8 +438,12 @@ fn remove_files(dir: &Path, r: &Record) {
     ] {
         let _ = fs::remove_file(p);
     }
-    if socket_exists(&r.socket) && !is_our_emulator(r.pid, &r.socket) {
-        let _ = fs::remove_file(&r.socket);
+    if !is_our_emulator(r.pid, &r.socket) {
+        for s in std::iter::once(&r.socket).chain(&r.control) {
+            if socket_exists(s) {
+                let _ = fs::remove_file(s);
+            }
+        }
     }
 }
 
@@ -424,6 +466,11 @@ pub fn main(a: &EmuArgs) -> Result<(), EmuError> {
             *json,
         ),
         EmuCmd::List { json } => list(&dir, *json),
+        EmuCmd::Fault {
+            name,
+            request,
+            timeout,
+        } => fault(&dir, name, request, Duration::from_secs(*timeout)),
         EmuCmd::Stop {
             names,
             all,
@@ -442,7 +489,7 @@ fn start(
 ) -> Result<(), EmuError> {
     for a in emu_args {
         let flag = a.split('=').next().unwrap_or(a);
-        if flag == "--socket" || flag == "--state-file" {
+        if matches!(flag, "--socket" | "--state-file" | "--control") {
             return Err(EmuError::ManagedFlag(flag.to_owned()));
         }
     }
@@ -476,12 +523,16 @@ fn start(
         None => std::path::absolute(dir.join(format!("{name}.sock")))
             .map_err(io_err("resolving", dir))?,
     };
-    let len = socket.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        return Err(EmuError::SocketPathTooLong {
-            path: socket.display().to_string(),
-            len,
-        });
+    let control =
+        std::path::absolute(control_path(dir, &name)).map_err(io_err("resolving", dir))?;
+    for s in [&socket, &control] {
+        let len = s.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(EmuError::SocketPathTooLong {
+                path: s.display().to_string(),
+                len,
+            });
+        }
     }
     if let Some(parent) = socket.parent() {
         fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
@@ -499,6 +550,8 @@ fn start(
             .map_err(io_err("resolving", &state))?
             .display()
             .to_string(),
+        "--control".to_owned(),
+        control.display().to_string(),
     ];
     args.extend(emu_args.iter().cloned());
     let mut child = Command::new(&binary)
@@ -544,6 +597,7 @@ fn start(
         name,
         pid: i32::try_from(pid).unwrap_or(i32::MAX),
         socket,
+        control: Some(control),
         binary,
         args: emu_args.to_vec(),
     };
@@ -567,6 +621,53 @@ fn start(
     // The child runs on; its exit is reaped by whoever adopts it.
     drop(child);
     Ok(())
+}
+
+/// `rnicctl emu fault NAME REQUEST…`: one request, its reply on stdout.
+fn fault(dir: &Path, name: &str, request: &[String], timeout: Duration) -> Result<(), EmuError> {
+    if !valid_name(name) {
+        return Err(EmuError::BadName(name.to_owned()));
+    }
+    let r = read_record(dir, name).map_err(|_| EmuError::NoSuch {
+        name: name.to_owned(),
+        dir: dir.display().to_string(),
+    })?;
+    let Some(control) = r.control else {
+        return Err(EmuError::NoControl(name.to_owned()));
+    };
+    let reply = ask(&control, &request.join(" "), timeout).map_err(io_err("asking", &control))?;
+    println!("{reply}");
+    let v: Value = serde_json::from_str(&reply).map_err(|_| EmuError::BadReply(reply.clone()))?;
+    match v["ok"].as_bool() {
+        Some(true) => Ok(()),
+        Some(false) => Err(EmuError::Refused(
+            v["error"]
+                .as_str()
+                .unwrap_or("(no reason given)")
+                .to_owned(),
+        )),
+        None => Err(EmuError::BadReply(reply)),
+    }
+}
+
+/// One request line to a control socket; its reply line (without the newline).
+fn ask(control: &Path, line: &str, timeout: Duration) -> io::Result<String> {
+    let mut s = UnixStream::connect(control)?;
+    s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    s.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    // One line: a newline inside an argument would be a second request.
+    let line = line.replace(['\n', '\r'], " ");
+    s.write_all(format!("{line}\n").as_bytes())?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply)?;
+    if !reply.ends_with('\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the emulator closed the connection without a reply",
+        ));
+    }
+    reply.truncate(reply.trim_end().len());
+    Ok(reply)
 }
 
 /// The last three non-empty lines of a log file.
@@ -741,14 +842,21 @@ mod tests {
             name: "emu3".into(),
             pid: 42,
             socket: "/tmp/e.sock".into(),
+            control: Some("/run/rnic/emu/emu3.ctl".into()),
             binary: "/usr/bin/rnic-mlx5-emu".into(),
             args: vec!["--once".into()],
         };
         let v = r.to_json(Path::new("/run/rnic/emu"));
         assert_eq!(v["spec"], "mlx5:vfio-user:/tmp/e.sock");
         assert_eq!(v["state_file"], "/run/rnic/emu/emu3.state.json");
+        assert_eq!(v["control"], "/run/rnic/emu/emu3.ctl");
         let back = Record::from_json(&v).unwrap();
+        assert_eq!(back.control, r.control);
         assert_eq!((back.name, back.pid, back.args), (r.name, r.pid, r.args));
+        // A record of an older rnicctl (no control socket) still reads.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("control");
+        assert_eq!(Record::from_json(&old).unwrap().control, None);
     }
 
     #[test]

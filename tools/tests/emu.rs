@@ -314,3 +314,69 @@ fn a_missing_emulator_binary_names_the_build_command() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--state-file is set by"));
 }
+
+#[test]
+fn fault_forwards_one_request_and_prints_the_reply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let _guard = StopAll(dir.clone());
+    let started: Value =
+        serde_json::from_str(ok(&rnicctl(&dir, &["start", "--name", "f", "--json"])).trim())
+            .unwrap();
+    let ctl = dir.join("f.ctl");
+    assert_eq!(
+        started["control"].as_str().map(PathBuf::from),
+        Some(std::path::absolute(&ctl).unwrap())
+    );
+    assert!(
+        ctl.exists(),
+        "the control socket listens once start returns"
+    );
+    // A request with a leading '-' argument passes through clap untouched.
+    let out = ok(&rnicctl(&dir, &["fault", "f", "pages", "-3"]));
+    assert_eq!(
+        out.trim(),
+        "{\"ok\":true,\"request\":\"pages\",\"pages\":-3,\"event\":false}"
+    );
+    let out = ok(&rnicctl(
+        &dir,
+        &[
+            "fault",
+            "f",
+            "fail-next",
+            "ALLOC_PD",
+            "EXCEED_LIM",
+            "0x1234",
+        ],
+    ));
+    assert_eq!(
+        out.trim(),
+        "{\"ok\":true,\"request\":\"fail-next\",\"opcode\":\"0x800\",\"status\":\"0x08\",\"syndrome\":\"0x1234\"}"
+    );
+    let state: Value =
+        serde_json::from_str(ok(&rnicctl(&dir, &["fault", "f", "state"])).trim()).unwrap();
+    assert_eq!(state["ok"], true);
+    assert_eq!(state["state"]["accounting"]["pages_held"], 0);
+    assert_eq!(state["state"]["running"], true);
+    // A refusal: the reply on stdout, the reason on stderr, exit 1.
+    let o = rnicctl(&dir, &["fault", "f", "pages", "8"]);
+    assert!(!o.status.success());
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let reply: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(reply["ok"], false);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("type +N (give) or -N"), "{stderr}");
+    // No such emulator.
+    let o = rnicctl(&dir, &["fault", "nope", "state"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no emulator named nope"));
+    // The control socket is only rnicctl's to set.
+    let o = rnicctl(
+        &dir,
+        &["start", "--name", "g", "--", "--control", "/tmp/x.ctl"],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--control is set by"));
+    ok(&rnicctl(&dir, &["stop", "f"]));
+    assert!(!ctl.exists(), "stop leaves the control socket");
+}
