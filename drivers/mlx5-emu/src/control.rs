@@ -17,7 +17,6 @@
 //! after another. The socket file is removed when the [`ControlListener`] is
 //! shut down (or dropped).
 
-use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -30,7 +29,7 @@ use rnic_mlx5_prm::{CmdOpcode, CmdStatus, HealthSyndrome};
 
 use crate::device::Device;
 use crate::firmware::Faults;
-use crate::report::Reporter;
+use crate::report::{Reporter, json_str};
 use crate::server::{Disconnect, Emulator};
 
 /// The longest request line accepted (longer ones are refused, the rest of
@@ -248,24 +247,6 @@ fn truncate(s: &str) -> &str {
         Some((i, _)) => &s[..i],
         None => s,
     }
-}
-
-/// A JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", u32::from(c));
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
 }
 
 /// A refusal, as one JSON line (no newline).

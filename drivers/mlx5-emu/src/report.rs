@@ -188,7 +188,7 @@ fn push_counters(o: &mut String, c: &[(&'static str, u64)]) {
 }
 
 /// `s` as a JSON string literal.
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {

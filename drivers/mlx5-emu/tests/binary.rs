@@ -111,29 +111,9 @@ fn refuses_to_remove_a_file_that_is_not_a_socket() {
     assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
 }
 
-/// A child process killed (and reaped) when dropped, so a failing test
-/// leaves no emulator behind.
-struct Proc(Child);
-
-impl std::ops::Deref for Proc {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Proc {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+#[path = "common/proc.rs"]
+mod proc;
+use proc::Proc;
 
 fn start_with(socket: &Path, extra: &[&str]) -> Proc {
     Proc(

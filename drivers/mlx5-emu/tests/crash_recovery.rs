@@ -234,29 +234,9 @@ fn child(socket: &Path, net: u8) -> ! {
     unreachable!("the rounds never end")
 }
 
-/// A child process killed (and reaped) when dropped, so a failing test
-/// leaves no emulator behind.
-struct Proc(Child);
-
-impl std::ops::Deref for Proc {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Proc {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+#[path = "common/proc.rs"]
+mod proc;
+use proc::Proc;
 
 fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(15);
