@@ -25,10 +25,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rnic_mlx5_prm::{CmdOpcode, CmdStatus, HealthSyndrome};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus, CqeSyndrome, HealthSyndrome};
 
 use crate::device::Device;
-use crate::firmware::Faults;
+use crate::firmware::{Faults, MAX_DELAY};
+use crate::hca::{CqeInjection, InjectSide};
 use crate::report::{Reporter, json_str};
 use crate::server::{Disconnect, Emulator};
 
@@ -41,6 +42,9 @@ pub const HELP: &[&str] = &[
     "state",
     "fail-next <OPCODE_NAME|0xNNN> <STATUS_NAME|0xNN> <syndrome>",
     "swallow-next [<OPCODE_NAME|0xNNN>]",
+    "delay-next [<OPCODE_NAME|0xNNN>] <ms>",
+    "error-cqe <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
+    "error-cqe-recv <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
     "health <SYNDROME|0xNN>",
     "health-stop",
     "pages <+N|-N>",
@@ -64,13 +68,23 @@ pub enum Request {
     },
     /// [`Faults::swallow_next`]: that command never completes.
     SwallowNext(Option<CmdOpcode>),
+    /// [`Faults::delay_next`]: that command completes `ms` milliseconds late.
+    DelayNext {
+        /// The command (any when `None`).
+        opcode: Option<CmdOpcode>,
+        /// The delay, 1..=600000 ms.
+        ms: u64,
+    },
+    /// [`Faults::error_cqe`]: that QP's next send (`error-cqe`) or receive
+    /// (`error-cqe-recv`) completion is an error CQE.
+    ErrorCqe(CqeInjection),
     /// [`Faults::fatal`]: a fatal health syndrome, the counter stops.
     Health(HealthSyndrome),
     /// [`Device::stop_health_counter`]: the counter stops, no syndrome.
     HealthStop,
     /// [`Faults::request_pages`]: a PAGE_REQUEST of `n` (< 0: reclaim).
     Pages(i32),
-    /// [`Faults::clear`]: drop pending fail/swallow hooks.
+    /// [`Faults::clear`]: drop pending fail/swallow/delay/error-CQE hooks.
     Clear,
     /// The list of requests.
     Help,
@@ -83,6 +97,15 @@ impl Request {
             Request::State => "state",
             Request::FailNext { .. } => "fail-next",
             Request::SwallowNext(_) => "swallow-next",
+            Request::DelayNext { .. } => "delay-next",
+            Request::ErrorCqe(CqeInjection {
+                side: InjectSide::Send,
+                ..
+            }) => "error-cqe",
+            Request::ErrorCqe(CqeInjection {
+                side: InjectSide::Recv,
+                ..
+            }) => "error-cqe-recv",
             Request::Health(_) => "health",
             Request::HealthStop => "health-stop",
             Request::Pages(_) => "pages",
@@ -166,6 +189,91 @@ fn health(s: &str) -> Result<HealthSyndrome, String> {
         .ok_or_else(|| format!("unknown health syndrome {s:?}: type 0xNN (0x01 firmware internal error, 0x08 hardware fatal error, ...)"))
 }
 
+/// The error CQE syndromes by the Linux kernel's names (`MLX5_CQE_SYNDROME_…`).
+const CQE_SYNDROME_NAMES: &[(&str, CqeSyndrome)] = &[
+    ("LOCAL_LENGTH_ERR", CqeSyndrome::LocalLength),
+    ("LOCAL_QP_OP_ERR", CqeSyndrome::LocalQpOp),
+    ("LOCAL_PROT_ERR", CqeSyndrome::LocalProt),
+    ("WR_FLUSH_ERR", CqeSyndrome::WrFlushed),
+    ("MW_BIND_ERR", CqeSyndrome::MwBind),
+    ("BAD_RESP_ERR", CqeSyndrome::BadResp),
+    ("LOCAL_ACCESS_ERR", CqeSyndrome::LocalAccess),
+    ("REMOTE_INVAL_REQ_ERR", CqeSyndrome::RemoteInvalReq),
+    ("REMOTE_ACCESS_ERR", CqeSyndrome::RemoteAccess),
+    ("REMOTE_OP_ERR", CqeSyndrome::RemoteOp),
+    (
+        "TRANSPORT_RETRY_EXC_ERR",
+        CqeSyndrome::TransportRetryExceeded,
+    ),
+    ("RNR_RETRY_EXC_ERR", CqeSyndrome::RnrRetryExceeded),
+    ("REMOTE_ABORTED_ERR", CqeSyndrome::RemoteAborted),
+];
+
+/// A CQE syndrome: a kernel name (`REMOTE_ACCESS_ERR`, with or without
+/// `MLX5_CQE_SYNDROME_`), the PRM description with `_` or `-` for spaces
+/// (`remote_access_error`), or a nonzero `0xNN` (any byte: one the PRM does
+/// not define tests the driver's fallback).
+fn cqe_syndrome(s: &str) -> Result<u8, String> {
+    if let Some(n) = number(s) {
+        return match u8::try_from(n) {
+            Ok(0) => Err("CQE syndrome 0 is not an error: type a nonzero syndrome".to_owned()),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("CQE syndrome {s} does not fit 8 bits: type 0xNN")),
+        };
+    }
+    let upper = s.to_ascii_uppercase();
+    let bare = upper.strip_prefix("MLX5_CQE_SYNDROME_").unwrap_or(&upper);
+    if let Some((_, syn)) = CQE_SYNDROME_NAMES.iter().find(|(n, _)| *n == bare) {
+        return Ok(syn.as_raw());
+    }
+    let want = s.replace(['_', '-'], " ");
+    CQE_SYNDROME_NAMES
+        .iter()
+        .map(|(_, syn)| *syn)
+        .find(|syn| syn.name().is_some_and(|n| n.eq_ignore_ascii_case(&want)))
+        .map(CqeSyndrome::as_raw)
+        .ok_or_else(|| {
+            format!(
+                "unknown CQE syndrome {s:?}: type a name (LOCAL_LENGTH_ERR, REMOTE_ACCESS_ERR, \
+                 RNR_RETRY_EXC_ERR, ...) or 0xNN"
+            )
+        })
+}
+
+fn error_cqe(keyword: &str, side: InjectSide, args: &[&str]) -> Result<Request, String> {
+    if !(2..=3).contains(&args.len()) {
+        return Err(usage(keyword));
+    }
+    let qpn = if args[0].eq_ignore_ascii_case("any") {
+        None
+    } else {
+        Some(
+            number(args[0])
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n <= 0xff_ffff)
+                .ok_or_else(|| {
+                    format!(
+                        "QPN {:?}: type a 24-bit QP number (decimal or 0x) or `any`",
+                        args[0]
+                    )
+                })?,
+        )
+    };
+    let syndrome = cqe_syndrome(args[1])?;
+    let vendor = match args.get(2) {
+        None => 0,
+        Some(v) => number(v)
+            .and_then(|n| u8::try_from(n).ok())
+            .ok_or_else(|| format!("vendor syndrome {v:?}: type a byte, 0..=255 or 0xNN"))?,
+    };
+    Ok(Request::ErrorCqe(CqeInjection {
+        qpn,
+        side,
+        syndrome,
+        vendor,
+    }))
+}
+
 fn usage(keyword: &str) -> String {
     let line = HELP
         .iter()
@@ -217,6 +325,21 @@ pub fn parse(line: &str) -> Result<Request, String> {
                 .transpose()
                 .map(Request::SwallowNext)
         }
+        "delay-next" => {
+            arity(1..=2)?;
+            let (op, ms) = match args {
+                [ms] => (None, ms),
+                [op, ms] => (Some(opcode(op)?), ms),
+                _ => return Err(usage(keyword)),
+            };
+            let max = MAX_DELAY.as_millis() as u64;
+            let ms = number(ms)
+                .filter(|&n| (1..=max).contains(&n))
+                .ok_or_else(|| format!("delay {ms:?}: type milliseconds, 1..={max}"))?;
+            Ok(Request::DelayNext { opcode: op, ms })
+        }
+        "error-cqe" => error_cqe(keyword, InjectSide::Send, args),
+        "error-cqe-recv" => error_cqe(keyword, InjectSide::Recv, args),
         "health" => {
             arity(1..=1)?;
             health(args[0]).map(Request::Health)
@@ -325,6 +448,28 @@ impl Controller {
                 self.faults()?.swallow_next(op);
                 let op = op.map_or_else(|| "null".to_owned(), |o| format!("\"{:#x}\"", o.as_raw()));
                 Ok(format!("{head},\"opcode\":{op}}}"))
+            }
+            Request::DelayNext { opcode, ms } => {
+                if !self.faults()?.delay_next(opcode, Duration::from_millis(ms)) {
+                    return Err(format!(
+                        "delay of {ms} ms is longer than the firmware allows"
+                    ));
+                }
+                let op =
+                    opcode.map_or_else(|| "null".to_owned(), |o| format!("\"{:#x}\"", o.as_raw()));
+                Ok(format!("{head},\"opcode\":{op},\"ms\":{ms}}}"))
+            }
+            Request::ErrorCqe(i) => {
+                if !self.faults()?.error_cqe(i) {
+                    return Err("CQE syndrome 0 is not an error".to_owned());
+                }
+                let qpn = i
+                    .qpn
+                    .map_or_else(|| "null".to_owned(), |q| format!("\"{q:#x}\""));
+                Ok(format!(
+                    "{head},\"qpn\":{qpn},\"syndrome\":\"{:#04x}\",\"vendor_syndrome\":\"{:#04x}\"}}",
+                    i.syndrome, i.vendor
+                ))
             }
             Request::Health(synd) => {
                 if !self.faults()?.fatal(synd) {
@@ -539,6 +684,48 @@ mod tests {
             parse("health firmware_internal_error"),
             Ok(Request::Health(HealthSyndrome::FwInternal))
         );
+        assert_eq!(
+            parse("delay-next 250"),
+            Ok(Request::DelayNext {
+                opcode: None,
+                ms: 250
+            })
+        );
+        assert_eq!(
+            parse("delay-next alloc_pd 0x10"),
+            Ok(Request::DelayNext {
+                opcode: Some(CmdOpcode::AllocPd),
+                ms: 16
+            })
+        );
+        let inj = |qpn, side, syndrome, vendor| {
+            Ok(Request::ErrorCqe(CqeInjection {
+                qpn,
+                side,
+                syndrome,
+                vendor,
+            }))
+        };
+        assert_eq!(
+            parse("error-cqe 0x12 REMOTE_ACCESS_ERR 0x88"),
+            inj(Some(0x12), InjectSide::Send, 0x13, 0x88)
+        );
+        assert_eq!(
+            parse("error-cqe any MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR"),
+            inj(None, InjectSide::Send, 0x01, 0)
+        );
+        assert_eq!(
+            parse("error-cqe 7 rnr_retry_counter_exceeded 3"),
+            inj(Some(7), InjectSide::Send, 0x16, 3)
+        );
+        assert_eq!(
+            parse("error-cqe-recv ANY 0x7f"),
+            inj(None, InjectSide::Recv, 0x7f, 0)
+        );
+        assert_eq!(
+            parse("error-cqe-recv 1 0x7f").unwrap().keyword(),
+            "error-cqe-recv"
+        );
         assert_eq!(parse("pages +8"), Ok(Request::Pages(8)));
         assert_eq!(parse("pages -0x10"), Ok(Request::Pages(-16)));
     }
@@ -573,6 +760,22 @@ mod tests {
         );
         refused("swallow-next A B", "usage: swallow-next");
         refused("swallow-next NOPE", "unknown opcode");
+        refused("delay-next", "usage: delay-next [<OPCODE_NAME");
+        refused("delay-next ALLOC_PD 1 2", "usage: delay-next");
+        refused("delay-next 0", "type milliseconds, 1..=600000");
+        refused("delay-next 600001", "1..=600000");
+        refused("delay-next ALLOC_PD soon", "type milliseconds");
+        refused("delay-next NOPE 5", "unknown opcode \"NOPE\"");
+        refused("error-cqe", "usage: error-cqe <qpn|any>");
+        refused("error-cqe 1", "usage: error-cqe <qpn|any>");
+        refused("error-cqe 1 0x13 0 0", "usage: error-cqe");
+        refused("error-cqe-recv 1", "usage: error-cqe-recv <qpn|any>");
+        refused("error-cqe 0x1000000 0x13", "24-bit QP number");
+        refused("error-cqe some 0x13", "24-bit QP number");
+        refused("error-cqe 1 0", "not an error");
+        refused("error-cqe 1 0x100", "does not fit 8 bits");
+        refused("error-cqe 1 SUNBURN", "unknown CQE syndrome \"SUNBURN\"");
+        refused("error-cqe 1 0x13 0x100", "vendor syndrome");
         refused("health", "usage: health <SYNDROME");
         refused("health 0", "not fatal");
         refused("health 0x100", "does not fit 8 bits");
@@ -599,6 +802,9 @@ mod tests {
             "state",
             "fail-next",
             "swallow-next",
+            "delay-next",
+            "error-cqe",
+            "error-cqe-recv",
             "health",
             "health-stop",
             "pages",

@@ -8,7 +8,10 @@
 //!                "cqs":0,"qps":0,"mkeys":0,"gids":0,"dma_mappings":0,"clean":true},
 //!  "last_driver":{"connection":1,"left":{"phase":"initialized","pages_held":48,…,"clean":false}},
 //!  "device":{"resets":2,"command_doorbells":57,"uar_doorbells":12,"contained_panics":0},
-//!  "hca":{"dma_faults":0,"wqe_errors":0,"tx_packets":10,"rx_packets":10,"cqes":10}}
+//!  "hca":{"dma_faults":0,"wqe_errors":0,"tx_packets":10,"rx_packets":10,"cqes":10,
+//!         "injected_error_cqes":0},
+//!  "faults":{"injected":0,"swallowed":0,"delayed":1,"late_pending":0,"late_dropped":0,
+//!            "ignored_busy":0}}
 //! ```
 //!
 //! `accounting` is what the function holds when the file was written (after
@@ -72,6 +75,18 @@ impl Reporter {
                     ("tx_packets", h.tx_packets),
                     ("rx_packets", h.rx_packets),
                     ("cqes", h.cqes),
+                    ("injected_error_cqes", h.injected_error_cqes),
+                ]
+            }),
+            faults: self.firmware.as_ref().map(|fw| {
+                let f = fw.stats();
+                [
+                    ("injected", f.injected),
+                    ("swallowed", f.swallowed),
+                    ("delayed", f.delayed),
+                    ("late_pending", fw.late_pending() as u64),
+                    ("late_dropped", f.late_dropped),
+                    ("ignored_busy", f.ignored_busy),
                 ]
             }),
         }
@@ -96,7 +111,10 @@ pub struct StateReport {
     /// Device counters: resets, command doorbells, UAR doorbells, contained panics.
     pub device: [(&'static str, u64); 4],
     /// HCA counters (`None` without the firmware).
-    pub hca: Option<[(&'static str, u64); 5]>,
+    pub hca: Option<[(&'static str, u64); 6]>,
+    /// Fault-hook counters: commands failed, swallowed, delayed, delayed ones still pending
+    /// and dropped by a reset, rings of a busy slot (`None` without the firmware).
+    pub faults: Option<[(&'static str, u64); 6]>,
 }
 
 impl StateReport {
@@ -127,6 +145,11 @@ impl StateReport {
         match &self.hca {
             None => o.push_str("null"),
             Some(h) => push_counters(&mut o, h),
+        }
+        o.push_str(",\"faults\":");
+        match &self.faults {
+            None => o.push_str("null"),
+            Some(f) => push_counters(&mut o, f),
         }
         o.push('}');
         o
@@ -237,6 +260,7 @@ mod tests {
             }),
             device: [("resets", 2), ("a", 0), ("b", 0), ("c", 0)],
             hca: None,
+            faults: None,
         };
         assert_eq!(
             r.to_json(),
@@ -244,7 +268,8 @@ mod tests {
              \"connections\":1,\"accounting\":null,\"last_driver\":{\"connection\":1,\"left\":\
              {\"phase\":\"initialized\",\"pages_held\":48,\"uars\":1,\"pds\":1,\"tds\":0,\
              \"eqs\":1,\"cqs\":2,\"qps\":1,\"mkeys\":1,\"gids\":1,\"dma_mappings\":9,\
-             \"clean\":false}},\"device\":{\"resets\":2,\"a\":0,\"b\":0,\"c\":0},\"hca\":null}"
+             \"clean\":false}},\"device\":{\"resets\":2,\"a\":0,\"b\":0,\"c\":0},\"hca\":null,\
+             \"faults\":null}"
         );
     }
 }

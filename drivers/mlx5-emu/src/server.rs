@@ -393,8 +393,8 @@ impl Emulator {
 
         let (d, s, sh) = (dev.clone(), stop.clone(), shared.clone());
         threads.push(spawn("serve", move || serve(&server, &d, &s, &sh))?);
-        let (d, s) = (dev.clone(), stop.clone());
-        threads.push(spawn("watch", move || watch(&d, &s))?);
+        let (d, s, fw) = (dev.clone(), stop.clone(), shared.firmware.get().cloned());
+        threads.push(spawn("watch", move || watch(&d, &s, fw.as_ref()))?);
         let (d, s) = (dev.clone(), stop.clone());
         threads.push(spawn("health", move || health(&d, &s))?);
         info!(socket = %socket.display(), "rnic-mlx5-emu listening (ConnectX-5 15b3:1017)");
@@ -512,13 +512,15 @@ fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool, shared: &Shared)
     }
 }
 
-fn watch(dev: &Device, stop: &AtomicBool) {
+/// The watcher thread: BAR0 scans, and the firmware's delayed command completions
+/// ([`FirmwareHandle::deliver_late`]) as their delays end.
+fn watch(dev: &Device, stop: &AtomicBool, fw: Option<&FirmwareHandle>) {
     let mut w = Watcher::default();
     let mut pace = Backoff::new();
     while !stop.load(Ordering::Acquire) {
         let events = {
             let _q = dev.quiesced();
-            w.scan(dev)
+            w.scan(dev) + fw.map_or(0, |f| f.deliver_late(dev))
         };
         let sleep = pace.next(events);
         if sleep.is_zero() {

@@ -211,3 +211,72 @@ fn faults_injected_through_the_control_socket_reach_the_driver() {
     assert!(!control.exists(), "the control socket is left");
     assert!(!socket.exists(), "the vfio-user socket is left");
 }
+
+#[test]
+fn delay_and_error_cqe_hooks_through_the_control_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, control) = (dir.path().join("emu.sock"), dir.path().join("emu.ctl"));
+    let mut reap = Reap(Some(start(&socket, &control)));
+    let mut ctl = Ctl::connect(&control);
+    let help = ctl.ok("help");
+    for line in [
+        "delay-next [<OPCODE_NAME|0xNNN>] <ms>",
+        "error-cqe <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
+        "error-cqe-recv <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
+    ] {
+        assert!(help.contains(&format!("\"{line}\"")), "{line}: {help}");
+    }
+    // Bad arguments: refused with what to type, the connection stays open.
+    for (req, want) in [
+        ("delay-next", "usage: delay-next"),
+        ("delay-next 0", "type milliseconds, 1..=600000"),
+        ("delay-next ALLOC_PD 700000", "1..=600000"),
+        ("delay-next NOPE 5", "unknown opcode"),
+        ("error-cqe 1", "usage: error-cqe"),
+        ("error-cqe 0x1000000 0x13", "24-bit QP number"),
+        ("error-cqe any 0", "not an error"),
+        ("error-cqe any SUNBURN", "unknown CQE syndrome"),
+        ("error-cqe-recv any 0x13 0x100", "vendor syndrome"),
+    ] {
+        let reply = ctl.ask(req);
+        assert!(
+            reply.starts_with("{\"ok\":false,\"error\":") && reply.contains(want),
+            "{req:?} → {reply}"
+        );
+    }
+    assert_eq!(
+        ctl.ok("error-cqe 0x12 REMOTE_ACCESS_ERR 0x88"),
+        "{\"ok\":true,\"request\":\"error-cqe\",\"qpn\":\"0x12\",\"syndrome\":\"0x13\",\"vendor_syndrome\":\"0x88\"}"
+    );
+    assert_eq!(
+        ctl.ok("error-cqe-recv any 0x01"),
+        "{\"ok\":true,\"request\":\"error-cqe-recv\",\"qpn\":null,\"syndrome\":\"0x01\",\"vendor_syndrome\":\"0x00\"}"
+    );
+    // `clear` drops the two injections (no QP is about to complete anyway).
+    ctl.ok("clear");
+
+    // A delayed ALLOC_PD: the driver's bring-up waits for it, no sooner than the delay.
+    assert_eq!(
+        ctl.ok("delay-next ALLOC_PD 400"),
+        "{\"ok\":true,\"request\":\"delay-next\",\"opcode\":\"0x800\",\"ms\":400}"
+    );
+    let start = Instant::now();
+    let hca = bring_up(&socket).unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+    let state = ctl.ok("state");
+    assert_eq!(num(&state, "delayed"), 1, "{state}");
+    assert_eq!(num(&state, "late_pending"), 0, "{state}");
+    assert_eq!(num(&state, "late_dropped"), 0, "{state}");
+    assert_eq!(num(&state, "pds"), 1, "{state}");
+    assert_eq!(num(&state, "injected_error_cqes"), 0, "{state}");
+    hca.shutdown().unwrap();
+    drop(ctl);
+
+    let mut child = reap.0.take().unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}

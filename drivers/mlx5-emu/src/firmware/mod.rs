@@ -17,7 +17,10 @@
 //!   context; the RoCE address, EQ, CQ, MKey and QP commands go to the [`crate::hca`]. Every
 //!   refusal carries a nonzero [`syndrome`] naming the check.
 //! - **Fault hooks** ([`Faults`]): fail the next command of an opcode with a chosen status and
-//!   syndrome, swallow the next command (never completed), declare a fatal health syndrome
+//!   syndrome, swallow the next command (never completed), delay the next command's completion
+//!   ([`Faults::delay_next`]: executed and completed when the delay ends, by the watcher thread,
+//!   while other slots, the data path and the health counter go on), turn the next completion
+//!   of a QP into an error CQE ([`Faults::error_cqe`]), declare a fatal health syndrome
 //!   (health counter stops, commands are no longer served).
 //! - **Accounting** ([`FirmwareHandle::accounting`], [`FirmwareHandle::stats`]): pages held,
 //!   live UARs/PDs/TDs, DMA mappings; commands by opcode, errors by status, delivery errors.
@@ -36,6 +39,7 @@ pub mod syndrome;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use rnic_mlx5_prm::{CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxOut, initial_seg};
 
@@ -99,6 +103,13 @@ pub struct FirmwareStats {
     pub swallowed: u64,
     /// Commands failed by [`Faults::fail_next`].
     pub injected: u64,
+    /// Commands whose completion [`Faults::delay_next`] delayed.
+    pub delayed: u64,
+    /// Delayed commands never completed: the function was reset, or declared fatal, first.
+    pub late_dropped: u64,
+    /// Rings of a slot whose delayed command is still executing (ignored: a slot executes
+    /// one command at a time).
+    pub ignored_busy: u64,
     /// Command completion EQEs posted.
     pub command_events: u64,
 }
@@ -178,14 +189,28 @@ struct Injection {
 struct FaultPlan {
     fail: Vec<Injection>,
     swallow: Vec<Option<CmdOpcode>>,
+    delay: Vec<(Option<CmdOpcode>, Duration)>,
     dead: bool,
 }
+
+/// A command whose completion [`Faults::delay_next`] delayed: fetched, waiting to execute.
+#[derive(Debug)]
+struct Late {
+    due: Instant,
+    /// The device epoch it was rung in (a reset since then drops it).
+    epoch: u64,
+    cmd: cmdq::Command,
+}
+
+/// The longest delay [`Faults::delay_next`] accepts (10 minutes).
+pub const MAX_DELAY: Duration = Duration::from_secs(600);
 
 struct Shared {
     state: Mutex<State>,
     faults: Mutex<FaultPlan>,
     stats: Mutex<FirmwareStats>,
     device: Mutex<Weak<Device>>,
+    late: Mutex<Vec<Late>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -240,6 +265,7 @@ impl Firmware {
                 faults: Mutex::new(FaultPlan::default()),
                 stats: Mutex::new(FirmwareStats::default()),
                 device: Mutex::new(Weak::new()),
+                late: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -331,6 +357,54 @@ impl FirmwareHandle {
     pub fn issi(&self) -> u32 {
         lock(&self.shared.state).issi
     }
+
+    /// Delayed commands still waiting to execute ([`Faults::delay_next`]).
+    pub fn late_pending(&self) -> usize {
+        lock(&self.shared.late).len()
+    }
+
+    /// Execute and complete the delayed commands whose delay has ended ([`Faults::delay_next`]);
+    /// how many completed. The emulator's watcher thread calls it after each scan of BAR0
+    /// (so a delay ends within the watcher's longest sleep, 1 ms, of its deadline); an
+    /// in-process harness that runs [`crate::watch::Watcher::scan`] itself calls it too.
+    /// A command rung before the last reset of `dev`, or after a fatal health syndrome, is
+    /// dropped (counted in [`FirmwareStats::late_dropped`]).
+    pub fn deliver_late(&self, dev: &Device) -> usize {
+        let sh = &self.shared;
+        let due: Vec<Late> = {
+            let mut late = lock(&sh.late);
+            if late.is_empty() {
+                return 0;
+            }
+            let now = Instant::now();
+            let mut due = Vec::new();
+            let mut i = 0;
+            while i < late.len() {
+                if late[i].due <= now {
+                    due.push(late.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            due
+        };
+        let mut done = 0;
+        let epoch = dev.epoch();
+        for l in due {
+            if l.epoch != epoch || lock(&sh.faults).dead {
+                lock(&sh.stats).late_dropped += 1;
+                tracing::info!(
+                    slot = l.cmd.slot,
+                    "delayed command dropped: reset or fatal since"
+                );
+                continue;
+            }
+            tracing::info!(slot = l.cmd.slot, op = %CmdOpcode::from_raw(l.cmd.opcode), "delayed command executes now");
+            finish(sh, dev, &l.cmd);
+            done += 1;
+        }
+        done
+    }
 }
 
 impl Faults {
@@ -353,6 +427,38 @@ impl Faults {
     /// completed: its entry stays owned by hardware, so the driver must time out.
     pub fn swallow_next(&self, opcode: Option<CmdOpcode>) {
         lock(&self.shared.faults).swallow.push(opcode);
+    }
+
+    /// The next command (with `opcode`, or any when `None`) executes and completes `delay`
+    /// (at most [`MAX_DELAY`]) after its doorbell: until then its entry stays owned by
+    /// hardware and the function's state is unchanged; then the firmware executes it
+    /// (a [`Faults::fail_next`] injection for it applies then), writes its output, clears
+    /// ownership and posts the completion EQE (events mode), as a slow firmware would.
+    /// Meanwhile the other slots, the data path and the health counter go on; a ring of the
+    /// delayed command's own slot is ignored ([`FirmwareStats::ignored_busy`]). A reset or a
+    /// fatal syndrome before the delay ends drops the command. Several may be queued; each
+    /// fires once. `false` (nothing queued) when `delay` exceeds [`MAX_DELAY`].
+    pub fn delay_next(&self, opcode: Option<CmdOpcode>, delay: Duration) -> bool {
+        if delay > MAX_DELAY {
+            return false;
+        }
+        lock(&self.shared.faults).delay.push((opcode, delay));
+        true
+    }
+
+    /// The next completion QP `qpn` (any QP when `None`) writes on `side` becomes an error
+    /// CQE with `syndrome` (a [`rnic_mlx5_prm::CqeSyndrome`] or any other nonzero byte) and
+    /// `vendor_err_synd` = `vendor`; the QP goes to ERR and its later WQEs flush (see
+    /// [`crate::hca::CqeInjection`] for exactly which completion). Several may be queued; each
+    /// fires once. `false` when `syndrome` is 0 (success, not an error); the injection is
+    /// dropped by a reset.
+    pub fn error_cqe(&self, injection: crate::hca::CqeInjection) -> bool {
+        if injection.syndrome == 0 {
+            return false;
+        }
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).inject_error_cqe(injection);
+        true
     }
 
     /// Declare a fatal error: health buffer `synd` (and the `health_syndrome` byte of
@@ -382,11 +488,17 @@ impl Faults {
         crate::hca::lock(&s.hca).page_request_event(&dev, n)
     }
 
-    /// Drop every pending hook (a declared fatal error stays until reset).
+    /// Drop every pending hook: fail, swallow, delay, error CQE (a declared fatal error stays
+    /// until reset; a command already being delayed still completes).
     pub fn clear(&self) {
-        let mut f = lock(&self.shared.faults);
-        f.fail.clear();
-        f.swallow.clear();
+        {
+            let mut f = lock(&self.shared.faults);
+            f.fail.clear();
+            f.swallow.clear();
+            f.delay.clear();
+        }
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).clear_injections();
     }
 }
 
@@ -426,7 +538,12 @@ impl Firmware {
             cmdq::Fetch::Ready(cmd) => cmd,
         };
         let op = CmdOpcode::from_raw(cmd.opcode);
-        let injected = {
+        if lock(&sh.late).iter().any(|l| l.cmd.slot == slot) {
+            lock(&sh.stats).ignored_busy += 1;
+            tracing::warn!(slot, %op, "ring of a slot whose delayed command still executes: ignored");
+            return;
+        }
+        {
             let mut f = lock(&sh.faults);
             if let Some(i) = f.swallow.iter().position(|o| o.is_none_or(|o| o == op)) {
                 f.swallow.remove(i);
@@ -435,50 +552,73 @@ impl Firmware {
                 tracing::info!(slot, %op, "command swallowed (fault hook): never completed");
                 return;
             }
-            f.fail
-                .iter()
-                .position(|i| i.opcode == op)
-                .map(|i| f.fail.remove(i))
-        };
-        let mut out = vec![0u8; cmd.outlen.max(rnic_mlx5_prm::CMD_INLINE_BYTES)];
-        let result = match injected {
-            Some(i) => {
-                lock(&sh.stats).injected += 1;
-                Err(Refusal {
-                    status: i.status,
-                    syndrome: i.syndrome,
-                })
-            }
-            None => lock(&sh.state).execute(dev, op, &cmd.input, cmd.outlen, &mut out),
-        };
-        if let Err(r) = result {
-            out.fill(0);
-            let mut o = MboxOut::new_unchecked(&mut out[..]);
-            let _ = o.set_status(u32::from(r.status.as_raw()));
-            let _ = o.set_syndrome(r.syndrome);
-            tracing::debug!(slot, %op, status = %r.status, syndrome = format_args!("{:#x}", r.syndrome), "command failed");
-        } else {
-            tracing::debug!(slot, %op, "command ok");
-        }
-        let delivery = cmdq::complete(dev, &cmd, &out);
-        // Events mode: a command completion EQE on the EQ that asks for them.
-        {
-            let s = lock(&sh.state);
-            let posted = crate::hca::lock(&s.hca).command_event(dev, slot);
-            drop(s);
-            if posted {
-                lock(&sh.stats).command_events += 1;
+            if let Some(i) = f.delay.iter().position(|(o, _)| o.is_none_or(|o| o == op)) {
+                let (_, delay) = f.delay.remove(i);
+                drop(f);
+                lock(&sh.stats).delayed += 1;
+                tracing::info!(slot, %op, ?delay, "command delayed (fault hook)");
+                lock(&sh.late).push(Late {
+                    due: Instant::now() + delay,
+                    epoch: dev.epoch(),
+                    cmd,
+                });
+                return;
             }
         }
-        let mut st = lock(&sh.stats);
-        if delivery != DeliveryStatus::Ok {
-            *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
-            return;
+        finish(sh, dev, &cmd);
+    }
+}
+
+/// Execute a fetched command (or fail it, if a [`Faults::fail_next`] injection names it),
+/// deliver its output and ownership, post its completion EQE and count it.
+fn finish(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
+    let slot = cmd.slot;
+    let op = CmdOpcode::from_raw(cmd.opcode);
+    let injected = {
+        let mut f = lock(&sh.faults);
+        f.fail
+            .iter()
+            .position(|i| i.opcode == op)
+            .map(|i| f.fail.remove(i))
+    };
+    let mut out = vec![0u8; cmd.outlen.max(rnic_mlx5_prm::CMD_INLINE_BYTES)];
+    let result = match injected {
+        Some(i) => {
+            lock(&sh.stats).injected += 1;
+            Err(Refusal {
+                status: i.status,
+                syndrome: i.syndrome,
+            })
         }
-        *st.commands.entry(op.as_raw()).or_default() += 1;
-        if let Err(r) = result {
-            *st.errors.entry(r.status.as_raw()).or_default() += 1;
+        None => lock(&sh.state).execute(dev, op, &cmd.input, cmd.outlen, &mut out),
+    };
+    if let Err(r) = result {
+        out.fill(0);
+        let mut o = MboxOut::new_unchecked(&mut out[..]);
+        let _ = o.set_status(u32::from(r.status.as_raw()));
+        let _ = o.set_syndrome(r.syndrome);
+        tracing::debug!(slot, %op, status = %r.status, syndrome = format_args!("{:#x}", r.syndrome), "command failed");
+    } else {
+        tracing::debug!(slot, %op, "command ok");
+    }
+    let delivery = cmdq::complete(dev, cmd, &out);
+    // Events mode: a command completion EQE on the EQ that asks for them.
+    {
+        let s = lock(&sh.state);
+        let posted = crate::hca::lock(&s.hca).command_event(dev, slot);
+        drop(s);
+        if posted {
+            lock(&sh.stats).command_events += 1;
         }
+    }
+    let mut st = lock(&sh.stats);
+    if delivery != DeliveryStatus::Ok {
+        *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
+        return;
+    }
+    *st.commands.entry(op.as_raw()).or_default() += 1;
+    if let Err(r) = result {
+        *st.errors.entry(r.status.as_raw()).or_default() += 1;
     }
 }
 
@@ -523,6 +663,12 @@ impl DoorbellHandler for Firmware {
         let mut s = lock(&self.shared.state);
         let options = s.options;
         *s = State::attached(options, dev);
+        drop(s);
         lock(&self.shared.faults).dead = false;
+        let dropped = std::mem::take(&mut *lock(&self.shared.late)).len();
+        if dropped > 0 {
+            lock(&self.shared.stats).late_dropped += dropped as u64;
+            tracing::info!(dropped, "delayed commands dropped by the reset");
+        }
     }
 }

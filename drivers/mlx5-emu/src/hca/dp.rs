@@ -14,11 +14,11 @@ use rnic_mlx5_prm::{
 };
 use rnic_roce::transport::{CompletionSink, CqSide, Instant, Io, MemKey, MemoryAccess};
 
-use super::Hca;
 use super::mkey::{INLINE_KEY, MemView};
 use super::port::{Sink, ip_gid};
 use super::qp::{ENGINE_DEPTH, QpObj, SendMeta};
-use super::wqe::{be32, err_cqe, parse_segments, req_cqe, resp_cqe};
+use super::wqe::{be32, err_cqe, err_cqe_vendor, parse_segments, req_cqe, resp_cqe};
+use super::{Hca, InjectSide};
 use crate::device::Device;
 
 /// Completions the engine produced during one call.
@@ -98,11 +98,11 @@ impl Hca {
     /// and follow a firmware-detected error into ERR (flushing).
     fn settle(&mut self, dev: &Device, qpn: u32, mut wcs: Vec<(CqSide, WorkCompletion)>) {
         loop {
-            for (side, wc) in wcs.drain(..) {
-                self.deliver(dev, qpn, side, &wc);
-            }
             let mut failed = false;
-            loop {
+            for (side, wc) in wcs.drain(..) {
+                failed |= self.deliver(dev, qpn, side, &wc);
+            }
+            while !failed {
                 let Some(qp) = self.qps.get_mut(&qpn) else {
                     return;
                 };
@@ -120,17 +120,18 @@ impl Hca {
                     }
                     continue;
                 }
-                let cqe = err_cqe(qp, CqeOpcode::ReqErr, syndrome, m.opcode, m.index);
+                let cqe =
+                    err_cqe_vendor(qp, CqeOpcode::ReqErr, syndrome, m.vendor, m.opcode, m.index);
                 self.q
                     .complete(dev, cqn, cqe, true, m.force_eqe, &mut self.stats);
                 failed = true;
-                break;
             }
             if !failed {
                 return;
             }
-            // A firmware-refused WQE: the QP goes to ERR; the engine flushes what it holds
-            // (receives), the SQ's later WQEs are flushed by the next pump.
+            // A firmware-refused WQE (or an injected error CQE): the QP goes to ERR; the
+            // engine flushes what it holds (receives), the SQ's later WQEs are flushed by the
+            // next pump.
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 return;
             };
@@ -147,22 +148,29 @@ impl Hca {
         }
     }
 
-    fn deliver(&mut self, dev: &Device, qpn: u32, side: CqSide, wc: &WorkCompletion) {
+    /// Write the CQE of one engine completion; `true` when it was turned into an injected
+    /// error CQE (the QP must go to ERR).
+    fn deliver(&mut self, dev: &Device, qpn: u32, side: CqSide, wc: &WorkCompletion) -> bool {
+        let inject = if side == CqSide::Recv && wc.status == WcStatus::Success {
+            self.take_injection(qpn, InjectSide::Recv)
+        } else {
+            None
+        };
         let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
+            return false;
         };
         match side {
             CqSide::Send => {
                 let Some(m) = qp.sq_meta.pop_front() else {
                     tracing::error!(qpn, "send completion with no WQE outstanding (bug)");
-                    return;
+                    return false;
                 };
                 if wc.status == WcStatus::Success {
                     if let Some((lkey, addr)) = m.atomic_result {
                         fix_atomic_result(dev, &self.mkeys, qp, lkey, addr);
                     }
                     if !m.signaled {
-                        return;
+                        return false;
                     }
                     let cqe = req_cqe(qp, &m);
                     let cqn = qp.cqn_snd;
@@ -179,10 +187,12 @@ impl Hca {
             CqSide::Recv => {
                 let Some(idx) = qp.rq_meta.pop_front() else {
                     tracing::error!(qpn, "receive completion with no WQE outstanding (bug)");
-                    return;
+                    return false;
                 };
                 let cqn = qp.cqn_rcv;
-                let cqe = if wc.status == WcStatus::Success {
+                let cqe = if let Some((syndrome, vendor)) = inject {
+                    err_cqe_vendor(qp, CqeOpcode::RespErr, syndrome, vendor, 0, idx)
+                } else if wc.status == WcStatus::Success {
                     resp_cqe(qp, idx, wc)
                 } else {
                     err_cqe(qp, CqeOpcode::RespErr, syndrome_of(wc.status), 0, idx)
@@ -190,8 +200,10 @@ impl Hca {
                 // The engine does not surface the packet's SE bit: every receive completion
                 // counts as solicited, so a solicited-only arm never misses one.
                 self.q.complete(dev, cqn, cqe, true, false, &mut self.stats);
+                return inject.is_some();
             }
         }
+        false
     }
 
     /// The send doorbell (UAR + 0x800 …): `value` is the first 8 bytes of the last WQE's
@@ -393,6 +405,7 @@ impl Hca {
                 force_eqe: cm == 3,
                 solicited: ctrl.solicited() == 1,
                 local: None,
+                vendor: 0,
                 atomic_result: None,
                 len: 0,
             };
@@ -422,6 +435,29 @@ impl Hca {
             let qp_op = CqeSyndrome::LocalQpOp.as_raw();
             let mut refused = None;
             let mut body = Vec::new();
+            if let Some((syndrome, vendor)) = self.take_injection(qpn, InjectSide::Send) {
+                // An injected error CQE: the WQE is not executed; it completes in error at
+                // the head of the queue (settle), then the QP goes to ERR.
+                let Some(qp) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                meta.local = Some(syndrome);
+                meta.vendor = vendor;
+                // A malformed WQE's size is not to be trusted: step one basic block.
+                let step = if read_ok && ds > 0 && size <= u32::from(avail) {
+                    size
+                } else {
+                    1
+                };
+                qp.sq_stopped = true;
+                qp.sq_fetched = idx.wrapping_add(step as u16);
+                qp.sq_meta.push_back(meta);
+                self.settle(dev, qpn, Vec::new());
+                continue;
+            }
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
             if !read_ok {
                 self.stats.dma_faults += 1;
                 refused = Some(qp_op);

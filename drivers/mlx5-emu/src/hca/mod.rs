@@ -86,6 +86,8 @@ pub struct HcaStats {
     pub swept_doorbells: u64,
     /// WQEs refused by the firmware's own checks (error CQE, QP to ERR).
     pub wqe_errors: u64,
+    /// Error CQEs written by [`crate::Faults::error_cqe`] injections.
+    pub injected_error_cqes: u64,
     /// RoCE packets sent.
     pub tx_packets: u64,
     /// Packets the engine emitted that could not be sent.
@@ -100,6 +102,35 @@ pub struct HcaStats {
     pub rx_dropped: u64,
     /// Socket receive errors.
     pub rx_errors: u64,
+}
+
+/// Which completions of a QP an injected error CQE replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectSide {
+    /// The send queue: the next send WQE the firmware fetches in RTS is not executed (nothing
+    /// goes on the wire); its completion is a REQ_ERR CQE with the injected syndrome and its
+    /// own WQE index as `wqe_counter`, written when it reaches the head of the send queue
+    /// (signaled or not: error CQEs always are), then the QP goes to ERR and every later
+    /// send WQE flushes (WR_FLUSHED), as do the posted receives.
+    Send,
+    /// The receive queue: the next successful receive completion (a message arrived and was
+    /// placed: its bytes are in memory and the engine has acknowledged it) becomes a
+    /// RESP_ERR CQE with the injected syndrome and that receive WQE's index, then the QP
+    /// goes to ERR and the rest flush.
+    Recv,
+}
+
+/// An error CQE to inject ([`crate::Faults::error_cqe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqeInjection {
+    /// The QP (`None`: the first QP that completes on `side`).
+    pub qpn: Option<u32>,
+    /// Send or receive queue.
+    pub side: InjectSide,
+    /// `err_cqe.syndrome` (nonzero; an mlx5.md §10 syndrome or any other byte).
+    pub syndrome: u8,
+    /// `err_cqe.vendor_err_synd`.
+    pub vendor: u8,
 }
 
 /// Live objects (for the accounting).
@@ -124,6 +155,7 @@ pub struct Hca {
     qps: BTreeMap<u32, QpObj>,
     stats: HcaStats,
     txbuf: Vec<u8>,
+    injections: Vec<CqeInjection>,
 }
 
 impl std::fmt::Debug for Hca {
@@ -198,6 +230,7 @@ impl Hca {
                 qps: BTreeMap::new(),
                 stats: HcaStats::default(),
                 txbuf: vec![0u8; 4096 + 128],
+                injections: Vec::new(),
             })
         })
     }
@@ -215,6 +248,37 @@ impl Hca {
     /// The counters.
     pub fn stats(&self) -> HcaStats {
         self.stats
+    }
+
+    /// Queue an error CQE injection (fires once).
+    pub(crate) fn inject_error_cqe(&mut self, i: CqeInjection) {
+        self.injections.push(i);
+    }
+
+    /// Drop the pending error CQE injections.
+    pub(crate) fn clear_injections(&mut self) {
+        self.injections.clear();
+    }
+
+    /// Take the first pending injection for `qpn` on `side`: (syndrome, vendor syndrome).
+    pub(crate) fn take_injection(&mut self, qpn: u32, side: InjectSide) -> Option<(u8, u8)> {
+        if self.injections.is_empty() {
+            return None;
+        }
+        let i = self
+            .injections
+            .iter()
+            .position(|i| i.side == side && i.qpn.is_none_or(|q| q == qpn))?;
+        let i = self.injections.remove(i);
+        self.stats.injected_error_cqes += 1;
+        tracing::info!(
+            qpn,
+            ?side,
+            syndrome = i.syndrome,
+            vendor = i.vendor,
+            "error CQE injected (fault hook)"
+        );
+        Some((i.syndrome, i.vendor))
     }
 
     pub(crate) fn live(&self) -> Live {

@@ -52,6 +52,8 @@ pub(crate) struct SendMeta {
     /// Not handed to the engine: complete here when it reaches the head (NOP, or a WQE that
     /// failed the firmware's own checks with this syndrome).
     pub(crate) local: Option<u8>,
+    /// `vendor_err_synd` of the error CQE of a `local` failure (an injected one's).
+    pub(crate) vendor: u8,
     /// Atomics: the local result buffer (lkey, address) to turn into big-endian.
     pub(crate) atomic_result: Option<(u32, u64)>,
     /// Message length (READ byte count, atomics 8).

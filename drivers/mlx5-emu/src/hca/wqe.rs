@@ -277,10 +277,23 @@ pub(crate) fn err_cqe(
     wqe_opcode: u8,
     counter: u16,
 ) -> [u8; CQE] {
+    err_cqe_vendor(qp, op, syndrome, 0, wqe_opcode, counter)
+}
+
+/// [`err_cqe`] with `vendor_err_synd` = `vendor`.
+pub(crate) fn err_cqe_vendor(
+    qp: &QpObj,
+    op: CqeOpcode,
+    syndrome: u8,
+    vendor: u8,
+    wqe_opcode: u8,
+    counter: u16,
+) -> [u8; CQE] {
     let mut b = [0u8; CQE];
     let mut c = ErrCqe::new_unchecked(&mut b[..]);
     let _ = c.set_opcode(u32::from(op.as_raw()));
     let _ = c.set_syndrome(u32::from(syndrome));
+    let _ = c.set_vendor_err_synd(u32::from(vendor));
     let _ = c.set_wqe_opcode(u32::from(wqe_opcode));
     let _ = c.set_qpn(qp.qpn);
     let _ = c.set_wqe_counter(u32::from(counter));
