@@ -221,7 +221,9 @@ enum EmuCmd {
     /// Send one request to an emulator's control socket and print its JSON reply.
     ///
     /// Requests: `state`, `fail-next <OPCODE> <STATUS> <syndrome>`,
-    /// `swallow-next [<OPCODE>]`, `health <SYNDROME>`, `health-stop`,
+    /// `swallow-next [<OPCODE>]`, `delay-next [<OPCODE>] <ms>`,
+    /// `error-cqe <qpn|any> <SYNDROME> [vendor]`, `error-cqe-recv …`,
+    /// `health <SYNDROME>`, `health-stop`,
     /// `pages <+N|-N>`, `clear`, `help` (docs/mlx5-emu.md, "Control
     /// socket"). Exits nonzero when the emulator refuses it.
     Fault {

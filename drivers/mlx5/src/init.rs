@@ -1144,7 +1144,20 @@ impl Hca {
                     TeardownHcaOut::<&[u8]>::SIZE_BYTES,
                 )
             })();
+            // A graceful TEARDOWN_HCA the firmware refuses (BAD_RES_STATE: it still holds
+            // an object the driver does not know of, such as the PD of an ALLOC_PD that timed
+            // out and then executed late) leaves the function initialized with our pages:
+            // reset it (mlx5.md §12: FLR is the remedy), which frees everything it holds;
+            // nothing more is sent. The refusal is still returned.
+            let refused = matches!(r, Err(Mlx5Error::Command { .. }));
             step(&mut hung, "TEARDOWN_HCA", r);
+            if refused {
+                warn!("TEARDOWN_HCA refused: resetting the function to free what it holds");
+                let r = self.function.reset();
+                step(&mut hung, "function reset after a refused TEARDOWN_HCA", r);
+                self.done.enabled = false;
+                lock(&self.pages).held.clear();
+            }
         }
         if !hung && self.done.enabled {
             let r = self
