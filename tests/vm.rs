@@ -217,6 +217,95 @@ impl Checks {
             self.0.push(what.into());
         }
     }
+
+    /// `who`'s ICRC counter line (`icrc_line`, printed as "`label`: `who` …")
+    /// shows no packet dropped for its ICRC and every accepted one checked in
+    /// all 32 bits.
+    fn icrc_clean(&mut self, label: &str, who: &str, line: &str) {
+        say(&format!("{label}: {who} {line}"));
+        self.that(
+            icrc_drops(line) == Some(0),
+            format!("{who} dropped kernel packets for their ICRC: {line}"),
+        );
+        self.that(
+            icrc_all_32_bits(line),
+            format!("{who} accepted kernel packets without a full 32-bit ICRC check: {line}"),
+        );
+    }
+
+    /// rnic's log `out` has an ICRC counter line, and it is clean ([`Checks::icrc_clean`]).
+    fn rnic_icrc(&mut self, label: &str, out: &str) {
+        match icrc_line(out) {
+            Some(line) => self.icrc_clean(label, "rnic", line),
+            None => self.that(false, format!("{label}: rnic printed no icrc counter line")),
+        }
+    }
+
+    /// One ibv_rc_pingpong pair of `iters` iterations of `size` bytes finished on
+    /// both sides: the kernel's output `kernel` (and its exit line `exit_line` in the
+    /// guest's `guest` output, and no "invalid data" under `-c`) and rnic's `rnic`.
+    fn pingpong_pair(&mut self, what: &str, p: Pingpong<'_>) {
+        let Pingpong {
+            guest,
+            exit_line,
+            kernel,
+            rnic,
+            iters,
+            size,
+        } = p;
+        self.that(
+            pingpong_ok(kernel, iters, size),
+            format!("kernel {what}: no result lines for {iters} iters"),
+        );
+        self.that(
+            guest.lines().any(|l| l == exit_line),
+            format!("kernel {what} did not exit 0"),
+        );
+        self.that(
+            !kernel.contains("invalid data"),
+            format!("kernel {what} -c found invalid data"),
+        );
+        self.that(
+            pingpong_ok(rnic, iters, size),
+            format!("rnic {what}: no result lines for {iters} iters"),
+        );
+        self.that(
+            rnic.lines().any(|l| l == "rc=0"),
+            format!("rnic {what} did not exit 0"),
+        );
+    }
+
+    /// The run's capture.pcap passes the wire checks with traffic both ways
+    /// between the guest (10.50.0.2) and the host (10.50.0.1).
+    fn capture_both_ways(&mut self, label: &str, run: &Run) {
+        let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
+        match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
+            Ok(summary) => say(&format!("{label}: {summary}")),
+            Err(e) => self.that(false, format!("capture.pcap: {e}")),
+        }
+    }
+
+    /// netem in the guest dropped some of the kernel's packets (its qdisc stats in `guest`).
+    fn netem_dropped(&mut self, label: &str, guest: &str) {
+        let drops = netem_drops(guest);
+        say(&format!(
+            "{label}: netem dropped {drops:?} of the kernel's packets"
+        ));
+        self.that(
+            drops.is_some_and(|d| d > 0),
+            format!("netem dropped nothing ({drops:?})"),
+        );
+    }
+}
+
+/// The outputs of one ibv_rc_pingpong pair ([`Checks::pingpong_pair`]).
+struct Pingpong<'a> {
+    guest: &'a str,
+    exit_line: &'a str,
+    kernel: &'a str,
+    rnic: &'a str,
+    iters: u64,
+    size: u64,
 }
 
 /// Builds `examples/<name>.rs` (dev profile) for a scenario's host side and returns the
@@ -815,63 +904,26 @@ fn interop_pingpong(server: &str, netem: Option<&str>, progress: &str) {
     for size in SIZES {
         let kernel = run.file(&format!("share/kernel-{size}.txt"));
         let rnic = run.file(&format!("rnic-{size}.log"));
-        c.that(
-            pingpong_ok(&kernel, ITERS, size),
-            format!("kernel ibv_rc_pingpong -s {size}: no result lines for {ITERS} iters"),
-        );
-        c.that(
-            guest
-                .lines()
-                .any(|l| l == format!("kernel rc_pingpong size={size} rc=0")),
-            format!("kernel ibv_rc_pingpong -s {size} did not exit 0"),
-        );
-        c.that(
-            !kernel.contains("invalid data"),
-            format!("kernel ibv_rc_pingpong -s {size} -c found invalid data"),
-        );
-        c.that(
-            pingpong_ok(&rnic, ITERS, size),
-            format!("rnic rc_pingpong -s {size}: no result lines for {ITERS} iters"),
-        );
-        c.that(
-            rnic.lines().any(|l| l == "rc=0"),
-            format!("rnic rc_pingpong -s {size} did not exit 0"),
+        c.pingpong_pair(
+            &format!("rc_pingpong -s {size}"),
+            Pingpong {
+                guest: &guest,
+                exit_line: &format!("kernel rc_pingpong size={size} rc=0"),
+                kernel: &kernel,
+                rnic: &rnic,
+                iters: ITERS,
+                size,
+            },
         );
         if let Some(qp) = rnic.lines().find(|l| l.starts_with("qp 0x")) {
             say(&format!("{name} -s {size}: rnic {qp}"));
         }
-        match icrc_line(&rnic) {
-            Some(line) => {
-                say(&format!("{name} -s {size}: rnic {line}"));
-                c.that(
-                    icrc_drops(line) == Some(0),
-                    format!("rnic dropped packets of the kernel for their ICRC: {line}"),
-                );
-                c.that(
-                    icrc_all_32_bits(line),
-                    format!(
-                        "rnic accepted kernel packets without a full 32-bit ICRC check: {line}"
-                    ),
-                );
-            }
-            None => c.that(false, format!("rnic -s {size}: no icrc counter line")),
-        }
+        c.rnic_icrc(&format!("{name} -s {size}"), &rnic);
     }
     if netem.is_some() {
-        let drops = netem_drops(&guest);
-        say(&format!(
-            "{name}: netem dropped {drops:?} of the kernel's packets"
-        ));
-        c.that(
-            drops.is_some_and(|d| d > 0),
-            format!("netem dropped nothing ({drops:?})"),
-        );
+        c.netem_dropped(&name, &guest);
     }
-    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
-    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
-        Ok(summary) => say(&format!("{name}: {summary}")),
-        Err(e) => c.that(false, format!("capture.pcap: {e}")),
-    }
+    c.capture_both_ways(&name, &run);
     check_leftovers(&run, &mut c);
     run.finish(c);
 }
@@ -1032,14 +1084,7 @@ fn interop_rw(netem: Option<&str>) {
         Err(e) => c.that(false, format!("capture.pcap: {e}")),
     }
     if netem.is_some() {
-        let drops = netem_drops(&guest);
-        say(&format!(
-            "{name}: netem dropped {drops:?} of the kernel's packets"
-        ));
-        c.that(
-            drops.is_some_and(|d| d > 0),
-            format!("netem dropped nothing ({drops:?})"),
-        );
+        c.netem_dropped(name, &guest);
     }
     if let Some(qp) = rnic.lines().find(|l| l.starts_with("qp 0x")) {
         say(&format!("{name}: rnic {qp}"));
@@ -1051,20 +1096,7 @@ fn interop_rw(netem: Option<&str>) {
     {
         say(&format!("{name}: {l}"));
     }
-    match icrc_line(&rnic) {
-        Some(line) => {
-            say(&format!("{name}: rnic {line}"));
-            c.that(
-                icrc_drops(line) == Some(0),
-                format!("rnic dropped kernel packets for their ICRC: {line}"),
-            );
-            c.that(
-                icrc_all_32_bits(line),
-                format!("rnic accepted kernel packets without a full 32-bit ICRC check: {line}"),
-            );
-        }
-        None => c.that(false, "rnic: no icrc counter line"),
-    }
+    c.rnic_icrc(name, &rnic);
     match verify_roce_capture(&run.dir.join("capture.pcap")) {
         Ok(cap) => {
             say(&format!(
@@ -1436,15 +1468,7 @@ fn interop_perftest(server: &str) {
             );
         }
         if let Some(line) = icrc_line(&rnic) {
-            say(&format!("{name} {t}: rnic {line}"));
-            c.that(
-                icrc_drops(line) == Some(0),
-                format!("rnic dropped kernel packets for their ICRC: {line}"),
-            );
-            c.that(
-                icrc_all_32_bits(line),
-                format!("rnic accepted kernel packets without a full 32-bit ICRC check: {line}"),
-            );
+            c.icrc_clean(&format!("{name} {t}"), "rnic", line);
         }
     }
     check_leftovers(&run, &mut c);
@@ -1596,15 +1620,7 @@ fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
             );
             continue;
         }
-        say(&format!("{name}: emulator {line}"));
-        c.that(
-            icrc_drops(line) == Some(0),
-            format!("the emulator dropped kernel packets for their ICRC: {line}"),
-        );
-        c.that(
-            icrc_all_32_bits(line),
-            format!("the emulator accepted kernel packets without a full 32-bit check: {line}"),
-        );
+        c.icrc_clean(name, "the emulator", line);
         tapped += icrc_detail(line, "tapped: ").unwrap_or(0);
     }
     c.that(
@@ -1612,20 +1628,9 @@ fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
         "no kernel packet was verified through the identification tap",
     );
     if netem.is_some() {
-        let drops = netem_drops(&guest);
-        say(&format!(
-            "{name}: netem dropped {drops:?} of the kernel's packets"
-        ));
-        c.that(
-            drops.is_some_and(|d| d > 0),
-            format!("netem dropped nothing ({drops:?})"),
-        );
+        c.netem_dropped(name, &guest);
     }
-    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
-    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
-        Ok(summary) => say(&format!("{name}: {summary}")),
-        Err(e) => c.that(false, format!("capture.pcap: {e}")),
-    }
+    c.capture_both_ways(name, &run);
     check_leftovers(&run, &mut c);
     run.finish(c);
 }
@@ -1693,46 +1698,22 @@ fn interop_two_rnic_processes_share_one_device_against_kernel_rxe() {
     for t in ["a", "b"] {
         let kernel = run.file(&format!("share/kernel-{t}.txt"));
         let rnic = run.file(&format!("rnic-{t}.log"));
-        c.that(
-            pingpong_ok(&kernel, ITERS, SIZE),
-            format!("kernel server {t}: no result lines for {ITERS} iters"),
-        );
-        c.that(
-            guest
-                .lines()
-                .any(|l| l == format!("kernel rc_pingpong {t} rc=0")),
-            format!("kernel server {t} did not exit 0"),
-        );
-        c.that(
-            !kernel.contains("invalid data"),
-            format!("kernel server {t} -c found invalid data"),
-        );
-        c.that(
-            pingpong_ok(&rnic, ITERS, SIZE),
-            format!("rnic client {t}: no result lines for {ITERS} iters"),
-        );
-        c.that(
-            rnic.lines().any(|l| l == "rc=0"),
-            format!("rnic client {t} did not exit 0"),
+        c.pingpong_pair(
+            &format!("rc_pingpong pair {t}"),
+            Pingpong {
+                guest: &guest,
+                exit_line: &format!("kernel rc_pingpong {t} rc=0"),
+                kernel: &kernel,
+                rnic: &rnic,
+                iters: ITERS,
+                size: SIZE,
+            },
         );
         match local_qpn(&rnic) {
             Some(q) => qpns.push(q),
             None => c.that(false, format!("rnic client {t}: no local QPN line")),
         }
-        match icrc_line(&rnic) {
-            Some(line) => {
-                say(&format!("{name} {t}: rnic {line}"));
-                c.that(
-                    icrc_drops(line) == Some(0),
-                    format!("rnic {t} dropped kernel packets for their ICRC: {line}"),
-                );
-                c.that(
-                    icrc_all_32_bits(line),
-                    format!("rnic {t} accepted packets without a full ICRC check: {line}"),
-                );
-            }
-            None => c.that(false, format!("rnic {t}: no icrc counter line")),
-        }
+        c.rnic_icrc(&format!("{name} {t}"), &rnic);
     }
     if let [a, b] = qpns[..] {
         say(&format!("{name}: rnic QPNs {a:#08x} and {b:#08x}"));
@@ -1741,11 +1722,7 @@ fn interop_two_rnic_processes_share_one_device_against_kernel_rxe() {
             format!("the two processes' QPNs {a:#x}, {b:#x} are not in different slots"),
         );
     }
-    let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
-    match verify_both_directions(&run.dir.join("capture.pcap"), guest_ip, host_ip) {
-        Ok(summary) => say(&format!("{name}: {summary}")),
-        Err(e) => c.that(false, format!("capture.pcap: {e}")),
-    }
+    c.capture_both_ways(name, &run);
     check_leftovers(&run, &mut c);
     run.finish(c);
 }
