@@ -7,8 +7,24 @@
 //! FETCH_ADD outstanding, so ACKs, NAKs, READ responses and atomic ACKs
 //! from the peer can match. Regions live in one arena with canary gaps
 //! between them and at deterministic addresses, so a seed's RETH can name
-//! them; their R_Keys are random per device, so a packet flag substitutes
-//! the RETH/AtomicETH key by region index.
+//! them; the key table is seeded ([`KEY_SEED`]), so their keys are the same
+//! in every process, and a packet flag substitutes the RETH/AtomicETH key
+//! by region index (mutations need not find them).
+//!
+//! The rig (device, PDs, CQ, QPs, regions) is opened once per thread and
+//! kept: opening a device and building its objects cost ten times what an
+//! input does. Before every input but the first it is put back in the state
+//! a fresh rig starts in ([`Rig::reset`]): every QP reset (its engine,
+//! queues, timers and pending packets discarded, its completions purged
+//! from the CQ, checked empty) and brought up again with the same PSNs, the
+//! arena's bytes restored, the device's receive-path state forgotten
+//! (`rnic_rxe::fuzzing::forget_receive_state`: the IPv4-identification
+//! predictor, deferred ACKs, counters), the same receives and requests
+//! posted under the same wr_ids. The QPNs are those of a fresh device
+//! (0x11..0x14) and the keys those of the seed, so an input does the same
+//! whether it runs first or after a million others, in this process or in
+//! a new one (libFuzzer's reproduction of a crash relies on it; the test
+//! `rxe_rx_inputs_are_reproducible` checks it).
 //!
 //! The input is a sequence of records `[flags][len: u16][len bytes]`, each
 //! one datagram handed to `rnic_rxe::fuzzing::deliver`, the function a
@@ -26,8 +42,8 @@ use std::sync::{Arc, Mutex};
 use rnic_core::memory::{MemAccess, check_atomic, check_range};
 use rnic_core::{
     AccessFlags, CompletionQueue, InitParams, Memory, MemoryError, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, RtrParams,
-    RtsParams, SendOp, SendWr, WcStatus, WorkCompletion,
+    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpState, QpType, Qpn, QueuePair, RecvWr, RtrParams,
+    RtsParams, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
@@ -71,6 +87,10 @@ pub const F: usize = 4;
 /// The local landing buffer.
 pub const L: usize = 5;
 const REGIONS: usize = 6;
+/// The key table's seed: every process (and every thread's device) hands
+/// out the same L_Keys and R_Keys, so an input's raw keys mean the same
+/// everywhere.
+pub const KEY_SEED: u64 = 0x5eed_0f_7e_e5;
 /// Most records an input runs.
 const MAX_PACKETS: usize = 64;
 const RECV_LEN: u32 = 256;
@@ -197,7 +217,8 @@ fn bring_up(q: &mut QueuePair, i: usize, rq_psn: u32) {
 }
 
 impl Rig {
-    /// A fresh device with its QPs, regions and outstanding requests.
+    /// A fresh device with its QPs, regions and outstanding requests, its
+    /// key table seeded with [`KEY_SEED`].
     pub fn new() -> Rig {
         let mut cfg = RxeConfig::new(Target::Ip(IpAddr::V4(LOCAL))).with_progress(Progress::Caller);
         cfg.roce_port = 0;
@@ -206,6 +227,10 @@ impl Rig {
         cfg.ident_recovery = false;
         cfg.gro = false;
         let dev = RxeDevice::open(&cfg).expect("an rxe device on 127.0.0.1");
+        assert!(
+            rnic_rxe::fuzzing::seed_keys(&dev, KEY_SEED),
+            "a fresh device has no regions"
+        );
         let ctx = dev.context();
         let pd = ctx.alloc_pd().expect("PD");
         let other = ctx.alloc_pd().expect("PD");
@@ -244,16 +269,38 @@ impl Rig {
             max_inline_data: 64,
         };
         let mut qps = Vec::new();
-        for i in 0..3 {
-            let mut q = pd
-                .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
-                .expect("RC QP");
-            bring_up(&mut q, i, RQ_PSN);
-            qps.push(q);
+        for _ in 0..3 {
+            qps.push(
+                pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, caps))
+                    .expect("RC QP"),
+            );
         }
-        let mut ud = pd
-            .create_qp(&cq, &cq, &QpInitAttr::new(QpType::Ud, caps))
-            .expect("UD QP");
+        qps.push(
+            pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Ud, caps))
+                .expect("UD QP"),
+        );
+        let mut rig = Rig {
+            dev,
+            _pds: [pd, other],
+            cq,
+            qps,
+            arena,
+            initial,
+            mrs,
+            recvs: HashSet::new(),
+            sends: HashSet::new(),
+            next_recv: 0,
+        };
+        rig.start();
+        rig
+    }
+
+    /// Bring every QP (in RESET) up, post receives and QP 1's requests.
+    fn start(&mut self) {
+        for i in 0..3 {
+            bring_up(&mut self.qps[i], i, RQ_PSN);
+        }
+        let ud = &mut self.qps[3];
         ud.to_init(&InitParams {
             qkey: QKEY,
             ..InitParams::default()
@@ -267,24 +314,11 @@ impl Rig {
         )
         .expect("UD RTR");
         ud.to_rts(Psn::from_wire(0), &rts()).expect("UD RTS");
-        qps.push(ud);
-        let mut rig = Rig {
-            dev,
-            _pds: [pd, other],
-            cq,
-            qps,
-            arena,
-            initial,
-            mrs,
-            recvs: HashSet::new(),
-            sends: HashSet::new(),
-            next_recv: 0,
-        };
         for q in 0..4 {
-            rig.post_recvs(q, 4);
+            self.post_recvs(q, 4);
         }
         // QP 1's outstanding requests (to the peer's made-up region).
-        let l = &rig.mrs[L];
+        let l = &self.mrs[L];
         let (va, rkey) = (0x7000_0000u64, rnic_core::Rkey::from_parts(0x12, 0x34));
         let s_w = [l.sge(0, 8).expect("sge")];
         let s_r = [l.sge(1024, 64).expect("sge")];
@@ -319,9 +353,30 @@ impl Rig {
             )
             .signaled(),
         ];
-        rig.qps[1].post_send(&wrs).expect("QP 1's requests");
-        rig.sends.extend([0x1000, 0x1001, 0x1002]);
-        rig
+        self.qps[1].post_send(&wrs).expect("QP 1's requests");
+        self.sends.extend([0x1000, 0x1001, 0x1002]);
+    }
+
+    /// Back to the state [`Rig::new`] leaves, as far as any datagram can
+    /// tell: every QP reset (its work and completions discarded, its engine
+    /// fresh) and brought up again with the same PSNs, the CQ empty, the
+    /// arena's bytes restored, the device's receive-path state forgotten,
+    /// the same receives and requests posted under the same wr_ids.
+    fn reset(&mut self) {
+        for q in &mut self.qps {
+            if q.state() != QpState::Reset {
+                q.reset().expect("RESET");
+            }
+        }
+        let mut wcs = [WorkCompletion::default(); 4];
+        let left = self.cq.poll(&mut wcs).expect("poll");
+        assert_eq!(left, 0, "RESET left completions: {:?}", &wcs[..left]);
+        self.arena.lock().copy_from_slice(&self.initial);
+        rnic_rxe::fuzzing::forget_receive_state(&self.dev);
+        self.recvs.clear();
+        self.sends.clear();
+        self.next_recv = 0;
+        self.start();
     }
 
     /// QP `i`'s QPN (RC 0..3, UD 3).
@@ -334,23 +389,31 @@ impl Rig {
         self.mrs[i].rkey().get()
     }
 
+    /// Post up to `n` receives on QP `q` (48 outstanding at most), one
+    /// batch; a refused WR ends it.
     fn post_recvs(&mut self, q: usize, n: usize) {
-        for _ in 0..n {
-            if self.recvs.len() >= 48 {
-                return;
-            }
-            let id = self.next_recv;
-            let off = (id as usize % 16) * RECV_LEN as usize;
-            let sge = [self.mrs[L].sge(off, RECV_LEN).expect("sge")];
-            if self.qps[q]
-                .post_recv(&[RecvWr::new((q as u64) << 32 | id, &sge)])
-                .is_err()
-            {
-                return;
-            }
-            self.recvs.insert((q as u64) << 32 | id);
-            self.next_recv += 1;
+        let n = n.min(48usize.saturating_sub(self.recvs.len()));
+        let sges: Vec<[Sge; 1]> = (0..n as u64)
+            .map(|k| {
+                let off = ((self.next_recv + k) as usize % 16) * RECV_LEN as usize;
+                [self.mrs[L].sge(off, RECV_LEN).expect("sge")]
+            })
+            .collect();
+        let wrs: Vec<RecvWr<'_>> = sges
+            .iter()
+            .enumerate()
+            .map(|(k, sge)| RecvWr::new((q as u64) << 32 | (self.next_recv + k as u64), sge))
+            .collect();
+        let posted = match self.qps[q].post_recv(&wrs) {
+            Ok(()) => n,
+            Err(VerbsError::PostRecv { index, .. }) => index,
+            Err(_) => 0,
+        };
+        drop(wrs);
+        for k in 0..posted as u64 {
+            self.recvs.insert((q as u64) << 32 | (self.next_recv + k));
         }
+        self.next_recv += posted as u64;
     }
 
     /// Poll everything; every completion names a posted WR, once.
@@ -468,13 +531,42 @@ fn peer() -> SocketAddr {
 /// The harness: deliver the input's datagrams, checking as it goes, then
 /// that honest traffic still lands.
 pub fn rx(data: &[u8]) {
-    let (mut rig, _) = run(data);
-    honest_traffic_still_lands(&mut rig);
+    run(data, |rig, _| honest_traffic_still_lands(rig));
 }
 
-/// The input's datagrams through a fresh rig; the completions polled.
-fn run(data: &[u8]) -> (Rig, Vec<WorkCompletion>) {
-    let mut rig = Rig::new();
+thread_local! {
+    /// This thread's rig: opened by its first input, reset before every
+    /// other one ([`Rig::reset`]). Per thread, so parallel tests never share
+    /// a device.
+    static RIG: std::cell::RefCell<Option<Rig>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `f` on this thread's rig, as [`Rig::new`] leaves it.
+fn with_rig<R>(f: impl FnOnce(&mut Rig) -> R) -> R {
+    RIG.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let rig = match slot.as_mut() {
+            Some(rig) => {
+                rig.reset();
+                rig
+            }
+            None => slot.insert(Rig::new()),
+        };
+        f(rig)
+    })
+}
+
+/// The input's datagrams through this thread's rig (reset first); `f` gets
+/// the rig and the completions polled.
+fn run<R>(data: &[u8], f: impl FnOnce(&mut Rig, Vec<WorkCompletion>) -> R) -> R {
+    with_rig(|rig| {
+        let wcs = deliver_input(rig, data);
+        f(rig, wcs)
+    })
+}
+
+/// The input's records through `rig`, checking after each.
+fn deliver_input(rig: &mut Rig, data: &[u8]) -> Vec<WorkCompletion> {
     let mut wcs = Vec::new();
     let mut inp = Input::new(data);
     let keys: Vec<u32> = (0..REGIONS).map(|i| rig.rkey(i)).collect();
@@ -518,7 +610,14 @@ fn run(data: &[u8]) -> (Rig, Vec<WorkCompletion>) {
     }
     wcs.extend(rig.poll());
     rig.check_memory();
-    (rig, wcs)
+    wcs
+}
+
+/// What an input did: the completions it produced and every byte of the
+/// arena afterwards (before the honest traffic).
+#[cfg(test)]
+pub(crate) fn outcome(data: &[u8]) -> (Vec<WorkCompletion>, Vec<u8>) {
+    run(data, |rig, wcs| (wcs, rig.arena.lock().clone()))
 }
 
 /// Restart QP 0 at a fresh PSN: an honest WRITE lands byte-exact in the
@@ -569,9 +668,7 @@ fn record(flags: u8, pkt: &[u8]) -> Vec<u8> {
 /// substitution set so mutations of them still get past both.
 #[cfg(test)]
 pub(crate) fn rxe_rx_seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let rig = Rig::new();
-    let (q0, q1, ud) = (rig.qpn(0), rig.qpn(1), rig.qpn(3));
-    drop(rig);
+    let (q0, q1, ud) = with_rig(|rig| (rig.qpn(0), rig.qpn(1), rig.qpn(3)));
     let fix = 0x03; // ICRC + key substitution
     let with_key = |mut p: Vec<u8>, region: usize| {
         p[20..24].copy_from_slice(&(region as u32).to_be_bytes());
@@ -696,25 +793,134 @@ pub(crate) fn check_seed_effects() {
     let seeds = rxe_rx_seeds();
     let get = |n: &str| &seeds.iter().find(|(name, _)| *name == n).expect("seed").1;
     let payload: Vec<u8> = (0..64u8).collect();
-    let (rig, _) = run(get("write-remote-write"));
-    assert_eq!(rig.window_bytes(W, 16, 64), payload);
-    let (_, wcs) = run(get("send-into-receives"));
+    run(get("write-remote-write"), |rig, _| {
+        assert_eq!(rig.window_bytes(W, 16, 64), payload);
+    });
+    let (wcs, _) = outcome(get("send-into-receives"));
     let ok = wcs
         .iter()
         .filter(|wc| wc.opcode.is_recv() && wc.status == WcStatus::Success);
     assert_eq!(ok.count(), 2, "{wcs:?}");
-    let (_, wcs) = run(get("ud-send"));
+    let (wcs, _) = outcome(get("ud-send"));
     assert!(
         wcs.iter().any(|wc| wc.opcode.is_recv()
             && wc.status == WcStatus::Success
             && wc.byte_len == 40 + 64),
         "{wcs:?}"
     );
-    let (rig, wcs) = run(get("atomic-ack"));
-    let done: Vec<(u64, WcStatus)> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
-    assert!(done.contains(&(0x1001, WcStatus::Success)), "{wcs:?}");
-    assert!(done.contains(&(0x1002, WcStatus::Success)), "{wcs:?}");
-    let read: Vec<u8> = (0..64u8).map(|i| i ^ 0x77).collect();
-    assert_eq!(rig.window_bytes(L, 1024, 64), read);
-    assert_eq!(rig.window_bytes(L, 2048, 8), 42u64.to_ne_bytes());
+    run(get("atomic-ack"), |rig, wcs| {
+        let done: Vec<(u64, WcStatus)> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+        assert!(done.contains(&(0x1001, WcStatus::Success)), "{wcs:?}");
+        assert!(done.contains(&(0x1002, WcStatus::Success)), "{wcs:?}");
+        let read: Vec<u8> = (0..64u8).map(|i| i ^ 0x77).collect();
+        assert_eq!(rig.window_bytes(L, 1024, 64), read);
+        assert_eq!(rig.window_bytes(L, 2048, 8), 42u64.to_ne_bytes());
+    });
+}
+
+/// An input whose one WRITE (64 bytes into the remote-write region) is
+/// sealed for IPv4 identification `ident` and delivered without an ICRC
+/// fix-up: on a fresh device only identification 0 (or the GRO index)
+/// verifies it, and after a datagram from the peer with identification
+/// `ident - 1`, the predictor's "previous + 1" does too.
+#[cfg(test)]
+pub(crate) fn write_sealed_for_ident(ident: u16) -> Vec<u8> {
+    let qpn = with_rig(|rig| rig.qpn(0));
+    let mut p = bth(0x0a, 0, qpn, RQ_PSN);
+    p.extend(reth(REGION_BASE + 512, 0, 64));
+    p.extend((0..64u8).map(|i| i ^ 0x5a));
+    p.extend_from_slice(&[0; 4]);
+    p[20] = W as u8;
+    let mut r = vec![0x02];
+    r.extend_from_slice(&(p.len() as u16).to_be_bytes());
+    // The key is substituted before delivery: seal with it in place.
+    let rkey = with_rig(|rig| rig.rkey(W));
+    p[20..24].copy_from_slice(&rkey.to_be_bytes());
+    let _ = icrc::fill_v4(PEER, LOCAL, ident, true, PEER_PORT, 0, &mut p);
+    r.extend(p);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What [`outcome`] returns.
+    type Outcome = (Vec<WorkCompletion>, Vec<u8>);
+
+    /// Two outcomes of an input agree (the completions; the arena, reported
+    /// by its first differing byte).
+    fn same(got: &Outcome, want: &Outcome, what: &str) {
+        assert_eq!(got.0, want.0, "completions differ, {what}");
+        assert_eq!(got.1.len(), want.1.len(), "{what}");
+        if let Some(at) = (0..want.1.len()).find(|&i| got.1[i] != want.1[i]) {
+            panic!(
+                "memory differs from byte {at} ({} != {}), {what}",
+                got.1[at], want.1[at]
+            );
+        }
+    }
+
+    /// An input does the same (the same completions, the same bytes in
+    /// every region and canary) whether it is the first input of a fresh
+    /// device, runs right after itself, or after other inputs, the full
+    /// harness included: the per-thread rig is reset between inputs and
+    /// nothing of one input (QP and engine state, CQ entries, receives,
+    /// memory, the IPv4-identification predictor) leaks into the next.
+    #[test]
+    fn rxe_rx_inputs_are_reproducible() {
+        let seeds = rxe_rx_seeds();
+        let gro = seeds
+            .iter()
+            .find(|(n, _)| *n == "gro-two-writes")
+            .expect("seed")
+            .1
+            .clone();
+        let mut inputs: Vec<Vec<u8>> = seeds.into_iter().map(|(_, d)| d).collect();
+        let mut x = 11u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..24 {
+            let len = (next() % 600) as usize;
+            inputs.push((0..len).map(|_| next() as u8).collect());
+        }
+        // The GRO batch leaves the peer's identification at 1; a WRITE
+        // sealed for identification 2 verifies only if that prediction
+        // leaks into the next input.
+        let probe = write_sealed_for_ident(2);
+        inputs.push(probe.clone());
+        // Each input as the first one of a fresh device (its own thread).
+        let first: Vec<Outcome> = inputs
+            .iter()
+            .map(|d| {
+                let d = d.clone();
+                std::thread::spawn(move || outcome(&d))
+                    .join()
+                    .expect("a clean run")
+            })
+            .collect();
+        let empty = outcome(&[]);
+        assert!(empty.0.is_empty(), "{:?}", empty.0);
+        let want_probe = &first[first.len() - 1];
+        same(want_probe, &empty, "the probe on a fresh device");
+        outcome(&gro);
+        same(&outcome(&probe), want_probe, "the probe after a GRO batch");
+        for (d, want) in inputs.iter().zip(&first) {
+            same(&outcome(d), want, &format!("after the others: {d:02x?}"));
+            same(&outcome(d), want, &format!("twice in a row: {d:02x?}"));
+        }
+        for (d, want) in inputs.iter().zip(&first).rev() {
+            rx(&gro);
+            rx(d);
+            same(
+                &outcome(d),
+                want,
+                &format!("after the full harness: {d:02x?}"),
+            );
+        }
+    }
 }

@@ -524,6 +524,21 @@ impl RxState {
         }
     }
 
+    /// Forget what earlier datagrams left here, as on a freshly opened
+    /// device: the identification predictor, the taps' unclaimed headers, a
+    /// packet held for reordering, deferred ACKs, the counters (the fault
+    /// generator is not rewound). For `crate::fuzzing::forget_receive_state`.
+    pub(crate) fn forget(&mut self) {
+        self.stats = DeviceStats::default();
+        self.last_ident = None;
+        self.taps.clear();
+        self.drain_taps = false;
+        let _ = self.faults.take_held();
+        self.touched = Touched::default();
+        self.deferred.clear();
+        self.rx.want = 1;
+    }
+
     /// One round of progress: drain the sockets (up to `budget` datagrams per
     /// port), run due timers, flush. Returns the datagrams received.
     ///

@@ -200,7 +200,9 @@ impl SendQueue {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.head = self.tail;
+        // Back to index 0, as a new queue: a reset engine indexes from 0.
+        self.head = 0;
+        self.tail = 0;
     }
 
     /// Gather `dst.len()` bytes at message offset `off` of WQE `idx`.
@@ -303,7 +305,9 @@ impl RecvQueue {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.head = self.tail;
+        // Back to index 0, as a new queue: a reset engine indexes from 0.
+        self.head = 0;
+        self.tail = 0;
     }
 }
 

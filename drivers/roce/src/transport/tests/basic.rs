@@ -436,3 +436,58 @@ fn ud_send_recv() {
     assert_eq!(sim.ep[0].qp.stats().tx_packets, 3);
     let _ = QpType::Ud;
 }
+
+/// A QP that sent, and is then reset and brought up again, sends again:
+/// RESET empties both queues back to index 0, where the fresh requester
+/// looks for its next WQE. (RESET used to leave an emptied queue starting
+/// at the old tail while the requester looked at index 0: nothing posted
+/// after a RESET was ever sent.)
+#[test]
+fn a_qp_reset_after_sending_sends_again() {
+    let c = Conn::default();
+    let mut sim = rc_pair(&c, 5);
+    let [ka, kb] = regions(&mut sim, 4096);
+    fill(&mut sim.ep[0].mem.bytes_mut(ka.src)[..256], 3);
+    let sg = [sge(ka.src, 0x1000_0000, 256)];
+    let write = |wr_id, remote_addr| SendWr {
+        ud: None,
+        wr_id,
+        sg_list: &sg,
+        op: SendOp::RdmaWrite {
+            remote_addr,
+            rkey: Rkey(kb.dst),
+        },
+        flags: SendFlags::SIGNALED,
+    };
+    for i in 0..3 {
+        post_send(&mut sim, 0, &write(i, 0x2000_0000));
+    }
+    run_idle(&mut sim);
+    assert_eq!(sim.ep[0].cq.send.len(), 3);
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    for ep in sim.ep.iter_mut() {
+        let r = ep.qp.modify(&reset, QpAttrMask::STATE, &mut ep.cq);
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!((ep.qp.send_outstanding(), ep.qp.recv_outstanding()), (0, 0));
+    }
+    let again = Conn {
+        psn_a: 700,
+        psn_b: 900,
+        ..c
+    };
+    let (a, b) = (again.psn_a, again.psn_b);
+    connect(&mut sim.ep[0], QPN_B, gid(2), a, b, &again);
+    connect(&mut sim.ep[1], QPN_A, gid(1), b, a, &again);
+    post_send(&mut sim, 0, &write(9, 0x2000_0800));
+    run_idle(&mut sim);
+    let wcs = &sim.ep[0].cq.send;
+    assert_eq!(wcs.len(), 4, "the WRITE after the RESET completed: {wcs:?}");
+    assert_eq!((wcs[3].wr_id, wcs[3].status), (9, WcStatus::Success));
+    assert_eq!(
+        &sim.ep[1].mem.bytes(kb.dst)[0x800..0x900],
+        &sim.ep[0].mem.bytes(ka.src)[..256]
+    );
+}
