@@ -1,11 +1,11 @@
 //! The `mlx5_firmware` target: the emulated firmware's command interface fed by a hostile
 //! driver (see [`command_queue`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use rnic_mlx5_emu::firmware::cmdq::MAX_CMD_BYTES;
-use rnic_mlx5_emu::{Accounting, Phase};
+use rnic_mlx5_emu::{Accounting, FirmwareStats, Phase};
 use rnic_mlx5_prm::{
     CMD_INLINE_BYTES, CMD_TYPE_PCIE, CmdIfBox, CmdOpcode, CmdQueueEntry, CmdStatus, DeliveryStatus,
     MAILBOX_ALIGN, MAILBOX_DATA_BYTES, ManagePagesIn, ManagePagesOut, MboxIn, cmd_if_box,
@@ -748,13 +748,79 @@ fn ring_and_check(rig: &mut Rig, model: &mut Model, bits: u32) {
 /// outside the mapping changed, and (while no EQ exists to take command events) no mapped
 /// byte changed but the rung entries' outputs and their output mailboxes' data.
 pub fn command_queue(data: &[u8]) {
-    run(data);
+    super::with_rig(|rig| commands(rig, data));
 }
 
-/// [`command_queue`], returning the rig for a look at the end state.
-pub fn run(data: &[u8]) -> Rig {
+/// What one [`run`] left: the firmware's accounting at the end, and what its counters
+/// counted during the input (the rig is shared by the thread's inputs; its counters are
+/// not reset with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct End {
+    /// The firmware's accounting after the last command.
+    pub accounting: Accounting,
+    /// The firmware's counters, this input's share.
+    pub stats: Counted,
+    /// The mapped bytes at the end.
+    pub memory: Vec<u8>,
+    /// The DMA faults the input caused.
+    pub dma_faults: u64,
+}
+
+/// What the firmware counted during one input (its [`FirmwareStats`] are not reset with
+/// the rig: `after - before`, the zero entries dropped).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Commands completed, by raw opcode.
+    pub commands: BTreeMap<u16, u64>,
+    /// Commands completed with a nonzero command status, by raw status.
+    pub errors: BTreeMap<u8, u64>,
+    /// Entries completed with a nonzero delivery status, by raw delivery status.
+    pub delivery_errors: BTreeMap<u8, u64>,
+    /// Rings of slots whose entry was owned by software.
+    pub ignored_not_owned: u64,
+}
+
+impl Counted {
+    fn between(before: &FirmwareStats, after: &FirmwareStats) -> Counted {
+        fn map<K: Ord + Copy>(a: &BTreeMap<K, u64>, b: &BTreeMap<K, u64>) -> BTreeMap<K, u64> {
+            a.iter()
+                .map(|(k, v)| (*k, v - b.get(k).copied().unwrap_or(0)))
+                .filter(|&(_, v)| v != 0)
+                .collect()
+        }
+        Counted {
+            commands: map(&after.commands, &before.commands),
+            errors: map(&after.errors, &before.errors),
+            delivery_errors: map(&after.delivery_errors, &before.delivery_errors),
+            ignored_not_owned: after.ignored_not_owned - before.ignored_not_owned,
+        }
+    }
+
+    /// Commands of `op` completed.
+    pub fn executed(&self, op: CmdOpcode) -> u64 {
+        self.commands.get(&op.as_raw()).copied().unwrap_or(0)
+    }
+}
+
+/// [`command_queue`], returning what it left.
+pub fn run(data: &[u8]) -> End {
+    super::with_rig(|rig| {
+        let stats0 = rig.fw.stats();
+        let faults0 = rig.dev.dma().stats().faults.load(Ordering::Relaxed);
+        commands(rig, data);
+        rig.refresh();
+        End {
+            accounting: rig.fw.accounting(),
+            stats: Counted::between(&stats0, &rig.fw.stats()),
+            memory: rig.image().to_vec(),
+            dma_faults: rig.dev.dma().stats().faults.load(Ordering::Relaxed) - faults0,
+        }
+    })
+}
+
+/// The input's commands on a fresh (or freshly reset) rig.
+fn commands(rig: &mut Rig, data: &[u8]) {
     let mut inp = Input::new(data);
-    let mut rig = Rig::new();
     rig.refresh();
     let mut model = Model::default();
     let first = inp.u8();
@@ -764,22 +830,21 @@ pub fn run(data: &[u8]) -> Rig {
         for i in 0..48 {
             model.pages.insert(pool_page(i));
         }
-        model.check(&rig);
+        model.check(rig);
     }
     let mut n = 0;
     while !inp.is_empty() && n < MAX_COMMANDS {
         n += 1;
         let what = inp.u8();
         let bits = if what < 0xf0 {
-            let slot = hostile_command(&mut rig, &mut inp);
+            let slot = hostile_command(rig, &mut inp);
             1u32 << slot
         } else {
             // Ring slots at random: stale entries, ignored ones, several at once.
             inp.u32()
         };
-        ring_and_check(&mut rig, &mut model, bits);
+        ring_and_check(rig, &mut model, bits);
     }
-    rig
 }
 
 /// The accounting check fires on a firmware that holds a page it was not given (forged by

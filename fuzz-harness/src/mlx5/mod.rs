@@ -7,6 +7,16 @@
 //!
 //! - [`firmware`]: the command interface under hostile entries, chains and inputs.
 //! - [`wqe`]: an RC QP in RTS under hostile send WQEs.
+//! One rig serves every input a thread runs ([`with_rig`]): before each input it is put back
+//! to the state a fresh one has ([`Rig::reset`]: a function-level reset of the emulated
+//! function, the memfd's mapped bytes punched back to holes, the canary checked, and the
+//! emulator's accounting, pages and DMA mappings asserted equal to a fresh rig's), so an
+//! input does the same thing whether it runs first or after a million others (see the
+//! reproducibility test in `tests.rs`) and a leak across inputs is itself a failure. The
+//! device's writes are found by reading back only the memfd's allocated extents
+//! (`SEEK_DATA`/`SEEK_HOLE`: a hole reads as zero and only a write allocates), so a check
+//! after a command costs the pages the input touched, not the whole mapping.
+//!
 //! - [`cqe`]: the other direction — the driver's (rnic-mlx5's) CQ and EQ consumers under
 //!   hostile CQEs and EQEs, over plain DMA buffers (no emulator).
 
@@ -14,15 +24,18 @@ pub mod cqe;
 pub mod firmware;
 pub mod wqe;
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::errno::Errno;
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::unistd::{Whence, lseek};
 use rnic_mlx5_emu::watch::Watcher;
-use rnic_mlx5_emu::{Device, Firmware, FirmwareHandle, Options};
+use rnic_mlx5_emu::{Accounting, Device, Firmware, FirmwareHandle, Options};
 use rnic_mlx5_prm::{
     CMD_INLINE_BYTES, CMD_TYPE_PCIE, CmdIfBox, CmdOpcode, CmdQueueEntry, MAILBOX_ALIGN,
     MAILBOX_DATA_BYTES, ManagePagesIn, MboxIn, MboxOut, SetIssiIn, cmd_if_box, init_seg_offset,
@@ -37,6 +50,8 @@ pub const MAPPED: u64 = 0x8_0000;
 pub const CANARY: u64 = 0x1000;
 /// What the canary holds.
 pub const CANARY_BYTE: u8 = 0xa5;
+/// A page of zeros.
+static ZERO_PAGE: [u8; 4096] = [0; 4096];
 /// The command queue (32 entries of 64 bytes).
 pub const CMDQ: u64 = 0;
 /// The input mailbox chain (up to [`BLOCKS`] blocks).
@@ -100,6 +115,10 @@ pub struct Rig {
     /// What the mapped bytes held at the last [`Rig::refresh`], plus the harness's writes.
     image: Vec<u8>,
     scratch: Vec<u8>,
+    /// The accounting of a fresh rig (what every reset must give back).
+    fresh: Accounting,
+    /// Resets since the rig was made (inputs run on it after the first).
+    pub resets: u64,
 }
 
 fn memfd(len: u64) -> File {
@@ -129,23 +148,59 @@ impl Rig {
         dev.dma()
             .map(BASE, MAPPED, Some(file), 0, true, true)
             .expect("DMA_MAP");
-        dev.config_write(4, &[0x06, 0]);
-        let rig = Rig {
+        let fresh = handle.accounting();
+        let mut rig = Rig {
             dev,
             fw: handle,
             mem,
             watcher: Watcher::default(),
             image: vec![0u8; MAPPED as usize],
             scratch: vec![0u8; MAPPED as usize],
+            fresh,
+            resets: 0,
         };
-        let bar = rig.dev.bar();
+        rig.power_on();
+        rig
+    }
+
+    /// What the driver does after power-on and after a reset: bus mastering on, the command
+    /// queue address written (the watcher's scan takes both in).
+    fn power_on(&mut self) {
+        self.dev.config_write(4, &[0x06, 0]);
+        let bar = self.dev.bar();
         let iova = BASE + CMDQ;
         bar.write32_be(init_seg_offset::CMDQ_ADDR_H as u64, (iova >> 32) as u32);
         bar.write32_be(
             init_seg_offset::CMDQ_ADDR_L_SZ as u64,
             initial_seg::cmdq_phy_addr_31_12.insert(0, (iova >> 12) as u32),
         );
-        rig
+        self.scan();
+    }
+
+    /// Back to the state [`Rig::new`] gives: the function reset (FLR: init segment, config
+    /// space, UAR pages and the firmware's state back to power-on; the DMA mapping kept, as
+    /// a reset keeps the IOMMU's), the mapped bytes punched back to holes (zero) and the
+    /// image with them, then power-on as in `new`. Asserts what a fresh rig has: no byte
+    /// outside the mapping changed, the firmware's accounting equal to a fresh one's (no
+    /// pages, no objects, phase), exactly the one DMA mapping.
+    pub fn reset(&mut self) {
+        self.assert_canary();
+        self.punch(0, MAPPED);
+        self.image.fill(0);
+        self.dev.reset().expect("function-level reset");
+        self.power_on();
+        self.resets += 1;
+        assert_eq!(
+            self.fw.accounting(),
+            self.fresh,
+            "a reset function does not account like a fresh one"
+        );
+        assert!(self.fw.pages().is_empty(), "a reset function holds pages");
+        assert_eq!(
+            self.dev.dma().mappings(),
+            vec![(BASE, MAPPED)],
+            "the DMA table after a reset"
+        );
     }
 
     /// Bytes of the memfd at `off` (host view: the whole memfd, canary included).
@@ -175,16 +230,66 @@ impl Rig {
     }
 
     /// Read the mapped bytes again; the bytes the device changed since the last refresh
-    /// (offset, old, new).
+    /// (offset, old, new). Only the memfd's allocated extents are read: a hole reads as
+    /// zero, and the image is zero there too (every byte the image holds other than zero
+    /// was written, by the harness or by the device, and a write allocates; only
+    /// [`Rig::reset`] punches holes, and it zeroes the image).
     pub fn refresh(&mut self) -> Vec<(usize, u8, u8)> {
-        let mut now = std::mem::take(&mut self.scratch);
-        self.read(0, &mut now);
-        let diff = changed(&self.image, &now)
-            .into_iter()
-            .map(|i| (i, self.image[i], now[i]))
-            .collect();
-        self.scratch = std::mem::replace(&mut self.image, now);
+        let mut diff = Vec::new();
+        let mut at = 0u64;
+        while at < MAPPED {
+            let start = match lseek(&self.mem, at as i64, Whence::SeekData) {
+                Ok(s) => s as u64,
+                Err(Errno::ENXIO) => break,
+                Err(e) => panic!("lseek(SEEK_DATA) on the memfd: {e}"),
+            };
+            if start >= MAPPED {
+                break;
+            }
+            let end = (lseek(&self.mem, start as i64, Whence::SeekHole)
+                .expect("lseek(SEEK_HOLE) on the memfd") as u64)
+                .min(MAPPED);
+            let (s, e) = (start as usize, end as usize);
+            let mut now = std::mem::take(&mut self.scratch);
+            self.read(start, &mut now[s..e]);
+            for i in changed(&self.image[s..e], &now[s..e]) {
+                diff.push((s + i, self.image[s + i], now[s + i]));
+            }
+            self.image[s..e].copy_from_slice(&now[s..e]);
+            self.scratch = now;
+            // Allocated pages that hold only zeros go back to holes (their bytes stay what
+            // they are): the firmware's pages, which MANAGE_PAGES reads and writes back
+            // whole, are not read again by every later refresh.
+            let mut page = start;
+            let mut zeros: Option<u64> = None;
+            while page < end {
+                let p = page as usize;
+                let len = (end - page).min(4096);
+                // (A comparison, not a byte loop: the fuzz build instruments loops.)
+                if self.image[p..p + len as usize] == ZERO_PAGE[..len as usize] {
+                    zeros.get_or_insert(page);
+                } else if let Some(z) = zeros.take() {
+                    self.punch(z, page - z);
+                }
+                page += len;
+            }
+            if let Some(z) = zeros {
+                self.punch(z, end - z);
+            }
+            at = end;
+        }
         diff
+    }
+
+    /// Punch `[off, off + len)` of the memfd back to a hole (it reads as zero after).
+    fn punch(&self, off: u64, len: u64) {
+        fallocate(
+            &self.mem,
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            off as i64,
+            len as i64,
+        )
+        .expect("punch a hole in the memfd");
     }
 
     /// Asserts that no byte outside the DMA mapping changed.
@@ -384,6 +489,25 @@ impl Default for Rig {
     fn default() -> Rig {
         Rig::new()
     }
+}
+
+thread_local! {
+    static RIG: RefCell<Option<Rig>> = const { RefCell::new(None) };
+}
+
+/// Run `f` on this thread's rig: made on first use, [`Rig::reset`] before every later use
+/// (an input that panicked halfway leaves nothing the reset does not undo).
+pub fn with_rig<R>(f: impl FnOnce(&mut Rig) -> R) -> R {
+    RIG.with_borrow_mut(|slot| {
+        let rig = match slot {
+            Some(rig) => {
+                rig.reset();
+                rig
+            }
+            None => slot.insert(Rig::new()),
+        };
+        f(rig)
+    })
 }
 
 /// The IOVA of pool page `i`.
