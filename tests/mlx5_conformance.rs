@@ -1,5 +1,5 @@
 //! The RC conformance suite of rnic-rxe's loopback tests
-//! (`drivers/rxe/tests/common::every_rc_op`) on the mlx5 driver over the
+//! (`rnic_testkit::every_rc_op`, the very function the rxe suite runs) on the mlx5 driver over the
 //! emulated ConnectX (rnic-mlx5-emu, in this process, one vfio-user socket
 //! per function), through the facade (`rnic::open_mlx5` with
 //! `mlx5:vfio-user:<socket>`, the `dyn` context `rnic::open` returns):
@@ -36,17 +36,17 @@ use std::time::{Duration, Instant};
 use rnic::core::{
     AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
     ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
-    SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use rnic::mlx5::Mlx5Provider;
 use rnic_mlx5_emu::TempFunction;
+use rnic_testkit::{Endpoint, MIB, every_rc_op, pattern, sizes};
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
-const MIB: usize = 1 << 20;
 /// Each side's buffer: source at 0, SEND target at 1 MiB, WRITE/READ target
 /// at 2 MiB, receive scratch and atomics at 3 MiB.
 const BUF: usize = 4 * MIB;
@@ -221,18 +221,6 @@ fn wait_for(side: &Side, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     out
 }
 
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 fn rtr(mtu: Mtu) -> RtrParams {
     RtrParams {
         path_mtu: mtu,
@@ -268,149 +256,21 @@ fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, mtu: Mtu)
     assert_eq!(q.path_mtu, mtu);
 }
 
-fn sizes(mtu: Mtu) -> [usize; 6] {
-    let m = mtu.bytes() as usize;
-    [0, 1, m - 1, m, m + 1, MIB]
-}
-
-/// `every_rc_op` of the rxe suite: every RC operation at `sizes` from `a` to
-/// `b`, both sides' bytes checked (and a guard byte after each target),
-/// every completion, then the three atomics.
-fn every_rc_op(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, sizes: &[usize]) {
-    let mut seed = 0x0600;
-    for &len in sizes {
-        let l32 = len as u32;
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let src = [a.mr.sge(0, l32).unwrap()];
-        let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let dst = b.mr.addr() + 2 * MIB as u64;
-
-        // RDMA WRITE
-        b.fill(2 * MIB, &vec![0xEE; len + 1]);
-        qa.post_send(&[SendWr::rdma_write(1, src, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(a, 1);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaWrite),
-            "WRITE {len}: {wa:?}"
-        );
-        assert!(b.bytes(2 * MIB, len) == data, "WRITE {len}: bytes differ");
-        assert_eq!(b.bytes(2 * MIB + len, 1), [0xEE], "WRITE {len} overran");
-
-        // RDMA WRITE with immediate: consumes a receive.
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let rsge = [b.mr.sge(3 * MIB, 16).unwrap()];
-        qb.post_recv(&[RecvWr::new(70, &rsge)]).unwrap();
-        let imm = 0x6600_0000 | l32;
-        qa.post_send(&[SendWr::rdma_write_with_imm(2, src, dst, b.mr.rkey(), imm).signaled()])
-            .unwrap();
-        assert_eq!(wait(a, 1)[0].status, WcStatus::Success);
-        let wb = wait(b, 1);
-        assert_eq!(
-            (wb[0].wr_id, wb[0].status, wb[0].opcode),
-            (70, WcStatus::Success, WcOpcode::RecvRdmaWithImm),
-            "WRITE_IMM {len}: {wb:?}"
-        );
-        assert_eq!(wb[0].imm_data, Some(imm));
-        assert!(wb[0].wc_flags.contains(WcFlags::WITH_IMM));
-        assert_eq!(wb[0].byte_len, l32);
-        assert!(
-            b.bytes(2 * MIB, len) == data,
-            "WRITE_IMM {len}: bytes differ"
-        );
-
-        // SEND and SEND with immediate into b at 1 MiB.
-        for imm in [None, Some(0x0006_0006u32 ^ l32)] {
-            seed += 1;
-            let data = pattern(len, seed);
-            a.fill(0, &data);
-            b.fill(MIB, &vec![0xEE; len + 1]);
-            let rsge = [b.mr.sge(MIB, l32 + 1).unwrap()];
-            qb.post_recv(&[RecvWr::new(80, &rsge)]).unwrap();
-            let wr = match imm {
-                None => SendWr::send(3, src),
-                Some(i) => SendWr::send_with_imm(3, src, i),
-            };
-            qa.post_send(&[wr.signaled()]).unwrap();
-            let wa = wait(a, 1);
-            assert_eq!(
-                (wa[0].status, wa[0].opcode),
-                (WcStatus::Success, WcOpcode::Send),
-                "SEND {len} {imm:?}: {wa:?}"
-            );
-            let wb = wait(b, 1);
-            assert_eq!(
-                (wb[0].wr_id, wb[0].status, wb[0].opcode),
-                (80, WcStatus::Success, WcOpcode::Recv),
-                "RECV {len} {imm:?}: {wb:?}"
-            );
-            assert_eq!(wb[0].byte_len, l32);
-            assert_eq!(wb[0].imm_data, imm);
-            assert_eq!(wb[0].qp_num, qb.qpn());
-            assert!(b.bytes(MIB, len) == data, "SEND {len}: bytes differ");
-            assert_eq!(b.bytes(MIB + len, 1), [0xEE], "SEND {len} overran");
-        }
-
-        // RDMA READ of b's 2 MiB into a at 1 MiB.
-        seed += 1;
-        let data = pattern(len, seed);
-        b.fill(2 * MIB, &data);
-        a.fill(MIB, &vec![0xEE; len + 1]);
-        let rd = [a.mr.sge(MIB, l32).unwrap()];
-        let rd: &[Sge] = if len == 0 { &[] } else { &rd };
-        qa.post_send(&[SendWr::rdma_read(4, rd, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(a, 1);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaRead),
-            "READ {len}: {wa:?}"
-        );
-        assert!(a.bytes(MIB, len) == data, "READ {len}: bytes differ");
-        assert_eq!(a.bytes(MIB + len, 1), [0xEE], "READ {len} overran");
+impl Endpoint for Side {
+    fn mr(&self) -> &MemoryRegion {
+        &self.mr
     }
-
-    // Atomics on b's 8 bytes at 3 MiB + 64; the original lands in a at 3 MiB.
-    let target = b.mr.addr() + (3 * MIB + 64) as u64;
-    b.fill(3 * MIB + 64, &b.atomic_bytes(1000));
-    let res = [a.mr.sge(3 * MIB, 8).unwrap()];
-    let steps = [
-        // (request, original returned, value left)
-        (
-            SendWr::atomic_fetch_add(5, &res, target, b.mr.rkey(), 46),
-            WcOpcode::FetchAdd,
-            1000u64,
-            1046u64,
-        ),
-        (
-            SendWr::atomic_cmp_swap(6, &res, target, b.mr.rkey(), 1046, 0x6666),
-            WcOpcode::CompSwap,
-            1046,
-            0x6666,
-        ),
-        (
-            SendWr::atomic_cmp_swap(7, &res, target, b.mr.rkey(), 1, 2),
-            WcOpcode::CompSwap,
-            0x6666,
-            0x6666,
-        ),
-    ];
-    for (wr, opcode, orig, left) in steps {
-        a.fill(3 * MIB, &[0xEE; 8]);
-        qa.post_send(&[wr.signaled()]).unwrap();
-        let wa = wait(a, 1);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, opcode),
-            "{wa:?}"
-        );
-        assert_eq!(a.bytes(3 * MIB, 8), a.atomic_bytes(orig), "{opcode:?}");
-        assert_eq!(b.bytes(3 * MIB + 64, 8), b.atomic_bytes(left), "{opcode:?}");
+    fn fill(&self, off: usize, data: &[u8]) {
+        Side::fill(self, off, data);
+    }
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        Side::bytes(self, off, len)
+    }
+    fn atomic_bytes(&self, v: u64) -> [u8; 8] {
+        Side::atomic_bytes(self, v)
+    }
+    fn wait(&self, _peer: &Side, n: usize) -> Vec<WorkCompletion> {
+        wait(self, n)
     }
 }
 

@@ -13,7 +13,6 @@ use rnic_core::{
     Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
     VerbsError, WorkCompletion,
 };
-use rnic_core::{RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
 
 /// A fresh pair of loopback addresses (127.<pid-derived>.<n>.1/.2) so tests
@@ -235,19 +234,6 @@ pub fn wait(cq: &Cq, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
     out
 }
 
-/// A deterministic byte pattern.
-pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
 /// An AF_PACKET socket capturing every packet of the calling thread's
 /// network namespace (200 ms receive timeout, 16 MiB buffer). Needs root
 /// (CAP_NET_RAW): `None` after printing a SKIP line otherwise.
@@ -277,149 +263,22 @@ pub fn capture_socket() -> Option<OwnedFd> {
 }
 
 /// A mebibyte (the op suite's buffer layout is in MiB).
-const MIB_: usize = 1 << 20;
+// Not every test binary that includes this module uses all three.
+#[allow(unused_imports)]
+pub use rnic_testkit::{every_rc_op, pattern, sizes};
 
-/// The conformance sizes for path MTU `mtu`: 0, 1, MTU-1, MTU, MTU+1, 1 MiB.
-pub fn sizes(mtu: Mtu) -> [usize; 6] {
-    let m = mtu.bytes() as usize;
-    [0, 1, m - 1, m, m + 1, MIB_]
-}
-
-/// Every RC operation at `sizes` from `a` to `b` over the connected pair,
-/// checking both sides' bytes (with an untouched guard byte after each
-/// target), every completion, then the three atomics.
-pub fn every_rc_op(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, sizes: &[usize]) {
-    let (pa, pb) = ([&b.dev], [&a.dev]);
-    let mut seed = 0x0600;
-    for &len in sizes {
-        let l32 = len as u32;
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let src = [a.mr.sge(0, l32).unwrap()];
-        let src: &[Sge] = if len == 0 { &[] } else { &src };
-        let dst = b.mr.addr() + 2 * MIB_ as u64;
-
-        // RDMA WRITE
-        b.fill(2 * MIB_, &vec![0xEE; len + 1]);
-        qa.post_send(&[SendWr::rdma_write(1, src, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaWrite),
-            "WRITE {len}"
-        );
-        assert!(b.bytes(2 * MIB_, len) == data, "WRITE {len}: bytes differ");
-        assert_eq!(b.bytes(2 * MIB_ + len, 1), [0xEE], "WRITE {len} overran");
-
-        // RDMA WRITE with immediate: consumes a receive.
-        seed += 1;
-        let data = pattern(len, seed);
-        a.fill(0, &data);
-        let rsge = [b.mr.sge(3 * MIB_, 16).unwrap()];
-        qb.post_recv(&[RecvWr::new(70, &rsge)]).unwrap();
-        let imm = 0x6600_0000 | l32;
-        qa.post_send(&[SendWr::rdma_write_with_imm(2, src, dst, b.mr.rkey(), imm).signaled()])
-            .unwrap();
-        assert_eq!(wait(&a.cq, 1, &pa)[0].status, WcStatus::Success);
-        let wb = wait(&b.cq, 1, &pb);
-        assert_eq!(
-            (wb[0].wr_id, wb[0].status, wb[0].opcode),
-            (70, WcStatus::Success, WcOpcode::RecvRdmaWithImm),
-            "WRITE_IMM {len}"
-        );
-        assert_eq!(wb[0].imm_data, Some(imm));
-        assert!(wb[0].wc_flags.contains(WcFlags::WITH_IMM));
-        assert_eq!(wb[0].byte_len, l32);
-        assert!(
-            b.bytes(2 * MIB_, len) == data,
-            "WRITE_IMM {len}: bytes differ"
-        );
-
-        // SEND and SEND with immediate into b at 1 MiB.
-        for imm in [None, Some(0x0006_0006u32 ^ l32)] {
-            seed += 1;
-            let data = pattern(len, seed);
-            a.fill(0, &data);
-            b.fill(MIB_, &vec![0xEE; len + 1]);
-            let rsge = [b.mr.sge(MIB_, l32 + 1).unwrap()];
-            qb.post_recv(&[RecvWr::new(80, &rsge)]).unwrap();
-            let wr = match imm {
-                None => SendWr::send(3, src),
-                Some(i) => SendWr::send_with_imm(3, src, i),
-            };
-            qa.post_send(&[wr.signaled()]).unwrap();
-            let wa = wait(&a.cq, 1, &pa);
-            assert_eq!(
-                (wa[0].status, wa[0].opcode),
-                (WcStatus::Success, WcOpcode::Send),
-                "SEND {len} {imm:?}"
-            );
-            let wb = wait(&b.cq, 1, &pb);
-            assert_eq!(
-                (wb[0].wr_id, wb[0].status, wb[0].opcode),
-                (80, WcStatus::Success, WcOpcode::Recv),
-                "RECV {len} {imm:?}"
-            );
-            assert_eq!(wb[0].byte_len, l32);
-            assert_eq!(wb[0].imm_data, imm);
-            assert_eq!(wb[0].qp_num, qb.qpn());
-            assert!(b.bytes(MIB_, len) == data, "SEND {len}: bytes differ");
-            assert_eq!(b.bytes(MIB_ + len, 1), [0xEE], "SEND {len} overran");
-        }
-
-        // RDMA READ of b's 2 MiB into a at 1 MiB.
-        seed += 1;
-        let data = pattern(len, seed);
-        b.fill(2 * MIB_, &data);
-        a.fill(MIB_, &vec![0xEE; len + 1]);
-        let rd = [a.mr.sge(MIB_, l32).unwrap()];
-        let rd: &[Sge] = if len == 0 { &[] } else { &rd };
-        qa.post_send(&[SendWr::rdma_read(4, rd, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!(
-            (wa[0].status, wa[0].opcode),
-            (WcStatus::Success, WcOpcode::RdmaRead),
-            "READ {len}"
-        );
-        assert!(a.bytes(MIB_, len) == data, "READ {len}: bytes differ");
-        assert_eq!(a.bytes(MIB_ + len, 1), [0xEE], "READ {len} overran");
+impl rnic_testkit::Endpoint for Side {
+    fn mr(&self) -> &MemoryRegion {
+        &self.mr
     }
-
-    // Atomics on b's 8 bytes at 3 MiB + 64; the original lands in a at 3 MiB.
-    let target = b.mr.addr() + (3 * MIB_ + 64) as u64;
-    b.fill(3 * MIB_ + 64, &1000u64.to_ne_bytes());
-    let res = [a.mr.sge(3 * MIB_, 8).unwrap()];
-    let steps = [
-        // (request, original returned, value left)
-        (
-            SendWr::atomic_fetch_add(5, &res, target, b.mr.rkey(), 46),
-            WcOpcode::FetchAdd,
-            1000u64,
-            1046u64,
-        ),
-        (
-            SendWr::atomic_cmp_swap(6, &res, target, b.mr.rkey(), 1046, 0x6666),
-            WcOpcode::CompSwap,
-            1046,
-            0x6666,
-        ),
-        (
-            SendWr::atomic_cmp_swap(7, &res, target, b.mr.rkey(), 1, 2),
-            WcOpcode::CompSwap,
-            0x6666,
-            0x6666,
-        ),
-    ];
-    for (wr, opcode, orig, left) in steps {
-        a.fill(3 * MIB_, &[0xEE; 8]);
-        qa.post_send(&[wr.signaled()]).unwrap();
-        let wa = wait(&a.cq, 1, &pa);
-        assert_eq!((wa[0].status, wa[0].opcode), (WcStatus::Success, opcode));
-        assert_eq!(a.bytes(3 * MIB_, 8), orig.to_ne_bytes(), "{opcode:?}");
-        assert_eq!(b.bytes(3 * MIB_ + 64, 8), left.to_ne_bytes(), "{opcode:?}");
+    fn fill(&self, off: usize, data: &[u8]) {
+        Side::fill(self, off, data);
+    }
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        Side::bytes(self, off, len)
+    }
+    fn wait(&self, peer: &Side, n: usize) -> Vec<WorkCompletion> {
+        wait(&self.cq, n, &[&peer.dev])
     }
 }
 
