@@ -90,7 +90,7 @@ const REGIONS: usize = 6;
 /// The key table's seed: every process (and every thread's device) hands
 /// out the same L_Keys and R_Keys, so an input's raw keys mean the same
 /// everywhere.
-pub const KEY_SEED: u64 = 0x5eed_0f_7e_e5;
+pub const KEY_SEED: u64 = 0x005e_ed0f_7ee5;
 /// Most records an input runs.
 const MAX_PACKETS: usize = 64;
 const RECV_LEN: u32 = 256;
