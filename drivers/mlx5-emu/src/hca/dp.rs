@@ -586,6 +586,18 @@ impl Hca {
             self.engine(&dev, qpn, None, |e, io| e.on_timer(now, io));
             self.pump(&dev, qpn);
         }
+        // Receives posted to a QP in error have no doorbell to ring and may wait for no
+        // packet: look at the doorbell records of QPs in ERR here (at most every
+        // `poll_timeout`, 50 ms), so they flush (WR_FLUSHED) as a real HCA flushes them.
+        let in_err: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.has_rq && q.state == QpState::Err)
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in in_err {
+            self.fetch_recv(&dev, qpn);
+        }
     }
 
     /// How long a receive thread may block: up to the nearest engine deadline, 50 µs..50 ms.
