@@ -502,7 +502,11 @@ impl Hca {
                     tracing::info!(qpn, index = idx, opcode, syndrome = s, "send WQE refused");
                     meta.local = Some(s);
                     qp.sq_stopped = true;
-                    qp.sq_fetched = idx.wrapping_add(size as u16);
+                    // A WQE refused for claiming more basic blocks than were posted steps one:
+                    // the consumer never passes the producer (past it, the ring would hold
+                    // 65,536 - k WQEs the driver never posted, all flushed).
+                    let step = if size <= u32::from(avail) { size } else { 1 };
+                    qp.sq_fetched = idx.wrapping_add(step as u16);
                     qp.sq_meta.push_back(meta);
                     self.settle(dev, qpn, Vec::new());
                     continue;
