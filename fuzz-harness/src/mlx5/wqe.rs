@@ -42,8 +42,8 @@ const SQ_OFF: u64 = (1 << LOG_RQ) * RQ_STRIDE;
 const LOG_CQ: u32 = 6;
 
 /// The live QP and what the harness knows of it.
-struct Qp {
-    rig: Rig,
+struct Qp<'r> {
+    rig: &'r mut Rig,
     uar: u32,
     qpn: u32,
     lkey_a: u32,
@@ -53,6 +53,8 @@ struct Qp {
     ci: u32,
     /// The emulator's CQE counter when the QP reached RTS.
     cqes0: u64,
+    /// Its dropped-CQE counter then.
+    dropped0: u64,
 }
 
 /// A fresh 127.x.y.1 / .2 pair per QP (the emulator binds UDP/4791 on the first; nothing
@@ -73,15 +75,15 @@ fn ok(rig: &mut Rig, c: &[u8], outlen: usize) -> Vec<u8> {
     rig.ok(c, outlen)
 }
 
-impl Qp {
-    fn new() -> Qp {
-        let mut rig = Rig::new();
+impl<'r> Qp<'r> {
+    /// The QP in RTS on `rig` (fresh or freshly reset).
+    fn new(rig: &'r mut Rig) -> Qp<'r> {
         rig.bring_up(true);
         let mut m = cmd(CmdOpcode::ModifyNicVportContext, 0, 0x200);
         let mut v = ModifyNicVportContextIn::new_unchecked(&mut m[..]);
         let _ = v.field_select_mut().set_roce_en(1);
         let _ = v.nic_vport_context_mut().set_roce_en(1);
-        ok(&mut rig, &m, OUT);
+        ok(rig, &m, OUT);
         let (me, peer) = addresses();
         let mut c = cmd(CmdOpcode::SetRoceAddress, 0, 0x30);
         let mut v = SetRoceAddressIn::new_unchecked(&mut c[..]);
@@ -92,18 +94,18 @@ impl Qp {
         let _ = l.set_source_mac_31_0(u32::from_be_bytes([MAC[2], MAC[3], MAC[4], MAC[5]]));
         let _ = l.set_roce_version(2);
         let _ = l.set_roce_l3_type(0);
-        ok(&mut rig, &c, OUT);
-        let out = ok(&mut rig, &cmd(CmdOpcode::AllocUar, 0, 0x10), OUT);
+        ok(rig, &c, OUT);
+        let out = ok(rig, &cmd(CmdOpcode::AllocUar, 0, 0x10), OUT);
         let uar = AllocUarOut::new_unchecked(&out[..]).uar();
         // The watcher's first look at a new UAR page is not a doorbell.
         rig.scan();
-        let out = ok(&mut rig, &cmd(CmdOpcode::AllocPd, 0, 0x10), OUT);
+        let out = ok(rig, &cmd(CmdOpcode::AllocPd, 0, 0x10), OUT);
         let pd = AllocPdOut::new_unchecked(&out[..]).pd();
         let async_mask = (1u64 << EventType::PageRequest.as_raw())
             | (1 << EventType::CqError.as_raw())
             | (1 << EventType::WqCatasError.as_raw());
-        let _aeq = eq(&mut rig, ASYNC_EQ, uar, 0, async_mask);
-        let ceq = eq(&mut rig, COMP_EQ, uar, 1, 0);
+        let _aeq = eq(rig, ASYNC_EQ, uar, 0, async_mask);
+        let ceq = eq(rig, COMP_EQ, uar, 1, 0);
         for i in 0..1u64 << LOG_CQ {
             rig.write(CQ_RING + i * 64 + 63, &[0xf0]);
         }
@@ -115,10 +117,10 @@ impl Qp {
         let _ = x.set_c_eqn_or_apu_element(ceq);
         let _ = x.set_dbr_addr(BASE + CQ_DBR);
         let _ = v.set_pas(0, BASE + CQ_RING);
-        let out = ok(&mut rig, &c, OUT);
+        let out = ok(rig, &c, OUT);
         let cqn = CreateCqOut::new_unchecked(&out[..]).cqn();
-        let lkey_a = mkey(&mut rig, pd, DATA_A, DATA_A_LEN, VA, true);
-        let lkey_b = mkey(&mut rig, pd, DATA_B, DATA_B_LEN, VA + 0x10_0000, false);
+        let lkey_a = mkey(rig, pd, DATA_A, DATA_A_LEN, VA, true);
+        let lkey_b = mkey(rig, pd, DATA_B, DATA_B_LEN, VA + 0x10_0000, false);
         let mut c = cmd(CmdOpcode::CreateQp, 0, 0x110 + 16);
         let mut v = CreateQpIn::new_unchecked(&mut c[..]);
         let mut q = v.qpc_mut();
@@ -135,7 +137,7 @@ impl Qp {
         let _ = q.set_user_index(0x77);
         let _ = v.set_pas(0, BASE + WQ);
         let _ = v.set_pas(1, BASE + WQ + 0x1000);
-        let out = ok(&mut rig, &c, OUT);
+        let out = ok(rig, &c, OUT);
         let qpn = CreateQpOut::new_unchecked(&out[..]).qpn();
         let mut qp = Qp {
             rig,
@@ -146,6 +148,7 @@ impl Qp {
             sq_pi: 0,
             ci: 0,
             cqes0: 0,
+            dropped0: 0,
         };
         qp.connect(peer);
         assert_eq!(qp.state(), 3, "bring-up: the QP is not in RTS");
@@ -157,7 +160,8 @@ impl Qp {
         let a: Vec<u8> = (0..DATA_A_LEN).map(|i| (i as u8) ^ 0x5a).collect();
         qp.rig.write(DATA_A, &a);
         qp.rig.refresh();
-        qp.cqes0 = qp.rig.fw.hca_stats().cqes;
+        let st = qp.rig.fw.hca_stats();
+        (qp.cqes0, qp.dropped0) = (st.cqes, st.cqes_dropped);
         qp
     }
 
@@ -166,7 +170,7 @@ impl Qp {
         let mut v = Rst2initQpIn::new_unchecked(&mut c[..]);
         let _ = v.set_qpn(self.qpn);
         f(&mut v.qpc_mut());
-        ok(&mut self.rig, &c, OUT);
+        ok(self.rig, &c, OUT);
     }
 
     fn connect(&mut self, peer: Ipv4Addr) {
@@ -240,7 +244,18 @@ impl Qp {
 
     /// Check every CQE written since the last look, consume them if `consume`.
     fn check_cqes(&mut self, consume: bool) {
-        let written = self.rig.fw.hca_stats().cqes - self.cqes0;
+        let st = self.rig.fw.hca_stats();
+        let written = st.cqes - self.cqes0;
+        // Nothing posts receives and no peer answers: every completion is a send WQE's, and
+        // each WQE takes at least one of the basic blocks the doorbell record announced
+        // (the record only moves forward, to `sq_pi`).
+        let all = written + (st.cqes_dropped - self.dropped0);
+        assert!(
+            all <= u64::from(self.sq_pi),
+            "{all} completions (written or dropped) for {} basic blocks posted: the device \
+             completed WQEs that were never posted",
+            self.sq_pi
+        );
         let pending = written - u64::from(self.ci);
         assert!(
             pending <= 1 << LOG_CQ,
@@ -376,7 +391,7 @@ const OPCODES: [WqeOpcode; 9] = [
 /// not, index and QPN honest or not, completion/fence/solicited bits), remote address and
 /// atomic segments, data segments naming both MKeys and bad keys at, across and beyond
 /// their edges, or inline data.
-fn hostile_wqe(qp: &Qp, inp: &mut Input<'_>) -> Vec<u8> {
+fn hostile_wqe(qp: &Qp<'_>, inp: &mut Input<'_>) -> Vec<u8> {
     let o = inp.u8();
     let op = if o < 0xf0 {
         OPCODES[usize::from(o) % OPCODES.len()].as_raw()
@@ -487,17 +502,28 @@ fn hostile_wqe(qp: &Qp, inp: &mut Input<'_>) -> Vec<u8> {
 /// doorbell rung (with the right QPN or another), CQEs consumed or left to pile up, the CQ
 /// and EQs armed.
 ///
+/// The doorbell record only moves forward: after a hostile doorbell announces k blocks
+/// beyond the producer, the harness's producer moves there too (a record moved back is
+/// 65,536 - k WQEs to the device, one long flush of nothing new). The function is the
+/// thread's shared rig, reset before each input (see [`super::with_rig`]); the GID address
+/// is a fresh loopback one per input (the previous input's receive thread may still hold
+/// its socket for a moment), which nothing the harness checks can see.
+///
 /// Asserts after every round: every CQE the emulator wrote is well-formed (a known opcode,
 /// the owner bit of its ring position, this QP's number, a known syndrome on an error CQE)
-/// and no unconsumed CQE was overwritten (never more outstanding than the ring holds);
-/// after an error CQE, QUERY_QP says ERR; no byte outside the MKeys' buffers, the CQ/EQ
-/// rings and the command area changed, and none outside the DMA mapping.
+/// and no unconsumed CQE was overwritten (never more outstanding than the ring holds); the
+/// completions written and dropped together never outnumber the basic blocks the record
+/// announced (no WQE completes that was never posted); after an error CQE, QUERY_QP says
+/// ERR; no byte outside the MKeys' buffers, the CQ/EQ rings and the command area changed,
+/// and none outside the DMA mapping.
 pub fn send_queue(data: &[u8]) {
-    run(data);
+    super::with_rig(|rig| {
+        rounds(rig, data);
+    });
 }
 
 /// What one run left: the QP's state, CQEs consumed, and the emulator's counters.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct End {
     /// QUERY_QP's state.
     pub state: u32,
@@ -505,12 +531,19 @@ pub struct End {
     pub cqes: u64,
     /// The data path's counters.
     pub stats: rnic_mlx5_emu::HcaStats,
+    /// The mapped bytes from the page pool on (rings, CQEs, EQEs, MKey buffers, the
+    /// pattern; not the command area, whose mailboxes carry this input's GID address).
+    pub memory: Vec<u8>,
 }
 
 /// [`send_queue`], returning what it left.
 pub fn run(data: &[u8]) -> End {
+    super::with_rig(|rig| rounds(rig, data))
+}
+
+fn rounds(rig: &mut Rig, data: &[u8]) -> End {
     let mut inp = Input::new(data);
-    let mut qp = Qp::new();
+    let mut qp = Qp::new(rig);
     let mut rounds = 0;
     while !inp.is_empty() && rounds < MAX_ROUNDS {
         rounds += 1;
@@ -548,6 +581,12 @@ pub fn run(data: &[u8]) -> End {
                 };
                 let v = inp.u64();
                 qp.ring(counter, qpn, v);
+                // The slots it announced count as posted: the record never moves behind a
+                // counter the device may have fetched up to (a record moved back by k is
+                // 65,536 - k WQEs to the device, one flush loop of instrumented reads
+                // that takes the fuzzer a fifth of a second; the loop itself is reached
+                // by the short flushes).
+                qp.sq_pi = counter;
             }
             6 => {
                 // Arm the CQ (cmd in the value) or update/arm an EQ.
@@ -565,17 +604,20 @@ pub fn run(data: &[u8]) -> End {
         qp.check_cqes(consume);
         qp.check_memory();
     }
+    let state = qp.state();
     let stats = qp.rig.fw.hca_stats();
+    qp.rig.refresh();
     End {
-        state: qp.state(),
+        state,
         cqes: stats.cqes - qp.cqes0,
         stats,
+        memory: qp.rig.image()[super::POOL as usize..].to_vec(),
     }
 }
 
 /// A signaled NOP: one REQ CQE.
 #[cfg(test)]
-fn nop(qp: &mut Qp) {
+fn nop(qp: &mut Qp<'_>) {
     let mut w = vec![0u8; 64];
     w[0..4].copy_from_slice(&(u32::from(qp.sq_pi) << 8).to_be_bytes());
     w[4..8].copy_from_slice(&((qp.qpn << 8) | 1).to_be_bytes());
@@ -589,7 +631,8 @@ fn nop(qp: &mut Qp) {
 /// by flipping it after the emulator wrote it).
 #[cfg(test)]
 pub(crate) fn check_a_forged_cqe() {
-    let mut qp = Qp::new();
+    let mut rig = Rig::new();
+    let mut qp = Qp::new(&mut rig);
     nop(&mut qp);
     let mut last = [0u8; 1];
     qp.rig.read(CQ_RING + 63, &mut last);
@@ -597,10 +640,22 @@ pub(crate) fn check_a_forged_cqe() {
     qp.check_cqes(true);
 }
 
+/// The completion-count check fires when more WQEs complete than were posted (forged: the
+/// harness forgets the block it posted).
+#[cfg(test)]
+pub(crate) fn check_a_forged_completion_count() {
+    let mut rig = Rig::new();
+    let mut qp = Qp::new(&mut rig);
+    nop(&mut qp);
+    qp.sq_pi = 0;
+    qp.check_cqes(true);
+}
+
 /// The memory check fires on a byte outside every MKey that changed behind the driver.
 #[cfg(test)]
 pub(crate) fn check_a_forged_stray_write() {
-    let mut qp = Qp::new();
+    let mut rig = Rig::new();
+    let mut qp = Qp::new(&mut rig);
     nop(&mut qp);
     qp.check_cqes(true);
     qp.check_memory();
