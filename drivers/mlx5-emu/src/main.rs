@@ -49,6 +49,12 @@ struct Args {
     /// of resetting the function and serving the next one.
     #[arg(long)]
     once: bool,
+    /// When a driver disconnects (or its process dies), keep the function as
+    /// it left it — initialized, its pages and objects — dropping only its DMA
+    /// mappings and interrupt eventfds, as a real function whose owner died
+    /// without a reset: the next driver must reset it (FLR) before bring-up.
+    #[arg(long)]
+    keep_state_on_disconnect: bool,
     /// Keep a JSON state report at PATH: pages held, live objects, DMA
     /// mappings, what the last driver left behind, counters. Rewritten
     /// atomically at start, after each driver disconnects, on SIGUSR1 (the
@@ -57,7 +63,9 @@ struct Args {
     state_file: Option<PathBuf>,
     /// Serve a control socket at PATH (a UNIX stream socket): one request a
     /// line (`state`, `fail-next OPCODE STATUS SYNDROME`, `swallow-next`,
-    /// `health SYNDROME`, `health-stop`, `pages +N|-N`, `clear`, `help`),
+    /// `delay-next [OPCODE] MS`, `error-cqe QPN|any SYNDROME [VENDOR]`,
+    /// `error-cqe-recv …`, `health SYNDROME`, `health-stop`, `pages +N|-N`,
+    /// `clear`, `help`),
     /// one JSON line a reply. Removed at exit.
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
@@ -148,6 +156,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Read at each disconnect: only a driver that connected and was gone
+    // before this store (the socket listens from `start_hooked` on) would
+    // have had the default reset.
+    emu.keep_state_on_disconnect(args.keep_state_on_disconnect);
     let spawned = std::thread::Builder::new()
         .name("mlx5-emu-signals".into())
         .spawn(move || {

@@ -262,6 +262,8 @@ type DisconnectHook = Box<dyn FnMut(&Disconnect) -> AfterDisconnect + Send>;
 struct Shared {
     firmware: OnceLock<FirmwareHandle>,
     on_disconnect: Mutex<Option<DisconnectHook>>,
+    /// [`Emulator::keep_state_on_disconnect`].
+    keep_state: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -358,6 +360,17 @@ impl Emulator {
             .on_disconnect
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(hook));
+    }
+
+    /// When `keep` is true, a driver's end (a clean disconnect or its process dying) does
+    /// not reset the function: as a real function whose owner died without a function-level
+    /// reset, it stays as the driver left it — life-cycle phase, pages held, objects, BAR0
+    /// (the command queue address included) — except what belonged to the dead process:
+    /// its DMA mappings and MSI-X eventfds are dropped. The next driver then finds the
+    /// function initialized and must reset it (FLR, counted in [`crate::DeviceStats::resets`]).
+    /// Default false: the function is reset for the next driver. Read at each disconnect.
+    pub fn keep_state_on_disconnect(&self, keep: bool) {
+        self.shared.keep_state.store(keep, Ordering::Release);
     }
 
     /// Start an emulator whose doorbell events go to `handler`.
@@ -493,7 +506,18 @@ fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool, shared: &Shared)
         }
         let connection = dev.stats().connections.fetch_add(1, Ordering::Relaxed) + 1;
         let left = shared.firmware.get().map(FirmwareHandle::accounting);
-        if let Err(e) = dev.disconnect() {
+        if shared.keep_state.load(Ordering::Acquire) {
+            let maps = {
+                let _q = dev.quiesced();
+                dev.msix().clear();
+                dev.dma().clear()
+            };
+            info!(
+                dma_mappings = maps,
+                "client disconnected: mappings and vectors dropped, function state kept \
+                 (--keep-state-on-disconnect): the next driver must reset it"
+            );
+        } else if let Err(e) = dev.disconnect() {
             error!(%e, "reset after disconnect failed");
         }
         if stop.load(Ordering::Acquire) {
