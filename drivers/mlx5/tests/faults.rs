@@ -578,3 +578,68 @@ fn transport_retry_exhaustion_completes_with_retry_exc_err_then_flushes() {
         "a real timeout, not a hook"
     );
 }
+
+/// mlx5.md §4.3's command statuses (byte 0 of every output) and their names,
+/// written out here rather than taken from `CmdStatus`, plus one the table
+/// does not define.
+const STATUSES: &[(u8, &str)] = &[
+    (0x01, "INT_ERR"),
+    (0x02, "BAD_OP"),
+    (0x03, "BAD_PARAM"),
+    (0x04, "BAD_SYS_STATE"),
+    (0x05, "BAD_RES"),
+    (0x06, "RES_BUSY"),
+    (0x07, "NOT_READY"),
+    (0x08, "EXCEED_LIM"),
+    (0x09, "BAD_RES_STATE"),
+    (0x0a, "BAD_INDEX"),
+    (0x0f, "NO_RES"),
+    (0x10, "BAD_QP_STATE"),
+    (0x30, "BAD_PKT"),
+    (0x40, "BAD_SIZE"),
+    (0x50, "BAD_INP_LEN"),
+    (0x51, "BAD_OUTP_LEN"),
+];
+
+#[test]
+fn a_command_failing_with_each_status_is_that_typed_error_and_the_driver_goes_on() {
+    let (emu, _dir) = emulator();
+    let mut hca = bring_up(&emu, Duration::from_secs(5));
+    for events in [false, true] {
+        if events {
+            hca.enable_events().unwrap();
+        }
+        let pds = fw(&emu).accounting().pds;
+        for (i, &(raw, name)) in STATUSES.iter().chain(&[(0x7e, "0x7e")]).enumerate() {
+            let syndrome = 0x5a00_0000 | i as u32;
+            fw(&emu)
+                .faults()
+                .fail_next(CmdOpcode::AllocPd, CmdStatus::from_raw(raw), syndrome);
+            let err = alloc_pd(&hca).unwrap_err();
+            match &err {
+                Mlx5Error::Command {
+                    opcode: CmdOpcode::AllocPd,
+                    op_mod: 0,
+                    status,
+                    syndrome: s,
+                } => {
+                    assert_eq!(status.as_raw(), raw, "{err}");
+                    assert_eq!(*s, syndrome, "{err}");
+                }
+                other => panic!("status {raw:#04x}: wanted a command error, got {other}"),
+            }
+            let text = err.to_string();
+            assert!(text.contains(name), "status {raw:#04x}: {text}");
+            assert!(text.contains(&format!("{syndrome:#x}")), "{text}");
+            // Not executed: no PD; and the next command works.
+            assert_eq!(fw(&emu).accounting().pds, pds, "{name}");
+            let pd = alloc_pd(&hca).unwrap();
+            dealloc_pd(&hca, pd).unwrap();
+        }
+    }
+    assert_eq!(fw(&emu).stats().injected, 2 * (STATUSES.len() as u64 + 1));
+    assert_eq!(hca.cmdq().stuck_slots(), 0);
+    hca.shutdown().unwrap();
+    let acc = fw(&emu).accounting();
+    assert!(acc.is_clean(), "{acc:?}");
+}
