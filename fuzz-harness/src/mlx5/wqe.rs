@@ -106,9 +106,11 @@ impl<'r> Qp<'r> {
             | (1 << EventType::WqCatasError.as_raw());
         let _aeq = eq(rig, ASYNC_EQ, uar, 0, async_mask);
         let ceq = eq(rig, COMP_EQ, uar, 1, 0);
-        for i in 0..1u64 << LOG_CQ {
-            rig.write(CQ_RING + i * 64 + 63, &[0xf0]);
+        let mut ring = vec![0u8; 64 << LOG_CQ];
+        for e in ring.chunks_mut(64) {
+            e[63] = 0xf0;
         }
+        rig.write(CQ_RING, &ring);
         let mut c = cmd(CmdOpcode::CreateCq, 0, 0x118);
         let mut v = CreateCqIn::new_unchecked(&mut c[..]);
         let mut x = v.cq_context_mut();
@@ -329,9 +331,11 @@ impl<'r> Qp<'r> {
 }
 
 fn eq(rig: &mut Rig, at: u64, uar: u32, vector: u32, mask: u64) -> u32 {
-    for i in 0..64u64 {
-        rig.write(at + i * 64 + 63, &[1]);
+    let mut ring = vec![0u8; 64 * 64];
+    for e in ring.chunks_mut(64) {
+        e[63] = 1;
     }
+    rig.write(at, &ring);
     let mut c = cmd(CmdOpcode::CreateEq, 0, 0x110 + 8);
     let mut v = CreateEqIn::new_unchecked(&mut c[..]);
     let mut e = v.eq_context_entry_mut();
