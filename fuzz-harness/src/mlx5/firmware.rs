@@ -735,7 +735,11 @@ fn ring_and_check(rig: &mut Rig, model: &mut Model, bits: u32) {
 /// of which only part is DMA-mapped) and a sequence of hostile commands from `data`, each
 /// written into the command queue with its mailbox chains and rung through the emulator's
 /// doorbell path. The first byte chooses whether the function is first brought up honestly
-/// (ENABLE_HCA … INIT_HCA), so the resource commands are reachable.
+/// (ENABLE_HCA … INIT_HCA), so the resource commands are reachable. The function is the
+/// thread's shared rig, reset before each input (see [`super::with_rig`]): whatever an input
+/// leaves (objects, pages, a torn-down or disabled function, a broken queue address) the
+/// function-level reset undoes, and the reset asserts that it did (accounting, pages and
+/// DMA mappings equal to a fresh rig's), so no input needs a fresh function.
 ///
 /// Asserts, for every rung slot: an entry owned by software is ignored and unchanged; an
 /// owned one is completed (ownership back to software) with exactly the delivery status the
