@@ -687,3 +687,71 @@ fn page_counts_come_from_the_options() {
     r.ok(&cmd(CmdOpcode::InitHca, 0, 0x20), OUT_HDR);
     r.ok(&cmd(CmdOpcode::Nop, 0, 0x10), OUT_HDR);
 }
+
+#[test]
+fn a_delayed_command_completes_late_while_other_slots_run_and_its_own_slot_is_busy() {
+    let r = Rig::new();
+    let faults = r.fw().faults();
+    let delay = Duration::from_millis(300);
+    assert!(faults.delay_next(Some(CmdOpcode::EnableHca), delay));
+    assert!(
+        !faults.delay_next(None, Duration::from_secs(601)),
+        "longer than MAX_DELAY"
+    );
+    let start = Instant::now();
+    let enable_cmd = cmd(CmdOpcode::EnableHca, 0, 0x10);
+    r.post(0, &enable_cmd, OUT_HDR, Tweak::default());
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(r.fw().late_pending(), 1);
+    assert_eq!(r.fw().phase(), Phase::Disabled, "not executed yet");
+    assert_eq!(
+        rnic_mlx5_prm::CmdQueueEntry::new_unchecked(&r.entry(0)[..]).ownership(),
+        1,
+        "still owned by hardware"
+    );
+    // A ring of the busy slot is ignored (a slot executes one command at a time).
+    r.post(0, &enable_cmd, OUT_HDR, Tweak::default());
+    // (Let the watcher take that ring before slot 1's doorbell write replaces it.)
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(r.fw().stats().ignored_busy, 1);
+    // Another slot is served meanwhile (NOP before ENABLE_HCA: refused, but completed).
+    let nop = r.exec_on(
+        1,
+        &cmd(CmdOpcode::Nop, 0, 0x10),
+        OUT_HDR,
+        Tweak::default(),
+        Duration::from_millis(200),
+    );
+    assert!(matches!(nop, Reply::Done(_)), "{nop:?}");
+    assert!(start.elapsed() < delay, "{:?}", start.elapsed());
+    // Then the late completion: executed, output and ownership written.
+    let out = r.wait(0, OUT_HDR, Duration::from_secs(5)).out();
+    assert!(start.elapsed() >= delay, "{:?}", start.elapsed());
+    assert_eq!(status(&out), (0, 0));
+    assert_eq!(r.fw().phase(), Phase::Enabled);
+    let s = r.fw().stats();
+    assert_eq!((s.delayed, s.ignored_busy, s.late_dropped), (1, 1, 0));
+    assert_eq!(s.executed(CmdOpcode::EnableHca), 1, "executed once");
+    assert_eq!(r.fw().late_pending(), 0);
+
+    // A fail_next for the delayed command applies when it executes.
+    faults.delay_next(Some(CmdOpcode::QueryIssi), Duration::from_millis(50));
+    faults.fail_next(CmdOpcode::QueryIssi, CmdStatus::ResBusy, 0x77);
+    let q = cmd(CmdOpcode::QueryIssi, 0, 0x10);
+    assert_eq!(
+        r.err(&q, 0x70),
+        (st(CmdStatus::ResBusy), 0x77),
+        "late and failed"
+    );
+
+    // A reset before the delay ends drops the command: never executed, never completed.
+    faults.delay_next(None, Duration::from_millis(200));
+    r.post(2, &q, 0x70, Tweak::default());
+    std::thread::sleep(Duration::from_millis(20));
+    r.f.reset().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let s = r.fw().stats();
+    assert_eq!((s.delayed, s.late_dropped), (3, 1));
+    assert_eq!(r.fw().late_pending(), 0);
+    assert_eq!(s.executed(CmdOpcode::QueryIssi), 1, "only the failed one");
+}

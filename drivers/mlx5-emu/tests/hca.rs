@@ -602,3 +602,70 @@ fn overwritten_send_doorbells_on_a_shared_register_serve_every_qp() {
     assert_eq!(stats.bad_doorbells, 0, "{stats:?}");
     assert_eq!(stats.wqe_errors, 0, "{stats:?}");
 }
+
+#[test]
+fn an_injected_error_cqe_has_the_syndrome_vendor_byte_and_wqe_counter_then_flushes() {
+    use rnic_mlx5_emu::hca::{CqeInjection, InjectSide};
+    let mut p = pair();
+    let rkey = p.peer.mr.rkey().get();
+    let raddr = p.peer.mr.addr();
+    let faults = p.hw.r.fw().faults();
+    // Another QP's injection does not fire here.
+    assert!(faults.error_cqe(CqeInjection {
+        qpn: Some(p.qp.qpn + 1000),
+        side: InjectSide::Send,
+        syndrome: 0x13,
+        vendor: 1,
+    }));
+    let write = |p: &mut Pair, signaled| {
+        p.qp.post(
+            &p.hw,
+            WqeOpcode::RdmaWrite,
+            signaled,
+            &[raddr_seg(raddr, rkey), data_seg(16, p.lkey, VA)],
+        )
+    };
+    let good = write(&mut p, true);
+    let c = p.cq.expect();
+    assert_eq!(
+        (opcode(&c), Cqe64::new_unchecked(&c[..]).wqe_counter()),
+        (CqeOpcode::Req, u32::from(good))
+    );
+    assert!(faults.error_cqe(CqeInjection {
+        qpn: Some(p.qp.qpn),
+        side: InjectSide::Send,
+        syndrome: 0x16,
+        vendor: 0xc3,
+    }));
+    let tx = p.hw.r.fw().hca_stats().tx_packets;
+    // Unsignaled: an error CQE is written all the same.
+    let bad = write(&mut p, false);
+    let later = write(&mut p, true);
+    let c = p.cq.expect();
+    assert_eq!(opcode(&c), CqeOpcode::ReqErr, "{c:x?}");
+    assert_eq!(syndrome(&c), CqeSyndrome::RnrRetryExceeded);
+    assert_eq!(c[0x36], 0xc3, "vendor_err_synd");
+    assert_eq!(c[0x37], 0x16, "syndrome byte");
+    let e = ErrCqe::new_unchecked(&c[..]);
+    assert_eq!(e.wqe_counter(), u32::from(bad));
+    assert_eq!(e.qpn(), p.qp.qpn);
+    assert_eq!(e.wqe_opcode(), u32::from(WqeOpcode::RdmaWrite.as_raw()));
+    let c = p.cq.expect();
+    assert_eq!(
+        (opcode(&c), syndrome(&c)),
+        (CqeOpcode::ReqErr, CqeSyndrome::WrFlushed)
+    );
+    assert_eq!(
+        ErrCqe::new_unchecked(&c[..]).wqe_counter(),
+        u32::from(later)
+    );
+    assert_eq!(p.qp.state(&p.hw), 6, "ERR");
+    assert_eq!(
+        p.hw.r.fw().hca_stats().tx_packets,
+        tx,
+        "neither WRITE went on the wire"
+    );
+    assert_eq!(p.hw.r.fw().hca_stats().injected_error_cqes, 1);
+    // `clear` drops the other QP's pending injection.
+    faults.clear();
+}

@@ -13,7 +13,10 @@
 //!   the `rnic_core` Provider API: the polled `WorkCompletion`'s status (checked
 //!   against the table of reference/mlx5.md §10, written out here, not the
 //!   driver's table), `vendor_err`, the QP in ERR and later WRs flushed; and
-//!   the receive-side variant.
+//!   the receive-side variant;
+//! * real RNR and transport retry exhaustion (no hook: a peer without
+//!   receives, a peer QP in ERR);
+//! * a command failing with each mlx5.md §4.3 status (`Faults::fail_next`).
 #![allow(clippy::unwrap_used)]
 
 use std::net::{IpAddr, Ipv4Addr};
