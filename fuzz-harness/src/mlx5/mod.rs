@@ -7,6 +7,9 @@
 //!
 //! - [`firmware`]: the command interface under hostile entries, chains and inputs.
 //! - [`wqe`]: an RC QP in RTS under hostile send WQEs.
+//! - [`cqe`]: the other direction — the driver's (rnic-mlx5's) CQ and EQ consumers under
+//!   hostile CQEs and EQEs, over plain DMA buffers (no emulator).
+//!
 //! One rig serves every input a thread runs ([`with_rig`]): before each input it is put back
 //! to the state a fresh one has ([`Rig::reset`]: a function-level reset of the emulated
 //! function, the memfd's mapped bytes punched back to holes, the canary checked, and the
@@ -15,10 +18,9 @@
 //! reproducibility test in `tests.rs`) and a leak across inputs is itself a failure. The
 //! device's writes are found by reading back only the memfd's allocated extents
 //! (`SEEK_DATA`/`SEEK_HOLE`: a hole reads as zero and only a write allocates), so a check
-//! after a command costs the pages the input touched, not the whole mapping.
-//!
-//! - [`cqe`]: the other direction — the driver's (rnic-mlx5's) CQ and EQ consumers under
-//!   hostile CQEs and EQEs, over plain DMA buffers (no emulator).
+//! after a command costs the pages the input touched, not the whole mapping; allocated
+//! pages found all zero (the firmware's pages, which MANAGE_PAGES reads and writes back
+//! whole) are punched back to holes.
 
 pub mod cqe;
 pub mod firmware;
