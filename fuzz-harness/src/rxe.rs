@@ -389,10 +389,17 @@ impl Rig {
         self.mrs[i].rkey().get()
     }
 
-    /// Post up to `n` receives on QP `q` (48 outstanding at most), one
-    /// batch; a refused WR ends it.
+    /// Post up to `n` receives on QP `q` (48 outstanding per QP at most, of
+    /// its 64), one batch; a refused WR ends it. The bound is per QP so
+    /// that receives piled up on the others never keep QP 0's honest
+    /// traffic from finding one.
     fn post_recvs(&mut self, q: usize, n: usize) {
-        let n = n.min(48usize.saturating_sub(self.recvs.len()));
+        let mine = self
+            .recvs
+            .iter()
+            .filter(|&&id| id >> 32 == q as u64)
+            .count();
+        let n = n.min(48usize.saturating_sub(mine));
         let sges: Vec<[Sge; 1]> = (0..n as u64)
             .map(|k| {
                 let off = ((self.next_recv + k) as usize % 16) * RECV_LEN as usize;
@@ -859,6 +866,54 @@ mod tests {
                 got.1[at], want.1[at]
             );
         }
+    }
+
+    /// The `rxe_rx` finding of the first 10^7 run (5.57 M executions in,
+    /// minimised): a CMP_SWAP with a bad address NAKs QP 0 into ERR (its
+    /// receives flush), then records that post receives on QP 2 fill the
+    /// harness's bound on outstanding receives, which was global: QP 0's
+    /// restart posted none, and the honest SEND got an RNR NAK. A harness
+    /// bug (rnic-rxe answered correctly); the bound is per QP now.
+    #[test]
+    fn receives_on_other_qps_leave_qp0_room_for_honest_traffic() {
+        let mut d = record(0x03, &{
+            let mut p = bth(0x13, 0, 0x11, RQ_PSN);
+            p.extend_from_slice(&0xf7ff_ffef_0000_0003u64.to_be_bytes());
+            p.extend_from_slice(&[0x08, 0x80, 0x03, 0x00]);
+            p.extend_from_slice(&[7, 0, 8, 0, 0, 0, 0, 0]);
+            p.extend_from_slice(&[0; 8]);
+            p.extend_from_slice(&[0; 4]);
+            p
+        });
+        for _ in 0..24 {
+            d.extend_from_slice(&[0xff, 0, 0, 0, 0]);
+        }
+        let (wcs, _) = outcome(&d);
+        let flushed = wcs
+            .iter()
+            .filter(|wc| wc.qp_num.get() == 0x11 && wc.status == WcStatus::WrFlushErr)
+            .count();
+        assert_eq!(flushed, 4, "QP 0 went to ERR: {wcs:?}");
+        rx(&d);
+        // The minimised artifact itself.
+        let hex = [
+            "03002c1300ffff0000001180001000f7ffffef00000003088003000700080000",
+            "000000000000000000000003000803ff00000011ff00000803ff00000000ba00",
+            "03000803ff00000000ff00000011ff00000803ff00000803ff00000000ba0003",
+            "000803ff00000000ff00000803ff00000803ff00000000ba0003000803ff0000",
+            "0000ff00000000ff",
+        ]
+        .concat();
+        let artifact: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
+        rx(&artifact);
+        let on_qp2 = with_rig(|rig| {
+            deliver_input(rig, &d);
+            rig.recvs.iter().filter(|&&id| id >> 32 == 2).count()
+        });
+        assert_eq!(on_qp2, 48, "QP 2 holds the most receives the harness posts");
     }
 
     /// An input does the same (the same completions, the same bytes in
