@@ -399,6 +399,56 @@ pub fn datagram_seg(
     Ok(b)
 }
 
+/// A UD destination's datagram segment with what its address vector fixes
+/// (destination GID and MAC, traffic class, hop limit, flow label, source
+/// GID index, a given UDP source port) filled in once, when the address
+/// handle is made ([`crate::Mlx5Ah`]); a post only puts in the peer's QPN,
+/// its Q_Key and (when the vector leaves it to the driver) the UDP source
+/// port derived from the two QPNs — the same bytes as [`datagram_seg`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatagramTemplate {
+    seg: [u8; DATAGRAM_SEG_BYTES],
+    udp_sport: Option<u16>,
+}
+
+impl DatagramTemplate {
+    /// The template of `av` sent to MAC `dmac`.
+    pub fn new(
+        av: &rnic_core::AddressVector,
+        dmac: [u8; 6],
+    ) -> Result<DatagramTemplate, rnic_mlx5_prm::Error> {
+        let dest = rnic_core::UdDest {
+            av: *av,
+            remote_qpn: rnic_core::Qpn::from_wire(0),
+            remote_qkey: 0,
+        };
+        Ok(DatagramTemplate {
+            seg: datagram_seg(&dest, dmac, av.udp_sport.unwrap_or(0))?,
+            udp_sport: av.udp_sport,
+        })
+    }
+
+    /// The segment of a send from local QP `local_qpn` to QP `remote_qpn`
+    /// under `remote_qkey`.
+    #[inline]
+    pub fn segment(
+        &self,
+        local_qpn: u32,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<[u8; DATAGRAM_SEG_BYTES], rnic_mlx5_prm::Error> {
+        let mut b = self.seg;
+        let mut av = UdAdrsVector::new_checked(&mut b[..])?;
+        av.set_q_key(remote_qkey)?;
+        av.set_destination_qp_dct(remote_qpn)?;
+        if self.udp_sport.is_none() {
+            let sport = crate::qp::default_udp_sport(local_qpn, remote_qpn);
+            av.set_rlid_udp_sport(sport.into())?;
+        }
+        Ok(b)
+    }
+}
+
 /// Write the data segments of `sges` (zero-length ones skipped).
 #[inline(always)]
 pub fn push_sges(w: &mut RingWriter<'_>, sges: &[Sge]) {
