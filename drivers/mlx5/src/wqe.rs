@@ -470,6 +470,50 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_template_gives_the_segment_built_field_by_field() {
+        let own = [2, 0, 0x15, 0xb3, 0, 1];
+        let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+        let v4 = AddressVector {
+            traffic_class: 0x28,
+            hop_limit: 9,
+            flow_label: 0x1_2345,
+            sgid_index: 2,
+            ..AddressVector::new(Gid::from_ipv4("127.0.0.9".parse().unwrap()))
+        };
+        let cases = [
+            v4,
+            AddressVector {
+                udp_sport: Some(0xc123),
+                ..v4
+            },
+            AddressVector::new(Gid::link_local_from_mac(mac)),
+            AddressVector {
+                dmac: Some(mac),
+                ..v4
+            },
+        ];
+        for av in cases {
+            let dmac = crate::qp::resolve_dmac(&av.dgid, av.dmac, own);
+            let t = DatagramTemplate::new(&av, dmac).unwrap();
+            for (local, remote, qkey) in [(0x11, 0x22, 0x1111_1111), (0xff_ffff, 0xab_cdef, 7)] {
+                let dest = UdDest {
+                    av,
+                    remote_qpn: Qpn::from_wire(remote),
+                    remote_qkey: qkey,
+                };
+                let sport = av
+                    .udp_sport
+                    .unwrap_or_else(|| crate::qp::default_udp_sport(local, remote));
+                assert_eq!(
+                    t.segment(local, remote, qkey).unwrap(),
+                    datagram_seg(&dest, dmac, sport).unwrap(),
+                    "{av:?} {local:#x} {remote:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn control_segment_matches_the_prm_view() {
         let mut golden = [0u8; 16];
         let mut v = WqeCtrlSeg::new_checked(&mut golden[..]).unwrap();
