@@ -528,9 +528,6 @@ impl CqRing {
         self.valid(last.load(Ordering::Acquire).to_ne_bytes()[7])
     }
 
-    /// The next CQE's index and last word (opcode, owner, QPN,
-    /// `wqe_counter`) if it is valid, re-read after the read barrier (§10).
-
     /// Whether a CQE's last word is a requester success of the normal
     /// format: the lean decoder's case.
     #[inline(always)]

@@ -50,23 +50,25 @@ impl WordRing {
     /// Word `i` of the ring, modulo its length.
     #[inline(always)]
     pub fn word(&self, i: usize) -> &AtomicU64 {
+        let p = self.base.as_ptr().wrapping_add(i & self.mask);
         // SAFETY: `i & mask < len`, and `new` checked that the `len` words
         // from `base` lie inside `buf`'s words, a mapping that lives as long
         // as `self._buf`; `base` came from that slice's pointer. The
         // reference is an atomic (the module docs).
-        unsafe { self.base.add(i & self.mask).as_ref() }
+        unsafe { &*p }
     }
 
     /// Block `i` (8 words from word `8 i`) of the ring, modulo its length.
     #[inline(always)]
     pub fn block(&self, i: usize) -> &[AtomicU64; 8] {
         let at = i.wrapping_mul(8) & self.mask;
+        let p = self.base.as_ptr().wrapping_add(at).cast::<[AtomicU64; 8]>();
         // SAFETY: `len` is a power of two ≥ 8, so `at` is a multiple of 8
         // below `len` and `at + 8 <= len`; the `len` words from `base` lie
         // inside `buf`'s mapping (checked in `new`), which lives as long as
         // `self._buf`. `[AtomicU64; 8]` has the layout of 8 consecutive
         // words, and the reference is to atomics (the module docs).
-        unsafe { self.base.add(at).cast::<[AtomicU64; 8]>().as_ref() }
+        unsafe { &*p }
     }
 }
 
@@ -91,9 +93,10 @@ impl WordCell {
     /// The word.
     #[inline(always)]
     pub fn get(&self) -> &AtomicU64 {
+        let p = self.word.as_ptr();
         // SAFETY: `new` took the pointer from a reference to a word of
         // `buf`'s mapping, which lives as long as `self._buf`.
-        unsafe { self.word.as_ref() }
+        unsafe { &*p }
     }
 }
 
