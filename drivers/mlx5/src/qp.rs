@@ -355,6 +355,7 @@ impl Qp {
             flush: AtomicBool::new(false),
             destroyed: AtomicBool::new(false),
         });
+        hca.register_qp(&shared);
         match recv_cq {
             Some(r) => {
                 send_cq.attach(shared.clone(), true, false);
@@ -672,7 +673,9 @@ impl Qp {
     /// failing one.
     #[inline]
     pub fn post_send<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
-        let fatal = self.hca.is_fatal();
+        // A fatal function has set this QP's flush flag (`Hca::register_qp`),
+        // which the queues check: no second load through the `Hca`.
+        let fatal = false;
         // The single-WRITE shortcut (`WorkQueues::post_send`), rung from
         // the words it built rather than read back from the ring.
         if let [wr] = wrs
@@ -743,7 +746,8 @@ impl Qp {
         data: &[u8; N],
         signaled: bool,
     ) -> Result<(), Mlx5Error> {
-        let fatal = self.hca.is_fatal();
+        // As `post_send`: the fatal state arrives through the flush flag.
+        let fatal = false;
         let wqe = self
             .wq
             .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)

@@ -50,7 +50,9 @@ impl WordRing {
     /// Word `i` of the ring, modulo its length.
     #[inline(always)]
     pub fn word(&self, i: usize) -> &AtomicU64 {
-        let p = self.base.as_ptr().wrapping_add(i & self.mask);
+        // SAFETY: `i & mask < len` words from `base`, inside one allocation
+        // (the mapping, checked in `new`).
+        let p = unsafe { self.base.as_ptr().add(i & self.mask) };
         // SAFETY: `i & mask < len`, and `new` checked that the `len` words
         // from `base` lie inside `buf`'s words, a mapping that lives as long
         // as `self._buf`; `base` came from that slice's pointer. The
@@ -62,7 +64,9 @@ impl WordRing {
     #[inline(always)]
     pub fn block(&self, i: usize) -> &[AtomicU64; 8] {
         let at = i.wrapping_mul(8) & self.mask;
-        let p = self.base.as_ptr().wrapping_add(at).cast::<[AtomicU64; 8]>();
+        // SAFETY: `at < len` words from `base`, inside one allocation (the
+        // mapping, checked in `new`).
+        let p = unsafe { self.base.as_ptr().add(at) }.cast::<[AtomicU64; 8]>();
         // SAFETY: `len` is a power of two ≥ 8, so `at` is a multiple of 8
         // below `len` and `at + 8 <= len`; the `len` words from `base` lie
         // inside `buf`'s mapping (checked in `new`), which lives as long as
