@@ -548,10 +548,55 @@ impl CqRing {
     }
 
     /// Up to `wcs.len()` completions from valid CQEs; one record store.
+    /// The first one straight through when it is a requester success of
+    /// an attached QP naming an outstanding WQE (the single-completion
+    /// poll); the rest, and anything else, by the out-of-line loop.
     #[inline(always)]
     pub(crate) fn poll_cqes(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let mut n = 0;
-        let mut consumed = false;
+        let Some(first) = wcs.first_mut() else {
+            return 0;
+        };
+        let (ci, log_size) = (self.ci, self.log_size);
+        let cqe = self.cqes.block(ci as usize);
+        let op_own = cqe[7].load(Ordering::Acquire).to_ne_bytes()[7];
+        if !valid_at(op_own, ci, log_size) {
+            return 0;
+        }
+        dma_rmb_after_owner_bit();
+        let last = cqe[7].load(Ordering::Relaxed);
+        if !Self::lean(last) {
+            return self.poll_cqes_loop(wcs, 0);
+        }
+        let cqe = CqeWords { cqe, last };
+        self.ci = ci.wrapping_add(1);
+        self.counters.cqes += 1;
+        let c = requester(
+            self.sole.as_ref(),
+            &self.qps,
+            &mut self.counters,
+            &cqe,
+            WcStatus::Success,
+            0,
+        );
+        let n = match c {
+            Some(c) => {
+                *first = c.into();
+                1
+            }
+            None => 0,
+        };
+        if n == wcs.len() {
+            self.store_dbrec();
+            return n;
+        }
+        self.poll_cqes_loop(wcs, n)
+    }
+
+    /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind; the
+    /// record stored once (also for what the caller consumed).
+    #[cold]
+    #[inline(never)]
+    fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
         while n < wcs.len() {
             let Some((cqe, last)) = next_cqe(&self.cqes, self.ci, self.log_size) else {
                 break;
@@ -560,7 +605,6 @@ impl CqRing {
             let lean = Self::lean(last);
             self.ci = self.ci.wrapping_add(1);
             self.counters.cqes += 1;
-            consumed = true;
             let wc = if lean {
                 requester(
                     self.sole.as_ref(),
@@ -579,9 +623,9 @@ impl CqRing {
                 n += 1;
             }
         }
-        if consumed {
-            self.store_dbrec();
-        }
+        // Unconditional: a store of an unchanged index is harmless, and the
+        // caller may have consumed one CQE before calling.
+        self.store_dbrec();
         n
     }
 
