@@ -10,7 +10,8 @@
 //! --once`), which is how docs/mlx5.md §13 counts instructions:
 //!
 //! ```sh
-//! cargo build --release -p rnic-mlx5-emu -p rnic-mlx5 --example mlx5_inline_write
+//! cargo build --release -p rnic-mlx5-emu --bin rnic-mlx5-emu
+//! cargo build --release -p rnic-mlx5 --example mlx5_inline_write
 //! target/release/rnic-mlx5-emu --socket /tmp/emu.sock --once &
 //! RNIC_MLX5_EMU_SOCKET=/tmp/emu.sock valgrind --tool=callgrind \
 //!   --callgrind-out-file=/tmp/mlx5.cg \

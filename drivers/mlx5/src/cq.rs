@@ -25,7 +25,10 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, warn};
 
-use crate::track::{QpShared, wc_opcode_from_code};
+use crate::ring::{WordCell, WordRing};
+use crate::track::{
+    QpShared, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, wc_opcode_from_code,
+};
 use crate::wqe::be_pair;
 use crate::{DmaBuffer, Hca, Mlx5Error};
 
@@ -146,13 +149,18 @@ struct Attached {
 /// The consumer side of a CQ ring: sans-IO apart from the DMA words it
 /// reads (unit-tested over plain buffers).
 pub(crate) struct CqRing {
-    buf: Arc<DmaBuffer>,
+    /// The CQEs: block `i` is CQE `i & mask`.
+    cqes: WordRing,
+    /// The doorbell record (after the CQEs).
+    dbrec: WordCell,
     ci: u32,
     log_size: u32,
     mask: u32,
     arm_sn: u32,
     arm_word: u32,
     qps: Vec<Attached>,
+    /// `qps`' one QP when it is the only one and completes sends here.
+    sole: Option<Arc<QpShared>>,
     counters: CqCounters,
 }
 
@@ -196,27 +204,28 @@ impl CqeSource for [u8; CQE_BYTES] {
     }
 }
 
-/// A CQE in the ring: words `base .. base + 8`; the last word (opcode,
-/// owner, QPN, `wqe_counter`) was loaded for the owner check and is reused.
+/// A CQE in the ring; its last word (opcode, owner, QPN, `wqe_counter`)
+/// was loaded for the owner check and is reused.
 struct CqeWords<'a> {
-    words: &'a [AtomicU64],
-    base: usize,
+    cqe: &'a [AtomicU64; 8],
     last: u64,
 }
 
 impl CqeSource for CqeWords<'_> {
     #[inline(always)]
     fn dw(&self, at: usize) -> u32 {
-        let word = if at / 8 == 7 {
-            self.last
-        } else {
-            self.words
-                .get(self.base + at / 8)
-                .map_or(0, |w| w.load(Ordering::Relaxed))
-        };
+        let i = (at / 8) & 7;
+        let word = if i == 7 { self.last } else { self.cqes_word(i) };
         let b = word.to_ne_bytes();
         let i = at % 8;
         u32::from_be_bytes([b[i & 7], b[(i + 1) & 7], b[(i + 2) & 7], b[(i + 3) & 7]])
+    }
+}
+
+impl CqeWords<'_> {
+    #[inline(always)]
+    fn cqes_word(&self, i: usize) -> u64 {
+        self.cqe[i & 7].load(Ordering::Relaxed)
     }
 }
 
@@ -312,8 +321,13 @@ impl Cq {
         let notify = hca.events_register_cq(cqn);
         debug!(cqn, nent, eqn, "CREATE_CQ");
         let uar = hca.function().uar(hca.info().uar)?;
+        let ring = CqRing::new(buf.clone(), log_size).ok_or(Mlx5Error::QueueSize {
+            what: "CQ (buffer smaller than its CQEs)",
+            asked: entries,
+            max: 0,
+        })?;
         Ok(Cq {
-            ring: CqRing::new(buf.clone(), log_size),
+            ring,
             core: Arc::new(CqCore {
                 hca: hca.clone(),
                 cqn,
@@ -411,35 +425,37 @@ impl Cq {
     }
 }
 
-/// The CQ doorbell record (after the `mask + 1` CQEs): `set_ci` = `ci`'s
-/// low 24 bits and the arm word, one `Release` store (the CQEs were read
-/// before the device may reuse their slots).
-#[inline(always)]
-fn store_dbrec_in(words: &[AtomicU64], mask: u32, ci: u32, arm_word: u32) {
-    let set_ci = cq_doorbell_record::set_ci.insert(0, ci & 0xff_ffff);
-    let at = (mask as usize + 1) * 8;
-    if let Some(w) = words.get(at) {
-        w.store(be_pair(set_ci, arm_word), Ordering::Release);
-    }
-}
-
 impl CqRing {
-    pub(crate) fn new(buf: Arc<DmaBuffer>, log_size: u32) -> CqRing {
-        CqRing {
-            buf,
+    /// The ring of `2^log_size` CQEs at the start of `buf`, its record
+    /// after them; `None` unless both lie inside the buffer.
+    pub(crate) fn new(buf: Arc<DmaBuffer>, log_size: u32) -> Option<CqRing> {
+        let words = 8usize.checked_shl(log_size)?;
+        Some(CqRing {
+            cqes: WordRing::new(buf.clone(), 0, words)?,
+            dbrec: WordCell::new(buf, words)?,
             ci: 0,
             log_size,
             mask: (1 << log_size) - 1,
             arm_sn: 0,
             arm_word: 0,
             qps: Vec::new(),
+            sole: None,
             counters: CqCounters::default(),
-        }
+        })
     }
 
     pub(crate) fn attach(&mut self, qp: Arc<QpShared>, send: bool, recv: bool) {
         self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
         self.qps.push(Attached { qp, send, recv });
+        self.refresh_sole();
+    }
+
+    /// Keep `sole` in step with `qps`.
+    fn refresh_sole(&mut self) {
+        self.sole = match &self.qps[..] {
+            [a] if a.send => Some(a.qp.clone()),
+            _ => None,
+        };
     }
 
     /// What a queue pair's side(s) may put in flight: SQ WQEBBs (an upper
@@ -447,7 +463,7 @@ impl CqRing {
     fn promised(a: &Attached) -> u32 {
         let mut n = 0;
         if a.send {
-            n += a.qp.sq.mask + 1;
+            n += a.qp.sq.wqebbs();
         }
         if a.recv {
             n += a.qp.rq.mask + 1;
@@ -457,12 +473,9 @@ impl CqRing {
 
     pub(crate) fn free_capacity(&mut self) -> u32 {
         self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
+        self.refresh_sole();
         let used: u32 = self.qps.iter().map(Self::promised).sum();
         (self.mask + 1).saturating_sub(used)
-    }
-
-    fn words(&self) -> &[AtomicU64] {
-        self.buf.words()
     }
 
     /// The consumer index (free-running).
@@ -491,15 +504,18 @@ impl CqRing {
     }
 
     fn doorbell_record(&self) -> [u8; 8] {
-        let at = (self.mask as usize + 1) * 8;
-        self.words()
-            .get(at)
-            .map_or([0; 8], |w| w.load(Ordering::Acquire).to_ne_bytes())
+        self.dbrec.get().load(Ordering::Acquire).to_ne_bytes()
     }
 
+    /// The doorbell record: `set_ci` = `ci`'s low 24 bits and the arm
+    /// word, one `Release` store (the CQEs were read before the device may
+    /// reuse their slots).
     #[inline(always)]
     fn store_dbrec(&self) {
-        store_dbrec_in(self.words(), self.mask, self.ci, self.arm_word);
+        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci & 0xff_ffff);
+        self.dbrec
+            .get()
+            .store(be_pair(set_ci, self.arm_word), Ordering::Release);
     }
 
     #[inline(always)]
@@ -508,24 +524,8 @@ impl CqRing {
     }
 
     fn pending(&self) -> bool {
-        let idx = (self.ci & self.mask) as usize * 8;
-        self.buf
-            .words()
-            .get(idx + 7)
-            .is_some_and(|w| self.valid(w.load(Ordering::Acquire).to_ne_bytes()[7]))
-    }
-
-    /// The next CQE's index and last word (opcode, owner, QPN,
-    /// `wqe_counter`) if it is valid, re-read after the read barrier (§10).
-    #[inline(always)]
-    fn next_cqe(&self) -> Option<(usize, u64)> {
-        let idx = (self.ci & self.mask) as usize * 8;
-        let last = self.buf.words().get(idx + 7)?;
-        if !self.valid(last.load(Ordering::Acquire).to_ne_bytes()[7]) {
-            return None;
-        }
-        dma_rmb_after_owner_bit();
-        Some((idx, last.load(Ordering::Relaxed)))
+        let last = &self.cqes.block(self.ci as usize)[7];
+        self.valid(last.load(Ordering::Acquire).to_ne_bytes()[7])
     }
 
     /// Whether a CQE's last word is a requester success of the normal
@@ -535,14 +535,6 @@ impl CqRing {
         let cqe = LastWord(last);
         dword(&cqe, &cqe64::opcode) == u32::from(CqeOpcode::Req.as_raw())
             && dword(&cqe, &cqe64::cqe_format) != CQE_FORMAT_COMPRESSED
-    }
-
-    /// Consume the CQE at `idx` (the consumer index moves, the record is
-    /// stored by the caller).
-    #[inline(always)]
-    fn consume(&mut self) {
-        self.ci = self.ci.wrapping_add(1);
-        self.counters.cqes += 1;
     }
 
     /// [`CqRing::poll_cqes`], then (when `fatal`) software flushes.
@@ -556,118 +548,155 @@ impl CqRing {
     }
 
     /// Up to `wcs.len()` completions from valid CQEs; one record store.
+    /// The first one straight through when it is a requester success of
+    /// an attached QP naming an outstanding WQE (the single-completion
+    /// poll); the rest, and anything else, by the out-of-line loop.
     #[inline(always)]
     pub(crate) fn poll_cqes(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let mut n = 0;
-        let mut consumed = false;
+        let Some(first) = wcs.first_mut() else {
+            return 0;
+        };
+        let (ci, log_size) = (self.ci, self.log_size);
+        let cqe = self.cqes.block(ci as usize);
+        let op_own = cqe[7].load(Ordering::Acquire).to_ne_bytes()[7];
+        if !valid_at(op_own, ci, log_size) {
+            return 0;
+        }
+        dma_rmb_after_owner_bit();
+        let last = cqe[7].load(Ordering::Relaxed);
+        if !Self::lean(last) {
+            return self.poll_cqes_loop(wcs, 0);
+        }
+        let cqe = CqeWords { cqe, last };
+        self.ci = ci.wrapping_add(1);
+        self.counters.cqes += 1;
+        let c = requester(
+            self.sole.as_ref(),
+            &self.qps,
+            &mut self.counters,
+            &cqe,
+            WcStatus::Success,
+            0,
+        );
+        let n = match c {
+            Some(c) => {
+                *first = c.into();
+                1
+            }
+            None => 0,
+        };
+        if n == wcs.len() {
+            self.store_dbrec();
+            return n;
+        }
+        self.poll_cqes_loop(wcs, n)
+    }
+
+    /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind; the
+    /// record stored once (also for what the caller consumed).
+    #[cold]
+    #[inline(never)]
+    fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
         while n < wcs.len() {
-            let Some((idx, last)) = self.next_cqe() else {
+            let Some((cqe, last)) = next_cqe(&self.cqes, self.ci, self.log_size) else {
                 break;
             };
-            self.consume();
-            consumed = true;
-            let wc = if Self::lean(last) {
-                let cqe = CqeWords {
-                    words: self.buf.words(),
-                    base: idx,
-                    last,
-                };
-                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
-                    .map(WorkCompletion::from)
+            let cqe = CqeWords { cqe, last };
+            let lean = Self::lean(last);
+            self.ci = self.ci.wrapping_add(1);
+            self.counters.cqes += 1;
+            let wc = if lean {
+                requester(
+                    self.sole.as_ref(),
+                    &self.qps,
+                    &mut self.counters,
+                    &cqe,
+                    WcStatus::Success,
+                    0,
+                )
+                .map(WorkCompletion::from)
             } else {
-                self.decode_at(idx, last)
+                decode_cold(&self.qps, &mut self.counters, &cqe)
             };
             if let Some(wc) = wc {
                 wcs[n] = wc;
                 n += 1;
             }
         }
-        if consumed {
-            self.store_dbrec();
-        }
+        // Unconditional: a store of an unchanged index is harmless, and the
+        // caller may have consumed one CQE before calling.
+        self.store_dbrec();
         n
-    }
-
-    /// The general decoder over the CQE at `idx` (error, responder,
-    /// unknown CQEs).
-    #[cold]
-    #[inline(never)]
-    fn decode_at(&mut self, idx: usize, last: u64) -> Option<WorkCompletion> {
-        let cqe = CqeWords {
-            words: self.buf.words(),
-            base: idx,
-            last,
-        };
-        decode(&self.qps, &mut self.counters, &cqe)
     }
 
     /// [`Cq::poll_send`] on the ring: requester CQEs only; a responder
     /// CQE stops it unconsumed.
     #[inline(always)]
     pub(crate) fn poll_send(&mut self) -> Option<SendCompletion> {
+        // The common case straight through: a valid requester success of an
+        // attached QP naming an outstanding WQE. Anything else (another
+        // CQE kind, a hostile one, the next CQEs after it) goes to the
+        // out-of-line loop, which makes the same decisions as `poll`.
+        // Local copies: the `Acquire` load would make the fields re-read.
+        let (ci, log_size) = (self.ci, self.log_size);
+        let cqe = self.cqes.block(ci as usize);
+        let op_own = cqe[7].load(Ordering::Acquire).to_ne_bytes()[7];
+        if !valid_at(op_own, ci, log_size) {
+            return None;
+        }
+        dma_rmb_after_owner_bit();
+        let last = cqe[7].load(Ordering::Relaxed);
+        if !Self::lean(last) {
+            return self.poll_send_loop();
+        }
+        let cqe = CqeWords { cqe, last };
+        self.ci = ci.wrapping_add(1);
+        self.counters.cqes += 1;
+        let c = requester(
+            self.sole.as_ref(),
+            &self.qps,
+            &mut self.counters,
+            &cqe,
+            WcStatus::Success,
+            0,
+        );
+        self.store_dbrec();
+        match c {
+            Some(c) => Some(c),
+            // Consumed and counted (hostile): on to the next CQE.
+            None => self.poll_send_loop(),
+        }
+    }
+
+    /// [`CqRing::poll_send`] CQE by CQE, any kind: out of line.
+    #[cold]
+    #[inline(never)]
+    fn poll_send_loop(&mut self) -> Option<SendCompletion> {
         loop {
-            // The ring's words once per CQE; fields, not methods, so the
-            // borrow of `buf` and the updates of `ci`/`counters` coexist.
-            let words = self.buf.words();
-            let idx = (self.ci & self.mask) as usize * 8;
-            let slot = words.get(idx + 7)?;
-            let op_own = slot.load(Ordering::Acquire).to_ne_bytes()[7];
-            if !valid_at(op_own, self.ci, self.log_size) {
-                return None;
-            }
-            dma_rmb_after_owner_bit();
-            let last = slot.load(Ordering::Relaxed);
+            let (cqe, last) = next_cqe(&self.cqes, self.ci, self.log_size)?;
+            let cqe = CqeWords { cqe, last };
             let got = if Self::lean(last) {
                 self.ci = self.ci.wrapping_add(1);
                 self.counters.cqes += 1;
-                let cqe = CqeWords {
-                    words,
-                    base: idx,
-                    last,
-                };
-                let c = requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0);
-                // The words already at hand: no second fetch.
-                store_dbrec_in(words, self.mask, self.ci, self.arm_word);
-                c
+                requester(
+                    self.sole.as_ref(),
+                    &self.qps,
+                    &mut self.counters,
+                    &cqe,
+                    WcStatus::Success,
+                    0,
+                )
             } else {
-                match self.poll_send_slow(idx, last) {
+                match poll_send_slow(&self.qps, &mut self.counters, &mut self.ci, &cqe) {
                     Slow::Responder => return None,
-                    Slow::Taken(c) => {
-                        self.store_dbrec();
-                        c
-                    }
+                    Slow::Taken(c) => c,
                 }
             };
+            self.store_dbrec();
             if got.is_some() {
                 return got;
             }
         }
-    }
-
-    /// Anything but a requester success, for [`CqRing::poll_send`].
-    #[cold]
-    #[inline(never)]
-    fn poll_send_slow(&mut self, idx: usize, last: u64) -> Slow {
-        let opcode = CqeOpcode::from_raw(dword(&LastWord(last), &cqe64::opcode) as u8);
-        if matches!(
-            opcode,
-            CqeOpcode::RespSend
-                | CqeOpcode::RespSendImm
-                | CqeOpcode::RespSendInv
-                | CqeOpcode::RespWrImm
-                | CqeOpcode::RespErr
-        ) {
-            return Slow::Responder;
-        }
-        self.consume();
-        Slow::Taken(self.decode_at(idx, last).map(|wc| SendCompletion {
-            wr_id: wc.wr_id,
-            status: wc.status,
-            opcode: wc.opcode,
-            vendor_err: wc.vendor_err,
-            byte_len: wc.byte_len,
-            qp_num: wc.qp_num,
-        }))
     }
 
     /// One software flush completion of a send (fatal device), for
@@ -796,6 +825,67 @@ impl Cq {
     }
 }
 
+/// The general decoder (error, responder, unknown CQEs), out of line.
+#[cold]
+#[inline(never)]
+fn decode_cold(
+    qps: &[Attached],
+    counters: &mut CqCounters,
+    cqe: &CqeWords<'_>,
+) -> Option<WorkCompletion> {
+    decode(qps, counters, cqe)
+}
+
+/// Anything but a requester success, for [`CqRing::poll_send`]: a
+/// responder CQE is left in place, anything else consumed (`ci` moves) and
+/// decoded.
+#[cold]
+#[inline(never)]
+fn poll_send_slow(
+    qps: &[Attached],
+    counters: &mut CqCounters,
+    ci: &mut u32,
+    cqe: &CqeWords<'_>,
+) -> Slow {
+    let opcode = CqeOpcode::from_raw(dword(cqe, &cqe64::opcode) as u8);
+    if matches!(
+        opcode,
+        CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespSendInv
+            | CqeOpcode::RespWrImm
+            | CqeOpcode::RespErr
+    ) {
+        return Slow::Responder;
+    }
+    *ci = ci.wrapping_add(1);
+    counters.cqes += 1;
+    Slow::Taken(decode(qps, counters, cqe).map(|wc| SendCompletion {
+        wr_id: wc.wr_id,
+        status: wc.status,
+        opcode: wc.opcode,
+        vendor_err: wc.vendor_err,
+        byte_len: wc.byte_len,
+        qp_num: wc.qp_num,
+    }))
+}
+
+/// The CQE at consumer index `ci` and its last word (opcode, owner, QPN,
+/// `wqe_counter`) if it is valid, re-read after the read barrier (§10).
+#[inline(always)]
+fn next_cqe(cqes: &WordRing, ci: u32, log_size: u32) -> Option<(&[AtomicU64; 8], u64)> {
+    let cqe = cqes.block(ci as usize);
+    if !valid_at(
+        cqe[7].load(Ordering::Acquire).to_ne_bytes()[7],
+        ci,
+        log_size,
+    ) {
+        return None;
+    }
+    dma_rmb_after_owner_bit();
+    Some((cqe, cqe[7].load(Ordering::Relaxed)))
+}
+
 /// Whether a CQE whose `op_own` byte is `op_own` is valid at consumer
 /// index `ci` of a ring of `2^log_size`: opcode not INVALID, owner bit ==
 /// the pass parity (one xor and one test, no branch between them).
@@ -821,6 +911,7 @@ fn find(qps: &[Attached], qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
 /// `None` and a counter otherwise.
 #[inline(always)]
 fn requester<S: CqeSource>(
+    sole: Option<&Arc<QpShared>>,
     qps: &[Attached],
     counters: &mut CqCounters,
     cqe: &S,
@@ -829,18 +920,25 @@ fn requester<S: CqeSource>(
 ) -> Option<SendCompletion> {
     let qpn = dword(cqe, &cqe64::qpn);
     let counter = dword(cqe, &cqe64::wqe_counter) as u16;
-    let Some(qp) = find(qps, qpn, true) else {
-        counters.unknown_qpn += 1;
-        return None;
+    // The CQ's only QP first (one compare), else the table.
+    let qp = match sole {
+        Some(q) if q.qpn == qpn => q,
+        _ => match find(qps, qpn, true) {
+            Some(q) => q,
+            None => {
+                counters.unknown_qpn += 1;
+                return None;
+            }
+        },
     };
     let Some((wr_id, code)) = qp.sq.complete(counter) else {
         counters.bad_wqe_counter += 1;
         return None;
     };
     let opcode = wc_opcode_from_code(code);
-    let byte_len = match opcode {
-        WcOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
-        WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+    let byte_len = match code {
+        WC_CODE_READ => dword(cqe, &cqe64::byte_cnt),
+        WC_CODE_CMP_SWAP | WC_CODE_FETCH_ADD => 8,
         _ => 0,
     };
     Some(SendCompletion {
@@ -879,7 +977,7 @@ fn decode<S: CqeSource>(
     };
     match opcode {
         CqeOpcode::Req | CqeOpcode::ReqErr => {
-            requester(qps, counters, cqe, status, vendor_err).map(WorkCompletion::from)
+            requester(None, qps, counters, cqe, status, vendor_err).map(WorkCompletion::from)
         }
         CqeOpcode::RespSend
         | CqeOpcode::RespSendImm

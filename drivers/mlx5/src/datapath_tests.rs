@@ -52,7 +52,9 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         flush: AtomicBool::new(false),
         destroyed: AtomicBool::new(false),
     });
-    let wq = WorkQueues {
+    let (sq_ring, dbrec) =
+        crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).unwrap();
+    let mut wq = WorkQueues {
         qpn: QPN,
         state: QpState::Rts,
         buf: buf.clone(),
@@ -81,7 +83,11 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         }],
         mac: [2, 0, 0, 0, 0, 1],
         counters: QpCounters::default(),
+        sq_ring,
+        dbrec,
+        fast_inline: 0,
     };
+    wq.set_state(QpState::Rts);
     (wq, data)
 }
 
@@ -203,7 +209,7 @@ fn full_queue_and_fatal_and_state_are_refused_without_writing() {
             ..
         })
     ));
-    wq.state = QpState::Rtr;
+    wq.set_state(QpState::Rtr);
     let (ring, r) = wq.post_send(&wrs[..1], false);
     assert!(ring.is_none());
     assert!(matches!(
@@ -214,7 +220,7 @@ fn full_queue_and_fatal_and_state_are_refused_without_writing() {
         })
     ));
     // An inline SGE outside every region.
-    wq.state = QpState::Rts;
+    wq.set_state(QpState::Rts);
     let _ = wq.shared.sq.complete(7);
     let stray = [Sge::new(0x10, 8, Lkey(0x500))];
     let mut w = SendWr::send(1, &stray);
@@ -298,7 +304,10 @@ fn cq(space: &Arc<IovaSpace>, log: u32) -> (CqRing, FakeCq) {
     for i in 0..n as usize {
         buf.write(i * 64 + 63, &[CQE_OP_OWN_INIT]).unwrap();
     }
-    (CqRing::new(buf.clone(), log), FakeCq { buf, log, pi: 0 })
+    (
+        CqRing::new(buf.clone(), log).unwrap(),
+        FakeCq { buf, log, pi: 0 },
+    )
 }
 
 fn req(qpn: u32, counter: u16, byte_cnt: u32) -> impl Fn(&mut [u8; 64]) {
@@ -594,15 +603,14 @@ fn fast_equals_generic<const N: usize>(
         read(&b.buf, b.dbrec_word * 8, 8)
     );
     assert_eq!(a.sq_head, b.sq_head);
-    let idx = (head & a.shared.sq.mask) as usize;
     let (x, y) = (&a.shared, &b.shared);
     assert_eq!(
-        x.sq.slots[idx].wr_id.load(Ordering::Relaxed),
-        y.sq.slots[idx].wr_id.load(Ordering::Relaxed)
+        x.sq.slot_at(head).wr_id.load(Ordering::Relaxed),
+        y.sq.slot_at(head).wr_id.load(Ordering::Relaxed)
     );
     assert_eq!(
-        x.sq.slots[idx].meta.load(Ordering::Relaxed),
-        y.sq.slots[idx].meta.load(Ordering::Relaxed)
+        x.sq.slot_at(head).meta.load(Ordering::Relaxed),
+        y.sq.slot_at(head).meta.load(Ordering::Relaxed)
     );
     assert_eq!(
         x.sq.head.load(Ordering::Relaxed),
@@ -667,24 +675,36 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
         Err(PostFailure::DeviceFatal)
     );
     wq.shared.flush.store(false, Ordering::Relaxed);
-    wq.state = QpState::Rtr;
+    wq.set_state(QpState::Rtr);
     assert!(matches!(
         wq.post_write_inline(1, 0, 1, d, true, false),
         Err(PostFailure::BadState { .. })
     ));
-    wq.state = QpState::Rts;
-    wq.limits.max_inline = 4;
+    wq.set_state(QpState::Rts);
+    wq.set_limits(SendLimits {
+        max_inline: 4,
+        ..wq.limits
+    });
     assert_eq!(
         wq.post_write_inline(1, 0, 1, d, true, false),
         Err(PostFailure::InlineTooLong { got: 8, max: 4 })
     );
-    wq.limits.max_inline = 64;
-    wq.limits.ud = true;
+    wq.set_limits(SendLimits {
+        max_inline: 64,
+        ..wq.limits
+    });
+    wq.set_limits(SendLimits {
+        ud: true,
+        ..wq.limits
+    });
     assert!(matches!(
         wq.post_write_inline(1, 0, 1, d, true, false),
         Err(PostFailure::Unsupported { .. })
     ));
-    wq.limits.ud = false;
+    wq.set_limits(SendLimits {
+        ud: false,
+        ..wq.limits
+    });
     assert_eq!(
         read(&wq.buf, 0, wq.dbrec_word * 8 + 8),
         before,
@@ -846,8 +866,7 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
             read(&a.buf, a.dbrec_word * 8, 8),
             read(&b.buf, b.dbrec_word * 8, 8)
         );
-        let idx = (head & a.shared.sq.mask) as usize;
-        let (x, y) = (&a.shared.sq.slots[idx], &b.shared.sq.slots[idx]);
+        let (x, y) = (a.shared.sq.slot_at(head), b.shared.sq.slot_at(head));
         assert_eq!(
             (
                 x.wr_id.load(Ordering::Relaxed),
@@ -878,7 +897,7 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
     let mut wr = SendWr::rdma_write(1, &sge, 0x1000, Rkey(1));
     wr.flags = SendFlags::INLINE;
     // Not in RTS: BadState, no WQE, no record.
-    wq.state = QpState::Rtr;
+    wq.set_state(QpState::Rtr);
     let (ring, r) = wq.post_send(&[wr], false);
     assert!(ring.is_none());
     assert!(matches!(
@@ -888,7 +907,7 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
             ..
         })
     ));
-    wq.state = QpState::Rts;
+    wq.set_state(QpState::Rts);
     // Fatal: DeviceFatal.
     let (ring, r) = wq.post_send(&[wr], true);
     assert!(ring.is_none());
@@ -900,7 +919,10 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
         })
     ));
     // Over the inline limit (a QP of 8 inline bytes): InlineTooLong.
-    wq.limits.max_inline = 4;
+    wq.set_limits(SendLimits {
+        max_inline: 4,
+        ..wq.limits
+    });
     let (ring, r) = wq.post_send(&[wr], false);
     assert!(ring.is_none());
     assert!(matches!(
@@ -910,7 +932,10 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
             ..
         })
     ));
-    wq.limits.max_inline = 64;
+    wq.set_limits(SendLimits {
+        max_inline: 64,
+        ..wq.limits
+    });
     assert!(read(&wq.buf, sq_at(&wq, 0), 64).iter().all(|&b| b == 0));
     // A key no region has: the general writer's InlineRegion.
     let bad = [Sge::new(base, 8, Lkey(0x777))];

@@ -35,6 +35,7 @@ use crate::cmd::CommandEvents;
 use crate::cq::CqNotify;
 use crate::init::Health;
 use crate::memory::lock;
+use crate::track::QpShared;
 use rnic_core::Memory;
 
 use crate::{DmaBuffer, Hca, Mlx5Error, Vector};
@@ -272,6 +273,9 @@ impl CommandEvents for EventQueue {
 pub(crate) struct HcaRuntime {
     pub events: Option<Arc<EventQueue>>,
     pub fatal: std::sync::atomic::AtomicBool,
+    /// The function's QPs: the fatal transition sets their flush flags, so
+    /// a post checks one flag of its own QP (`QpShared::flush`) for both.
+    pub qps: Mutex<Vec<Weak<QpShared>>>,
     pub watch: Mutex<HealthWatch>,
     pub bf_regs: Mutex<u8>,
 }
@@ -462,6 +466,20 @@ impl Hca {
         }
     }
 
+    /// Let the fatal transition reach `qp` (its flush flag): registered
+    /// before the check of `fatal`, so either the transition sees it in
+    /// the list or this sees the flag set (both under the list's lock).
+    pub(crate) fn register_qp(&self, qp: &Arc<QpShared>) {
+        {
+            let mut qps = lock(&self.runtime.qps);
+            qps.retain(|w| w.strong_count() > 0);
+            qps.push(Arc::downgrade(qp));
+        }
+        if self.runtime.fatal.load(Ordering::SeqCst) {
+            qp.flush.store(true, Ordering::Release);
+        }
+    }
+
     /// Whether the function was found fatal by [`Hca::check_health`].
     #[inline(always)]
     pub fn is_fatal(&self) -> bool {
@@ -494,6 +512,9 @@ impl Hca {
                     ?health,
                     stuck, "function is in a fatal state: QPs to ERR, commands stop"
                 );
+                for qp in lock(&self.runtime.qps).iter().filter_map(Weak::upgrade) {
+                    qp.flush.store(true, Ordering::Release);
+                }
             }
             return Err(Mlx5Error::DeviceFatal {
                 syndrome: health.syndrome,

@@ -102,7 +102,11 @@ impl CqRig {
         };
         let mine = shared(QPN);
         let other = shared(OTHER_QPN);
-        let wq = WorkQueues {
+        let (sq_ring, dbrec) = crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8)
+            .ok_or(Mlx5Error::QpOptions {
+                reason: "fuzz QP buffer too small".into(),
+            })?;
+        let mut wq = WorkQueues {
             qpn: QPN,
             state: QpState::Rts,
             buf,
@@ -131,7 +135,11 @@ impl CqRig {
             }],
             mac: [2, 0, 0, 0, 0, 1],
             counters: QpCounters::default(),
+            sq_ring,
+            dbrec,
+            fast_inline: 0,
         };
+        wq.set_state(QpState::Rts);
         let n = 1usize << log;
         let cq = s.alloc(cq_buffer_bytes(n as u32))?;
         for i in 0..n {
@@ -141,7 +149,9 @@ impl CqRig {
                     source,
                 })?;
         }
-        let mut ring = CqRing::new(cq.clone(), log);
+        let mut ring = CqRing::new(cq.clone(), log).ok_or(Mlx5Error::QpOptions {
+            reason: "fuzz CQ buffer too small".into(),
+        })?;
         ring.attach(mine, true, true);
         ring.attach(other.clone(), true, true);
         Ok(CqRig {

@@ -161,6 +161,7 @@ pub mod memory;
 pub mod provider;
 pub mod qp;
 pub mod resources;
+mod ring;
 mod sys;
 mod track;
 mod vfio_kernel;
@@ -189,7 +190,8 @@ pub use qp::{Qp, QpCounters, QpOptions};
 pub use resources::Mkey;
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};
-pub use wqe::PostFailure;
+pub use wq::UdSegment;
+pub use wqe::{DatagramTemplate, PostFailure};
 
 /// PCI config space: vendor ID (16 bits).
 pub const PCI_VENDOR_ID: u16 = 0x00;

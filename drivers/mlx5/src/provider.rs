@@ -74,7 +74,8 @@ use rnic_core::{
 use rnic_mlx5_prm::QpState as PrmQpState;
 use tracing::warn;
 
-use crate::wqe::{MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
+use crate::qp::resolve_dmac;
+use crate::wqe::{DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
 
 /// The memory an mlx5 function reaches: its own [`DmaBuffer`]s.
@@ -378,20 +379,41 @@ impl Mlx5Qp {
             .is_some_and(|a| Arc::ptr_eq(&a.gids, &self.gids))
     }
 
-    /// Post `wrs`, whose address handles (if any) are this device's.
-    #[inline]
+    /// Post `wrs`, whose address handles (if any) are this device's: the
+    /// driver's post, and out of line whatever it refused.
+    #[inline(always)]
     fn post_send_own(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        match self.qp.post_send(wrs) {
+            Ok(()) => Ok(()),
+            Err(e) => self.post_send_refused(wrs, e),
+        }
+    }
+
+    /// What [`Mlx5Qp::post_send_own`] does when the driver refused a
+    /// request: an inline SGE of a region the QP has not seen is learned
+    /// once and the batch reposted from it; anything else is mapped.
+    #[cold]
+    #[inline(never)]
+    fn post_send_refused(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        first: Mlx5Error,
+    ) -> Result<(), VerbsError> {
         let mut done = 0;
+        let mut result = Err(first);
         loop {
             let Some(rest) = wrs.get(done..) else {
                 return Ok(());
             };
-            match self.qp.post_send(rest) {
+            match result {
                 Ok(()) => return Ok(()),
                 Err(Mlx5Error::PostSend {
                     index,
                     reason: PostFailure::InlineRegion { lkey, .. },
-                }) if self.learn(lkey) => done += index,
+                }) if self.learn(lkey) => {
+                    done += index;
+                    result = wrs.get(done..).map_or(Ok(()), |r| self.qp.post_send(r));
+                }
                 Err(Mlx5Error::PostSend { index, reason }) => {
                     return Err(VerbsError::PostSend {
                         index: done + index,
@@ -650,11 +672,15 @@ impl QpOps for Mlx5Qp {
 }
 
 /// What `create_ah` resolved: the vector checked against the GID table,
-/// and the device (its GID table) that checked it.
+/// the device (its GID table) that checked it, and the datagram segment
+/// of its sends with everything the vector fixes already in place.
 #[derive(Clone)]
 pub struct Mlx5Ah {
     /// The address vector.
     pub av: AddressVector,
+    /// The datagram segment, less the peer QPN, Q_Key and derived UDP
+    /// source port a post puts in.
+    pub(crate) template: DatagramTemplate,
     gids: GidTable,
 }
 
@@ -881,16 +907,29 @@ impl Provider for Mlx5Provider {
     }
 
     fn create_ah(&self, _pd: &Mlx5Pd, av: &AddressVector) -> Result<Mlx5Ah, VerbsError> {
-        match av_problem(&lock(&self.gids), av) {
-            None => Ok(Mlx5Ah {
-                av: *av,
-                gids: Arc::clone(&self.gids),
-            }),
-            Some(source) => Err(VerbsError::AddressVector {
+        if let Some(source) = av_problem(&lock(&self.gids), av) {
+            return Err(VerbsError::AddressVector {
                 dgid: av.dgid,
                 source,
-            }),
+            });
         }
+        // The MAC as the post path resolves it: given, else from a
+        // link-local GID, else the port's own.
+        let dmac = resolve_dmac(&av.dgid, av.dmac, self.hca.mac().unwrap_or([0; 6]));
+        let template = DatagramTemplate::new(av, dmac).map_err(|e| {
+            warn!(%e, "create_ah: the address vector does not fit a datagram segment");
+            VerbsError::CreateAh {
+                source: DeviceError::new(
+                    DeviceErrorKind::InvalidArgument,
+                    "the address vector does not fit a datagram segment",
+                ),
+            }
+        })?;
+        Ok(Mlx5Ah {
+            av: *av,
+            template,
+            gids: Arc::clone(&self.gids),
+        })
     }
 }
 

@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rnic_core::{
     AccessFlags, Gid, InitParams, Psn, QpType, Qpn, RecvWr, Rkey, RtrParams, RtsParams, SendWr,
-    UdDestination,
 };
 use rnic_dma::Mmio;
 use rnic_dma::barrier::wc_flush;
@@ -42,7 +41,7 @@ use tracing::{debug, warn};
 use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
 use crate::track::{QpShared, RqTrack, SqTrack};
-use crate::wq::{Region, SendDoorbell, WorkQueues, next_bf_offset};
+use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::wqe::{DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, SendLimits};
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
@@ -291,6 +290,8 @@ impl Qp {
         let sq_bytes = sq_wqebbs as usize * WQEBB_BYTES;
         let wq_bytes = (rq_bytes + sq_bytes).div_ceil(4096) * 4096;
         let buf = hca.function().alloc_dma(wq_bytes + 64)?;
+        let (sq_ring, dbrec) = crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8)
+            .ok_or_else(|| bad("the SQ or doorbell record lies outside the QP buffer".into()))?;
         let iova = buf.iova().get();
         let pages = wq_bytes / 4096;
         let send_core = send_cq.core().clone();
@@ -354,6 +355,7 @@ impl Qp {
             flush: AtomicBool::new(false),
             destroyed: AtomicBool::new(false),
         });
+        hca.register_qp(&shared);
         match recv_cq {
             Some(r) => {
                 send_cq.attach(shared.clone(), true, false);
@@ -414,6 +416,9 @@ impl Qp {
                 regions: Vec::new(),
                 mac: hca.mac().unwrap_or([0; 6]),
                 counters: QpCounters::default(),
+                sq_ring,
+                dbrec,
+                fast_inline: 0,
             },
         })
     }
@@ -515,7 +520,7 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.wq.state = QpState::Init;
+        self.wq.set_state(QpState::Init);
         Ok(())
     }
 
@@ -566,7 +571,7 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.wq.state = QpState::Rtr;
+        self.wq.set_state(QpState::Rtr);
         Ok(())
     }
 
@@ -593,7 +598,7 @@ impl Qp {
                 Ok(())
             }
         )?;
-        self.wq.state = QpState::Rts;
+        self.wq.set_state(QpState::Rts);
         Ok(())
     }
 
@@ -623,7 +628,7 @@ impl Qp {
             .map_err(prm("2ERR_QP"))?;
         self.hca
             .exec(CmdOpcode::Qp2Err, 0, &buf, Qp2errOut::<&[u8]>::SIZE_BYTES)?;
-        self.wq.state = QpState::Err;
+        self.wq.set_state(QpState::Err);
         Ok(())
     }
 
@@ -635,7 +640,7 @@ impl Qp {
             .map_err(prm("2RST_QP"))?;
         self.hca
             .exec(CmdOpcode::Qp2Rst, 0, &buf, Qp2rstOut::<&[u8]>::SIZE_BYTES)?;
-        self.wq.state = QpState::Rst;
+        self.wq.set_state(QpState::Rst);
         self.wq.sq_head = 0;
         self.wq.rq_head = 0;
         for t in [
@@ -667,8 +672,10 @@ impl Qp {
     /// requests before it are posted (and rung) and the error names the
     /// failing one.
     #[inline]
-    pub fn post_send<D: UdDestination>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
-        let fatal = self.hca.is_fatal();
+    pub fn post_send<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
+        // A fatal function has set this QP's flush flag (`Hca::register_qp`),
+        // which the queues check: no second load through the `Hca`.
+        let fatal = false;
         // The single-WRITE shortcut (`WorkQueues::post_send`), rung from
         // the words it built rather than read back from the ring.
         if let [wr] = wrs
@@ -691,21 +698,13 @@ impl Qp {
     fn ring(&mut self, ring: &SendDoorbell) {
         let off = self.bf.offset();
         if ring.blueflame() && self.bf.exclusive.is_some() {
-            let words = self.wq.buf.words();
             for bb in 0..ring.wqebbs {
+                // A WQEBB is one block of the ring (masked: a WQE that
+                // wraps continues at block 0).
+                let src = self.wq.sq_ring.block(ring.wqebb.wrapping_add(bb) as usize);
                 let mut block = [0u64; 8];
-                match self.wq.sq_words(words, ring.wqebb.wrapping_add(bb), 8) {
-                    // A WQEBB never wraps: one slice, one bounds check.
-                    Some(src) => {
-                        for (d, w) in block.iter_mut().zip(src) {
-                            *d = w.load(Ordering::Relaxed);
-                        }
-                    }
-                    None => {
-                        for (i, d) in block.iter_mut().enumerate() {
-                            *d = self.wq.sq_word_in(words, ring.wqebb.wrapping_add(bb), i);
-                        }
-                    }
+                for (d, w) in block.iter_mut().zip(src) {
+                    *d = w.load(Ordering::Relaxed);
                 }
                 self.bf.write_block(off + bb as usize * 64, &block);
             }
@@ -747,7 +746,8 @@ impl Qp {
         data: &[u8; N],
         signaled: bool,
     ) -> Result<(), Mlx5Error> {
-        let fatal = self.hca.is_fatal();
+        // As `post_send`: the fatal state arrives through the flush flag.
+        let fatal = false;
         let wqe = self
             .wq
             .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)
@@ -779,7 +779,7 @@ impl Qp {
     #[inline(never)]
     fn ring_unit(&mut self) {
         let wqebb = self.wq.sq_head.wrapping_sub(1);
-        let ctrl = self.wq.sq_word_in(self.wq.buf.words(), wqebb, 0);
+        let ctrl = self.wq.sq_word(wqebb, 0);
         self.ring(&SendDoorbell {
             ctrl,
             wqebb,

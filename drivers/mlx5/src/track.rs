@@ -14,26 +14,41 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use rnic_core::WcOpcode;
 
+/// Completion opcode codes stored per WQE (one byte).
+pub(crate) const WC_CODE_SEND: u32 = 0;
+pub(crate) const WC_CODE_WRITE: u32 = 1;
+pub(crate) const WC_CODE_READ: u32 = 2;
+pub(crate) const WC_CODE_CMP_SWAP: u32 = 3;
+pub(crate) const WC_CODE_FETCH_ADD: u32 = 4;
+
+/// The completion opcodes of codes `0 ..= 4`.
+const WC_OPCODES: [WcOpcode; 5] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::CompSwap,
+    WcOpcode::FetchAdd,
+];
+
 /// Completion opcodes stored per WQE (one byte).
+#[inline(always)]
 pub(crate) fn wc_opcode_code(op: WcOpcode) -> u32 {
     match op {
-        WcOpcode::Send => 0,
-        WcOpcode::RdmaWrite => 1,
-        WcOpcode::RdmaRead => 2,
-        WcOpcode::CompSwap => 3,
-        WcOpcode::FetchAdd => 4,
+        WcOpcode::Send => WC_CODE_SEND,
+        WcOpcode::RdmaWrite => WC_CODE_WRITE,
+        WcOpcode::RdmaRead => WC_CODE_READ,
+        WcOpcode::CompSwap => WC_CODE_CMP_SWAP,
+        WcOpcode::FetchAdd => WC_CODE_FETCH_ADD,
         _ => 0xff,
     }
 }
 
+/// The completion opcode of a stored code (a table, no branch per code).
+#[inline(always)]
 pub(crate) fn wc_opcode_from_code(code: u32) -> WcOpcode {
-    match code {
-        0 => WcOpcode::Send,
-        1 => WcOpcode::RdmaWrite,
-        2 => WcOpcode::RdmaRead,
-        3 => WcOpcode::CompSwap,
-        4 => WcOpcode::FetchAdd,
-        other => WcOpcode::Unknown(other),
+    match WC_OPCODES.get(code as usize) {
+        Some(op) => *op,
+        None => WcOpcode::Unknown(code),
     }
 }
 
@@ -56,12 +71,13 @@ pub(crate) struct SqSlot {
 /// A send queue's tracking, indexed by WQEBB.
 #[derive(Debug)]
 pub(crate) struct SqTrack {
-    pub slots: Box<[SqSlot]>,
+    /// `mask + 1` slots (a power of two): both private, set once in `new`.
+    slots: Box<[SqSlot]>,
     /// Producer in WQEBBs (free-running), published by the poster.
     pub head: AtomicU32,
     /// Consumer in WQEBBs (free-running), published by the poller.
     pub tail: AtomicU32,
-    pub mask: u32,
+    mask: u32,
 }
 
 /// A receive queue's tracking, indexed by WQE.
@@ -78,23 +94,45 @@ fn atomics64(n: usize) -> Box<[AtomicU64]> {
 }
 
 impl SqTrack {
+    /// Tracking for `wqebbs` WQEBBs, rounded up to a power of two in
+    /// `1 ..= 2^15` (the SQ's own bounds, `Qp::new`).
     pub fn new(wqebbs: u32) -> SqTrack {
+        let n = wqebbs.clamp(1, 1 << 15).next_power_of_two();
         SqTrack {
-            slots: (0..wqebbs).map(|_| SqSlot::default()).collect(),
+            slots: (0..n).map(|_| SqSlot::default()).collect(),
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
-            mask: wqebbs - 1,
+            mask: n - 1,
         }
+    }
+
+    /// The number of WQEBBs tracked.
+    pub fn wqebbs(&self) -> u32 {
+        self.mask + 1
+    }
+
+    /// The slot of WQEBB `i` (modulo the ring): no bounds check.
+    #[inline(always)]
+    fn slot(&self, i: u32) -> &SqSlot {
+        let i = (i & self.mask) as usize;
+        // SAFETY: `new` made `slots` exactly `mask + 1` long and both fields
+        // are private and never change after, so `i <= mask < slots.len()`.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// The slot of WQEBB `i` (modulo the ring), for tests.
+    #[cfg(test)]
+    pub fn slot_at(&self, i: u32) -> &SqSlot {
+        self.slot(i)
     }
 
     /// Record the WQE starting at WQEBB `head` (the poster, before it
     /// publishes `head`).
     #[inline(always)]
     pub fn record(&self, head: u32, wr_id: u64, meta: u32) {
-        if let Some(s) = self.slots.get((head & self.mask) as usize) {
-            s.wr_id.store(wr_id, Ordering::Relaxed);
-            s.meta.store(meta, Ordering::Relaxed);
-        }
+        let s = self.slot(head);
+        s.wr_id.store(wr_id, Ordering::Relaxed);
+        s.meta.store(meta, Ordering::Relaxed);
     }
 
     /// Retire every WQE up to and including the one whose WQE index is
@@ -107,7 +145,7 @@ impl SqTrack {
         let tail = self.tail.load(Ordering::Relaxed);
         let outstanding = head.wrapping_sub(tail);
         let ahead = u32::from(counter.wrapping_sub(tail as u16));
-        let slot = self.slots.get((u32::from(counter) & self.mask) as usize)?;
+        let slot = self.slot(u32::from(counter));
         let meta = slot.meta.load(Ordering::Relaxed);
         let bbs = (meta >> 8) & 0xff;
         // One test for the three ways a counter can lie: outside the

@@ -8,17 +8,68 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use rnic_core::{Memory, RecvWr, SendFlags, SendOp, SendWr, UdDestination, WcOpcode};
+use rnic_core::{
+    Memory, RecvWr, SendFlags, SendOp, SendWr, UdDest, UdDestination, UdSend, WcOpcode,
+};
 use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
+use crate::ring::{WordCell, WordRing};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
 use crate::wqe::{
-    MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits, atomic_words, be_pair,
-    ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan, push_sges, raddr_words,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits,
+    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan,
+    push_sges, raddr_words,
 };
-use crate::{DmaBuffer, Mlx5Error};
+use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
+
+/// A UD destination whose datagram segment the send path can take: built
+/// from the vector ([`UdDest`]), or through an address handle
+/// ([`UdSend`]) copied from the [`DatagramTemplate`] its [`Mlx5Ah`] made
+/// at `create_ah` — the same bytes either way.
+pub trait UdSegment: UdDestination {
+    /// The datagram segment of a send from local QP `qpn` on a port whose
+    /// MAC is `mac`.
+    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure>;
+}
+
+/// [`UdSegment::datagram`] built field by field from the vector.
+fn datagram_of(
+    dest: &UdDest,
+    qpn: u32,
+    mac: [u8; 6],
+) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+    let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, mac);
+    let sport = dest
+        .av
+        .udp_sport
+        .unwrap_or_else(|| default_udp_sport(qpn, dest.remote_qpn.get()));
+    datagram_seg(dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)
+}
+
+impl UdSegment for UdDest {
+    #[inline]
+    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+        datagram_of(self, qpn, mac)
+    }
+}
+
+impl UdSegment for UdSend<'_> {
+    /// The handle's template when this driver made it (an
+    /// [`crate::Mlx5Provider`] refuses a handle of another device before
+    /// the post reaches the queue); otherwise built from its vector.
+    #[inline]
+    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+        match self.ah.driver::<Mlx5Ah>() {
+            Some(ah) => ah
+                .template
+                .segment(qpn, self.remote_qpn.get(), self.remote_qkey)
+                .map_err(|_| PostFailure::NoUdDest),
+            None => datagram_of(&self.ud_dest(), qpn, mac),
+        }
+    }
+}
 
 /// A region inline sends may read from.
 pub(crate) struct Region {
@@ -242,52 +293,72 @@ pub(crate) struct WorkQueues {
     pub regions: Vec<Region>,
     pub mac: [u8; 6],
     pub counters: QpCounters,
+    /// The SQ's words (`sq_word_base ..`, `sq_wqebbs` WQEBBs) as a ring.
+    pub sq_ring: WordRing,
+    /// The doorbell record (`dbrec_word`).
+    pub dbrec: WordCell,
+    /// [`fast_inline_limit`] of `state` and `limits`, kept by
+    /// [`WorkQueues::set_state`]: the fast path's state, service and inline
+    /// checks as one compare.
+    pub fast_inline: usize,
+}
+
+/// One more than the inline bytes the fast RDMA WRITE may carry in `state`
+/// on a QP with `limits` (`max_inline + 1` on an RC QP in RTS, else 0): an
+/// `n`-byte inline WRITE passes the state, service and inline-limit checks
+/// iff `n < fast_inline_limit(..)`.
+pub(crate) const fn fast_inline_limit(state: QpState, limits: &SendLimits) -> usize {
+    if matches!(state, QpState::Rts) && !limits.ud {
+        limits.max_inline + 1
+    } else {
+        0
+    }
+}
+
+/// The SQ ring and doorbell record views of a QP buffer; `None` unless
+/// they lie inside it (`sq_words` a power of two of at least 8).
+pub(crate) fn views(
+    buf: &Arc<DmaBuffer>,
+    sq_word_base: usize,
+    sq_words: usize,
+    dbrec_word: usize,
+) -> Option<(WordRing, WordCell)> {
+    Some((
+        WordRing::new(buf.clone(), sq_word_base, sq_words)?,
+        WordCell::new(buf.clone(), dbrec_word)?,
+    ))
 }
 
 impl WorkQueues {
-    /// Word `i` (from 0) of the WQE that starts at WQEBB `wqebb`, read back
-    /// from the SQ ring (for the BlueFlame copy).
+    /// Move to `state` (the driver's view), keeping the fast path's limit.
+    pub fn set_state(&mut self, state: QpState) {
+        self.state = state;
+        self.fast_inline = fast_inline_limit(state, &self.limits);
+    }
+
+    /// Change the send limits, keeping the fast path's limit.
     #[cfg(test)]
+    pub fn set_limits(&mut self, limits: SendLimits) {
+        self.limits = limits;
+        self.fast_inline = fast_inline_limit(self.state, &limits);
+    }
+
+    /// Word `i` (from 0) of the WQE that starts at WQEBB `wqebb`, read back
+    /// from the SQ ring (modulo the ring).
+    #[inline(always)]
     pub fn sq_word(&self, wqebb: u32, i: usize) -> u64 {
-        self.sq_word_in(self.buf.words(), wqebb, i)
-    }
-
-    /// The `n` words of the WQE at WQEBB `wqebb` as one slice, unless it
-    /// wraps around the end of the SQ.
-    #[inline(always)]
-    pub fn sq_words<'a>(
-        &self,
-        words: &'a [std::sync::atomic::AtomicU64],
-        wqebb: u32,
-        n: usize,
-    ) -> Option<&'a [std::sync::atomic::AtomicU64]> {
-        let first = (wqebb as usize * 8) & self.sq_mask_words;
-        if first + n > self.sq_mask_words + 1 {
-            return None;
-        }
-        words.get(self.sq_word_base + first..self.sq_word_base + first + n)
-    }
-
-    /// [`WorkQueues::sq_word`] over the ring's words, fetched once.
-    #[inline(always)]
-    pub fn sq_word_in(&self, words: &[std::sync::atomic::AtomicU64], wqebb: u32, i: usize) -> u64 {
-        let at = self.sq_word_base + ((wqebb as usize * 8 + i) & self.sq_mask_words);
-        words.get(at).map_or(0, |w| w.load(Ordering::Relaxed))
+        self.sq_ring
+            .word((wqebb as usize * 8).wrapping_add(i))
+            .load(Ordering::Relaxed)
     }
 
     #[inline(always)]
     pub(crate) fn store_dbrec(&self) {
-        self.store_dbrec_in(self.buf.words());
-    }
-
-    /// [`WorkQueues::store_dbrec`] over the buffer's words, fetched once.
-    #[inline(always)]
-    fn store_dbrec_in(&self, words: &[std::sync::atomic::AtomicU64]) {
         let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
         let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
-        if let Some(w) = words.get(self.dbrec_word) {
-            w.store(be_pair(recv, send), Ordering::Relaxed);
-        }
+        self.dbrec
+            .get()
+            .store(be_pair(recv, send), Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -394,7 +465,7 @@ impl WorkQueues {
     /// Steps 1–4 of a send post: WQEs, tracking, barrier, record, barrier;
     /// what the UAR write (step 5) must be, if anything was posted.
     #[inline(always)]
-    pub fn post_send<D: UdDestination>(
+    pub fn post_send<D: UdSegment>(
         &mut self,
         wrs: &[SendWr<'_, D>],
         fatal: bool,
@@ -416,7 +487,7 @@ impl WorkQueues {
     /// [`WorkQueues::post_send`] without the single-WRITE shortcut: every
     /// request through the general writer.
     #[inline(never)]
-    pub fn post_send_general<D: UdDestination>(
+    pub fn post_send_general<D: UdSegment>(
         &mut self,
         wrs: &[SendWr<'_, D>],
         fatal: bool,
@@ -454,7 +525,7 @@ impl WorkQueues {
     }
 
     #[inline(always)]
-    fn write_send<D: UdDestination>(
+    fn write_send<D: UdSegment>(
         &mut self,
         wr: &SendWr<'_, D>,
         fatal: bool,
@@ -493,14 +564,8 @@ impl WorkQueues {
         );
         w.seg(ctrl);
         if self.limits.ud {
-            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?.ud_dest();
-            let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, self.mac);
-            let sport = dest
-                .av
-                .udp_sport
-                .unwrap_or_else(|| default_udp_sport(self.qpn, dest.remote_qpn.get()));
-            let seg = datagram_seg(&dest, dmac, sport).map_err(|_| PostFailure::NoUdDest)?;
-            w.bytes(&seg);
+            let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?;
+            w.bytes(&dest.datagram(self.qpn, self.mac)?);
         }
         if let Some((raddr, rkey)) = wr.op.remote() {
             w.seg(raddr_words(raddr, rkey.get()));
@@ -564,7 +629,7 @@ impl WorkQueues {
             rkey,
             data,
         );
-        self.commit_wqebb(head, &wqe, wr_id, used)?;
+        self.commit_wqebb(head, &wqe, wr_id);
         Ok(wqe)
     }
 
@@ -572,11 +637,7 @@ impl WorkQueues {
     /// [`WorkQueues::post_send`] but queue space: one branch on the hot path.
     #[inline(always)]
     fn fast_write_ok(&self, fatal: bool, n: usize) -> bool {
-        !fatal
-            & !self.shared.flush.load(Ordering::Relaxed)
-            & (self.state == QpState::Rts)
-            & !self.limits.ud
-            & (n <= self.limits.max_inline)
+        !fatal & !self.shared.flush.load(Ordering::Relaxed) & (n < self.fast_inline)
     }
 
     /// Why [`WorkQueues::fast_write_ok`] said no, in the order
@@ -607,25 +668,12 @@ impl WorkQueues {
         PostFailure::QueueFull { outstanding: used }
     }
 
-    /// Store one whole WQEBB at `head` (8 words from a multiple of 8:
-    /// inside the ring, one bounds check), its tracking (an RDMA WRITE),
-    /// the producer, then the record between the two named barriers.
+    /// Store one whole WQEBB at `head` (the ring's block: masked, no
+    /// bounds check), its tracking (an RDMA WRITE), the producer, then the
+    /// record between the two named barriers.
     #[inline(always)]
-    fn commit_wqebb(
-        &mut self,
-        head: u32,
-        wqe: &[u64; 8],
-        wr_id: u64,
-        used: u32,
-    ) -> Result<(), PostFailure> {
-        let at = self.sq_word_base + ((head as usize * 8) & self.sq_mask_words);
-        let words = self.buf.words();
-        let Some(bb) = words
-            .get(at..at.wrapping_add(8))
-            .and_then(|s| s.first_chunk::<8>())
-        else {
-            return Err(PostFailure::QueueFull { outstanding: used });
-        };
+    fn commit_wqebb(&mut self, head: u32, wqe: &[u64; 8], wr_id: u64) {
+        let bb = self.sq_ring.block(head as usize);
         for (slot, w) in bb.iter().zip(wqe) {
             slot.store(*w, Ordering::Relaxed);
         }
@@ -640,14 +688,9 @@ impl WorkQueues {
         self.shared.sq.head.store(next, Ordering::Release);
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
-        let send = qp_doorbell_record::send_counter.insert(0, next & 0xffff);
-        if let Some(w) = words.get(self.dbrec_word) {
-            w.store(be_pair(recv, send), Ordering::Relaxed);
-        }
+        self.store_dbrec();
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
-        Ok(())
     }
 
     /// [`WorkQueues::post_send`]'s common case on the fast path's code: a
@@ -695,7 +738,7 @@ impl WorkQueues {
             src,
             len,
         );
-        self.commit_wqebb(head, &wqe, wr.wr_id, used).ok()?;
+        self.commit_wqebb(head, &wqe, wr.wr_id);
         Some(wqe)
     }
 

@@ -399,6 +399,56 @@ pub fn datagram_seg(
     Ok(b)
 }
 
+/// A UD destination's datagram segment with what its address vector fixes
+/// (destination GID and MAC, traffic class, hop limit, flow label, source
+/// GID index, a given UDP source port) filled in once, when the address
+/// handle is made ([`crate::Mlx5Ah`]); a post only puts in the peer's QPN,
+/// its Q_Key and (when the vector leaves it to the driver) the UDP source
+/// port derived from the two QPNs — the same bytes as [`datagram_seg`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatagramTemplate {
+    seg: [u8; DATAGRAM_SEG_BYTES],
+    udp_sport: Option<u16>,
+}
+
+impl DatagramTemplate {
+    /// The template of `av` sent to MAC `dmac`.
+    pub fn new(
+        av: &rnic_core::AddressVector,
+        dmac: [u8; 6],
+    ) -> Result<DatagramTemplate, rnic_mlx5_prm::Error> {
+        let dest = rnic_core::UdDest {
+            av: *av,
+            remote_qpn: rnic_core::Qpn::from_wire(0),
+            remote_qkey: 0,
+        };
+        Ok(DatagramTemplate {
+            seg: datagram_seg(&dest, dmac, av.udp_sport.unwrap_or(0))?,
+            udp_sport: av.udp_sport,
+        })
+    }
+
+    /// The segment of a send from local QP `local_qpn` to QP `remote_qpn`
+    /// under `remote_qkey`.
+    #[inline]
+    pub fn segment(
+        &self,
+        local_qpn: u32,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<[u8; DATAGRAM_SEG_BYTES], rnic_mlx5_prm::Error> {
+        let mut b = self.seg;
+        let mut av = UdAdrsVector::new_checked(&mut b[..])?;
+        av.set_q_key(remote_qkey)?;
+        av.set_destination_qp_dct(remote_qpn)?;
+        if self.udp_sport.is_none() {
+            let sport = crate::qp::default_udp_sport(local_qpn, remote_qpn);
+            av.set_rlid_udp_sport(sport.into())?;
+        }
+        Ok(b)
+    }
+}
+
 /// Write the data segments of `sges` (zero-length ones skipped).
 #[inline(always)]
 pub fn push_sges(w: &mut RingWriter<'_>, sges: &[Sge]) {
@@ -417,6 +467,50 @@ mod tests {
 
     fn bytes_of(words: &[u64]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn a_datagram_template_gives_the_segment_built_field_by_field() {
+        let own = [2, 0, 0x15, 0xb3, 0, 1];
+        let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+        let v4 = AddressVector {
+            traffic_class: 0x28,
+            hop_limit: 9,
+            flow_label: 0x1_2345,
+            sgid_index: 2,
+            ..AddressVector::new(Gid::from_ipv4("127.0.0.9".parse().unwrap()))
+        };
+        let cases = [
+            v4,
+            AddressVector {
+                udp_sport: Some(0xc123),
+                ..v4
+            },
+            AddressVector::new(Gid::link_local_from_mac(mac)),
+            AddressVector {
+                dmac: Some(mac),
+                ..v4
+            },
+        ];
+        for av in cases {
+            let dmac = crate::qp::resolve_dmac(&av.dgid, av.dmac, own);
+            let t = DatagramTemplate::new(&av, dmac).unwrap();
+            for (local, remote, qkey) in [(0x11, 0x22, 0x1111_1111), (0xff_ffff, 0xab_cdef, 7)] {
+                let dest = UdDest {
+                    av,
+                    remote_qpn: Qpn::from_wire(remote),
+                    remote_qkey: qkey,
+                };
+                let sport = av
+                    .udp_sport
+                    .unwrap_or_else(|| crate::qp::default_udp_sport(local, remote));
+                assert_eq!(
+                    t.segment(local, remote, qkey).unwrap(),
+                    datagram_seg(&dest, dmac, sport).unwrap(),
+                    "{av:?} {local:#x} {remote:#x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -544,6 +544,27 @@ fn a_fatal_health_event_mid_traffic_moves_qps_to_err_with_flushed_completions() 
     );
     assert!(r.hca.is_fatal());
     assert_eq!(r.qp.state(), QpState::Err);
+    // Refused before any poll has flushed the CQ: the fatal transition set
+    // the QP's own flush flag (`Hca::register_qp`), the one flag a post
+    // checks.
+    let sent = r.qp.counters().sends;
+    assert!(matches!(
+        r.qp.post_write_inline(50, raddr, rkey, b"8 bytes!", true),
+        Err(Mlx5Error::PostSend {
+            index: 0,
+            reason: PostFailure::DeviceFatal,
+        })
+    ));
+    let mut w = SendWr::rdma_write(51, &s, raddr, rkey);
+    w.flags = SendFlags::SIGNALED | SendFlags::INLINE;
+    assert!(matches!(
+        r.qp.post_send(&[w]),
+        Err(Mlx5Error::PostSend {
+            index: 0,
+            reason: PostFailure::DeviceFatal,
+        })
+    ));
+    assert_eq!(r.qp.counters().sends, sent);
     // Every request completes once: done ones with success, the rest flushed.
     let wcs = r.wait(10);
     let mut ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
