@@ -145,6 +145,9 @@ fn a_delay_shorter_than_the_command_timeout_succeeds_no_sooner_than_the_delay() 
 #[test]
 fn a_delay_past_the_timeout_is_a_typed_timeout_then_the_late_completion_is_absorbed() {
     let (emu, _dir) = emulator();
+    // The driver's disconnect at the end of `shutdown` must not reset the function too
+    // (that reset races the counter read below): only the driver's own reset counts.
+    emu.keep_state_on_disconnect(true);
     let mut hca = bring_up(&emu, Duration::from_millis(200));
     hca.enable_events().unwrap();
     let pds_before = fw(&emu).accounting().pds;
