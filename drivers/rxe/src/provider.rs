@@ -227,7 +227,7 @@ impl RxeDevice {
             max_unacked_psns: cfg.max_unacked_psns,
             doorbell,
             stop: AtomicBool::new(false),
-            epoch: std::time::Instant::now(),
+            epoch_ns: crate::sys::monotonic_ns(),
         });
         if sh.qpns != QpnRange::ALL {
             let seed = std::time::SystemTime::now()
