@@ -11,7 +11,10 @@
 //! * each CQ's ring ([`CqShared`]) behind its own lock, shared by its
 //!   poller and the QPs completing into it;
 //! * the QPN table ([`Shared::qps`]) is written at create and destroy and
-//!   read by the receive and timer path only;
+//!   read by the receive and timer path only, through a copy of its own
+//!   (under [`Shared::rx`], reloaded when [`Shared::qps_gen`] moves; a
+//!   destroyed QP leaves the copy under the rx lock before its destruction
+//!   goes on), so a round takes no table lock;
 //! * the key table ([`Shared::keys`]) is read-locked by an engine call for
 //!   its memory accesses (readers side by side) and written at
 //!   registration, deregistration and a peer's invalidation;
@@ -21,8 +24,9 @@
 //!   ([`RxState::progress`]): a poller whose CQ is empty (if no other
 //!   thread is in a round) or the device's progress thread.
 //!
-//! Lock order: rx → QPN table (read) → one QP → (key table, one CQ ring).
-//! No thread holds two QPs' or two CQs' locks; buffers are preallocated or
+//! Lock order: rx → QPN table (read) → one QP → key table (read) → one CQ
+//! ring. No thread holds two QPs' or two CQs' locks. Destroying a QP takes
+//! the table's write lock, then rx, each alone. Buffers are preallocated or
 //! grown once (no allocation per packet).
 
 use std::collections::VecDeque;
@@ -342,6 +346,12 @@ pub struct RxState {
     drain_taps: bool,
     /// Injected receive-path faults (off by default).
     faults: Faults,
+    /// The receive path's copy of [`Shared::qps`] (reloaded when
+    /// [`Shared::qps_gen`] moves; a destroyed QP leaves it under this lock
+    /// before its destruction goes on), so a round takes no table lock.
+    table: QpTable,
+    /// The generation `table` was copied at ([`TABLE_NONE`]: none yet).
+    table_gen: u64,
     /// QPs this round gave packets to send (flushed, or deferred, at its
     /// end).
     touched: Touched,
@@ -366,9 +376,12 @@ pub struct Shared {
     /// L_Key/R_Key → region: written at registration, deregistration and a
     /// peer's invalidation; read by every engine call that touches memory.
     pub keys: RwLock<Keys>,
-    /// QPN → QP: written at create and destroy, read by the receive and
-    /// timer path (never by posting or polling).
+    /// QPN → QP: written at create and destroy (each bumping `qps_gen`
+    /// under the write lock), copied by the receive path when `qps_gen`
+    /// moves (never read by posting or polling).
     pub qps: RwLock<FxHashMap<u32, Arc<QpShared>>>,
+    /// Bumped (under `qps`' write lock) by every change of `qps`.
+    pub qps_gen: AtomicU64,
     /// PDs and QPN allocation (control path).
     pub ctl: Mutex<Ctl>,
     /// The receive path.
@@ -405,8 +418,8 @@ pub struct Shared {
     pub doorbell: EventFd,
     /// Tells the progress thread to exit.
     pub stop: AtomicBool,
-    /// The engine's time zero.
-    pub epoch: std::time::Instant,
+    /// The engine's time zero: [`sys::monotonic_ns`] at open.
+    pub epoch_ns: u64,
 }
 
 /// The sink that routes a QP's completions into its CQs.
@@ -506,7 +519,23 @@ struct Touched {
 }
 
 /// The QPN table as the receive path reads it.
-type QpTable = FxHashMap<u32, Arc<QpShared>>;
+pub(crate) type QpTable = FxHashMap<u32, Arc<QpShared>>;
+
+/// `RxState::table_gen` before the first round: never a generation.
+const TABLE_NONE: u64 = u64::MAX;
+
+/// The receive path's state one datagram's delivery works on (every field
+/// of [`RxState`] but the table, which it reads alongside).
+struct Parts<'r> {
+    rx: &'r Rx,
+    stats: &'r mut DeviceStats,
+    last_ident: &'r mut LastIdent,
+    taps: &'r mut Vec<TapTable>,
+    ident_recovery: bool,
+    drain_taps: &'r mut bool,
+    faults: &'r mut Faults,
+    touched: &'r mut Touched,
+}
 
 impl RxState {
     /// A fresh receive state; `gro` says whether the sockets coalesce.
@@ -519,6 +548,8 @@ impl RxState {
             ident_recovery,
             drain_taps: false,
             faults: Faults::new(faults),
+            table: QpTable::default(),
+            table_gen: TABLE_NONE,
             touched: Touched::default(),
             deferred: Vec::new(),
         }
@@ -550,6 +581,7 @@ impl RxState {
     /// round that finds ACKs carried over from the previous one always
     /// flushes, so an ACK waits at most one call.
     pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
+        self.sync_table(sh);
         // Deferred ACKs that a post on their QP has sent since (bundled
         // with its request) are not carried over.
         if !self.deferred.is_empty() {
@@ -560,7 +592,6 @@ impl RxState {
         }
         let carried = !self.deferred.is_empty();
         let now = sh.now();
-        let table = sh.qps.read().unwrap_or_else(|p| p.into_inner());
         let mut total = 0;
         for (pi, port) in sh.ports.iter().enumerate() {
             let mut got_here = 0;
@@ -584,7 +615,8 @@ impl RxState {
                 }
                 self.stats.recvmmsg_calls += 1;
                 for i in 0..got {
-                    self.deliver(sh, &table, pi, i, now);
+                    let (parts, table) = self.parts();
+                    deliver(parts, sh, table, pi, i, now);
                 }
                 got_here += got;
                 // Only a full batch suggests more is waiting now; after a
@@ -605,15 +637,15 @@ impl RxState {
         }
         // A packet held back for reordering never waits past its round.
         if let Some((pkt, src, dst)) = self.faults.take_held() {
+            let (p, table) = self.parts();
             let mut d = Dispatch {
-                table: &table,
-                stats: &mut self.stats,
-                touched: &mut self.touched,
+                table,
+                stats: p.stats,
+                touched: p.touched,
             };
             d.packet(sh, &pkt, src, dst, now);
         }
-        self.run_timers(sh, &table, now);
-        drop(table);
+        self.run_timers(sh, now);
         let only_acks = defer_acks
             && !carried
             && total > 0
@@ -623,7 +655,8 @@ impl RxState {
             self.stats.acks_deferred += 1;
             self.deferred.append(&mut self.touched.qps);
             sh.acks_waiting.store(true, Ordering::Release);
-        } else {
+        } else if !self.touched.qps.is_empty() || !self.deferred.is_empty() {
+            // (Most rounds of a ping-pong touch nothing: no call.)
             self.flush(sh);
         }
         self.touched.other = false;
@@ -644,7 +677,8 @@ impl RxState {
         }
     }
 
-    /// Hand datagram `i` of the receive batch (from port `pi`) to its QP(s).
+    /// Hand datagram `i` of the receive batch (from port `pi`) to its QP(s)
+    /// found in `table`.
     pub(crate) fn deliver(
         &mut self,
         sh: &Shared,
@@ -653,6 +687,33 @@ impl RxState {
         i: usize,
         now: Instant,
     ) {
+        let (parts, _) = self.parts();
+        deliver(parts, sh, table, pi, i, now);
+    }
+
+    /// Bring the receive path's copy of the QPN table up to date with
+    /// [`Shared::qps`] (one load when nothing was created or destroyed
+    /// since the last round).
+    fn sync_table(&mut self, sh: &Shared) {
+        if sh.qps_gen.load(Ordering::Acquire) == self.table_gen {
+            return;
+        }
+        let t = sh.qps.read().unwrap_or_else(|p| p.into_inner());
+        // Read under the table's lock: writers bump it under theirs, so the
+        // copy and its generation match.
+        self.table_gen = sh.qps_gen.load(Ordering::Acquire);
+        self.table.clone_from(&t);
+    }
+
+    /// QP `qpn` is being destroyed and is out of [`Shared::qps`]: out of
+    /// the receive path's copy too (the caller holds the rx lock, so no
+    /// round is using it).
+    pub fn remove_qp(&mut self, qpn: u32) {
+        self.table.remove(&qpn);
+    }
+
+    /// Everything but the table, and the table.
+    fn parts(&mut self) -> (Parts<'_>, &QpTable) {
         let RxState {
             rx,
             stats,
@@ -661,141 +722,42 @@ impl RxState {
             ident_recovery,
             drain_taps,
             faults,
+            table,
             touched,
             ..
         } = self;
-        let m = rx.msgs[i];
-        stats.rx_datagrams += 1;
-        let Some(port) = sh.ports.get(pi) else { return };
-        let (Some(src), false) = (m.src, m.truncated) else {
-            stats.rx_malformed += 1;
-            return;
-        };
-        let start = i * rx.slot;
-        let Some(data) = rx.arena.get(start..start + m.len) else {
-            stats.rx_malformed += 1;
-            return;
-        };
-        let seg = if m.gro > 0 {
-            usize::from(m.gro)
-        } else {
-            m.len.max(1)
-        };
-        let gro = m.len > seg;
-        if gro {
-            stats.gro_datagrams += 1;
-        }
-        let src_gid = gid_of(&src);
-        if taps.len() < sh.ports.len() {
-            taps.resize_with(sh.ports.len(), TapTable::default);
-        }
-        let first_bth = data.get(..12).unwrap_or(&[]);
-        for (k, pkt) in data.chunks(seg).enumerate() {
-            stats.rx_packets += 1;
-            stats.rx_bytes += pkt.len() as u64;
-            if gro {
-                stats.gro_segments += 1;
-            }
-            if pkt.len() < MIN_LEN {
-                stats.rx_malformed += 1;
-                continue;
-            }
-            let mut cx = IdentCtx {
-                last: last_ident,
-                tap: port
-                    .tap
-                    .as_ref()
-                    .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
-                recovery: *ident_recovery,
-            };
-            let check = check_icrc(
-                port.ip,
-                sh.roce_port,
-                &src,
-                k as u16,
-                first_bth,
-                pkt,
-                &mut cx,
-            );
-            match check {
-                IcrcCheck::Ok(path) => {
-                    stats.icrc_ok += 1;
-                    match path {
-                        Predicted::Zero => stats.icrc_ident_zero += 1,
-                        Predicted::GroIndex => {
-                            stats.icrc_ident_gro += 1;
-                            *drain_taps = true;
-                        }
-                        Predicted::Next => {
-                            stats.icrc_ident_next += 1;
-                            *drain_taps = true;
-                        }
-                        Predicted::V6 => {}
-                    }
-                }
-                IcrcCheck::Tapped => {
-                    stats.icrc_ok += 1;
-                    stats.icrc_ident_tap += 1;
-                    *drain_taps = true;
-                }
-                IcrcCheck::Recovered => stats.icrc_recovered += 1,
-                IcrcCheck::Unverified => {
-                    stats.icrc_unverified += 1;
-                    if stats.icrc_unverified == 1 {
-                        tracing::warn!(
-                            %src,
-                            "dropping IPv4 packets whose identification could not be predicted: \
-                             a full ICRC check needs the identification tap (CAP_NET_RAW: run as \
-                             root or `setcap cap_net_raw+ep`), or opt in to the 15-bit check \
-                             with RNIC_RXE_IDENT_RECOVERY=1"
-                        );
-                    }
-                    continue;
-                }
-                IcrcCheck::Bad => {
-                    stats.icrc_drops += 1;
-                    continue;
-                }
-            }
-            match faults.judge() {
-                Verdict::Deliver => {}
-                Verdict::Drop => {
-                    stats.fault_drops += 1;
-                    continue;
-                }
-                Verdict::Hold => {
-                    stats.fault_reordered += 1;
-                    faults.hold(pkt, src_gid, port.gid);
-                    continue;
-                }
-            }
-            let mut d = Dispatch {
-                table,
+        (
+            Parts {
+                rx,
                 stats,
+                last_ident,
+                taps,
+                ident_recovery: *ident_recovery,
+                drain_taps,
+                faults,
                 touched,
-            };
-            d.packet(sh, pkt, src_gid, port.gid, now);
-            if let Some((held, held_src, held_dst)) = faults.take_held() {
-                d.packet(sh, &held, held_src, held_dst, now);
-            }
-        }
+            },
+            table,
+        )
     }
 
     /// Run the timers that are due and recompute the nearest deadline.
-    fn run_timers(&mut self, sh: &Shared, table: &QpTable, now: Instant) {
+    fn run_timers(&mut self, sh: &Shared, now: Instant) {
         let mut next: Option<Instant> = None;
-        for q in table.values() {
-            if q.deadline().is_some_and(|d| d <= now) {
+        for q in self.table.values() {
+            let mut d = q.deadline();
+            if d.is_some_and(|d| d <= now) {
                 let mut e = q.lock();
                 if e.qp.next_deadline().is_some_and(|d| d <= now) {
                     run_engine(sh, &mut e, |qp, io| qp.on_timer(now, io));
                 }
-                q.set_deadline(e.qp.next_deadline());
+                d = e.qp.next_deadline();
+                q.set_deadline(d);
                 if e.tx.pending() > 0 {
                     touch(&mut self.touched, q, &e);
                 }
             }
-            if let Some(d) = q.deadline() {
+            if let Some(d) = d {
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
@@ -803,6 +765,136 @@ impl RxState {
             next.map_or(0, |d| d.nanos().saturating_add(1)),
             Ordering::Relaxed,
         );
+    }
+}
+
+/// [`RxState::deliver`] on the state's parts (inlined into the round).
+#[inline(always)]
+fn deliver(p: Parts<'_>, sh: &Shared, table: &QpTable, pi: usize, i: usize, now: Instant) {
+    let Parts {
+        rx,
+        stats,
+        last_ident,
+        taps,
+        ident_recovery,
+        drain_taps,
+        faults,
+        touched,
+    } = p;
+    let m = rx.msgs[i];
+    stats.rx_datagrams += 1;
+    let Some(port) = sh.ports.get(pi) else { return };
+    let (Some(src), false) = (m.src, m.truncated) else {
+        stats.rx_malformed += 1;
+        return;
+    };
+    let start = i * rx.slot;
+    let Some(data) = rx.arena.get(start..start + m.len) else {
+        stats.rx_malformed += 1;
+        return;
+    };
+    let seg = if m.gro > 0 {
+        usize::from(m.gro)
+    } else {
+        m.len.max(1)
+    };
+    let gro = m.len > seg;
+    if gro {
+        stats.gro_datagrams += 1;
+    }
+    let src_gid = gid_of(&src);
+    if taps.len() < sh.ports.len() {
+        taps.resize_with(sh.ports.len(), TapTable::default);
+    }
+    let first_bth = data.get(..12).unwrap_or(&[]);
+    for (k, pkt) in data.chunks(seg).enumerate() {
+        stats.rx_packets += 1;
+        stats.rx_bytes += pkt.len() as u64;
+        if gro {
+            stats.gro_segments += 1;
+        }
+        if pkt.len() < MIN_LEN {
+            stats.rx_malformed += 1;
+            continue;
+        }
+        let mut cx = IdentCtx {
+            last: last_ident,
+            tap: port
+                .tap
+                .as_ref()
+                .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
+            recovery: ident_recovery,
+        };
+        let check = check_icrc(
+            port.ip,
+            sh.roce_port,
+            &src,
+            k as u16,
+            first_bth,
+            pkt,
+            &mut cx,
+        );
+        match check {
+            IcrcCheck::Ok(path) => {
+                stats.icrc_ok += 1;
+                match path {
+                    Predicted::Zero => stats.icrc_ident_zero += 1,
+                    Predicted::GroIndex => {
+                        stats.icrc_ident_gro += 1;
+                        *drain_taps = true;
+                    }
+                    Predicted::Next => {
+                        stats.icrc_ident_next += 1;
+                        *drain_taps = true;
+                    }
+                    Predicted::V6 => {}
+                }
+            }
+            IcrcCheck::Tapped => {
+                stats.icrc_ok += 1;
+                stats.icrc_ident_tap += 1;
+                *drain_taps = true;
+            }
+            IcrcCheck::Recovered => stats.icrc_recovered += 1,
+            IcrcCheck::Unverified => {
+                stats.icrc_unverified += 1;
+                if stats.icrc_unverified == 1 {
+                    tracing::warn!(
+                        %src,
+                        "dropping IPv4 packets whose identification could not be predicted: \
+                         a full ICRC check needs the identification tap (CAP_NET_RAW: run as \
+                         root or `setcap cap_net_raw+ep`), or opt in to the 15-bit check \
+                         with RNIC_RXE_IDENT_RECOVERY=1"
+                    );
+                }
+                continue;
+            }
+            IcrcCheck::Bad => {
+                stats.icrc_drops += 1;
+                continue;
+            }
+        }
+        match faults.judge() {
+            Verdict::Deliver => {}
+            Verdict::Drop => {
+                stats.fault_drops += 1;
+                continue;
+            }
+            Verdict::Hold => {
+                stats.fault_reordered += 1;
+                faults.hold(pkt, src_gid, port.gid);
+                continue;
+            }
+        }
+        let mut d = Dispatch {
+            table,
+            stats,
+            touched,
+        };
+        d.packet(sh, pkt, src_gid, port.gid, now);
+        if let Some((held, held_src, held_dst)) = faults.take_held() {
+            d.packet(sh, &held, held_src, held_dst, now);
+        }
     }
 }
 
@@ -851,9 +943,9 @@ impl Dispatch<'_> {
 
 impl Shared {
     /// The engine's clock.
+    #[inline]
     pub fn now(&self) -> Instant {
-        let n = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        Instant::from_nanos(n)
+        Instant::from_nanos(sys::monotonic_ns().saturating_sub(self.epoch_ns))
     }
 
     /// The receive path's state, locked (a poisoned lock is taken over: the

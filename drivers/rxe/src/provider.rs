@@ -208,6 +208,7 @@ impl RxeDevice {
         let sh = Arc::new(Shared {
             keys: RwLock::new(Keys::new()),
             qps: RwLock::new(Default::default()),
+            qps_gen: AtomicU64::new(0),
             ctl: Mutex::new(Ctl {
                 pds: Slab::default(),
                 next_qpn: 0x11,
@@ -227,7 +228,7 @@ impl RxeDevice {
             max_unacked_psns: cfg.max_unacked_psns,
             doorbell,
             stop: AtomicBool::new(false),
-            epoch: std::time::Instant::now(),
+            epoch_ns: crate::sys::monotonic_ns(),
         });
         if sh.qpns != QpnRange::ALL {
             let seed = std::time::SystemTime::now()
@@ -644,12 +645,15 @@ pub struct RxeQp {
 impl Drop for RxeQp {
     fn drop(&mut self) {
         let sh = &*self.sh;
-        // Out of the receive path's reach first (waits for a round that
-        // holds the table), then nothing but this object reaches the QP.
-        sh.qps
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.q.qpn.get());
+        // Out of the receive path's reach first: out of the table, then
+        // out of the receive path's copy of it (waits for a round in
+        // progress); then nothing but this object reaches the QP.
+        {
+            let mut table = sh.qps.write().unwrap_or_else(|p| p.into_inner());
+            table.remove(&self.q.qpn.get());
+            sh.qps_gen.fetch_add(1, Ordering::Release);
+        }
+        sh.rx().remove_qp(self.q.qpn.get());
         let mut e = self.q.lock();
         // ACKs a caller-driven round deferred to the next call leave now: an
         // application that polled its last completion and tears down makes no
@@ -1050,6 +1054,7 @@ impl Provider for RxeProvider {
             polled,
         });
         table.insert(n, Arc::clone(&q));
+        sh.qps_gen.fetch_add(1, Ordering::Release);
         Ok((
             RxeQp {
                 q,

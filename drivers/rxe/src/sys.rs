@@ -141,6 +141,27 @@ pub fn set_tclass_and_hops(fd: &impl AsFd, ipv6: bool, tclass: u8, hops: u8) -> 
     Ok(())
 }
 
+/// `CLOCK_MONOTONIC` (the clock `std::time::Instant` reads) in nanoseconds.
+/// The engine's clock is read once per progress round and once per post:
+/// this skips `Instant`'s checked `timespec` subtraction and the `u128`
+/// conversion of `Instant::elapsed`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec on our stack, the only
+    // memory the call writes; CLOCK_MONOTONIC is a valid clock id on every
+    // Linux (with a valid pointer the call cannot fail, and a failure would
+    // leave `ts` zero, an early time, never memory unsafety).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    // Both fields are nonnegative for CLOCK_MONOTONIC (seconds since boot).
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
 /// Set an integer socket option by number.
 fn set_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
     // SAFETY: `fd` is a live socket (borrowed for the call); the option value

@@ -196,6 +196,31 @@ struct Group {
     open: bool,
 }
 
+/// What [`Sink::commit`] resolves a packet's destination by: the address
+/// vector's fields that routing, the UDP source port and the socket depend
+/// on, and the BTH DestQP (the source port hashes it). The emitting QP's
+/// number and type, the rest of the inputs, are fixed for a [`Tx`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RouteKey {
+    dgid: Gid,
+    sgid_index: u8,
+    traffic_class: u8,
+    hop_limit: u8,
+    udp_sport: Option<u16>,
+    dqpn: u32,
+}
+
+/// A resolved destination: the socket (index into [`Tx::socks`]) and
+/// the addresses a packet to it leaves with.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    key: RouteKey,
+    dst: SocketAddr,
+    sock: usize,
+    src: IpAddr,
+    sport: u16,
+}
+
 /// The sending state of one QP (under the QP's lock): its packets since
 /// the last flush and the sockets it has sent from.
 #[derive(Debug)]
@@ -216,6 +241,10 @@ pub struct Tx {
     only_acks: bool,
     /// The last packet queued, when it is a plain ACK.
     last_ack: Option<LastAck>,
+    /// The destination the last packet resolved to (an RC QP's packets all
+    /// go to one peer: resolved once, not per packet). Its socket index
+    /// stays valid: `socks` only grows.
+    route: Option<Route>,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -240,6 +269,7 @@ impl Tx {
             per_qp_sport: shared.per_qp_sport,
             only_acks: true,
             last_ack: None,
+            route: None,
         }
     }
 
@@ -512,6 +542,38 @@ impl Sink<'_> {
 }
 
 impl Sink<'_> {
+    /// Resolve `dest` (whose fields `key` holds): the local port and peer
+    /// address, the UDP source port, the socket. `None` (counted) when it
+    /// cannot be sent to.
+    fn resolve(&mut self, key: RouteKey, dest: &PacketDest) -> Option<Route> {
+        let (port, dst) = self.route(dest)?;
+        let sport = match (key.udp_sport, self.ctx.qp_type) {
+            (Some(p), _) => p,
+            (None, QpType::Ud) => qp_udp_sport(self.ctx.qpn),
+            (None, _) => rc_udp_sport(self.ctx.qpn, dest.qpn),
+        };
+        let tos = (key.traffic_class, key.hop_limit);
+        let Some(sock) = self
+            .tx
+            .sock_for(self.shared, self.ports, port, sport, tos, self.stats)
+        else {
+            self.stats.tx_errors += 1;
+            return None;
+        };
+        let sport = self.tx.socks.get(sock).map_or(0, |s| s.port);
+        let Some(src) = self.ports.get(port).map(|p| p.ip) else {
+            self.stats.tx_errors += 1;
+            return None;
+        };
+        Some(Route {
+            key,
+            dst,
+            sock,
+            src,
+            sport,
+        })
+    }
+
     /// ACK bundling (see the module docs): when the request just written
     /// at `start` follows a lone queued plain ACK to `dst` from `sock`, put
     /// the request in the ACK's place and the ACK behind it, as one GSO
@@ -577,32 +639,36 @@ impl PacketSink for Sink<'_> {
 
     fn commit(&mut self, len: usize, dest: &PacketDest) {
         let start = self.tx.used;
-        let Some((port, dst)) = self.route(dest) else {
-            return;
+        let key = RouteKey {
+            dgid: dest.av.dgid,
+            sgid_index: dest.av.sgid_index,
+            traffic_class: dest.av.traffic_class,
+            hop_limit: dest.av.hop_limit,
+            udp_sport: dest.av.udp_sport,
+            dqpn: dest.qpn.get(),
         };
-        let sport = match (dest.av.udp_sport, self.ctx.qp_type) {
-            (Some(p), _) => p,
-            (None, QpType::Ud) => qp_udp_sport(self.ctx.qpn),
-            (None, _) => rc_udp_sport(self.ctx.qpn, dest.qpn),
+        let route = match self.tx.route {
+            Some(r) if r.key == key => r,
+            _ => {
+                let Some(r) = self.resolve(key, dest) else {
+                    return;
+                };
+                self.tx.route = Some(r);
+                r
+            }
         };
-        let tos = (dest.av.traffic_class, dest.av.hop_limit);
-        let Some(sock) = self
-            .tx
-            .sock_for(self.shared, self.ports, port, sport, tos, self.stats)
-        else {
-            self.stats.tx_errors += 1;
-            return;
-        };
-        let sport = self.tx.socks.get(sock).map_or(0, |s| s.port);
-        let Some(src) = self.ports.get(port).map(|p| p.ip) else {
-            self.stats.tx_errors += 1;
-            return;
-        };
+        let Route {
+            dst,
+            sock,
+            src,
+            sport,
+            ..
+        } = route;
         if !(MIN_LEN..=GSO_MAX_BYTES).contains(&len) {
             self.stats.tx_errors += 1;
             return;
         }
-        let dqpn = dest.qpn.get();
+        let dqpn = key.dqpn;
         if self.bundle_behind_ack(start, len, sock, dst, dqpn) {
             return;
         }

@@ -308,3 +308,88 @@ fn acks_of_one_round_coalesce() {
     assert!(sb.tx_packets + sb.acks_coalesced >= acks, "{sb:?}");
     assert!(sb.tx_packets < acks, "{sb:?}");
 }
+
+/// One post of UD sends alternating between two peers on different
+/// addresses (and QPNs): the transmit side resolves each destination
+/// afresh (`Tx`'s one-entry route cache is keyed by GID and DestQP), so
+/// every datagram reaches its own peer, in order, with its own payload.
+#[test]
+fn ud_sends_of_one_post_to_two_peers_each_reach_their_own() {
+    let (ia, ib) = ip_pair();
+    let ic = match ib {
+        std::net::IpAddr::V4(v4) => {
+            let o = v4.octets();
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(o[0], o[1], o[2], 3))
+        }
+        std::net::IpAddr::V6(_) => unreachable!("ip_pair gives IPv4"),
+    };
+    let a = Side::new(open(ia, Progress::Thread), MIB, 64);
+    let b = Side::new(open(ib, Progress::Thread), MIB, 64);
+    let c = Side::new(open(ic, Progress::Thread), MIB, 64);
+    let qkey = 0x2222_2222;
+    let init = InitParams {
+        qkey,
+        ..InitParams::default()
+    };
+    let mut qps = [a.qp(QpType::Ud), b.qp(QpType::Ud), c.qp(QpType::Ud)];
+    for q in &mut qps {
+        q.to_init(&init).unwrap();
+        q.to_rtr(
+            rnic_core::Qpn::from_wire(0),
+            Psn::from_wire(0),
+            a.gid(),
+            &rtr(Mtu::Mtu1024),
+        )
+        .unwrap();
+        q.to_rts(Psn::from_wire(0x33), &rts()).unwrap();
+    }
+    let [mut qa, mut qb, mut qc] = qps;
+    const LEN: usize = 100;
+    const SLOT: usize = 40 + LEN;
+    for (side, q) in [(&b, &mut qb), (&c, &mut qc)] {
+        side.fill(0, &[0xEE; 2 * SLOT]);
+        for k in 0..2usize {
+            let sge = [side.mr.sge(k * SLOT, SLOT as u32).unwrap()];
+            q.post_recv(&[RecvWr::new(k as u64, &sge)]).unwrap();
+        }
+    }
+    let payloads: Vec<Vec<u8>> = (0..4).map(|k| pattern(LEN, 0x100 + k)).collect();
+    for (k, p) in payloads.iter().enumerate() {
+        a.fill(k * LEN, p);
+    }
+    let ah_b = a.pd.create_ah(&AddressVector::new(b.gid())).unwrap();
+    let ah_c = a.pd.create_ah(&AddressVector::new(c.gid())).unwrap();
+    let dests = [
+        ah_b.ud_dest(qb.qpn(), qkey),
+        ah_c.ud_dest(qc.qpn(), qkey),
+        ah_b.ud_dest(qb.qpn(), qkey),
+        ah_c.ud_dest(qc.qpn(), qkey),
+    ];
+    let sges: Vec<[Sge; 1]> = (0..4)
+        .map(|k| [a.mr.sge(k * LEN, LEN as u32).unwrap()])
+        .collect();
+    let wrs: Vec<SendWr<'_>> = (0..4)
+        .map(|k| {
+            SendWr::send(20 + k as u64, &sges[k])
+                .to_ud(dests[k])
+                .signaled()
+        })
+        .collect();
+    qa.post_send(&wrs).unwrap();
+    let wa = wait(&a.cq, 4, &[]);
+    assert!(wa.iter().all(|w| w.status == WcStatus::Success), "{wa:?}");
+    for (side, first) in [(&b, 0usize), (&c, 1)] {
+        let got = wait(&side.cq, 2, &[]);
+        for (k, w) in got.iter().enumerate() {
+            assert_eq!(w.status, WcStatus::Success);
+            assert_eq!(w.wr_id, k as u64);
+            assert_eq!(w.src_qp, qa.qpn());
+            assert_eq!(w.byte_len, SLOT as u32);
+            assert_eq!(
+                side.bytes(k * SLOT + 40, LEN),
+                payloads[first + 2 * k],
+                "peer {first}, datagram {k}"
+            );
+        }
+    }
+}
