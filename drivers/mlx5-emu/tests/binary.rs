@@ -113,7 +113,10 @@ fn refuses_to_remove_a_file_that_is_not_a_socket() {
 
 #[path = "common/proc.rs"]
 mod proc;
+#[path = "common/report.rs"]
+mod report;
 use proc::Proc;
+use report::field;
 
 fn start_with(socket: &Path, extra: &[&str]) -> Proc {
     Proc(
@@ -162,21 +165,6 @@ fn read_state(path: &Path) -> String {
 
 fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
-}
-
-/// The value of `"key":` in a one-line JSON report, after `from` (the text
-/// up to the next `,` or `}`): enough for the flat objects of the report.
-fn field<'a>(json: &'a str, from: &str, key: &str) -> &'a str {
-    let at = json
-        .find(from)
-        .unwrap_or_else(|| panic!("{from} not in {json}"));
-    let rest = &json[at..];
-    let k = format!("\"{key}\":");
-    let v = &rest[rest
-        .find(&k)
-        .unwrap_or_else(|| panic!("{key} not in {rest}"))
-        + k.len()..];
-    &v[..v.find([',', '}']).unwrap()]
 }
 
 #[test]

@@ -29,12 +29,17 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rnic_core::{
-    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
-    SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-};
-use rnic_mlx5::{Hca, HcaOptions, Mlx5Provider, PciFunction, VfioUserFunction};
+use rnic_core::{QueuePair, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus};
+
+#[path = "common/ends.rs"]
+mod ends;
+#[path = "common/proc.rs"]
+mod proc;
+#[path = "common/report.rs"]
+mod report;
+use ends::{BUF, Side, connect, mlx5_side, rxe_side};
+use proc::Proc;
+use report::{field, num, state_after};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rnic-mlx5-emu");
 /// Set in the child process: the socket to drive.
@@ -45,11 +50,6 @@ const CHILD_NET: &str = "RNIC_CRASH_CHILD_NET";
 const TEST: &str =
     "a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_nothing";
 
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
-const BUF: usize = 1 << 20;
 const CHUNK: usize = 64 << 10;
 
 fn ip(net: u8, host: u8) -> IpAddr {
@@ -68,134 +68,11 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// One end of the RC connection: a verbs context, a PD, a CQ, a registered
-/// buffer. Fields drop in declaration order: QP users first, then the CQ,
-/// MR, PD, context.
-struct Side {
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    pd: ProtectionDomain,
-    mem: Arc<dyn Memory>,
-    ctx: Context,
-    gid: Gid,
-}
-
-impl Side {
-    fn new(ctx: Context, mem: Arc<dyn Memory>, gid: Gid) -> Side {
-        let pd = ctx.alloc_pd().unwrap();
-        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
-        let cq = ctx.create_cq(256).unwrap();
-        Side {
-            mr,
-            cq,
-            pd,
-            mem,
-            ctx,
-            gid,
-        }
-    }
-
-    fn qp(&self) -> QueuePair {
-        let caps = QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        };
-        self.pd
-            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(QpType::Rc, caps))
-            .unwrap()
-    }
-
-    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.mem.read(off, &mut v).unwrap();
-        v
-    }
-
-    fn fill(&self, off: usize, data: &[u8]) {
-        self.mem.write(off, data).unwrap();
-    }
-
-    /// Poll until `n` completions arrived (panics after 30 s).
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
-        let start = Instant::now();
-        while out.len() < n {
-            let got = self.cq.poll(&mut wcs).unwrap();
-            out.extend_from_slice(&wcs[..got]);
-            if got == 0 {
-                std::thread::yield_now();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "timed out with {} of {n} completions: {out:?}",
-                out.len()
-            );
-        }
-        out
-    }
-}
-
-/// The mlx5 end over vfio-user, with `ip` in GID 0.
-fn mlx5_side(socket: &Path, ip: IpAddr) -> (Side, Arc<Mlx5Provider>) {
-    let function: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(socket).unwrap());
-    let opts = HcaOptions {
-        pre_init_timeout: Duration::from_secs(10),
-        cmd_timeout: Some(Duration::from_secs(5)),
-        ..HcaOptions::default()
-    };
-    let provider = Mlx5Provider::new(Hca::bring_up(function, opts).unwrap()).unwrap();
-    let gid = provider.set_gid(0, ip).unwrap();
-    let mem: Arc<dyn Memory> = provider.alloc_dma(BUF).unwrap();
-    let side = Side::new(Mlx5Provider::context(&provider), mem, gid);
-    assert_eq!(side.ctx.backend(), "mlx5");
-    (side, provider)
-}
-
-/// The rnic-rxe end on `ip`.
-fn rxe_side(ip: IpAddr) -> (Side, rnic_rxe::RxeDevice) {
-    let dev = rnic_rxe::RxeDevice::open(
-        &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
-            .with_progress(rnic_rxe::Progress::Thread),
-    )
-    .unwrap();
-    let gid = dev.gids()[0];
-    let side = Side::new(dev.context(), Arc::new(HeapMemory::new(BUF)), gid);
-    (side, dev)
-}
-
-/// Connect `qa` on `a` and `qb` on `b` as an RC pair.
-fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair) {
-    let init = InitParams {
-        access: ALL,
-        ..InitParams::default()
-    };
-    let rtr = RtrParams {
-        path_mtu: Mtu::Mtu1024,
-        max_dest_rd_atomic: 16,
-        ..RtrParams::default()
-    };
-    let rts = RtsParams {
-        max_rd_atomic: 16,
-        ..RtsParams::default()
-    };
-    let (pa, pb) = (Psn::from_wire(0x2000), Psn::from_wire(0x5_4321));
-    qa.to_init(&init).unwrap();
-    qb.to_init(&init).unwrap();
-    qb.to_rtr(qa.qpn(), pa, a.gid, &rtr).unwrap();
-    qb.to_rts(pb, &rts).unwrap();
-    qa.to_rtr(qb.qpn(), pb, b.gid, &rtr).unwrap();
-    qa.to_rts(pa, &rts).unwrap();
-}
-
 /// The child: bring up, connect, stream WRITEs forever (8 in flight per
 /// round), printing `posted N` once round N's first WRITEs are posted and
 /// `round N` after it was byte-checked, until killed.
 fn child(socket: &Path, net: u8) -> ! {
-    let (m, _provider) = mlx5_side(socket, ip(net, 1));
+    let (m, _provider, _) = mlx5_side(socket, ip(net, 1));
     let (r, _rxe) = rxe_side(ip(net, 2));
     let (mut qm, mut qr) = (m.qp(), r.qp());
     connect(&m, &mut qm, &r, &mut qr);
@@ -234,10 +111,6 @@ fn child(socket: &Path, net: u8) -> ! {
     unreachable!("the rounds never end")
 }
 
-#[path = "common/proc.rs"]
-mod proc;
-use proc::Proc;
-
 fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -248,46 +121,6 @@ fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
             let _ = child.kill();
             panic!("{what} did not exit");
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The value of `"key":` after `from` in the one-line report (up to the
-/// next `,` or `}`).
-fn field<'a>(json: &'a str, from: &str, key: &str) -> &'a str {
-    let at = json
-        .find(from)
-        .unwrap_or_else(|| panic!("{from} not in {json}"));
-    let rest = &json[at..];
-    let k = format!("\"{key}\":");
-    let v = &rest[rest
-        .find(&k)
-        .unwrap_or_else(|| panic!("{key} not in {rest}"))
-        + k.len()..];
-    &v[..v.find([',', '}']).unwrap()]
-}
-
-fn num(json: &str, from: &str, key: &str) -> u64 {
-    field(json, from, key)
-        .parse()
-        .unwrap_or_else(|e| panic!("{key}: {e}: {json}"))
-}
-
-/// The state report once `connections` reached `n` (panics after 15 s).
-fn state_after(path: &Path, n: u64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.contains("\"connections\":")
-            && num(&s, "{", "connections") >= n
-        {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no report of {n} connections: {:?}",
-            std::fs::read_to_string(path)
-        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -430,7 +263,7 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
 
     // The next driver: this process, on the same function, with a new peer.
     {
-        let (m, provider) = mlx5_side(&sock, ip(net, 3));
+        let (m, provider, _) = mlx5_side(&sock, ip(net, 3));
         let (r, rxe) = rxe_side(ip(net, 4));
         let (mut qm, mut qr) = (m.qp(), r.qp());
         connect(&m, &mut qm, &r, &mut qr);

@@ -21,136 +21,29 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rnic_core::{
-    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams, SendWr,
-    WcStatus, WorkCompletion,
-};
-use rnic_mlx5::{Hca, HcaOptions, Mlx5Provider, PciFunction, VfioUserFunction};
+use rnic_core::{QueuePair, SendWr, WcStatus};
 
+#[path = "common/ends.rs"]
+mod ends;
 #[path = "common/proc.rs"]
 mod proc;
+#[path = "common/report.rs"]
+mod report;
+use ends::{Side, connect, mlx5_side, rxe_side};
 use proc::Proc;
+use report::{field, num, state_after};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rnic-mlx5-emu");
 const CHILD_SOCKET: &str = "RNIC_KEEP_CHILD_SOCKET";
 const CHILD_NET: &str = "RNIC_KEEP_CHILD_NET";
 const TEST: &str = "a_function_left_initialized_by_a_killed_driver_is_reset_by_the_next_one";
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ);
-const BUF: usize = 64 << 10;
-
 fn ip(net: u8, host: u8) -> IpAddr {
     // 127.28.N: crash_recovery.rs uses 127.29.
     IpAddr::V4(Ipv4Addr::new(127, 28, net, host))
-}
-
-struct Side {
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    pd: ProtectionDomain,
-    mem: Arc<dyn Memory>,
-    _ctx: Context,
-    gid: Gid,
-}
-
-impl Side {
-    fn new(ctx: Context, mem: Arc<dyn Memory>, gid: Gid) -> Side {
-        let pd = ctx.alloc_pd().unwrap();
-        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
-        let cq = ctx.create_cq(64).unwrap();
-        Side {
-            mr,
-            cq,
-            pd,
-            mem,
-            _ctx: ctx,
-            gid,
-        }
-    }
-
-    fn qp(&self) -> QueuePair {
-        let caps = QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        self.pd
-            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(QpType::Rc, caps))
-            .unwrap()
-    }
-
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 8];
-        let start = Instant::now();
-        while out.len() < n {
-            let got = self.cq.poll(&mut wcs).unwrap();
-            out.extend_from_slice(&wcs[..got]);
-            assert!(start.elapsed() < Duration::from_secs(10), "{out:?}");
-            if got == 0 {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-        out
-    }
-}
-
-fn mlx5_side(socket: &Path, ip: IpAddr) -> (Side, Arc<Mlx5Provider>, bool) {
-    let function: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(socket).unwrap());
-    let opts = HcaOptions {
-        pre_init_timeout: Duration::from_secs(10),
-        cmd_timeout: Some(Duration::from_secs(5)),
-        ..HcaOptions::default()
-    };
-    let hca = Hca::bring_up(function, opts).unwrap();
-    let reset_first = hca.info().reset_first;
-    let provider = Mlx5Provider::new(hca).unwrap();
-    let gid = provider.set_gid(0, ip).unwrap();
-    let mem: Arc<dyn Memory> = provider.alloc_dma(BUF).unwrap();
-    let side = Side::new(Mlx5Provider::context(&provider), mem, gid);
-    (side, provider, reset_first)
-}
-
-fn rxe_side(ip: IpAddr) -> (Side, rnic_rxe::RxeDevice) {
-    let dev = rnic_rxe::RxeDevice::open(
-        &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
-            .with_progress(rnic_rxe::Progress::Thread),
-    )
-    .unwrap();
-    let gid = dev.gids()[0];
-    let side = Side::new(dev.context(), Arc::new(HeapMemory::new(BUF)), gid);
-    (side, dev)
-}
-
-fn connect(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair) {
-    let init = InitParams {
-        access: ALL,
-        ..InitParams::default()
-    };
-    let rtr = RtrParams {
-        path_mtu: Mtu::Mtu1024,
-        max_dest_rd_atomic: 4,
-        ..RtrParams::default()
-    };
-    let rts = RtsParams {
-        max_rd_atomic: 4,
-        ..RtsParams::default()
-    };
-    let (pa, pb) = (Psn::from_wire(0x300), Psn::from_wire(0x7_0000));
-    qa.to_init(&init).unwrap();
-    qb.to_init(&init).unwrap();
-    qb.to_rtr(qa.qpn(), pa, a.gid, &rtr).unwrap();
-    qb.to_rts(pb, &rts).unwrap();
-    qa.to_rtr(qb.qpn(), pb, b.gid, &rtr).unwrap();
-    qa.to_rts(pa, &rts).unwrap();
 }
 
 /// A WRITE of `len` bytes mlx5 → rxe and a READ of them back into another
@@ -189,41 +82,6 @@ fn child(socket: &Path, net: u8) -> ! {
     out.flush().unwrap();
     loop {
         std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// The value of `"key":` after `from` in the one-line report.
-fn field<'a>(json: &'a str, from: &str, key: &str) -> &'a str {
-    let at = json
-        .find(from)
-        .unwrap_or_else(|| panic!("{from} not in {json}"));
-    let rest = &json[at..];
-    let k = format!("\"{key}\":");
-    let v = &rest[rest
-        .find(&k)
-        .unwrap_or_else(|| panic!("{key} not in {rest}"))
-        + k.len()..];
-    &v[..v.find([',', '}']).unwrap()]
-}
-
-fn num(json: &str, from: &str, key: &str) -> u64 {
-    field(json, from, key)
-        .parse()
-        .unwrap_or_else(|e| panic!("{key}: {e}: {json}"))
-}
-
-/// The state report once `connections` reached `n`.
-fn state_after(path: &Path, n: u64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.contains("\"connections\":")
-            && num(&s, "{", "connections") >= n
-        {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "no report of {n} connections");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

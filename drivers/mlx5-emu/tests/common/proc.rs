@@ -1,6 +1,6 @@
 //! A child process killed (and reaped) when dropped, so a failing test
 //! leaves no emulator or driver process behind. Included by path from the
-//! tests that spawn processes (`binary.rs`, `crash_recovery.rs`).
+//! tests that spawn processes (`binary.rs`, `crash_recovery.rs`, `keep_state.rs`).
 
 use std::process::Child;
 
