@@ -3,6 +3,8 @@
 //! opt-in test on a real function (`RNIC_TEST_PCI=<bdf>`).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{alloc_pd, dealloc_pd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,9 +13,8 @@ use rnic_mlx5::{
 };
 use rnic_mlx5_emu::{Emulator, FirmwareHandle, FirmwareOptions, NoFirmware, Options, Phase};
 use rnic_mlx5_prm::{
-    AllocPdOut, CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, EnableHcaIn, EnableHcaOut,
-    HCA_CAP_OPMOD_MAX, HealthSyndrome, QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut,
-    cap_type, initial_seg,
+    CmdOpcode, CmdStatus, EnableHcaIn, EnableHcaOut, HCA_CAP_OPMOD_MAX, HealthSyndrome,
+    QueryHcaCapIn, QueryHcaCapOut, SetIssiIn, SetIssiOut, cap_type, initial_seg,
 };
 
 struct Rig {
@@ -59,33 +60,6 @@ fn fw(r: &Rig) -> &FirmwareHandle {
 /// DMA mappings the emulated function still holds.
 fn mappings(r: &Rig) -> usize {
     r.emu.device().dma().mappings().len()
-}
-
-/// ALLOC_PD through the raw command interface: the PD number.
-fn alloc_pd(hca: &Hca) -> Result<u32, Mlx5Error> {
-    let out = hca.exec(
-        CmdOpcode::AllocPd,
-        0,
-        &[0u8; 16],
-        AllocPdOut::<&[u8]>::SIZE_BYTES,
-    )?;
-    Ok(AllocPdOut::new_checked(&out[..]).unwrap().pd())
-}
-
-/// DEALLOC_PD of `pd` through the raw command interface.
-fn dealloc_pd(hca: &Hca, pd: u32) -> Result<(), Mlx5Error> {
-    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
-    DeallocPdIn::new_checked(&mut cmd[..])
-        .unwrap()
-        .set_pd(pd)
-        .unwrap();
-    hca.exec(
-        CmdOpcode::DeallocPd,
-        0,
-        &cmd,
-        DeallocPdOut::<&[u8]>::SIZE_BYTES,
-    )
-    .map(drop)
 }
 
 #[test]

@@ -19,6 +19,8 @@
 //! * a command failing with each mlx5.md §4.3 status (`Faults::fail_next`).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{alloc_pd, dealloc_pd};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,7 +34,7 @@ use rnic_core::{
 use rnic_mlx5::{Hca, HcaOptions, Mlx5Error, Mlx5Provider, PciFunction, VfioUserFunction};
 use rnic_mlx5_emu::hca::{CqeInjection, InjectSide};
 use rnic_mlx5_emu::{Emulator, FirmwareHandle, Options, Phase};
-use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus};
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -67,31 +69,6 @@ fn bring_up(emu: &Emulator, cmd_timeout: Duration) -> Hca {
 
 fn fw(emu: &Emulator) -> &FirmwareHandle {
     emu.firmware().unwrap()
-}
-
-fn alloc_pd(hca: &Hca) -> Result<u32, Mlx5Error> {
-    let out = hca.exec(
-        CmdOpcode::AllocPd,
-        0,
-        &[0u8; 16],
-        AllocPdOut::<&[u8]>::SIZE_BYTES,
-    )?;
-    Ok(AllocPdOut::new_checked(&out[..]).unwrap().pd())
-}
-
-fn dealloc_pd(hca: &Hca, pd: u32) -> Result<(), Mlx5Error> {
-    let mut cmd = vec![0u8; DeallocPdIn::<&[u8]>::SIZE_BYTES];
-    DeallocPdIn::new_checked(&mut cmd[..])
-        .unwrap()
-        .set_pd(pd)
-        .unwrap();
-    hca.exec(
-        CmdOpcode::DeallocPd,
-        0,
-        &cmd,
-        DeallocPdOut::<&[u8]>::SIZE_BYTES,
-    )
-    .map(|_| ())
 }
 
 /// Wait until the firmware has no delayed command left.
