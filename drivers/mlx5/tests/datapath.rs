@@ -3,6 +3,8 @@
 //! (UDP/4791 on 127.x addresses) to an rnic-rxe peer.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::emulator;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -139,15 +141,7 @@ fn hca_options() -> HcaOptions {
 }
 
 fn up() -> (Emulator, tempfile::TempDir, Arc<Hca>) {
-    let dir = tempfile::tempdir().unwrap();
-    let emu = Emulator::start(
-        dir.path().join("mlx5.sock"),
-        Options {
-            boot_delay: Duration::from_millis(10),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let (emu, dir) = emulator();
     let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
     let mut hca = Hca::bring_up(f, hca_options()).unwrap();
     hca.enable_events().unwrap();

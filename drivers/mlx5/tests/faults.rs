@@ -20,7 +20,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
-use common::{alloc_pd, dealloc_pd};
+use common::{alloc_pd, dealloc_pd, emulator};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,26 +33,13 @@ use rnic_core::{
 };
 use rnic_mlx5::{Hca, HcaOptions, Mlx5Error, Mlx5Provider, PciFunction, VfioUserFunction};
 use rnic_mlx5_emu::hca::{CqeInjection, InjectSide};
-use rnic_mlx5_emu::{Emulator, FirmwareHandle, Options, Phase};
+use rnic_mlx5_emu::{Emulator, FirmwareHandle, Phase};
 use rnic_mlx5_prm::{CmdOpcode, CmdStatus};
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
-
-fn emulator() -> (Emulator, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let emu = Emulator::start(
-        dir.path().join("mlx5.sock"),
-        Options {
-            boot_delay: Duration::from_millis(10),
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    (emu, dir)
-}
 
 fn bring_up(emu: &Emulator, cmd_timeout: Duration) -> Hca {
     let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());

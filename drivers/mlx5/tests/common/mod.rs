@@ -1,10 +1,28 @@
 //! Helpers shared by the driver's integration tests against the emulated
-//! function (`bringup.rs`, `faults.rs`): raw PD commands through
-//! `Hca::exec`, independent of the driver's resource code.
+//! function (`bringup.rs`, `datapath.rs`, `faults.rs`): a fresh emulated function on a
+//! temporary socket, and raw PD commands through `Hca::exec`, independent of the
+//! driver's resource code.
 #![allow(clippy::unwrap_used, dead_code)]
 
+use std::time::Duration;
+
 use rnic_mlx5::{Hca, Mlx5Error};
+use rnic_mlx5_emu::{Emulator, Options};
 use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, DeallocPdIn, DeallocPdOut};
+
+/// A fresh emulated function (10 ms boot) on a socket in a temporary directory.
+pub fn emulator() -> (Emulator, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = Emulator::start(
+        dir.path().join("mlx5.sock"),
+        Options {
+            boot_delay: Duration::from_millis(10),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    (emu, dir)
+}
 
 /// ALLOC_PD through the raw command interface: the PD number.
 pub fn alloc_pd(hca: &Hca) -> Result<u32, Mlx5Error> {
