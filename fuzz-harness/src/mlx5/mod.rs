@@ -283,6 +283,39 @@ impl Rig {
         diff
     }
 
+    /// Zero `[off, off + len)` of the mapped bytes as the driver would, and cheaply: punched
+    /// back to a hole, the image zeroed with it.
+    pub fn zero(&mut self, off: u64, len: u64) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= MAPPED),
+            "zero beyond the mapping"
+        );
+        self.punch(off, len);
+        self.image[off as usize..(off + len) as usize].fill(0);
+    }
+
+    /// Make the mapped bytes from `off` on hold `want`, as the driver would, touching only
+    /// the pages whose image differs (a page `want` has all zero is punched back to a hole).
+    /// The image must be current (a [`Rig::refresh`] since the device last ran).
+    pub fn restore(&mut self, off: u64, want: &[u8]) {
+        assert!(
+            off.is_multiple_of(4096) && off + want.len() as u64 <= MAPPED,
+            "restore beyond the mapping"
+        );
+        for (k, page) in want.chunks(4096).enumerate() {
+            let at = off + (k * 4096) as u64;
+            let p = at as usize;
+            if self.image[p..p + page.len()] == *page {
+                continue;
+            }
+            if *page == ZERO_PAGE[..page.len()] {
+                self.zero(at, page.len() as u64);
+            } else {
+                self.write(at, page);
+            }
+        }
+    }
+
     /// Punch `[off, off + len)` of the memfd back to a hole (it reads as zero after).
     fn punch(&self, off: u64, len: u64) {
         fallocate(

@@ -1,15 +1,17 @@
 //! The `mlx5_wqe` target: an RC QP of the emulated function in RTS, fed hostile send WQEs
 //! (see [`send_queue`]).
 
+use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use rnic_core::Gid;
 use rnic_mlx5_prm::{
     AllocPdOut, AllocUarOut, CmdOpcode, CqeOpcode, CqeSyndrome, CreateCqIn, CreateCqOut,
-    CreateEqIn, CreateEqOut, CreateMkeyIn, CreateMkeyOut, CreateQpIn, CreateQpOut, ErrCqe,
-    EventType, INLINE_SEG_FLAG, INVALID_LKEY, ModifyNicVportContextIn, QpServiceType, QueryQpOut,
-    Rst2initQpIn, SetRoceAddressIn, WqeOpcode, create_mkey_in,
+    CreateEqIn, CreateEqOut, CreateMkeyIn, CreateMkeyOut, CreateQpIn, CreateQpOut, DestroyCqIn,
+    DestroyEqIn, DestroyQpIn, ErrCqe, EventType, INLINE_SEG_FLAG, INVALID_LKEY,
+    ModifyNicVportContextIn, QpServiceType, QueryQpOut, Rst2initQpIn, SetRoceAddressIn, WqeOpcode,
+    create_mkey_in,
 };
 
 use super::{BASE, MAPPED, QUEUES, Reply, Rig, cmd, status};
@@ -41,43 +43,55 @@ const RQ_STRIDE: u64 = 32;
 const SQ_OFF: u64 = (1 << LOG_RQ) * RQ_STRIDE;
 const LOG_CQ: u32 = 6;
 
-/// The live QP and what the harness knows of it.
-struct Qp<'r> {
-    rig: &'r mut Rig,
+/// What the thread's rig keeps across inputs: the function brought up (pages, INIT_HCA), RoCE
+/// on, GID 0 on a loopback address (its UDP/4791 socket bound), the UAR, the PD and both
+/// MKeys (nothing on the data path changes an MKey: no peer, no memory windows).
+#[derive(Debug)]
+struct Kept {
     uar: u32,
-    qpn: u32,
+    pd: u32,
     lkey_a: u32,
     lkey_b: u32,
-    sq_pi: u16,
-    /// CQEs consumed (the CQ consumer index).
-    ci: u32,
-    /// The emulator's CQE counter when the QP reached RTS.
-    cqes0: u64,
-    /// Its dropped-CQE counter then.
-    dropped0: u64,
+    /// The QP's destination (nothing listens there).
+    peer: Ipv4Addr,
+    /// The firmware's accounting with only the kept objects (what every input gives back).
+    accounting: rnic_mlx5_emu::Accounting,
+    /// What the queue area (from [`QUEUES`]) holds when an input starts: the EQ and CQ
+    /// rings owned by hardware, doorbell records and work queue zero, MKey A's buffer and
+    /// the memory outside the MKeys with their patterns.
+    template: Vec<u8>,
+    /// The EQs (async, completion) when the last input left them as created (no EQ
+    /// doorbell rung, no EQE written or dropped, no overrun): kept for the next.
+    eqs: Option<(u32, u32)>,
 }
 
-/// A fresh 127.x.y.1 / .2 pair per QP (the emulator binds UDP/4791 on the first; nothing
-/// listens on the second).
-fn addresses() -> (Ipv4Addr, Ipv4Addr) {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let b = 100 + (std::process::id() % 100) as u8;
-    let [_, _, c, d] = n.to_be_bytes();
-    let d = d & 0x7f;
-    (
-        Ipv4Addr::new(127, b ^ c, d, 1),
-        Ipv4Addr::new(127, b ^ c, d, 2),
-    )
+/// The queue area as an input starts (see [`Kept::template`]).
+fn template() -> Vec<u8> {
+    let mut t = vec![0u8; (MAPPED - QUEUES) as usize];
+    let at = |off: u64| (off - QUEUES) as usize;
+    for ring in [ASYNC_EQ, COMP_EQ] {
+        for e in t[at(ring)..at(ring) + 64 * 64].chunks_mut(64) {
+            e[63] = 1;
+        }
+    }
+    for e in t[at(CQ_RING)..at(CQ_RING) + (64 << LOG_CQ)].chunks_mut(64) {
+        e[63] = 0xf0;
+    }
+    for (i, b) in t[at(DATA_A)..at(DATA_A) + DATA_A_LEN as usize]
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8) ^ 0x5a;
+    }
+    for (i, b) in t[at(QUEUES + 0xc000)..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(13) ^ 0x3c;
+    }
+    t
 }
 
-fn ok(rig: &mut Rig, c: &[u8], outlen: usize) -> Vec<u8> {
-    rig.ok(c, outlen)
-}
-
-impl<'r> Qp<'r> {
-    /// The QP in RTS on `rig` (fresh or freshly reset).
-    fn new(rig: &'r mut Rig) -> Qp<'r> {
+impl Kept {
+    /// Bring `rig` (fresh or freshly reset) up to the kept state.
+    fn bring_up(rig: &mut Rig) -> Kept {
         rig.bring_up(true);
         let mut m = cmd(CmdOpcode::ModifyNicVportContext, 0, 0x200);
         let mut v = ModifyNicVportContextIn::new_unchecked(&mut m[..]);
@@ -101,16 +115,94 @@ impl<'r> Qp<'r> {
         rig.scan();
         let out = ok(rig, &cmd(CmdOpcode::AllocPd, 0, 0x10), OUT);
         let pd = AllocPdOut::new_unchecked(&out[..]).pd();
-        let async_mask = (1u64 << EventType::PageRequest.as_raw())
-            | (1 << EventType::CqError.as_raw())
-            | (1 << EventType::WqCatasError.as_raw());
-        let _aeq = eq(rig, ASYNC_EQ, uar, 0, async_mask);
-        let ceq = eq(rig, COMP_EQ, uar, 1, 0);
-        let mut ring = vec![0u8; 64 << LOG_CQ];
-        for e in ring.chunks_mut(64) {
-            e[63] = 0xf0;
+        let lkey_a = mkey(rig, pd, DATA_A, DATA_A_LEN, VA, true);
+        let lkey_b = mkey(rig, pd, DATA_B, DATA_B_LEN, VA + 0x10_0000, false);
+        Kept {
+            uar,
+            pd,
+            lkey_a,
+            lkey_b,
+            peer,
+            accounting: rig.fw.accounting(),
+            template: template(),
+            eqs: None,
         }
-        rig.write(CQ_RING, &ring);
+    }
+}
+
+/// The per-input objects' numbers (the emulator gives the lowest free number, so a
+/// destroyed and re-created object gets the same one).
+#[derive(Clone, Copy, Debug)]
+struct Objects {
+    aeq: u32,
+    ceq: u32,
+    cqn: u32,
+    qpn: u32,
+}
+
+/// The live QP and what the harness knows of it.
+struct Qp<'r> {
+    rig: &'r mut Rig,
+    uar: u32,
+    qpn: u32,
+    lkey_a: u32,
+    lkey_b: u32,
+    objects: Objects,
+    sq_pi: u16,
+    /// CQEs consumed (the CQ consumer index).
+    ci: u32,
+    /// Whether the input rang an EQ doorbell.
+    eq_doorbells: bool,
+    /// The emulator's CQE counter when the QP reached RTS.
+    cqes0: u64,
+    /// Its dropped-CQE counter then.
+    dropped0: u64,
+    /// All its counters then.
+    stats0: rnic_mlx5_emu::HcaStats,
+}
+
+/// A fresh 127.x.y.1 / .2 pair per rig (the emulator binds UDP/4791 on the first; nothing
+/// listens on the second).
+fn addresses() -> (Ipv4Addr, Ipv4Addr) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let b = 100 + (std::process::id() % 100) as u8;
+    let [_, _, c, d] = n.to_be_bytes();
+    let d = d & 0x7f;
+    (
+        Ipv4Addr::new(127, b ^ c, d, 1),
+        Ipv4Addr::new(127, b ^ c, d, 2),
+    )
+}
+
+fn ok(rig: &mut Rig, c: &[u8], outlen: usize) -> Vec<u8> {
+    rig.ok(c, outlen)
+}
+
+impl<'r> Qp<'r> {
+    /// The QP in RTS on a fresh (or freshly reset) `rig`.
+    #[cfg(test)]
+    fn new(rig: &'r mut Rig) -> Qp<'r> {
+        let kept = Kept::bring_up(rig);
+        Qp::open(rig, &kept)
+    }
+
+    /// The per-input part on a rig in the kept state: the queue area (rings, doorbell
+    /// records, work queue, MKey buffers, pattern) rewritten, the EQs, the CQ and the QP
+    /// created, the QP taken to RTS, the counters noted.
+    fn open(rig: &'r mut Rig, kept: &Kept) -> Qp<'r> {
+        // The image is current: the last input's close checked the memory.
+        rig.restore(QUEUES, &kept.template);
+        let uar = kept.uar;
+        let (aeq, ceq) = kept.eqs.unwrap_or_else(|| {
+            let async_mask = (1u64 << EventType::PageRequest.as_raw())
+                | (1 << EventType::CqError.as_raw())
+                | (1 << EventType::WqCatasError.as_raw());
+            (
+                eq(rig, ASYNC_EQ, uar, 0, async_mask),
+                eq(rig, COMP_EQ, uar, 1, 0),
+            )
+        });
         let mut c = cmd(CmdOpcode::CreateCq, 0, 0x118);
         let mut v = CreateCqIn::new_unchecked(&mut c[..]);
         let mut x = v.cq_context_mut();
@@ -121,14 +213,12 @@ impl<'r> Qp<'r> {
         let _ = v.set_pas(0, BASE + CQ_RING);
         let out = ok(rig, &c, OUT);
         let cqn = CreateCqOut::new_unchecked(&out[..]).cqn();
-        let lkey_a = mkey(rig, pd, DATA_A, DATA_A_LEN, VA, true);
-        let lkey_b = mkey(rig, pd, DATA_B, DATA_B_LEN, VA + 0x10_0000, false);
         let mut c = cmd(CmdOpcode::CreateQp, 0, 0x110 + 16);
         let mut v = CreateQpIn::new_unchecked(&mut c[..]);
         let mut q = v.qpc_mut();
         let _ = q.set_st(u32::from(QpServiceType::Rc.as_raw()));
         let _ = q.set_pm_state(3);
-        let _ = q.set_pd(pd);
+        let _ = q.set_pd(kept.pd);
         let _ = q.set_log_sq_size(LOG_SQ);
         let _ = q.set_log_rq_size(LOG_RQ);
         let _ = q.set_log_rq_stride(1);
@@ -145,26 +235,58 @@ impl<'r> Qp<'r> {
             rig,
             uar,
             qpn,
-            lkey_a,
-            lkey_b,
+            lkey_a: kept.lkey_a,
+            lkey_b: kept.lkey_b,
+            objects: Objects { aeq, ceq, cqn, qpn },
             sq_pi: 0,
             ci: 0,
+            eq_doorbells: false,
             cqes0: 0,
             dropped0: 0,
+            stats0: rnic_mlx5_emu::HcaStats::default(),
         };
-        qp.connect(peer);
+        qp.connect(kept.peer);
         assert_eq!(qp.state(), 3, "bring-up: the QP is not in RTS");
-        // Memory outside the MKeys starts with a pattern.
-        let pattern: Vec<u8> = (0..(MAPPED - QUEUES - 0xc000))
-            .map(|i| (i as u8).wrapping_mul(13) ^ 0x3c)
-            .collect();
-        qp.rig.write(QUEUES + 0xc000, &pattern);
-        let a: Vec<u8> = (0..DATA_A_LEN).map(|i| (i as u8) ^ 0x5a).collect();
-        qp.rig.write(DATA_A, &a);
-        qp.rig.refresh();
         let st = qp.rig.fw.hca_stats();
-        (qp.cqes0, qp.dropped0) = (st.cqes, st.cqes_dropped);
+        (qp.cqes0, qp.dropped0, qp.stats0) = (st.cqes, st.cqes_dropped, st);
         qp
+    }
+
+    /// Back to the kept state: the memory checked one last time, the QP and the CQ
+    /// destroyed, the EQs too unless they are as created (then kept for the next input), the
+    /// firmware's accounting asserted equal to the kept state's (nothing the input made
+    /// outlives it).
+    fn close(mut self, kept: &mut Kept) {
+        self.check_memory();
+        let o = self.objects;
+        let st = since(&self.stats0, &self.rig.fw.hca_stats());
+        // Only an EQ doorbell moves an EQ's consumer index or arms it, and every EQE the
+        // emulator posts (or drops, or overruns on) counts.
+        let eqs_as_created = !self.eq_doorbells && st.eqes + st.eqes_dropped + st.eq_overruns == 0;
+        let mut c = cmd(CmdOpcode::DestroyQp, 0, 0x10);
+        let _ = DestroyQpIn::new_unchecked(&mut c[..]).set_qpn(o.qpn);
+        ok(self.rig, &c, OUT);
+        let mut c = cmd(CmdOpcode::DestroyCq, 0, 0x10);
+        let _ = DestroyCqIn::new_unchecked(&mut c[..]).set_cqn(o.cqn);
+        ok(self.rig, &c, OUT);
+        let mut want = kept.accounting;
+        if eqs_as_created {
+            kept.eqs = Some((o.aeq, o.ceq));
+            want.eqs += 2;
+        } else {
+            kept.eqs = None;
+            for eqn in [o.ceq, o.aeq] {
+                let mut c = cmd(CmdOpcode::DestroyEq, 0, 0x10);
+                let _ = DestroyEqIn::new_unchecked(&mut c[..]).set_eq_number(eqn);
+                ok(self.rig, &c, OUT);
+            }
+        }
+        assert_eq!(
+            self.rig.fw.accounting(),
+            want,
+            "after an input's objects are destroyed, the function does not account like the \
+             kept state"
+        );
     }
 
     fn modify(&mut self, op: CmdOpcode, f: impl FnOnce(&mut rnic_mlx5_prm::Qpc<&mut [u8]>)) {
@@ -331,11 +453,7 @@ impl<'r> Qp<'r> {
 }
 
 fn eq(rig: &mut Rig, at: u64, uar: u32, vector: u32, mask: u64) -> u32 {
-    let mut ring = vec![0u8; 64 * 64];
-    for e in ring.chunks_mut(64) {
-        e[63] = 1;
-    }
-    rig.write(at, &ring);
+    // (The ring, owned by hardware, is in the template.)
     let mut c = cmd(CmdOpcode::CreateEq, 0, 0x110 + 8);
     let mut v = CreateEqIn::new_unchecked(&mut c[..]);
     let mut e = v.eq_context_entry_mut();
@@ -508,10 +626,14 @@ fn hostile_wqe(qp: &Qp<'_>, inp: &mut Input<'_>) -> Vec<u8> {
 ///
 /// The doorbell record only moves forward: after a hostile doorbell announces k blocks
 /// beyond the producer, the harness's producer moves there too (a record moved back is
-/// 65,536 - k WQEs to the device, one long flush of nothing new). The function is the
-/// thread's shared rig, reset before each input (see [`super::with_rig`]); the GID address
-/// is a fresh loopback one per input (the previous input's receive thread may still hold
-/// its socket for a moment), which nothing the harness checks can see.
+/// 65,536 - k WQEs to the device, one long flush of nothing new).
+///
+/// The function is the thread's rig (see `with_kept`): what no input can change is kept
+/// (the function up to INIT_HCA and its pages, RoCE on, the GID and its bound socket, the
+/// UAR, the PD, both MKeys), what an input can change is made fresh for each one (the
+/// queue area rewritten, EQs, CQ and QP created and taken to RTS, then destroyed after it
+/// with the firmware's accounting asserted back to the kept state's), and the counters
+/// it is judged by are taken from its own start.
 ///
 /// Asserts after every round: every CQE the emulator wrote is well-formed (a known opcode,
 /// the owner bit of its ring position, this QP's number, a known syndrome on an error CQE)
@@ -521,8 +643,8 @@ fn hostile_wqe(qp: &Qp<'_>, inp: &mut Input<'_>) -> Vec<u8> {
 /// ERR; no byte outside the MKeys' buffers, the CQ/EQ rings and the command area changed,
 /// and none outside the DMA mapping.
 pub fn send_queue(data: &[u8]) {
-    super::with_rig(|rig| {
-        rounds(rig, data);
+    with_kept(|qp| {
+        rounds(qp, data, false);
     });
 }
 
@@ -533,21 +655,82 @@ pub struct End {
     pub state: u32,
     /// CQEs written since RTS.
     pub cqes: u64,
-    /// The data path's counters.
+    /// The data path's counters, counted from RTS.
     pub stats: rnic_mlx5_emu::HcaStats,
     /// The mapped bytes from the page pool on (rings, CQEs, EQEs, MKey buffers, the
-    /// pattern; not the command area, whose mailboxes carry this input's GID address).
+    /// pattern; not the command area).
     pub memory: Vec<u8>,
 }
 
 /// [`send_queue`], returning what it left.
 pub fn run(data: &[u8]) -> End {
-    super::with_rig(|rig| rounds(rig, data))
+    with_kept(|qp| rounds(qp, data, true)).expect("an End was asked for")
 }
 
-fn rounds(rig: &mut Rig, data: &[u8]) -> End {
+/// This thread's rig in the kept state.
+struct Shared {
+    rig: Rig,
+    kept: Kept,
+}
+
+thread_local! {
+    static SHARED: RefCell<Option<Shared>> = const { RefCell::new(None) };
+}
+
+/// Run `f` on a QP in RTS on this thread's rig in the kept state ([`Kept`]), then close
+/// the QP. The rig is taken out of its slot for the input and put back only after a clean
+/// close: an input that panicked halfway leaves no rig, and the next one brings up a new
+/// function (on a new address).
+fn with_kept<R>(f: impl FnOnce(&mut Qp<'_>) -> R) -> R {
+    let taken = SHARED.with_borrow_mut(Option::take);
+    let mut s = taken.unwrap_or_else(|| {
+        let mut rig = Rig::new();
+        let kept = Kept::bring_up(&mut rig);
+        Shared { rig, kept }
+    });
+    let r = {
+        let mut qp = Qp::open(&mut s.rig, &s.kept);
+        let r = f(&mut qp);
+        qp.close(&mut s.kept);
+        r
+    };
+    s.rig.resets += 1;
+    SHARED.with_borrow_mut(|slot| *slot = Some(s));
+    r
+}
+
+/// `after` minus `before`, counter by counter.
+fn since(
+    before: &rnic_mlx5_emu::HcaStats,
+    after: &rnic_mlx5_emu::HcaStats,
+) -> rnic_mlx5_emu::HcaStats {
+    let mut d = *after;
+    d.eqes -= before.eqes;
+    d.eqes_dropped -= before.eqes_dropped;
+    d.eq_overruns -= before.eq_overruns;
+    d.interrupts -= before.interrupts;
+    d.cqes -= before.cqes;
+    d.cqes_dropped -= before.cqes_dropped;
+    d.cq_overruns -= before.cq_overruns;
+    d.dma_faults -= before.dma_faults;
+    d.bad_doorbells -= before.bad_doorbells;
+    d.swept_doorbells -= before.swept_doorbells;
+    d.wqe_errors -= before.wqe_errors;
+    d.injected_error_cqes -= before.injected_error_cqes;
+    d.tx_packets -= before.tx_packets;
+    d.tx_dropped -= before.tx_dropped;
+    d.sport_fallbacks -= before.sport_fallbacks;
+    d.rx_packets -= before.rx_packets;
+    d.rx_bad_icrc -= before.rx_bad_icrc;
+    d.rx_dropped -= before.rx_dropped;
+    d.rx_errors -= before.rx_errors;
+    d
+}
+
+/// The rounds of `data` on `qp`; what they left when `end` (a QUERY_QP and a copy of the
+/// memory the fuzz target does not need).
+fn rounds(qp: &mut Qp<'_>, data: &[u8], end: bool) -> Option<End> {
     let mut inp = Input::new(data);
-    let mut qp = Qp::new(rig);
     let mut rounds = 0;
     while !inp.is_empty() && rounds < MAX_ROUNDS {
         rounds += 1;
@@ -557,7 +740,7 @@ fn rounds(rig: &mut Rig, data: &[u8]) -> End {
                 let n = 1 + inp.u8() % 4;
                 let mut first = 0u64;
                 for i in 0..n {
-                    let w = hostile_wqe(&qp, &mut inp);
+                    let w = hostile_wqe(qp, &mut inp);
                     if i == n - 1 {
                         let mut b = [0u8; 8];
                         b.copy_from_slice(&w[..8]);
@@ -596,7 +779,9 @@ fn rounds(rig: &mut Rig, data: &[u8]) -> End {
                 // Arm the CQ (cmd in the value) or update/arm an EQ.
                 let v = inp.u64();
                 let uar = qp.uar;
-                match inp.u8() % 3 {
+                let k = inp.u8() % 3;
+                qp.eq_doorbells |= k != 0;
+                match k {
                     0 => qp.rig.uar64(uar, 0x20, v),
                     1 => qp.rig.uar32(uar, 0x40, v as u32),
                     _ => qp.rig.uar32(uar, 0x48, v as u32),
@@ -608,15 +793,18 @@ fn rounds(rig: &mut Rig, data: &[u8]) -> End {
         qp.check_cqes(consume);
         qp.check_memory();
     }
+    if !end {
+        return None;
+    }
     let state = qp.state();
-    let stats = qp.rig.fw.hca_stats();
+    let stats = since(&qp.stats0, &qp.rig.fw.hca_stats());
     qp.rig.refresh();
-    End {
+    Some(End {
         state,
-        cqes: stats.cqes - qp.cqes0,
+        cqes: stats.cqes,
         stats,
         memory: qp.rig.image()[super::POOL as usize..].to_vec(),
-    }
+    })
 }
 
 /// A signaled NOP: one REQ CQE.
