@@ -237,20 +237,27 @@ impl Rig {
     /// was written, by the harness or by the device, and a write allocates; only
     /// [`Rig::reset`] punches holes, and it zeroes the image).
     pub fn refresh(&mut self) -> Vec<(usize, u8, u8)> {
+        self.refresh_range(0, MAPPED)
+    }
+
+    /// [`Rig::refresh`] of the mapped bytes in `[from, limit)` only (the image elsewhere is
+    /// left as it is, to be compared by a later refresh of its range).
+    pub fn refresh_range(&mut self, from: u64, limit: u64) -> Vec<(usize, u8, u8)> {
+        let limit = limit.min(MAPPED);
         let mut diff = Vec::new();
-        let mut at = 0u64;
-        while at < MAPPED {
+        let mut at = from;
+        while at < limit {
             let start = match lseek(&self.mem, at as i64, Whence::SeekData) {
                 Ok(s) => s as u64,
                 Err(Errno::ENXIO) => break,
                 Err(e) => panic!("lseek(SEEK_DATA) on the memfd: {e}"),
             };
-            if start >= MAPPED {
+            if start >= limit {
                 break;
             }
             let end = (lseek(&self.mem, start as i64, Whence::SeekHole)
                 .expect("lseek(SEEK_HOLE) on the memfd") as u64)
-                .min(MAPPED);
+                .min(limit);
             let (s, e) = (start as usize, end as usize);
             let mut now = std::mem::take(&mut self.scratch);
             self.read(start, &mut now[s..e]);
