@@ -6,7 +6,8 @@
 //! views (independent of the driver's command code, like the emulator tests' client).
 //!
 //! - [`firmware`]: the command interface under hostile entries, chains and inputs.
-//! - [`wqe`]: an RC QP in RTS under hostile send WQEs.
+//! - [`wqe`]: an RC QP in RTS under hostile send WQEs (on a rig of its own that keeps the
+//!   function, GID, UAR, PD and MKeys across inputs; see its `send_queue`).
 //! - [`cqe`]: the other direction — the driver's (rnic-mlx5's) CQ and EQ consumers under
 //!   hostile CQEs and EQEs, over plain DMA buffers (no emulator).
 //!
