@@ -188,7 +188,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let got = bench_poll_send(&mut cq);
             assert!(
-                got.is_some_and(|c| c.status == WcStatus::Success),
+                got.is_some_and(|c| c.status() == WcStatus::Success),
                 "{got:?}"
             );
         }

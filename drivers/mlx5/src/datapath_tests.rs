@@ -487,6 +487,66 @@ fn hostile_cqes_are_counted_and_never_complete_anything() {
     assert_eq!(wcs[0].wr_id, 1);
 }
 
+/// The lean path (a CQ's sole QP, [`CqRing::poll_send`] and the
+/// single-completion [`CqRing::poll`]) refuses each hostile CQE the general
+/// path refuses, one at a time, with the same counter, and consumes it.
+#[test]
+fn the_lean_path_counts_and_skips_each_hostile_cqe_like_the_general_one() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 3);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let long = [Sge::new(data.as_ptr() as u64, 48, Lkey(0x500))];
+    // One 1-WQEBB SEND, then a 2-WQEBB one (48 bytes inline: 16 + 4 + 48):
+    // positions 0 and 1..3.
+    let mut two = SendWr::send(2, &long);
+    two.flags = SendFlags::INLINE;
+    let (_, r) = wq.post_send(&[SendWr::send(1, &sge), two], false);
+    r.unwrap();
+    assert_eq!(wq.sq_head, 3);
+    let mut wcs = [WorkCompletion::default(); 1];
+    let hostile: [(&str, u32, u16); 5] = [
+        ("unknown QPN", 0x77, 0),
+        ("QPN of another CQ's QP", QPN + 1, 1),
+        ("inside the 2-WQEBB WQE", QPN, 2),
+        ("at the head", QPN, 3),
+        ("far out of range", QPN, 0x8001),
+    ];
+    for (i, (what, qpn, counter)) in hostile.into_iter().enumerate() {
+        let k0 = ring.counters();
+        dev.push(req(qpn, counter, 0));
+        let got = if i % 2 == 0 {
+            ring.poll_send().map(WorkCompletion::from)
+        } else {
+            (ring.poll(&mut wcs, false) == 1).then_some(wcs[0])
+        };
+        assert_eq!(got, None, "{what}");
+        let k = ring.counters();
+        assert_eq!(k.cqes, k0.cqes + 1, "{what}: consumed");
+        let refused = (
+            k.unknown_qpn - k0.unknown_qpn,
+            k.bad_wqe_counter - k0.bad_wqe_counter,
+        );
+        assert_eq!(refused, if qpn == QPN { (0, 1) } else { (1, 0) }, "{what}");
+        assert_eq!(wq.shared.sq.outstanding(), 3, "{what}: nothing retired");
+        assert_eq!(ring.record()[..4], ((i as u32 + 1).to_be_bytes()), "{what}");
+    }
+    // The last WQE's CQE retires both; a replay of it is refused.
+    dev.push(req(QPN, 1, 0));
+    let c = ring.poll_send().expect("a completion");
+    assert_eq!(
+        (c.wr_id(), c.status(), c.opcode(), c.byte_len(), c.qp_num()),
+        (2, WcStatus::Success, WcOpcode::Send, 0, Qpn::from_wire(QPN))
+    );
+    assert_eq!(wq.shared.sq.outstanding(), 0);
+    dev.push(req(QPN, 1, 0));
+    assert_eq!(ring.poll(&mut wcs, false), 0);
+    assert_eq!(ring.counters().bad_wqe_counter, 4);
+    assert_eq!(ring.counters().cqes, 7);
+    assert_eq!(ring.record()[..4], 7u32.to_be_bytes());
+}
+
 #[test]
 fn a_fatal_device_flushes_everything_outstanding_in_software() {
     let s = space();
@@ -809,7 +869,7 @@ fn a_fatal_device_flushes_sends_one_at_a_time_for_poll_send() {
     );
     r.unwrap();
     let got: Vec<(u64, WcStatus, WcOpcode)> = std::iter::from_fn(|| ring.flush_send())
-        .map(|c| (c.wr_id, c.status, c.opcode))
+        .map(|c| (c.wr_id(), c.status(), c.opcode()))
         .collect();
     assert_eq!(
         got,
