@@ -285,6 +285,8 @@ pub(crate) struct CqRing {
     sole_key: u64,
     /// [`SendCompletion`]'s word for `sole` (valid bit and QPN).
     sole_word: NonZeroU64,
+    /// `sole`'s QPN.
+    sole_qpn: Qpn,
     counters: CqCounters,
 }
 
@@ -566,22 +568,42 @@ impl Cq {
     /// Poll up to `wcs.len()` completions; how many were written. Once the
     /// function is fatal ([`Hca::check_health`]), the outstanding work of
     /// the attached QPs follows as WR_FLUSH_ERR completions.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        // One lean completion straight through (no frame: everything else
-        // is a tail call).
-        match self.ring.poll_first(wcs) {
-            Ok(n) => n,
-            Err(n) => self.poll_slow(wcs, n),
+        // One lean SEND or WRITE completion straight through (no frame:
+        // everything else is a tail call).
+        if wcs.is_empty() {
+            return 0;
+        }
+        let Some((wr_id, code)) = self.ring.take_lean() else {
+            return self.poll_slow(wcs);
+        };
+        match wcs {
+            [first] if code <= WC_CODE_WRITE => self.ring.lean_one(first, wr_id, code),
+            _ => self.poll_lean_rest(wcs, wr_id, code),
         }
     }
 
-    /// [`Cq::poll`] from `wcs[n]` on: the general loop, then (fatal device)
-    /// software flushes.
+    /// [`Cq::poll`] past a lean first CQE of another opcode or a batch.
     #[cold]
     #[inline(never)]
-    fn poll_slow(&mut self, wcs: &mut [WorkCompletion], n: usize) -> usize {
-        let n = self.ring.poll_cqes_loop(wcs, n);
+    fn poll_lean_rest(&mut self, wcs: &mut [WorkCompletion], wr_id: u64, code: u32) -> usize {
+        let n = self.ring.lean_first_then_loop(wcs, wr_id, code);
+        self.flush_rest(wcs, n)
+    }
+
+    /// [`Cq::poll`] without a lean first CQE: the general loop, then
+    /// (fatal device) software flushes.
+    #[cold]
+    #[inline(never)]
+    fn poll_slow(&mut self, wcs: &mut [WorkCompletion]) -> usize {
+        let n = self.ring.poll_cqes_loop(wcs, 0);
+        self.flush_rest(wcs, n)
+    }
+
+    /// `n` completions polled into `wcs`; once the function is fatal, the
+    /// outstanding work after them as WR_FLUSH_ERR.
+    fn flush_rest(&mut self, wcs: &mut [WorkCompletion], n: usize) -> usize {
         if n < wcs.len() && self.core.hca.is_fatal() {
             return n + self.ring.flush(&mut wcs[n..]);
         }
@@ -640,6 +662,7 @@ impl CqRing {
             sole: Arc::new(QpShared::placeholder()),
             sole_key: NO_SOLE,
             sole_word: SendCompletion::qpn_word(0),
+            sole_qpn: Qpn::from_wire(0),
             counters: CqCounters::default(),
         })
     }
@@ -657,11 +680,13 @@ impl CqRing {
                 self.sole = a.qp.clone();
                 self.sole_key = w7(&cqe64::qpn, a.qp.qpn);
                 self.sole_word = SendCompletion::qpn_word(a.qp.qpn);
+                self.sole_qpn = Qpn::from_wire(a.qp.qpn);
             }
             _ => {
                 self.sole = Arc::new(QpShared::placeholder());
                 self.sole_key = NO_SOLE;
                 self.sole_word = SendCompletion::qpn_word(0);
+                self.sole_qpn = Qpn::from_wire(0);
             }
         }
     }
@@ -831,45 +856,70 @@ impl CqRing {
     }
 
     /// Up to `wcs.len()` completions from valid CQEs; one record store.
+    /// A single-completion poll of a lean SEND or WRITE straight through
+    /// ([`CqRing::take_lean`], [`CqRing::lean_one`]), everything else by
+    /// tail calls.
     #[inline(always)]
     pub(crate) fn poll_cqes(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        match self.poll_first(wcs) {
-            Ok(n) => n,
-            Err(n) => self.poll_cqes_loop(wcs, n),
+        if wcs.is_empty() {
+            return 0;
+        }
+        let Some((wr_id, code)) = self.take_lean() else {
+            return self.poll_cqes_loop(wcs, 0);
+        };
+        match wcs {
+            [first] if code <= WC_CODE_WRITE => self.lean_one(first, wr_id, code),
+            _ => self.lean_first_then_loop(wcs, wr_id, code),
         }
     }
 
-    /// The single-completion poll: the first CQE straight through when it
-    /// is the lean case ([`CqRing::take_lean`]); `Ok(1)` (record stored)
-    /// when that filled `wcs`, `Ok(0)` for an empty `wcs`, else `Err(n)`:
-    /// the out-of-line loop goes on from `wcs[n]`.
+    /// A lean SEND or WRITE completion ([`CqRing::take_lean`]) into
+    /// `first`: `ci` advanced, the record stored; 1.
     #[inline(always)]
-    pub(crate) fn poll_first(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, usize> {
-        let Some(first) = wcs.first_mut() else {
-            return Ok(0);
-        };
-        let Some((wr_id, code)) = self.take_lean() else {
-            return Err(0);
-        };
-        let byte_len = if code <= WC_CODE_WRITE {
-            0
-        } else {
-            self.lean_byte_len(code)
-        };
+    pub(crate) fn lean_one(&mut self, first: &mut WorkCompletion, wr_id: u64, code: u32) -> usize {
         self.advance();
+        *first = WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: if code == WC_CODE_SEND {
+                WcOpcode::Send
+            } else {
+                WcOpcode::RdmaWrite
+            },
+            qp_num: self.sole_qpn,
+            ..WorkCompletion::default()
+        };
+        self.store_dbrec();
+        1
+    }
+
+    /// A lean completion of any opcode ([`CqRing::take_lean`]) into
+    /// `wcs[0]` (`wcs` not empty), then [`CqRing::poll_cqes_loop`] from
+    /// `wcs[1]` (which stores the record).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn lean_first_then_loop(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        wr_id: u64,
+        code: u32,
+    ) -> usize {
+        let byte_len = self.lean_byte_len(code);
+        self.advance();
+        let Some(first) = wcs.first_mut() else {
+            // (The callers pass a non-empty `wcs`.)
+            self.store_dbrec();
+            return 0;
+        };
         *first = WorkCompletion {
             wr_id,
             status: WcStatus::Success,
             opcode: wc_opcode_from_code(code),
             byte_len,
-            qp_num: Qpn::from_wire(self.sole.qpn),
+            qp_num: self.sole_qpn,
             ..WorkCompletion::default()
         };
-        if wcs.len() == 1 {
-            self.store_dbrec();
-            return Ok(1);
-        }
-        Err(1)
+        self.poll_cqes_loop(wcs, 1)
     }
 
     /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind; the
