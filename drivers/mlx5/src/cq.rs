@@ -306,7 +306,7 @@ fn w7_wqe_counter(last: u64) -> u16 {
     const AT: usize = cqe64::wqe_counter.byte_offset() - 56;
     const _: () = assert!(
         cqe64::wqe_counter.width == 16
-            && cqe64::wqe_counter.bit_offset % 8 == 0
+            && cqe64::wqe_counter.bit_offset.is_multiple_of(8)
             && cqe64::wqe_counter.byte_offset() >= 56
             && AT + 2 <= 8
     );
