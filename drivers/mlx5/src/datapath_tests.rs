@@ -573,7 +573,7 @@ fn every_send_opcode_completes_alike_on_the_lean_and_the_general_path() {
     for (how, (wr, (opcode, byte_len))) in [0, 1, 2, 3].iter().flat_map(|h| {
         wrs.iter()
             .zip(want)
-            .map(move |(w, x)| (*h, (w.clone().signaled(), x)))
+            .map(move |(w, x)| (*h, ((*w).signaled(), x)))
     }) {
         let (mut wq, _) = queues(&s, false);
         let (mut ring, mut dev) = cq(&s, 1);
