@@ -177,6 +177,18 @@ impl CqShared {
     }
 }
 
+/// The error of a poll re-entered on the same thread (out of line).
+#[cold]
+#[inline(never)]
+fn poll_reentered() -> VerbsError {
+    VerbsError::PollCq {
+        source: DeviceError::new(
+            DeviceErrorKind::InvalidArgument,
+            "poll re-entered on the same thread: poll from one place at a time",
+        ),
+    }
+}
+
 /// Credits a completion returns to a windowed QP's CQ.
 #[inline]
 fn credits_of(wc: &WorkCompletion) -> u32 {
@@ -235,6 +247,10 @@ pub struct CompletionQueue<P: Provider = DynDevice> {
     /// queue `!Sync`: one thread polls it, and another can only through an
     /// explicit lock (`Mutex<CompletionQueue>`).
     ops: RefCell<P::Cq>,
+    /// `shared.policy == CqCredits::Reserved`, kept here so that a poll of
+    /// a reserved queue (whose QPs never take credits per request, so its
+    /// windowed-QP count is always 0) tests one byte of its own.
+    reserved: bool,
     pub(crate) provider: Arc<P>,
     pub(crate) shared: Arc<CqShared>,
 }
@@ -258,6 +274,7 @@ impl<P: Provider> CompletionQueue<P> {
         tracing::debug!(depth = granted, "create_cq");
         Ok(CompletionQueue {
             ops: RefCell::new(ops),
+            reserved: policy == CqCredits::Reserved,
             provider: Arc::clone(provider),
             shared: Arc::new(CqShared {
                 depth: granted,
@@ -326,13 +343,11 @@ impl<P: Provider> CompletionQueue<P> {
     /// ```
     #[inline]
     pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let mut ops = self.ops.try_borrow_mut().map_err(|_| VerbsError::PollCq {
-            source: DeviceError::new(
-                DeviceErrorKind::InvalidArgument,
-                "poll re-entered on the same thread: poll from one place at a time",
-            ),
-        })?;
-        if self.shared.windowed_qps.load(Ordering::Relaxed) == 0 {
+        let Ok(mut ops) = self.ops.try_borrow_mut() else {
+            return Err(poll_reentered());
+        };
+        // A reserved queue has no windowed QPs (`CqShared::attach`).
+        if self.reserved || self.shared.windowed_qps.load(Ordering::Relaxed) == 0 {
             return ops.poll(wcs);
         }
         self.poll_windowed(&mut ops, wcs)

@@ -978,3 +978,21 @@ fn an_address_handle_of_another_device_is_refused_and_nothing_sent() {
     );
     assert_eq!(qp.outstanding_sends(), 0);
 }
+
+#[test]
+fn a_poll_while_the_driver_queue_is_borrowed_is_refused_and_then_works() {
+    let r = rig();
+    let mut cq = r.ctx.create_cq_reserved(32).expect("cq");
+    let mut qp = r.qp(&cq, &cq, CAPS);
+    bring_up(&mut qp);
+    qp.post_send(&[signaled(1)]).expect("post");
+    r.fake.complete_send(qp.qpn(), 1, WcStatus::Success);
+    let mut wcs = [WorkCompletion::default(); 4];
+    {
+        let _held = cq.driver_cq();
+        assert!(matches!(cq.poll(&mut wcs), Err(VerbsError::PollCq { .. })));
+    }
+    let got = poll_all(&mut cq);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::Success));
+}

@@ -11,6 +11,7 @@
 //! may reuse them). No lock, allocation or system call on that path.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +28,8 @@ use tracing::{debug, warn};
 
 use crate::ring::{WordCell, WordRing};
 use crate::track::{
-    QpShared, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, wc_opcode_from_code,
+    QpShared, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, WC_CODE_SEND, WC_CODE_WRITE,
+    wc_opcode_code, wc_opcode_from_code,
 };
 use crate::wqe::be_pair;
 use crate::{DmaBuffer, Hca, Mlx5Error};
@@ -56,33 +58,141 @@ pub struct CqCounters {
 }
 
 /// A requester (send-queue) completion as the direct fast path
-/// ([`Cq::poll_send`]) returns it: what a send's [`WorkCompletion`] holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// ([`Cq::poll_send`]) returns it: what a send's [`WorkCompletion`] holds,
+/// in 16 bytes, so that `Option<SendCompletion>` comes back in two
+/// registers (the `wr_id`, and one word packing the rest). Read it through
+/// the accessors, or convert it (`WorkCompletion::from`).
+///
+/// `byte_len` is reported for successful completions only (ibverbs leaves
+/// it undefined on error, and [`Cq::poll`] reports 0 there too); an error
+/// completion carries its status and vendor syndrome in its place.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SendCompletion {
+    wr_id: u64,
+    /// Bit 63: always set (the niche of `Option`); bit 62: an error (bits
+    /// 0..8 the vendor syndrome, bits 8..32 the status); bits 56..59: the
+    /// tracking code of the opcode (`& 7`); bits 32..56: the QPN; bits
+    /// 0..32: `byte_len` (success).
+    word: NonZeroU64,
+}
+
+/// [`SendCompletion`]'s word: always set.
+const SC_VALID: u64 = 1 << 63;
+/// [`SendCompletion`]'s word: an error completion.
+const SC_ERROR: u64 = 1 << 62;
+/// [`SendCompletion`]'s word: where the opcode's tracking code sits.
+const SC_CODE_SHIFT: u32 = 56;
+/// [`SendCompletion`]'s word: where the QPN sits.
+const SC_QPN_SHIFT: u32 = 32;
+
+impl SendCompletion {
+    /// A completion of QP `qpn`'s WQE `wr_id`, of tracking opcode code
+    /// `code` (`crate::track`: 0 ..= 4, or 0xff, which the word keeps as 7).
+    #[inline(always)]
+    fn new(
+        wr_id: u64,
+        status: WcStatus,
+        code: u32,
+        vendor_err: u32,
+        byte_len: u32,
+        qpn: u32,
+    ) -> Self {
+        let low = if status == WcStatus::Success {
+            u64::from(byte_len)
+        } else {
+            SC_ERROR | (u64::from(status.as_raw() & 0xff_ffff) << 8) | u64::from(vendor_err & 0xff)
+        };
+        SendCompletion {
+            wr_id,
+            word: Self::qpn_word(qpn) | (u64::from(code & 7) << SC_CODE_SHIFT) | low,
+        }
+    }
+
+    /// The word's constant part for QP `qpn` (valid bit and QPN).
+    #[inline(always)]
+    const fn qpn_word(qpn: u32) -> NonZeroU64 {
+        match NonZeroU64::new(SC_VALID | ((qpn as u64 & 0xff_ffff) << SC_QPN_SHIFT)) {
+            Some(w) => w,
+            // Bit 63 is set.
+            None => NonZeroU64::MAX,
+        }
+    }
+
     /// The `wr_id` of the completed request.
-    pub wr_id: u64,
+    #[inline(always)]
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
     /// How it ended.
-    pub status: WcStatus,
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        if self.word.get() & SC_ERROR == 0 {
+            WcStatus::Success
+        } else {
+            WcStatus::from_raw(((self.word.get() >> 8) & 0xff_ffff) as u32)
+        }
+    }
+
     /// What it was.
-    pub opcode: WcOpcode,
-    /// The CQE's vendor syndrome (error CQEs).
-    pub vendor_err: u32,
-    /// Bytes read (RDMA READ), 8 (atomics), else 0.
-    pub byte_len: u32,
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        match ((self.word.get() >> SC_CODE_SHIFT) & 7) as u32 {
+            7 => wc_opcode_from_code(0xff),
+            code => wc_opcode_from_code(code),
+        }
+    }
+
+    /// The CQE's vendor syndrome (error completions; 0 otherwise).
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        if self.word.get() & SC_ERROR == 0 {
+            0
+        } else {
+            (self.word.get() & 0xff) as u32
+        }
+    }
+
+    /// Bytes read (RDMA READ), 8 (atomics), else 0; 0 on error.
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        if self.word.get() & SC_ERROR == 0 {
+            self.word.get() as u32
+        } else {
+            0
+        }
+    }
+
     /// The local QP the request was posted on.
-    pub qp_num: Qpn,
+    #[inline]
+    pub fn qp_num(&self) -> Qpn {
+        Qpn::from_wire(((self.word.get() >> SC_QPN_SHIFT) & 0xff_ffff) as u32)
+    }
+}
+
+impl fmt::Debug for SendCompletion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("vendor_err", &self.vendor_err())
+            .field("byte_len", &self.byte_len())
+            .field("qp_num", &self.qp_num())
+            .finish()
+    }
 }
 
 impl From<SendCompletion> for WorkCompletion {
     #[inline(always)]
     fn from(c: SendCompletion) -> WorkCompletion {
         WorkCompletion {
-            wr_id: c.wr_id,
-            status: c.status,
-            opcode: c.opcode,
-            vendor_err: c.vendor_err,
-            byte_len: c.byte_len,
-            qp_num: c.qp_num,
+            wr_id: c.wr_id(),
+            status: c.status(),
+            opcode: c.opcode(),
+            vendor_err: c.vendor_err(),
+            byte_len: c.byte_len(),
+            qp_num: c.qp_num(),
             ..WorkCompletion::default()
         }
     }
@@ -153,16 +263,85 @@ pub(crate) struct CqRing {
     cqes: WordRing,
     /// The doorbell record (after the CQEs).
     dbrec: WordCell,
-    ci: u32,
+    /// The consumer index, free-running; also the number of CQEs consumed
+    /// (`CqCounters::cqes`, filled in by [`CqRing::counters_now`]).
+    ci: u64,
+    /// The lean path's expected `op_own` bits (opcode REQ, format 0, owner
+    /// = the pass parity of `ci`) in the CQE's last word: flipped each time
+    /// `ci` wraps ([`CqRing::advance`]).
+    lean_op_own: u64,
     log_size: u32,
     mask: u32,
     arm_sn: u32,
-    arm_word: u32,
+    /// The record's `arm` dword in the memory word (high half), for
+    /// [`CqRing::store_dbrec`].
+    arm_half: u64,
     qps: Vec<Attached>,
-    /// `qps`' one QP when it is the only one and completes sends here.
-    sole: Option<Arc<QpShared>>,
+    /// `qps`' one QP when it is the only one and completes sends here (a
+    /// placeholder no CQE can name otherwise: `sole_key`).
+    sole: Arc<QpShared>,
+    /// `sole`'s QPN as it stands in a CQE's last word (under [`W7_QPN`]);
+    /// [`NO_SOLE`] when there is no such QP.
+    sole_key: u64,
+    /// [`SendCompletion`]'s word for `sole` (valid bit and QPN).
+    sole_word: NonZeroU64,
+    /// `sole`'s QPN.
+    sole_qpn: Qpn,
     counters: CqCounters,
 }
+
+/// The mask of field `f` in the memory word of a CQE's last 8 bytes
+/// (bytes 56..64, loaded as one `u64`); 0 for a field elsewhere.
+const fn w7(f: &FieldLayout, value: u32) -> u64 {
+    match f.dword_offset() {
+        56 => be_pair(f.insert(0, value), 0),
+        60 => be_pair(0, f.insert(0, value)),
+        _ => 0,
+    }
+}
+
+/// `wqe_counter` from a CQE's last word (its bytes 4..6: big-endian).
+#[inline(always)]
+fn w7_wqe_counter(last: u64) -> u16 {
+    const AT: usize = cqe64::wqe_counter.byte_offset() - 56;
+    const _: () = assert!(
+        cqe64::wqe_counter.width == 16
+            && cqe64::wqe_counter.bit_offset.is_multiple_of(8)
+            && cqe64::wqe_counter.byte_offset() >= 56
+            && AT + 2 <= 8
+    );
+    let b = last.to_ne_bytes();
+    u16::from_be_bytes([b[AT], b[AT + 1]])
+}
+
+/// The owner bit in a CQE's last word.
+const W7_OWNER: u64 = w7(&cqe64::owner, 1);
+/// Opcode, format and owner (all of `op_own` but `se`) in a CQE's last word.
+const W7_LEAN: u64 = w7(&cqe64::opcode, 0xf) | w7(&cqe64::cqe_format, 3) | W7_OWNER;
+/// Opcode REQ and format 0 (owner 0) under [`W7_LEAN`]: the lean case.
+const W7_LEAN_REQ: u64 = w7(&cqe64::opcode, CqeOpcode::Req.as_raw() as u32);
+/// The QPN in a CQE's last word.
+const W7_QPN: u64 = w7(&cqe64::qpn, 0xff_ffff);
+/// A `sole_key` that no CQE's `last & W7_QPN` equals.
+const NO_SOLE: u64 = !W7_QPN;
+const _: () = assert!(
+    W7_OWNER != 0
+        && W7_LEAN & w7(&cqe64::opcode, 0xf) != 0
+        && W7_LEAN & w7(&cqe64::cqe_format, 3) != 0
+        && W7_QPN != 0
+        && W7_QPN & W7_LEAN == 0
+        && NO_SOLE & W7_QPN == 0
+        && NO_SOLE != 0
+);
+// The lean paths' `code <= WC_CODE_WRITE`: SEND and WRITE (byte_len 0),
+// codes that fit the completion word's 3 bits as they are.
+const _: () = assert!(
+    WC_CODE_SEND < WC_CODE_WRITE
+        && WC_CODE_WRITE < 7
+        && WC_CODE_READ > WC_CODE_WRITE
+        && WC_CODE_CMP_SWAP > WC_CODE_WRITE
+        && WC_CODE_FETCH_ADD > WC_CODE_WRITE
+);
 
 /// A completion queue. `poll` and `arm` take `&mut self`: one poller.
 pub struct Cq {
@@ -178,7 +357,7 @@ impl fmt::Debug for Cq {
             .field("cqn", &self.core.cqn)
             .field("entries", &(self.ring.mask + 1))
             .field("ci", &self.ring.ci)
-            .field("counters", &self.ring.counters)
+            .field("counters", &self.ring.counters_now())
             .finish_non_exhaustive()
     }
 }
@@ -351,12 +530,12 @@ impl Cq {
 
     /// What the CQ counted.
     pub fn counters(&self) -> CqCounters {
-        self.ring.counters
+        self.ring.counters_now()
     }
 
     /// The consumer counter (free-running).
     pub fn consumer_index(&self) -> u32 {
-        self.ring.ci
+        self.ring.consumer_index()
     }
 
     /// The doorbell record (`set_ci`, `arm`) as stored now.
@@ -389,9 +568,42 @@ impl Cq {
     /// Poll up to `wcs.len()` completions; how many were written. Once the
     /// function is fatal ([`Hca::check_health`]), the outstanding work of
     /// the attached QPs follows as WR_FLUSH_ERR completions.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let n = self.ring.poll_cqes(wcs);
+        // One lean SEND or WRITE completion straight through (no frame:
+        // everything else is a tail call).
+        if wcs.is_empty() {
+            return 0;
+        }
+        let Some((wr_id, code)) = self.ring.take_lean() else {
+            return self.poll_slow(wcs);
+        };
+        match wcs {
+            [first] if code <= WC_CODE_WRITE => self.ring.lean_one(first, wr_id, code),
+            _ => self.poll_lean_rest(wcs, wr_id, code),
+        }
+    }
+
+    /// [`Cq::poll`] past a lean first CQE of another opcode or a batch.
+    #[cold]
+    #[inline(never)]
+    fn poll_lean_rest(&mut self, wcs: &mut [WorkCompletion], wr_id: u64, code: u32) -> usize {
+        let n = self.ring.lean_first_then_loop(wcs, wr_id, code);
+        self.flush_rest(wcs, n)
+    }
+
+    /// [`Cq::poll`] without a lean first CQE: the general loop, then
+    /// (fatal device) software flushes.
+    #[cold]
+    #[inline(never)]
+    fn poll_slow(&mut self, wcs: &mut [WorkCompletion]) -> usize {
+        let n = self.ring.poll_cqes_loop(wcs, 0);
+        self.flush_rest(wcs, n)
+    }
+
+    /// `n` completions polled into `wcs`; once the function is fatal, the
+    /// outstanding work after them as WR_FLUSH_ERR.
+    fn flush_rest(&mut self, wcs: &mut [WorkCompletion], n: usize) -> usize {
         if n < wcs.len() && self.core.hca.is_fatal() {
             return n + self.ring.flush(&mut wcs[n..]);
         }
@@ -409,15 +621,22 @@ impl Cq {
     /// outstanding sends follow as WR_FLUSH_ERR.
     #[inline]
     pub fn poll_send(&mut self) -> Option<SendCompletion> {
-        match self.ring.poll_send() {
-            Some(c) => Some(c),
-            None => self.poll_send_fatal(),
-        }
+        // The lean case straight through (no frame: the rest are tail
+        // calls).
+        let Some((wr_id, code)) = self.ring.take_lean() else {
+            return self.poll_send_slow();
+        };
+        self.ring.lean_send(wr_id, code)
     }
 
+    /// [`Cq::poll_send`] past the lean case: the general loop, then (fatal
+    /// device, no CQE left) software flushes.
     #[cold]
     #[inline(never)]
-    fn poll_send_fatal(&mut self) -> Option<SendCompletion> {
+    fn poll_send_slow(&mut self) -> Option<SendCompletion> {
+        if let Some(c) = self.ring.poll_send_loop() {
+            return Some(c);
+        }
         if !self.core.hca.is_fatal() || self.ring.pending() {
             return None;
         }
@@ -434,12 +653,16 @@ impl CqRing {
             cqes: WordRing::new(buf.clone(), 0, words)?,
             dbrec: WordCell::new(buf, words)?,
             ci: 0,
+            lean_op_own: W7_LEAN_REQ,
             log_size,
             mask: (1 << log_size) - 1,
             arm_sn: 0,
-            arm_word: 0,
+            arm_half: 0,
             qps: Vec::new(),
-            sole: None,
+            sole: Arc::new(QpShared::placeholder()),
+            sole_key: NO_SOLE,
+            sole_word: SendCompletion::qpn_word(0),
+            sole_qpn: Qpn::from_wire(0),
             counters: CqCounters::default(),
         })
     }
@@ -452,10 +675,20 @@ impl CqRing {
 
     /// Keep `sole` in step with `qps`.
     fn refresh_sole(&mut self) {
-        self.sole = match &self.qps[..] {
-            [a] if a.send => Some(a.qp.clone()),
-            _ => None,
-        };
+        match &self.qps[..] {
+            [a] if a.send => {
+                self.sole = a.qp.clone();
+                self.sole_key = w7(&cqe64::qpn, a.qp.qpn);
+                self.sole_word = SendCompletion::qpn_word(a.qp.qpn);
+                self.sole_qpn = Qpn::from_wire(a.qp.qpn);
+            }
+            _ => {
+                self.sole = Arc::new(QpShared::placeholder());
+                self.sole_key = NO_SOLE;
+                self.sole_word = SendCompletion::qpn_word(0);
+                self.sole_qpn = Qpn::from_wire(0);
+            }
+        }
     }
 
     /// What a queue pair's side(s) may put in flight: SQ WQEBBs (an upper
@@ -480,12 +713,15 @@ impl CqRing {
 
     /// The consumer index (free-running).
     pub(crate) fn consumer_index(&self) -> u32 {
-        self.ci
+        self.ci as u32
     }
 
     /// What the ring counted.
     pub(crate) fn counters_now(&self) -> CqCounters {
-        self.counters
+        CqCounters {
+            cqes: self.ci,
+            ..self.counters
+        }
     }
 
     /// The doorbell record as stored now.
@@ -500,7 +736,7 @@ impl CqRing {
 
     #[cfg(test)]
     pub(crate) fn counters(&self) -> CqCounters {
-        self.counters
+        self.counters_now()
     }
 
     fn doorbell_record(&self) -> [u8; 8] {
@@ -512,15 +748,87 @@ impl CqRing {
     /// reuse their slots).
     #[inline(always)]
     fn store_dbrec(&self) {
-        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci & 0xff_ffff);
+        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci as u32 & 0xff_ffff);
         self.dbrec
             .get()
-            .store(be_pair(set_ci, self.arm_word), Ordering::Release);
+            .store(be_pair(set_ci, 0) | self.arm_half, Ordering::Release);
+    }
+
+    /// One CQE consumed (and counted): `ci` on, and the lean path's owner
+    /// parity with it when it wraps.
+    #[inline(always)]
+    fn advance(&mut self) {
+        let ci = self.ci.wrapping_add(1);
+        self.ci = ci;
+        if ci as u32 & self.mask == 0 {
+            self.lean_op_own ^= W7_OWNER;
+        }
+    }
+
+    /// The lean path: the CQE at `ci` taken iff it is valid, a requester
+    /// success of the normal format (one masked compare of `op_own`,
+    /// before the read barrier), of the CQ's sole QP (one masked compare
+    /// of the QPN) naming an outstanding WQE start ([`SqTrack::complete`]:
+    /// one window compare, one index compare); `(wr_id, opcode code,
+    /// code)` with the WQEs retired, `ci` not yet advanced (the caller
+    /// advances it after reading what else it needs from the CQE). `None`
+    /// with nothing changed otherwise: the general paths decide (and
+    /// count) it.
+    ///
+    /// [`SqTrack::complete`]: crate::track::SqTrack::complete
+    #[inline(always)]
+    pub(crate) fn take_lean(&mut self) -> Option<(u64, u32)> {
+        let cqe = self.cqes.block(self.ci as usize);
+        let word = cqe[7].load(Ordering::Acquire);
+        if word & W7_LEAN != self.lean_op_own {
+            return None;
+        }
+        dma_rmb_after_owner_bit();
+        let last = cqe[7].load(Ordering::Relaxed);
+        if last & W7_QPN != self.sole_key {
+            return None;
+        }
+        self.sole.sq.complete(w7_wqe_counter(last))
+    }
+
+    /// The `byte_len` of a lean completion of opcode code `code` whose CQE
+    /// is at `ci` (not yet advanced): READ's `byte_cnt`, 8 for atomics, 0
+    /// for SEND and WRITE. Out of line: the callers test for SEND and WRITE
+    /// first, so the hot path keeps neither the CQE's address nor
+    /// callee-saved registers live.
+    #[cold]
+    #[inline(never)]
+    fn lean_byte_len(&self, code: u32) -> u32 {
+        match code {
+            WC_CODE_READ => {
+                let cqe = self.cqes.block(self.ci as usize);
+                let last = cqe[7].load(Ordering::Relaxed);
+                dword(&CqeWords { cqe, last }, &cqe64::byte_cnt)
+            }
+            WC_CODE_CMP_SWAP | WC_CODE_FETCH_ADD => 8,
+            _ => 0,
+        }
+    }
+
+    /// [`CqRing::lean_send`] for a lean CQE of any opcode but SEND and
+    /// WRITE (a tail call, out of line).
+    /// (Always `Some`: an `Option` so that the callers' `return` of it is a
+    /// tail call.)
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn lean_send_other(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
+        let byte_len = self.lean_byte_len(code);
+        self.advance();
+        self.store_dbrec();
+        Some(SendCompletion {
+            wr_id,
+            word: self.sole_word | (u64::from(code & 7) << SC_CODE_SHIFT) | u64::from(byte_len),
+        })
     }
 
     #[inline(always)]
     fn valid(&self, op_own: u8) -> bool {
-        valid_at(op_own, self.ci, self.log_size)
+        valid_at(op_own, self.ci as u32, self.log_size)
     }
 
     fn pending(&self) -> bool {
@@ -548,76 +856,89 @@ impl CqRing {
     }
 
     /// Up to `wcs.len()` completions from valid CQEs; one record store.
-    /// The first one straight through when it is a requester success of
-    /// an attached QP naming an outstanding WQE (the single-completion
-    /// poll); the rest, and anything else, by the out-of-line loop.
+    /// A single-completion poll of a lean SEND or WRITE straight through
+    /// ([`CqRing::take_lean`], [`CqRing::lean_one`]), everything else by
+    /// tail calls.
     #[inline(always)]
     pub(crate) fn poll_cqes(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let Some(first) = wcs.first_mut() else {
-            return 0;
-        };
-        let (ci, log_size) = (self.ci, self.log_size);
-        let cqe = self.cqes.block(ci as usize);
-        let op_own = cqe[7].load(Ordering::Acquire).to_ne_bytes()[7];
-        if !valid_at(op_own, ci, log_size) {
+        if wcs.is_empty() {
             return 0;
         }
-        dma_rmb_after_owner_bit();
-        let last = cqe[7].load(Ordering::Relaxed);
-        if !Self::lean(last) {
+        let Some((wr_id, code)) = self.take_lean() else {
             return self.poll_cqes_loop(wcs, 0);
-        }
-        let cqe = CqeWords { cqe, last };
-        self.ci = ci.wrapping_add(1);
-        self.counters.cqes += 1;
-        let c = requester(
-            self.sole.as_ref(),
-            &self.qps,
-            &mut self.counters,
-            &cqe,
-            WcStatus::Success,
-            0,
-        );
-        let n = match c {
-            Some(c) => {
-                *first = c.into();
-                1
-            }
-            None => 0,
         };
-        if n == wcs.len() {
-            self.store_dbrec();
-            return n;
+        match wcs {
+            [first] if code <= WC_CODE_WRITE => self.lean_one(first, wr_id, code),
+            _ => self.lean_first_then_loop(wcs, wr_id, code),
         }
-        self.poll_cqes_loop(wcs, n)
+    }
+
+    /// A lean SEND or WRITE completion ([`CqRing::take_lean`]) into
+    /// `first`: `ci` advanced, the record stored; 1.
+    #[inline(always)]
+    pub(crate) fn lean_one(&mut self, first: &mut WorkCompletion, wr_id: u64, code: u32) -> usize {
+        self.advance();
+        *first = WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: if code == WC_CODE_SEND {
+                WcOpcode::Send
+            } else {
+                WcOpcode::RdmaWrite
+            },
+            qp_num: self.sole_qpn,
+            ..WorkCompletion::default()
+        };
+        self.store_dbrec();
+        1
+    }
+
+    /// A lean completion of any opcode ([`CqRing::take_lean`]) into
+    /// `wcs[0]` (`wcs` not empty), then [`CqRing::poll_cqes_loop`] from
+    /// `wcs[1]` (which stores the record).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn lean_first_then_loop(
+        &mut self,
+        wcs: &mut [WorkCompletion],
+        wr_id: u64,
+        code: u32,
+    ) -> usize {
+        let byte_len = self.lean_byte_len(code);
+        self.advance();
+        let Some(first) = wcs.first_mut() else {
+            // (The callers pass a non-empty `wcs`.)
+            self.store_dbrec();
+            return 0;
+        };
+        *first = WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: wc_opcode_from_code(code),
+            byte_len,
+            qp_num: self.sole_qpn,
+            ..WorkCompletion::default()
+        };
+        self.poll_cqes_loop(wcs, 1)
     }
 
     /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind; the
     /// record stored once (also for what the caller consumed).
     #[cold]
     #[inline(never)]
-    fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
+    pub(crate) fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
         while n < wcs.len() {
-            let Some((cqe, last)) = next_cqe(&self.cqes, self.ci, self.log_size) else {
+            let Some((cqe, last)) = next_cqe(&self.cqes, self.ci as u32, self.log_size) else {
                 break;
             };
             let cqe = CqeWords { cqe, last };
-            let lean = Self::lean(last);
-            self.ci = self.ci.wrapping_add(1);
-            self.counters.cqes += 1;
-            let wc = if lean {
-                requester(
-                    self.sole.as_ref(),
-                    &self.qps,
-                    &mut self.counters,
-                    &cqe,
-                    WcStatus::Success,
-                    0,
-                )
-                .map(WorkCompletion::from)
+            let wc = if Self::lean(last) {
+                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
+                    .map(WorkCompletion::from)
             } else {
                 decode_cold(&self.qps, &mut self.counters, &cqe)
             };
+            self.advance();
             if let Some(wc) = wc {
                 wcs[n] = wc;
                 n += 1;
@@ -629,69 +950,48 @@ impl CqRing {
         n
     }
 
-    /// [`Cq::poll_send`] on the ring: requester CQEs only; a responder
-    /// CQE stops it unconsumed.
+    /// [`Cq::poll_send`] on the ring (no fatal flushes): requester CQEs
+    /// only; a responder CQE stops it unconsumed.
     #[inline(always)]
     pub(crate) fn poll_send(&mut self) -> Option<SendCompletion> {
-        // The common case straight through: a valid requester success of an
-        // attached QP naming an outstanding WQE. Anything else (another
-        // CQE kind, a hostile one, the next CQEs after it) goes to the
-        // out-of-line loop, which makes the same decisions as `poll`.
-        // Local copies: the `Acquire` load would make the fields re-read.
-        let (ci, log_size) = (self.ci, self.log_size);
-        let cqe = self.cqes.block(ci as usize);
-        let op_own = cqe[7].load(Ordering::Acquire).to_ne_bytes()[7];
-        if !valid_at(op_own, ci, log_size) {
-            return None;
-        }
-        dma_rmb_after_owner_bit();
-        let last = cqe[7].load(Ordering::Relaxed);
-        if !Self::lean(last) {
+        let Some((wr_id, code)) = self.take_lean() else {
             return self.poll_send_loop();
+        };
+        self.lean_send(wr_id, code)
+    }
+
+    /// [`CqRing::poll_send`]'s lean case, taken ([`CqRing::take_lean`]):
+    /// SEND and WRITE (0 bytes) straight through, the rest by a tail call;
+    /// `ci` advanced and the record stored. Always `Some`.
+    #[inline(always)]
+    pub(crate) fn lean_send(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
+        if code > WC_CODE_WRITE {
+            return self.lean_send_other(wr_id, code);
         }
-        let cqe = CqeWords { cqe, last };
-        self.ci = ci.wrapping_add(1);
-        self.counters.cqes += 1;
-        let c = requester(
-            self.sole.as_ref(),
-            &self.qps,
-            &mut self.counters,
-            &cqe,
-            WcStatus::Success,
-            0,
-        );
+        self.advance();
         self.store_dbrec();
-        match c {
-            Some(c) => Some(c),
-            // Consumed and counted (hostile): on to the next CQE.
-            None => self.poll_send_loop(),
-        }
+        Some(SendCompletion {
+            wr_id,
+            word: self.sole_word | (u64::from(code) << SC_CODE_SHIFT),
+        })
     }
 
     /// [`CqRing::poll_send`] CQE by CQE, any kind: out of line.
     #[cold]
     #[inline(never)]
-    fn poll_send_loop(&mut self) -> Option<SendCompletion> {
+    pub(crate) fn poll_send_loop(&mut self) -> Option<SendCompletion> {
         loop {
-            let (cqe, last) = next_cqe(&self.cqes, self.ci, self.log_size)?;
+            let (cqe, last) = next_cqe(&self.cqes, self.ci as u32, self.log_size)?;
             let cqe = CqeWords { cqe, last };
             let got = if Self::lean(last) {
-                self.ci = self.ci.wrapping_add(1);
-                self.counters.cqes += 1;
-                requester(
-                    self.sole.as_ref(),
-                    &self.qps,
-                    &mut self.counters,
-                    &cqe,
-                    WcStatus::Success,
-                    0,
-                )
+                requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
             } else {
-                match poll_send_slow(&self.qps, &mut self.counters, &mut self.ci, &cqe) {
+                match poll_send_slow(&self.qps, &mut self.counters, &cqe) {
                     Slow::Responder => return None,
                     Slow::Taken(c) => c,
                 }
             };
+            self.advance();
             self.store_dbrec();
             if got.is_some() {
                 return got;
@@ -708,14 +1008,14 @@ impl CqRing {
         a.qp.flush.store(true, Ordering::Release);
         let (wr_id, code) = a.qp.sq.pop()?;
         self.counters.software_flushed += 1;
-        Some(SendCompletion {
+        Some(SendCompletion::new(
             wr_id,
-            status: WcStatus::WrFlushErr,
-            opcode: wc_opcode_from_code(code),
-            vendor_err: 0,
-            byte_len: 0,
-            qp_num: Qpn::from_wire(a.qp.qpn),
-        })
+            WcStatus::WrFlushErr,
+            code,
+            0,
+            0,
+            a.qp.qpn,
+        ))
     }
 
     /// Completions the driver makes for a device that will make no more
@@ -769,7 +1069,7 @@ impl CqRing {
             CqArmCmd::NextCompletion
         }
         .as_raw() as u32;
-        let ci = self.ci & 0xff_ffff;
+        let ci = self.ci as u32 & 0xff_ffff;
         let sn = self.arm_sn & 3;
         // The record's `arm` dword and the UAR word's high dword share one
         // layout (§8); both come from the PRM offsets.
@@ -777,7 +1077,7 @@ impl CqRing {
             cq_doorbell_record::arm_cmd.insert(cq_doorbell_record::arm_sn.insert(0, sn), cmd),
             ci,
         );
-        self.arm_word = arm;
+        self.arm_half = be_pair(0, arm);
         self.store_dbrec();
         cq_uar_doorbell::ci.insert(
             cq_uar_doorbell::cmd.insert(cq_uar_doorbell::arm_sn.insert(0, sn), cmd),
@@ -841,12 +1141,7 @@ fn decode_cold(
 /// decoded.
 #[cold]
 #[inline(never)]
-fn poll_send_slow(
-    qps: &[Attached],
-    counters: &mut CqCounters,
-    ci: &mut u32,
-    cqe: &CqeWords<'_>,
-) -> Slow {
+fn poll_send_slow(qps: &[Attached], counters: &mut CqCounters, cqe: &CqeWords<'_>) -> Slow {
     let opcode = CqeOpcode::from_raw(dword(cqe, &cqe64::opcode) as u8);
     if matches!(
         opcode,
@@ -858,15 +1153,16 @@ fn poll_send_slow(
     ) {
         return Slow::Responder;
     }
-    *ci = ci.wrapping_add(1);
-    counters.cqes += 1;
-    Slow::Taken(decode(qps, counters, cqe).map(|wc| SendCompletion {
-        wr_id: wc.wr_id,
-        status: wc.status,
-        opcode: wc.opcode,
-        vendor_err: wc.vendor_err,
-        byte_len: wc.byte_len,
-        qp_num: wc.qp_num,
+    // The caller advances `ci` (and counts the CQE).
+    Slow::Taken(decode(qps, counters, cqe).map(|wc| {
+        SendCompletion::new(
+            wc.wr_id,
+            wc.status,
+            wc_opcode_code(wc.opcode),
+            wc.vendor_err,
+            wc.byte_len,
+            wc.qp_num.get(),
+        )
     }))
 }
 
@@ -911,7 +1207,6 @@ fn find(qps: &[Attached], qpn: u32, send: bool) -> Option<&Arc<QpShared>> {
 /// `None` and a counter otherwise.
 #[inline(always)]
 fn requester<S: CqeSource>(
-    sole: Option<&Arc<QpShared>>,
     qps: &[Attached],
     counters: &mut CqCounters,
     cqe: &S,
@@ -920,35 +1215,23 @@ fn requester<S: CqeSource>(
 ) -> Option<SendCompletion> {
     let qpn = dword(cqe, &cqe64::qpn);
     let counter = dword(cqe, &cqe64::wqe_counter) as u16;
-    // The CQ's only QP first (one compare), else the table.
-    let qp = match sole {
-        Some(q) if q.qpn == qpn => q,
-        _ => match find(qps, qpn, true) {
-            Some(q) => q,
-            None => {
-                counters.unknown_qpn += 1;
-                return None;
-            }
-        },
+    let Some(qp) = find(qps, qpn, true) else {
+        counters.unknown_qpn += 1;
+        return None;
     };
     let Some((wr_id, code)) = qp.sq.complete(counter) else {
         counters.bad_wqe_counter += 1;
         return None;
     };
-    let opcode = wc_opcode_from_code(code);
     let byte_len = match code {
         WC_CODE_READ => dword(cqe, &cqe64::byte_cnt),
         WC_CODE_CMP_SWAP | WC_CODE_FETCH_ADD => 8,
         _ => 0,
     };
-    Some(SendCompletion {
-        wr_id,
-        status,
-        opcode,
-        vendor_err,
-        byte_len,
-        qp_num: Qpn::from_wire(qpn),
-    })
+    // (`byte_len` is dropped on error: `SendCompletion::new`.)
+    Some(SendCompletion::new(
+        wr_id, status, code, vendor_err, byte_len, qpn,
+    ))
 }
 
 /// One consumed CQE as a work completion; `None` (and a counter) for
@@ -977,7 +1260,7 @@ fn decode<S: CqeSource>(
     };
     match opcode {
         CqeOpcode::Req | CqeOpcode::ReqErr => {
-            requester(None, qps, counters, cqe, status, vendor_err).map(WorkCompletion::from)
+            requester(qps, counters, cqe, status, vendor_err).map(WorkCompletion::from)
         }
         CqeOpcode::RespSend
         | CqeOpcode::RespSendImm

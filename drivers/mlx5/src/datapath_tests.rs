@@ -487,6 +487,138 @@ fn hostile_cqes_are_counted_and_never_complete_anything() {
     assert_eq!(wcs[0].wr_id, 1);
 }
 
+/// The lean path (a CQ's sole QP, [`CqRing::poll_send`] and the
+/// single-completion [`CqRing::poll`]) refuses each hostile CQE the general
+/// path refuses, one at a time, with the same counter, and consumes it.
+#[test]
+fn the_lean_path_counts_and_skips_each_hostile_cqe_like_the_general_one() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 3);
+    ring.attach(wq.shared.clone(), true, true);
+    let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+    let long = [Sge::new(data.as_ptr() as u64, 48, Lkey(0x500))];
+    // One 1-WQEBB SEND, then a 2-WQEBB one (48 bytes inline: 16 + 4 + 48):
+    // positions 0 and 1..3.
+    let mut two = SendWr::send(2, &long);
+    two.flags = SendFlags::INLINE;
+    let (_, r) = wq.post_send(&[SendWr::send(1, &sge), two], false);
+    r.unwrap();
+    assert_eq!(wq.sq_head, 3);
+    let mut wcs = [WorkCompletion::default(); 1];
+    let hostile: [(&str, u32, u16); 5] = [
+        ("unknown QPN", 0x77, 0),
+        ("QPN of another CQ's QP", QPN + 1, 1),
+        ("inside the 2-WQEBB WQE", QPN, 2),
+        ("at the head", QPN, 3),
+        ("far out of range", QPN, 0x8001),
+    ];
+    for (i, (what, qpn, counter)) in hostile.into_iter().enumerate() {
+        let k0 = ring.counters();
+        dev.push(req(qpn, counter, 0));
+        let got = if i % 2 == 0 {
+            ring.poll_send().map(WorkCompletion::from)
+        } else {
+            (ring.poll(&mut wcs, false) == 1).then_some(wcs[0])
+        };
+        assert_eq!(got, None, "{what}");
+        let k = ring.counters();
+        assert_eq!(k.cqes, k0.cqes + 1, "{what}: consumed");
+        let refused = (
+            k.unknown_qpn - k0.unknown_qpn,
+            k.bad_wqe_counter - k0.bad_wqe_counter,
+        );
+        assert_eq!(refused, if qpn == QPN { (0, 1) } else { (1, 0) }, "{what}");
+        assert_eq!(wq.shared.sq.outstanding(), 3, "{what}: nothing retired");
+        assert_eq!(ring.record()[..4], ((i as u32 + 1).to_be_bytes()), "{what}");
+    }
+    // The last WQE's CQE retires both; a replay of it is refused.
+    dev.push(req(QPN, 1, 0));
+    let c = ring.poll_send().expect("a completion");
+    assert_eq!(
+        (c.wr_id(), c.status(), c.opcode(), c.byte_len(), c.qp_num()),
+        (2, WcStatus::Success, WcOpcode::Send, 0, Qpn::from_wire(QPN))
+    );
+    assert_eq!(wq.shared.sq.outstanding(), 0);
+    dev.push(req(QPN, 1, 0));
+    assert_eq!(ring.poll(&mut wcs, false), 0);
+    assert_eq!(ring.counters().bad_wqe_counter, 4);
+    assert_eq!(ring.counters().cqes, 7);
+    assert_eq!(ring.record()[..4], 7u32.to_be_bytes());
+}
+
+/// Each send opcode's completion on the lean path (`poll_send`, a one-entry
+/// `poll`, a batch `poll` whose first CQE the lean path hands over) is what
+/// the general decoder (a CQ of two QPs) makes of the same CQE: opcode,
+/// `byte_len` (READ: the CQE's `byte_cnt`; atomics: 8; SEND and WRITE: 0),
+/// QPN, `wr_id`, every other field default.
+#[test]
+fn every_send_opcode_completes_alike_on_the_lean_and_the_general_path() {
+    let s = space();
+    let sge = [Sge::new(0x1000, 8, Lkey(0x500))];
+    let wrs = [
+        SendWr::send(1, &sge),
+        SendWr::rdma_write(2, &sge, 0x40, Rkey(3)),
+        SendWr::rdma_read(3, &sge, 0x40, Rkey(3)),
+        SendWr::atomic_cmp_swap(4, &sge, 0x40, Rkey(3), 1, 2),
+        SendWr::atomic_fetch_add(5, &sge, 0x40, Rkey(3), 1),
+    ];
+    let want = [
+        (WcOpcode::Send, 0),
+        (WcOpcode::RdmaWrite, 0),
+        (WcOpcode::RdmaRead, 0x1234),
+        (WcOpcode::CompSwap, 8),
+        (WcOpcode::FetchAdd, 8),
+    ];
+    for (how, (wr, (opcode, byte_len))) in [0, 1, 2, 3].iter().flat_map(|h| {
+        wrs.iter()
+            .zip(want)
+            .map(move |(w, x)| (*h, ((*w).signaled(), x)))
+    }) {
+        let (mut wq, _) = queues(&s, false);
+        let (mut ring, mut dev) = cq(&s, 1);
+        ring.attach(wq.shared.clone(), true, true);
+        let (other, _) = queues(&s, false);
+        if how == 3 {
+            // Two QPs: no sole QP, every CQE through the general decoder
+            // (the table finds `wq`, attached first).
+            ring.attach(other.shared.clone(), true, true);
+        }
+        let (_, r) = wq.post_send(std::slice::from_ref(&wr), false);
+        r.unwrap();
+        dev.push(req(QPN, 0, 0x1234));
+        let mut wcs = [WorkCompletion::default(); 4];
+        let wc = match how {
+            0 => WorkCompletion::from(ring.poll_send().expect("poll_send")),
+            1 => {
+                assert_eq!(ring.poll(&mut wcs[..1], false), 1);
+                wcs[0]
+            }
+            2 => {
+                assert_eq!(ring.poll(&mut wcs, false), 1);
+                wcs[0]
+            }
+            _ => {
+                assert_eq!(ring.poll(&mut wcs[..1], false), 1);
+                wcs[0]
+            }
+        };
+        let what = format!("{opcode:?} by path {how}");
+        let expected = WorkCompletion {
+            wr_id: wr.wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+            qp_num: Qpn::from_wire(QPN),
+            ..WorkCompletion::default()
+        };
+        assert_eq!(wc, expected, "{what}");
+        assert_eq!(wq.shared.sq.outstanding(), 0, "{what}");
+        assert_eq!(ring.counters().cqes, 1, "{what}");
+        assert_eq!(ring.record()[..4], 1u32.to_be_bytes(), "{what}");
+    }
+}
+
 #[test]
 fn a_fatal_device_flushes_everything_outstanding_in_software() {
     let s = space();
@@ -809,7 +941,7 @@ fn a_fatal_device_flushes_sends_one_at_a_time_for_poll_send() {
     );
     r.unwrap();
     let got: Vec<(u64, WcStatus, WcOpcode)> = std::iter::from_fn(|| ring.flush_send())
-        .map(|c| (c.wr_id, c.status, c.opcode))
+        .map(|c| (c.wr_id(), c.status(), c.opcode()))
         .collect();
     assert_eq!(
         got,

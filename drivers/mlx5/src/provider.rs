@@ -325,7 +325,7 @@ impl Mlx5Cq {
 }
 
 impl CqOps for Mlx5Cq {
-    #[inline]
+    #[inline(always)]
     fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         Ok(self
             .cq

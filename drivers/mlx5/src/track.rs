@@ -60,11 +60,16 @@ pub(crate) const fn sq_meta(wqe_index: u16, wqebbs: u32, wc_code: u32) -> u32 {
     ((wqe_index as u32) << 16) | ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
 }
 
-/// One WQEBB's tracking entry: the `wr_id` and [`sq_meta`] of the WQE that
-/// starts there (one slot, so one bounds check covers both).
+/// One WQEBB's tracking entry: the `wr_id`, the free-running WQEBB position
+/// it was recorded at, and the [`sq_meta`] of the WQE that starts there (one
+/// 16-byte slot, so one index covers all three).
 #[derive(Debug, Default)]
 pub(crate) struct SqSlot {
     pub wr_id: AtomicU64,
+    /// The producer counter (WQEBBs, free-running) the WQE was posted at:
+    /// a CQE is taken only for the slot's WQE when this lies in the
+    /// outstanding window and its low 16 bits are the CQE's `wqe_counter`.
+    pub start: AtomicU32,
     pub meta: AtomicU32,
 }
 
@@ -99,7 +104,16 @@ impl SqTrack {
     pub fn new(wqebbs: u32) -> SqTrack {
         let n = wqebbs.clamp(1, 1 << 15).next_power_of_two();
         SqTrack {
-            slots: (0..n).map(|_| SqSlot::default()).collect(),
+            // Slot `i` starts as recorded at `i + 1`: never `i` modulo `n`,
+            // so a counter that maps to a slot no WQE was recorded in is
+            // refused (with `n == 1` nothing maps to it before the first
+            // post, when the window is empty).
+            slots: (0..n)
+                .map(|i| SqSlot {
+                    start: AtomicU32::new(i + 1),
+                    ..SqSlot::default()
+                })
+                .collect(),
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
             mask: n - 1,
@@ -132,6 +146,7 @@ impl SqTrack {
     pub fn record(&self, head: u32, wr_id: u64, meta: u32) {
         let s = self.slot(head);
         s.wr_id.store(wr_id, Ordering::Relaxed);
+        s.start.store(head, Ordering::Relaxed);
         s.meta.store(meta, Ordering::Relaxed);
     }
 
@@ -139,28 +154,32 @@ impl SqTrack {
     /// `counter` (§10: unsignaled WQEs before it are done too); its
     /// `(wr_id, completion opcode code)`, or `None` if `counter` names no
     /// outstanding WQE start.
+    ///
+    /// The slot at `counter` (modulo the ring) says where its WQE was
+    /// posted (`start`, free-running). `counter` names an outstanding WQE
+    /// start iff that position is in the window `tail .. head` (one
+    /// unsigned compare of `start - tail` against `head - tail`) and its low
+    /// 16 bits are `counter`. A slot inside a longer WQE still holds the
+    /// position of an older, retired WQE (before `tail`, so outside the
+    /// window), an unused one a position `≢` its index (`new`), and a slot
+    /// the poster is filling a position at or past the `head` loaded here,
+    /// so each is refused. The poster publishes `head` only after the whole
+    /// WQE, so a WQE starting inside the window also ends inside it, and it
+    /// cannot reuse a slot of the window before `tail` passes it: the retire
+    /// count, `start + WQEBBs - tail`, needs no further check.
     #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
         let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Relaxed);
-        let outstanding = head.wrapping_sub(tail);
-        let ahead = u32::from(counter.wrapping_sub(tail as u16));
         let slot = self.slot(u32::from(counter));
-        let meta = slot.meta.load(Ordering::Relaxed);
-        let bbs = (meta >> 8) & 0xff;
-        // One test for the three ways a counter can lie: outside the
-        // outstanding window, not a WQE start (the metadata's index
-        // differs, or the slot is empty: 0 WQEBBs), or a WQE that would end
-        // past the head. `ahead < outstanding ≤ 2^15` and `bbs ≤ 255`, so
-        // the sum cannot wrap.
-        if (ahead >= outstanding) | ((meta >> 16) as u16 != counter) | (bbs == 0)
-            || ahead + bbs > outstanding
-        {
+        let start = slot.start.load(Ordering::Relaxed);
+        if start.wrapping_sub(tail) >= head.wrapping_sub(tail) || start as u16 != counter {
             return None;
         }
+        let meta = slot.meta.load(Ordering::Relaxed);
         let wr_id = slot.wr_id.load(Ordering::Relaxed);
         self.tail
-            .store(tail.wrapping_add(ahead + bbs), Ordering::Release);
+            .store(start.wrapping_add((meta >> 8) & 0xff), Ordering::Release);
         Some((wr_id, meta & 0xff))
     }
 
@@ -230,6 +249,20 @@ pub(crate) struct QpShared {
     pub destroyed: AtomicBool,
 }
 
+impl QpShared {
+    /// A QP no CQE names (QPN outside 24 bits), nothing outstanding: what a
+    /// CQ's lean path points at when it has no sole QP.
+    pub(crate) fn placeholder() -> QpShared {
+        QpShared {
+            qpn: u32::MAX,
+            sq: SqTrack::new(1),
+            rq: RqTrack::new(1),
+            flush: AtomicBool::new(false),
+            destroyed: AtomicBool::new(false),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +314,42 @@ mod tests {
         assert_eq!(c, 0x0001);
         assert_eq!(sq.complete(0x0001), Some((12, 1)));
         assert_eq!(sq.tail.load(Ordering::Relaxed), 0x1_0002);
+    }
+
+    #[test]
+    fn a_stale_slot_with_the_same_16_bit_index_is_refused() {
+        // Slot 1 last held a WQE at position 1; 2^16 WQEBBs later a 2-WQEBB
+        // WQE covers it (0x10000, 0x10001), so its slot is stale but its
+        // 16-bit index matches a CQE naming 0x0001 — the WQEBB inside the
+        // WQE, which is no WQE start.
+        let sq = SqTrack::new(4);
+        post(&sq, 10, 1);
+        post(&sq, 11, 1);
+        assert_eq!(sq.complete(1), Some((11, 1)));
+        sq.head.store(0x1_0000, Ordering::Relaxed);
+        sq.tail.store(0x1_0000, Ordering::Relaxed);
+        assert_eq!(post(&sq, 12, 2), 0);
+        assert_eq!(sq.complete(1), None);
+        assert_eq!(sq.outstanding(), 2, "nothing retired");
+        assert_eq!(sq.complete(0), Some((12, 1)));
+        assert_eq!(sq.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_slot_no_wqe_was_recorded_in_is_refused() {
+        // A 3-WQEBB WQE on a fresh ring: slots 1 and 2 were never written.
+        let sq = SqTrack::new(4);
+        post(&sq, 1, 3);
+        assert_eq!(sq.complete(1), None);
+        assert_eq!(sq.complete(2), None);
+        assert_eq!(sq.complete(0), Some((1, 1)));
+        // One slot: nothing maps anywhere before the first post.
+        let one = SqTrack::new(1);
+        assert_eq!(one.complete(0), None);
+        assert_eq!(one.complete(1), None);
+        post(&one, 7, 1);
+        assert_eq!(one.complete(1), None, "index 1 is not position 0");
+        assert_eq!(one.complete(0), Some((7, 1)));
     }
 
     #[test]

@@ -1002,7 +1002,7 @@ fn the_direct_fast_path_writes_inline_and_polls_send_completions() {
         std::thread::sleep(Duration::from_micros(50));
     };
     assert_eq!(
-        (c.wr_id, c.status, c.opcode, c.qp_num),
+        (c.wr_id(), c.status(), c.opcode(), c.qp_num()),
         (21, WcStatus::Success, WcOpcode::RdmaWrite, r.qp.qpn())
     );
     assert_eq!(r.peer.bytes(6000, 8), b"8 bytes!");

@@ -306,7 +306,7 @@ impl Model {
         match got {
             Some(c) => {
                 assert!(
-                    !matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
+                    !matches!(c.opcode(), WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
                     "poll_send returned a receive: {c:?}"
                 );
                 self.retire(&WorkCompletion::from(c));
