@@ -86,6 +86,8 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         sq_ring,
         dbrec,
         fast_inline: 0,
+        sq_limit: 0,
+        write_ctrl: 0,
     };
     wq.set_state(QpState::Rts);
     (wq, data)

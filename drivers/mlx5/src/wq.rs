@@ -15,7 +15,7 @@ use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
-use crate::ring::{WordCell, WordRing};
+use crate::ring::{WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits,
@@ -272,6 +272,15 @@ pub(crate) fn inline_write_words_from(
     ]
 }
 
+/// The doorbell record's memory word for receive producer `rq_head` and
+/// send producer `sq_head` (each counter 16 bits).
+#[inline(always)]
+fn dbrec_word(rq_head: u32, sq_head: u32) -> u64 {
+    let recv = qp_doorbell_record::recv_counter.insert(0, rq_head & 0xffff);
+    let send = qp_doorbell_record::send_counter.insert(0, sq_head & 0xffff);
+    be_pair(recv, send)
+}
+
 /// A QP's rings and the state of its one poster.
 pub(crate) struct WorkQueues {
     pub qpn: u32,
@@ -301,6 +310,17 @@ pub(crate) struct WorkQueues {
     /// [`WorkQueues::set_state`]: the fast path's state, service and inline
     /// checks as one compare.
     pub fast_inline: usize,
+    /// `tail + sq_wqebbs` at the last look at the consumer: the producer
+    /// may reach it and no further. Kept by every writer of `sq_head`
+    /// (`sq_limit - sq_head` stays in `0..=sq_wqebbs`), so the fast path's
+    /// queue-space check is one compare; 0 (or any stale value at or
+    /// behind the producer) only sends the next post to
+    /// [`WorkQueues::sq_room`], which looks again.
+    pub sq_limit: u32,
+    /// The control segment's first word of an RDMA WRITE from this QP
+    /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
+    /// before the byte swap; kept by [`WorkQueues::set_state`].
+    pub write_ctrl: u64,
 }
 
 /// One more than the inline bytes the fast RDMA WRITE may carry in `state`
@@ -334,6 +354,35 @@ impl WorkQueues {
     pub fn set_state(&mut self, state: QpState) {
         self.state = state;
         self.fast_inline = fast_inline_limit(state, &self.limits);
+        self.write_ctrl = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, 0, 0, 0)[0]);
+    }
+
+    /// The memory word of [`ctrl_words`]`(RdmaWrite, index, qpn, ds, ..)[0]`
+    /// from [`WorkQueues::write_ctrl`]: index and `ds` put in, one swap.
+    #[inline(always)]
+    fn write_ctrl_word(&self, index: u16, ds: u32) -> u64 {
+        // Index and `ds` alone (the opcode is in `write_ctrl`): a constant
+        // `ds` then goes in as one small immediate.
+        let opcode = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, 0, 0, 0, 0)[0]);
+        let varying =
+            u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, index, 0, ds, 0, 0)[0]) ^ opcode;
+        (self.write_ctrl | varying).to_be()
+    }
+
+    /// The queue-space check behind [`WorkQueues::sq_limit`] when the
+    /// producer has reached it: the consumer read again (`Acquire`, as
+    /// the general writer), the limit moved; `QueueFull` (counted) when
+    /// the SQ is really full.
+    #[cold]
+    #[inline(never)]
+    fn sq_room(&mut self, head: u32) -> Result<(), PostFailure> {
+        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let used = head.wrapping_sub(tail);
+        if used >= self.sq_wqebbs {
+            return Err(self.queue_full(used));
+        }
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
+        Ok(())
     }
 
     /// Change the send limits, keeping the fast path's limit.
@@ -354,11 +403,9 @@ impl WorkQueues {
 
     #[inline(always)]
     pub(crate) fn store_dbrec(&self) {
-        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
-        let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
         self.dbrec
             .get()
-            .store(be_pair(recv, send), Ordering::Relaxed);
+            .store(dbrec_word(self.rq_head, self.sq_head), Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -474,7 +521,7 @@ impl WorkQueues {
             && let Some(wqe) = self.post_fast_write(wr, fatal)
         {
             let ring = SendDoorbell {
-                ctrl: wqe[0],
+                ctrl: wqe.head[0],
                 wqebb: self.sq_head.wrapping_sub(1),
                 wqebbs: 1,
                 single: true,
@@ -545,6 +592,8 @@ impl WorkQueues {
         if used + p.wqebbs > self.sq_wqebbs {
             return Err(PostFailure::QueueFull { outstanding: used });
         }
+        // The producer ends at or behind it (`WorkQueues::sq_limit`).
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
         let head = self.sq_head;
         let words = self.buf.words();
         let mut w = RingWriter::new(
@@ -616,21 +665,64 @@ impl WorkQueues {
             return Err(self.fast_refusal(fatal, N));
         }
         let head = self.sq_head;
-        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
-        if used >= self.sq_wqebbs {
-            return Err(self.queue_full(used));
+        if head == self.sq_limit {
+            self.sq_room(head)?;
         }
-        let wqe = inline_write_words(
-            head as u16,
-            self.qpn,
-            inline_write_ds(N),
+        Ok(self
+            .write_inline_at(head, wr_id, remote_addr, rkey, data, signaled)
+            .words())
+    }
+
+    /// Whether [`WorkQueues::post_write_inline`] of `N` bytes would take the
+    /// straight path: every check passes (state, service, inline limit,
+    /// flush flag) and the producer is short of [`WorkQueues::sq_limit`].
+    /// Then [`WorkQueues::write_inline_at`] posts it.
+    #[inline(always)]
+    pub fn inline_write_fits(&self, n: usize) -> bool {
+        n < self.fast_inline
+            && !self.shared.flush.load(Ordering::Relaxed)
+            && self.sq_head != self.sq_limit
+    }
+
+    /// The post of [`WorkQueues::post_write_inline`] after its checks, at
+    /// producer `head` (= `sq_head`): the WQE built in registers, stored,
+    /// tracked and recorded ([`WorkQueues::commit_wqebb`]); its 64 bytes
+    /// returned for the BlueFlame copy. Callers check first (`post_write_inline`,
+    /// or [`WorkQueues::inline_write_fits`]): without the checks it would
+    /// still write only inside the ring, but past the consumer or on a QP
+    /// that may not send.
+    #[inline(always)]
+    pub fn write_inline_at<const N: usize>(
+        &mut self,
+        head: u32,
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        data: &[u8; N],
+        signaled: bool,
+    ) -> Wqebb {
+        let ctrl0 = self.write_ctrl_word(head as u16, inline_write_ds(N));
+        let ctrl1 = ctrl_words(
+            WqeOpcode::RdmaWrite,
+            0,
+            0,
+            0,
             fm_ce_se(signaled_flags(signaled), self.sig_all),
-            remote_addr,
-            rkey,
-            data,
-        );
+            0,
+        )[1];
+        let raddr = raddr_words(remote_addr, rkey);
+        let first = [ctrl0, ctrl1, raddr[0], raddr[1]];
+        let wqe = if N == 8 {
+            let mut d = [0u8; 8];
+            d.copy_from_slice(&data[..]);
+            Wqebb::with_inline8(first, inline_header(8).to_be_bytes(), &d)
+        } else {
+            let mut w = inline_write_words(0, 0, 0, 0, 0, 0, data);
+            w[..4].copy_from_slice(&first);
+            Wqebb::from_words(w)
+        };
         self.commit_wqebb(head, &wqe, wr_id);
-        Ok(wqe)
+        wqe
     }
 
     /// Whether an RDMA WRITE of `n` inline bytes passes every check of
@@ -670,14 +762,14 @@ impl WorkQueues {
 
     /// Store one whole WQEBB at `head` (the ring's block: masked, no
     /// bounds check), its tracking (an RDMA WRITE), the producer, then the
-    /// record between the two named barriers.
+    /// record between the two named barriers. Everything the record needs
+    /// is read before the first barrier (a compiler fence on x86_64, after
+    /// which fields would be loaded again).
     #[inline(always)]
-    fn commit_wqebb(&mut self, head: u32, wqe: &[u64; 8], wr_id: u64) {
-        let bb = self.sq_ring.block(head as usize);
-        for (slot, w) in bb.iter().zip(wqe) {
-            slot.store(*w, Ordering::Relaxed);
-        }
-        self.shared.sq.record(
+    fn commit_wqebb(&mut self, head: u32, wqe: &Wqebb, wr_id: u64) {
+        let shared: &QpShared = &self.shared;
+        self.sq_ring.store_block(head as usize, wqe);
+        shared.sq.record(
             head,
             wr_id,
             sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
@@ -685,10 +777,14 @@ impl WorkQueues {
         let next = head.wrapping_add(1);
         self.sq_head = next;
         self.counters.sends += 1;
-        self.shared.sq.head.store(next, Ordering::Release);
+        shared.sq.head.store(next, Ordering::Release);
+        let send = qp_doorbell_record::send_counter.insert(0, next & 0xffff);
+        let cell = &self.dbrec;
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        self.store_dbrec();
+        // Only the send counter changed: its dword alone (as `store_dbrec`
+        // would leave the word, unit-tested).
+        cell.store_dword1(send);
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
     }
@@ -706,7 +802,7 @@ impl WorkQueues {
         &mut self,
         wr: &SendWr<'_, D>,
         fatal: bool,
-    ) -> Option<[u64; 8]> {
+    ) -> Option<Wqebb> {
         let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
             return None;
         };
@@ -722,12 +818,16 @@ impl WorkQueues {
         {
             return None;
         }
-        let src = self.inline_words(s)?;
         let head = self.sq_head;
-        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
-        if used >= self.sq_wqebbs {
-            return None;
+        if head == self.sq_limit {
+            // The general writer counts a full queue and refuses it.
+            let tail = self.shared.sq.tail.load(Ordering::Acquire);
+            if head.wrapping_sub(tail) >= self.sq_wqebbs {
+                return None;
+            }
+            self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
         }
+        let src = self.inline_words(s)?;
         let wqe = inline_write_words_from(
             head as u16,
             self.qpn,
@@ -738,6 +838,7 @@ impl WorkQueues {
             src,
             len,
         );
+        let wqe = Wqebb::from_words(wqe);
         self.commit_wqebb(head, &wqe, wr.wr_id);
         Some(wqe)
     }
