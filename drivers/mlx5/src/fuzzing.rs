@@ -140,6 +140,7 @@ impl CqRig {
             fast_inline: 0,
             sq_limit: 0,
             write_ctrl: 0,
+            inline_src: None,
         };
         wq.set_state(QpState::Rts);
         let n = 1usize << log;

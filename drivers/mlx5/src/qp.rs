@@ -431,6 +431,7 @@ impl Qp {
                 fast_inline: 0,
                 sq_limit: 0,
                 write_ctrl: 0,
+                inline_src: None,
             },
         })
     }
@@ -684,13 +685,32 @@ impl Qp {
     /// Post a batch of sends: one doorbell for the batch. On a failure the
     /// requests before it are posted (and rung) and the error names the
     /// failing one.
-    #[inline]
+    #[inline(always)]
     pub fn post_send<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
+        // The commonest request first, with the fewest tests (a single
+        // small inline WRITE, one word of payload, the block pair present:
+        // `WorkQueues::post_small_write`), rung from the words it built;
+        // everything else out of line.
+        if let [wr] = wrs
+            && let Some(pair) = &mut self.bf.fast
+            && let Some(wqe) = self.wq.post_small_write(wr)
+        {
+            pair.write_next(&wqe);
+            wc_flush();
+            self.wq.counters.blueflame += 1;
+            return Ok(());
+        }
+        self.post_send_rest(wrs)
+    }
+
+    /// [`Qp::post_send`] past its first shortcut: the single-WRITE
+    /// shortcut's other cases (`WorkQueues::post_fast_write`), then the
+    /// general writer.
+    #[inline(never)]
+    fn post_send_rest<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
         // A fatal function has set this QP's flush flag (`Hca::register_qp`),
         // which the queues check: no second load through the `Hca`.
         let fatal = false;
-        // The single-WRITE shortcut (`WorkQueues::post_send`), rung from
-        // the words it built rather than read back from the ring.
         if let [wr] = wrs
             && let Some(wqe) = self.wq.post_fast_write(wr, fatal)
         {

@@ -168,18 +168,19 @@ impl Wqebb {
         ]
     }
 
-    /// Words 0..4 `head`, then an inline segment of 8 bytes: the header
-    /// dword `header` (memory order: its bytes as they lie), the 8 bytes
-    /// of `data`, zeros to the end of the block (§9.3). On x86_64 the data
-    /// is loaded straight into the pair and shifted behind the header.
+    /// Words 0..4 `head`, then an inline segment of up to 8 bytes: the
+    /// header dword `header` (memory order: its bytes as they lie), the 8
+    /// bytes `data` (the payload, zeros past its length), zeros to the end
+    /// of the block (§9.3). On x86_64 the data goes straight into the pair
+    /// and is shifted behind the header there.
     #[inline(always)]
-    pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: &[u8; 8]) -> Wqebb {
+    pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: [u8; 8]) -> Wqebb {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: SSE2 is part of the x86_64 baseline (every x86_64
             // target enables it); these compute on registers only.
             let (seg, zero) = unsafe {
-                let d = _mm_set_epi64x(0, i64::from_ne_bytes(*data));
+                let d = _mm_set_epi64x(0, i64::from_ne_bytes(data));
                 let h = _mm_set_epi64x(0, i64::from(u32::from_ne_bytes(header)));
                 (_mm_or_si128(_mm_slli_si128::<4>(d), h), _mm_setzero_si128())
             };
@@ -192,7 +193,7 @@ impl Wqebb {
         {
             let mut seg = [0u8; 16];
             seg[..4].copy_from_slice(&header);
-            seg[4..12].copy_from_slice(data);
+            seg[4..12].copy_from_slice(&data);
             let lo = u64::from_ne_bytes(seg[..8].try_into().unwrap_or([0; 8]));
             let hi = u64::from_ne_bytes(seg[8..].try_into().unwrap_or([0; 8]));
             Wqebb {
@@ -323,5 +324,45 @@ mod tests {
         let c = WordCell::new(buf.clone(), 100).unwrap();
         c.get().store(9, Ordering::Relaxed);
         assert_eq!(all[100].load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
+    fn a_wqebb_stores_the_words_it_was_built_from() {
+        let buf = buffer();
+        let r = WordRing::new(buf.clone(), 8, 16).unwrap();
+        let words = [1, 2, 3, 4, 0x5555, 0x6666, 0x7777, 0x8888_9999];
+        let b = Wqebb::from_words(words);
+        assert_eq!(b.words(), words);
+        // Block 3 of a 2-block ring is block 1: words 16..24.
+        r.store_block(3, &b);
+        let got: Vec<u64> = buf.words()[8..24]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(&got[8..], &words);
+        assert!(got[..8].iter().all(|&w| w == 0));
+        // The inline segment: header dword, 8 bytes, zeros.
+        let b = Wqebb::with_inline8([9, 8, 7, 6], [0x80, 0, 0, 8], *b"ABCDEFGH");
+        let mut seg = [0u8; 32];
+        seg[..4].copy_from_slice(&[0x80, 0, 0, 8]);
+        seg[4..12].copy_from_slice(b"ABCDEFGH");
+        let w = b.words();
+        assert_eq!(&w[..4], &[9, 8, 7, 6]);
+        for (i, chunk) in seg.chunks(8).enumerate() {
+            assert_eq!(w[4 + i].to_ne_bytes(), chunk, "word {}", 4 + i);
+        }
+    }
+
+    #[test]
+    fn the_second_dword_store_leaves_the_first() {
+        let buf = buffer();
+        let c = WordCell::new(buf.clone(), 3).unwrap();
+        c.get().store(
+            u64::from_ne_bytes([1, 2, 3, 4, 5, 6, 7, 8]),
+            Ordering::Relaxed,
+        );
+        c.store_dword1(0x0000_abcd);
+        let bytes = c.get().load(Ordering::Relaxed).to_ne_bytes();
+        assert_eq!(bytes, [1, 2, 3, 4, 0, 0, 0xab, 0xcd]);
     }
 }

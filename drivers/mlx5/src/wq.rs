@@ -71,6 +71,59 @@ impl UdSegment for UdSend<'_> {
     }
 }
 
+/// The region [`WorkQueues::post_small_write`] read its last payload
+/// from, as a view that keeps the buffer (`Arc`) and the base pointer of
+/// its words: one key compare and one range check per post, no walk of
+/// [`WorkQueues::regions`] and no [`DmaBuffer::words`] fetch. Made only
+/// over a region that lies inside its buffer's words.
+pub(crate) struct InlineSource {
+    lkey: u32,
+    start: u64,
+    len: u64,
+    base: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    _buf: Arc<DmaBuffer>,
+}
+
+// SAFETY: a pointer into the mapping `_buf` owns (`Send + Sync`), used only
+// to form `&AtomicU64`s, as `crate::ring::WordRing`.
+unsafe impl Send for InlineSource {}
+// SAFETY: as `Send`; `&InlineSource` hands out only `&AtomicU64` loads.
+unsafe impl Sync for InlineSource {}
+
+impl InlineSource {
+    /// The view of `r`; `None` unless its `len` bytes lie inside its
+    /// buffer's words.
+    fn new(r: &Region) -> Option<InlineSource> {
+        let words = r.buf.words();
+        if r.len > words.len() as u64 * 8 {
+            return None;
+        }
+        Some(InlineSource {
+            lkey: r.lkey,
+            start: r.start,
+            len: r.len,
+            base: std::ptr::NonNull::new(words.as_ptr().cast_mut())?,
+            _buf: r.buf.clone(),
+        })
+    }
+
+    /// The word at the 8-aligned `addr` when `len` (1..=8) bytes from it
+    /// are inside this region under `lkey`.
+    #[inline(always)]
+    fn word(&self, lkey: u32, addr: u64, len: u64) -> Option<u64> {
+        let off = addr.wrapping_sub(self.start);
+        if lkey != self.lkey || addr < self.start || off.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: `off + len <= self.len <= 8 × (the buffer's words)`
+        // (`new`) and `len >= 1`, so word `off / 8` is one of the buffer's
+        // words, a mapping `self._buf` keeps alive; the reference is to an
+        // atomic, which assumes nothing about the value.
+        let w = unsafe { &*self.base.as_ptr().add((off / 8) as usize) };
+        Some(w.load(Ordering::Relaxed))
+    }
+}
+
 /// A region inline sends may read from.
 pub(crate) struct Region {
     pub lkey: u32,
@@ -204,9 +257,20 @@ pub fn inline_write_words<const N: usize>(
     ]
 }
 
+/// `BYTE_MASKS[n]` keeps bytes `0..n` (memory order) of a word (n ≤ 8).
+const BYTE_MASKS: [u64; 9] = {
+    let mut m = [0u64; 9];
+    let mut n = 0;
+    while n <= 8 {
+        m[n] = keep_bytes(u64::MAX, n);
+        n += 1;
+    }
+    m
+};
+
 /// Bytes `0..n` (memory order) of a word, the rest zero.
 #[inline(always)]
-fn keep_bytes(word: u64, n: usize) -> u64 {
+const fn keep_bytes(word: u64, n: usize) -> u64 {
     if n >= 8 {
         return word;
     }
@@ -321,6 +385,9 @@ pub(crate) struct WorkQueues {
     /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
     /// before the byte swap; kept by [`WorkQueues::set_state`].
     pub write_ctrl: u64,
+    /// The region the last small inline WRITE read from (a cache of
+    /// `regions`, filled out of line on a miss).
+    pub inline_src: Option<InlineSource>,
 }
 
 /// One more than the inline bytes the fast RDMA WRITE may carry in `state`
@@ -675,13 +742,29 @@ impl WorkQueues {
 
     /// Whether [`WorkQueues::post_write_inline`] of `N` bytes would take the
     /// straight path: every check passes (state, service, inline limit,
-    /// flush flag) and the producer is short of [`WorkQueues::sq_limit`].
+    /// flush flag) and the producer is short of [`WorkQueues::sq_limit`]
+    /// (moved here when it has reached it and the consumer has moved on).
     /// Then [`WorkQueues::write_inline_at`] posts it.
     #[inline(always)]
-    pub fn inline_write_fits(&self, n: usize) -> bool {
-        n < self.fast_inline
-            && !self.shared.flush.load(Ordering::Relaxed)
-            && self.sq_head != self.sq_limit
+    pub fn inline_write_fits(&mut self, n: usize) -> bool {
+        if n >= self.fast_inline || self.shared.flush.load(Ordering::Relaxed) {
+            return false;
+        }
+        let head = self.sq_head;
+        head != self.sq_limit || self.move_limit(head)
+    }
+
+    /// The producer reached [`WorkQueues::sq_limit`]: read the consumer
+    /// again (`Acquire`, as the general writer) and move the limit;
+    /// `false`, nothing changed, when the SQ is really full.
+    #[inline(always)]
+    fn move_limit(&mut self, head: u32) -> bool {
+        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        if head.wrapping_sub(tail) >= self.sq_wqebbs {
+            return false;
+        }
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
+        true
     }
 
     /// The post of [`WorkQueues::post_write_inline`] after its checks, at
@@ -715,7 +798,7 @@ impl WorkQueues {
         let wqe = if N == 8 {
             let mut d = [0u8; 8];
             d.copy_from_slice(&data[..]);
-            Wqebb::with_inline8(first, inline_header(8).to_be_bytes(), &d)
+            Wqebb::with_inline8(first, inline_header(8).to_be_bytes(), d)
         } else {
             let mut w = inline_write_words(0, 0, 0, 0, 0, 0, data);
             w[..4].copy_from_slice(&first);
@@ -841,6 +924,83 @@ impl WorkQueues {
         let wqe = Wqebb::from_words(wqe);
         self.commit_wqebb(head, &wqe, wr.wr_id);
         Some(wqe)
+    }
+
+    /// [`WorkQueues::post_fast_write`] for its most common case, with the
+    /// fewest tests: an RDMA WRITE with `INLINE` (and perhaps `SIGNALED`)
+    /// of one SGE of 1..=8 bytes at an 8-aligned address of a region given
+    /// to [`crate::Qp::use_region`], on a QP that passes
+    /// [`WorkQueues::inline_write_fits`]. The payload is one region word,
+    /// masked to its length, and the WQE is built as
+    /// [`WorkQueues::write_inline_at`] builds one: the same bytes as the
+    /// general writer (unit-tested). `None`, nothing written, when any of
+    /// that does not hold.
+    #[inline(always)]
+    pub fn post_small_write<D: UdDestination>(&mut self, wr: &SendWr<'_, D>) -> Option<Wqebb> {
+        let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
+            return None;
+        };
+        let [s] = wr.sg_list else {
+            return None;
+        };
+        let len = s.length as usize;
+        if wr.flags.difference(SendFlags::SIGNALED) != SendFlags::INLINE
+            || len.wrapping_sub(1) >= 8
+            || !self.inline_write_fits(len)
+        {
+            return None;
+        }
+        if !s.addr.is_multiple_of(8) {
+            return None;
+        }
+        let Some(word) = self
+            .inline_src
+            .as_ref()
+            .and_then(|c| c.word(s.lkey.get(), s.addr, len as u64))
+        else {
+            // Keep the region for the next post; this one goes the longer
+            // way (nothing live across the call on the hot path).
+            self.inline_source_miss(s);
+            return None;
+        };
+        let data = (word & BYTE_MASKS[len]).to_ne_bytes();
+        let head = self.sq_head;
+        let raddr = raddr_words(remote_addr, rkey.get());
+        let first = [
+            // 4 + len ≤ 12 bytes of inline segment: `ds` 3 for every len.
+            self.write_ctrl_word(head as u16, inline_write_ds(8)),
+            ctrl_words(
+                WqeOpcode::RdmaWrite,
+                0,
+                0,
+                0,
+                fm_ce_se(wr.flags, self.sig_all),
+                0,
+            )[1],
+            raddr[0],
+            raddr[1],
+        ];
+        let wqe = Wqebb::with_inline8(first, inline_header(len as u32).to_be_bytes(), data);
+        self.commit_wqebb(head, &wqe, wr.wr_id);
+        Some(wqe)
+    }
+
+    /// [`WorkQueues::inline_src`] missed: find the region `s` names (as
+    /// the general writer does) and keep it.
+    #[cold]
+    #[inline(never)]
+    fn inline_source_miss(&mut self, s: &rnic_core::Sge) {
+        let len = u64::from(s.length);
+        let r = self.regions.iter().find(|r| {
+            r.lkey == s.lkey.get()
+                && s.addr >= r.start
+                && s.addr
+                    .checked_add(len)
+                    .is_some_and(|e| e <= r.start + r.len)
+        });
+        if let Some(src) = r.and_then(InlineSource::new) {
+            self.inline_src = Some(src);
+        }
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).
