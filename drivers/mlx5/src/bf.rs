@@ -190,19 +190,24 @@ impl BlockPair {
             // `BlockWindow::new`). The window's contract makes it valid for
             // volatile stores while its owner lives (`self.window` holds
             // it); no reference into it is created.
-            unsafe { block.add(i).write_volatile(*w) };
+            unsafe { block.wrapping_add(i).write_volatile(*w) };
         }
         #[cfg(target_arch = "x86_64")]
         for (k, pair) in wqe.tail.iter().enumerate() {
             // SAFETY: as above: bytes `32 + 16k .. 48 + 16k` (k < 2) of the
             // current half, inside the window, 16-aligned (the half is
             // 64-aligned); one volatile 16-byte store.
-            unsafe { block.add(4 + 2 * k).cast::<Pair>().write_volatile(*pair) };
+            unsafe {
+                block
+                    .wrapping_add(4 + 2 * k)
+                    .cast::<Pair>()
+                    .write_volatile(*pair)
+            };
         }
         #[cfg(not(target_arch = "x86_64"))]
         for (i, w) in wqe.tail.iter().flatten().enumerate() {
             // SAFETY: as above, word `4 + i` (< 8) of the current half.
-            unsafe { block.add(4 + i).write_volatile(*w) };
+            unsafe { block.wrapping_add(4 + i).write_volatile(*w) };
         }
         self.advance();
     }

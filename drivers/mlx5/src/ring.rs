@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::{
-    __m128i, _mm_or_si128, _mm_set_epi64x, _mm_setzero_si128, _mm_slli_si128, _mm_storeu_si128,
-};
+use std::arch::x86_64::{__m128i, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128, _mm_storeu_si128};
 
 use crate::DmaBuffer;
 
@@ -114,7 +112,7 @@ impl WordRing {
                 // follows this store hands it over, and the poster is the
                 // only writer (`&mut` WorkQueues). An unaligned store, so no
                 // alignment is assumed.
-                unsafe { _mm_storeu_si128(tail.add(k), *pair) };
+                unsafe { _mm_storeu_si128(tail.wrapping_add(k), *pair) };
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -171,37 +169,43 @@ impl Wqebb {
     /// Words 0..4 `head`, then an inline segment of up to 8 bytes: the
     /// header dword `header` (memory order: its bytes as they lie), the 8
     /// bytes `data` (the payload, zeros past its length), zeros to the end
-    /// of the block (§9.3). On x86_64 the data goes straight into the pair
-    /// and is shifted behind the header there.
+    /// of the block (§9.3).
     #[inline(always)]
     pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: [u8; 8]) -> Wqebb {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: SSE2 is part of the x86_64 baseline (every x86_64
-            // target enables it); these compute on registers only.
-            let (seg, zero) = unsafe {
-                let d = _mm_set_epi64x(0, i64::from_ne_bytes(data));
-                let h = _mm_set_epi64x(0, i64::from(u32::from_ne_bytes(header)));
-                (_mm_or_si128(_mm_slli_si128::<4>(d), h), _mm_setzero_si128())
-            };
-            Wqebb {
-                head,
-                tail: [seg, zero],
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let mut seg = [0u8; 16];
-            seg[..4].copy_from_slice(&header);
-            seg[4..12].copy_from_slice(&data);
-            let lo = u64::from_ne_bytes(seg[..8].try_into().unwrap_or([0; 8]));
-            let hi = u64::from_ne_bytes(seg[8..].try_into().unwrap_or([0; 8]));
-            Wqebb {
-                head,
-                tail: [[lo, hi], [0, 0]],
-            }
+        Wqebb {
+            head,
+            tail: [inline_pair(header, data), pair(0, 0)],
         }
     }
+}
+
+/// The first 16 bytes of an inline segment: `header`, the 8 bytes of
+/// `data`, 4 zero bytes. On x86_64 the data goes straight into the register
+/// and is shifted behind the header there (a load, a shift, an or).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn inline_pair(header: [u8; 4], data: [u8; 8]) -> Pair {
+    // SAFETY (this and the next three): SSE2 is part of the x86_64
+    // baseline (every x86_64 target enables it); register operations only.
+    let d = unsafe { _mm_set_epi64x(0, i64::from_ne_bytes(data)) };
+    // SAFETY: as above.
+    let h = unsafe { _mm_set_epi64x(0, i64::from(u32::from_ne_bytes(header))) };
+    // SAFETY: as above.
+    let d = unsafe { _mm_slli_si128::<4>(d) };
+    // SAFETY: as above.
+    unsafe { _mm_or_si128(d, h) }
+}
+
+/// The first 16 bytes of an inline segment (see the x86_64 version).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn inline_pair(header: [u8; 4], data: [u8; 8]) -> Pair {
+    let mut lo = [0u8; 8];
+    lo[..4].copy_from_slice(&header);
+    lo[4..].copy_from_slice(&data[..4]);
+    let mut hi = [0u8; 8];
+    hi[..4].copy_from_slice(&data[4..]);
+    [u64::from_ne_bytes(lo), u64::from_ne_bytes(hi)]
 }
 
 /// Memory words `lo` (lower address) and `hi` as a [`Pair`].
@@ -263,7 +267,7 @@ impl WordCell {
         // Rust access to it runs concurrently (the device reads it through
         // its own mapping; the driver's other reads of the word are by the
         // poster, or by tests after the post).
-        let half = unsafe { AtomicU32::from_ptr(self.word.as_ptr().cast::<u32>().add(1)) };
+        let half = unsafe { AtomicU32::from_ptr(self.word.as_ptr().cast::<u32>().wrapping_add(1)) };
         half.store(v.to_be(), Ordering::Relaxed);
     }
 

@@ -119,7 +119,7 @@ impl InlineSource {
         // (`new`) and `len >= 1`, so word `off / 8` is one of the buffer's
         // words, a mapping `self._buf` keeps alive; the reference is to an
         // atomic, which assumes nothing about the value.
-        let w = unsafe { &*self.base.as_ptr().add((off / 8) as usize) };
+        let w = unsafe { &*self.base.as_ptr().wrapping_add((off / 8) as usize) };
         Some(w.load(Ordering::Relaxed))
     }
 }
