@@ -185,8 +185,9 @@ impl Wqebb {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn inline_pair(header: [u8; 4], data: [u8; 8]) -> Pair {
-    // SAFETY (this and the next three): SSE2 is part of the x86_64
-    // baseline (every x86_64 target enables it); register operations only.
+    // SSE2 is part of the x86_64 baseline (every x86_64 target enables
+    // it); each intrinsic below is a register operation only.
+    // SAFETY: as above.
     let d = unsafe { _mm_set_epi64x(0, i64::from_ne_bytes(data)) };
     // SAFETY: as above.
     let h = unsafe { _mm_set_epi64x(0, i64::from(u32::from_ne_bytes(header))) };
