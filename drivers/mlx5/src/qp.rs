@@ -783,8 +783,8 @@ impl Qp {
         // Every check as one test; whatever fails it (a refusal, the
         // producer at its cached limit, no block pair) goes out of line,
         // where the checked post runs in full.
-        if self.wq.inline_write_fits(N)
-            && let Some(pair) = &mut self.bf.fast
+        if let Some(pair) = &mut self.bf.fast
+            && self.wq.inline_write_fits(N)
         {
             let head = self.wq.sq_head;
             let wqe = self
