@@ -27,7 +27,7 @@ use crate::qp::{
 };
 use crate::types::{Gid, Lkey, Mtu, Psn, Qpn};
 use crate::verbs::{MrInner, PdInner, ProtectionDomain};
-use crate::wr::{RecvWr, SendWr, Sge};
+use crate::wr::{RecvWr, SendFlags, SendWr, Sge};
 
 /// Parameters of RESET → INIT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -476,7 +476,12 @@ impl<P: Provider> QueuePair<P> {
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         for wr in wrs {
-            self.retain(wr.sg_list);
+            // An inline request's bytes are copied at post time
+            // ([`SendFlags::INLINE`]): the device never reads its SGEs'
+            // memory afterwards, so it retains nothing.
+            if !wr.flags.contains(SendFlags::INLINE) {
+                self.retain(wr.sg_list);
+            }
         }
         if self.send_mode != CreditMode::Windowed {
             let r = self.ops.post_send(wrs);

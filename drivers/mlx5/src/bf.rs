@@ -16,6 +16,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use crate::ring::{Pair, Wqebb};
+
 /// Bytes of one BlueFlame block (one WQEBB).
 pub const BLOCK_BYTES: usize = 64;
 
@@ -119,15 +121,25 @@ impl BlockWindow {
 /// [`BlockWindow`], both checked once when the pair is made:
 /// [`BlockPair::write_next`] stores one block to the current half and flips
 /// to the other, with no check per post. The current half is private here
-/// and only ever `0` or `flip`, so every store lands in a checked block.
+/// and only ever the window's base or base + `flip`, so every store lands
+/// in a checked block.
 #[derive(Debug)]
 pub struct BlockPair {
     window: BlockWindow,
-    /// Offset of the current half: `0` or `flip`.
-    cur: usize,
-    /// Offset of the second half (a multiple of 64; `flip + 64 <= len`).
-    flip: usize,
+    /// The current half: the window's base or base + `flip`.
+    cur: *mut u8,
+    /// The address of one half xor that of the other: `cur`'s address xor
+    /// `toggle` is the other half (one `xor` per ring, no offset add).
+    toggle: usize,
 }
+
+// SAFETY: as `BlockWindow` (which it holds): `cur` points into that
+// window's device memory, used only for volatile stores by the one poster
+// that holds `&mut BlockPair`; nothing in it is tied to a thread.
+unsafe impl Send for BlockPair {}
+// SAFETY: `&BlockPair` offers only `offset` (a read of the pair's own
+// fields); every store needs `&mut`.
+unsafe impl Sync for BlockPair {}
 
 impl BlockPair {
     /// Blocks at `0` and `half` of `window`; `None` unless `half` is a
@@ -139,48 +151,65 @@ impl BlockPair {
         {
             return None;
         }
+        let base = window.base.as_ptr() as usize;
         Some(BlockPair {
+            cur: window.base.as_ptr(),
+            toggle: base ^ base.wrapping_add(half),
             window,
-            cur: 0,
-            flip: half,
         })
     }
 
     /// The offset the next block goes to (`0` or the second half).
     #[inline(always)]
     pub fn offset(&self) -> usize {
-        self.cur
+        (self.cur as usize).wrapping_sub(self.window.base.as_ptr() as usize)
     }
 
     /// Switch to the other half without storing.
     #[inline(always)]
     pub fn advance(&mut self) {
-        self.cur ^= self.flip;
+        let toggle = self.toggle;
+        // `a ^ (a ^ b) = b`: base ↔ base + flip, the pointer's provenance
+        // (the window) kept.
+        self.cur = self.cur.map_addr(|a| a ^ toggle);
     }
 
-    /// Store `words` (memory order, lowest address first) to the current
-    /// half, then switch to the other.
+    /// Store `wqe` (memory order, lowest address first) to the current
+    /// half, then switch to the other: words 0..4 as four volatile 8-byte
+    /// stores, bytes 32..64 as two volatile 16-byte stores on x86_64
+    /// (eight 8-byte stores elsewhere).
     #[inline(always)]
-    pub fn write_next(&mut self, words: &[u64; 8]) {
-        let block = self
-            .window
-            .base
-            .as_ptr()
-            .wrapping_add(self.cur)
-            .cast::<u64>();
-        for (i, w) in words.iter().enumerate() {
-            let word = block.wrapping_add(i);
-            // SAFETY: `cur` is `0` or `flip` (the only writes are `advance`
-            // and this function, both `cur ^= flip` from `0`), and `new`
+    pub(crate) fn write_next(&mut self, wqe: &Wqebb) {
+        let block = self.cur.cast::<u64>();
+        for (i, w) in wqe.head.iter().enumerate() {
+            // SAFETY: `cur` is the window's base or base + `flip` (set in
+            // `new`, changed only by `advance`'s xor of the two), and `new`
             // checked that `[0, 64)` and `[flip, flip + 64)` lie inside the
-            // window and `flip` is a multiple of 64: `word` is 8 bytes
-            // inside the window, 8-aligned (the base is 64-aligned,
+            // window and `flip` is a multiple of 64: `block + i` (i < 4) is
+            // 8 bytes inside the window, 8-aligned (the base is 64-aligned,
             // `BlockWindow::new`). The window's contract makes it valid for
-            // volatile 8-byte stores while its owner lives (`self.window`
-            // holds it); no reference into it is created.
-            unsafe { word.write_volatile(*w) };
+            // volatile stores while its owner lives (`self.window` holds
+            // it); no reference into it is created.
+            unsafe { block.wrapping_add(i).write_volatile(*w) };
         }
-        self.cur ^= self.flip;
+        #[cfg(target_arch = "x86_64")]
+        for (k, pair) in wqe.tail.iter().enumerate() {
+            // SAFETY: as above: bytes `32 + 16k .. 48 + 16k` (k < 2) of the
+            // current half, inside the window, 16-aligned (the half is
+            // 64-aligned); one volatile 16-byte store.
+            unsafe {
+                block
+                    .wrapping_add(4 + 2 * k)
+                    .cast::<Pair>()
+                    .write_volatile(*pair)
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for (i, w) in wqe.tail.iter().flatten().enumerate() {
+            // SAFETY: as above, word `4 + i` (< 8) of the current half.
+            unsafe { block.wrapping_add(4 + i).write_volatile(*w) };
+        }
+        self.advance();
     }
 }
 
@@ -257,14 +286,14 @@ mod tests {
         assert!(BlockPair::new(window(&all, first, 256).unwrap(), usize::MAX - 63).is_none());
         let mut p = BlockPair::new(window(&all, first, 256).unwrap(), 128).unwrap();
         assert_eq!(p.offset(), 0);
-        p.write_next(&[1; 8]);
+        p.write_next(&Wqebb::from_words([1; 8]));
         assert_eq!(p.offset(), 128);
-        p.write_next(&[2; 8]);
+        p.write_next(&Wqebb::from_words([2; 8]));
         assert_eq!(p.offset(), 0);
         p.advance();
         assert_eq!(p.offset(), 128);
         p.advance();
-        p.write_next(&[3, 4, 5, 6, 7, 8, 9, 10]);
+        p.write_next(&Wqebb::from_words([3, 4, 5, 6, 7, 8, 9, 10]));
         let got: Vec<u64> = mem.iter().map(|a| a.load(Ordering::Relaxed)).collect();
         assert_eq!(got[..8], [3, 4, 5, 6, 7, 8, 9, 10]);
         assert_eq!(got[8..16], [0; 8]);

@@ -86,6 +86,9 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         sq_ring,
         dbrec,
         fast_inline: 0,
+        sq_limit: 0,
+        write_ctrl: 0,
+        inline_src: None,
     };
     wq.set_state(QpState::Rts);
     (wq, data)
@@ -1108,4 +1111,179 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
         })
     ));
     assert_eq!(wq.counters.queue_full, 1);
+}
+
+/// `post_small_write` (the generic `Qp::post_send`'s first shortcut) and
+/// the general writer on two identical queues, for every length it takes
+/// and across ring wraps: equal ring bytes, doorbell records and tracking,
+/// and the words it returns for the BlueFlame copy equal its ring slot.
+#[test]
+fn the_small_write_shortcut_writes_the_bytes_the_general_writer_writes() {
+    let s = space();
+    let (mut a, data) = queues(&s, false);
+    let (mut b, _) = queues(&s, false);
+    // Both read the payload from `a`'s region.
+    b.regions = vec![Region {
+        lkey: 0x500,
+        start: data.as_ptr() as u64,
+        len: 4096,
+        buf: data.clone(),
+    }];
+    data.write(64, b"ABCDEFGH").unwrap();
+    let mut missed = 0;
+    for round in 0..3u64 {
+        for len in 1..=8u32 {
+            for signaled in [false, true] {
+                let sge = [Sge::new(data.as_ptr() as u64 + 64, len, Lkey(0x500))];
+                let id = round * 1000 + u64::from(len) * 10 + u64::from(signaled);
+                let mut wr = SendWr::rdma_write(id, &sge, 0x7000_0000 + id, Rkey(0x4321));
+                wr.flags = SendFlags::INLINE;
+                if signaled {
+                    wr.flags |= SendFlags::SIGNALED;
+                }
+                let head = a.sq_head;
+                assert_eq!(head, b.sq_head);
+                let fast = match a.post_small_write(&wr) {
+                    Some(w) => w,
+                    None => {
+                        // The first post learns the region and goes the
+                        // longer way; nothing was written.
+                        missed += 1;
+                        assert_eq!(a.sq_head, head);
+                        a.post_small_write(&wr).expect("the region is kept")
+                    }
+                };
+                let (ring, r) = b.post_send_general(&[wr], false);
+                r.unwrap();
+                assert_eq!(ring.unwrap().wqebbs, 1);
+                assert_eq!((a.sq_head, b.sq_head), (head + 1, head + 1));
+                let at = sq_at(&a, (head % SQ_BBS) as usize);
+                let ds = crate::wq::inline_write_ds(len as usize) as usize;
+                assert_eq!(
+                    read(&a.buf, at, ds * 16),
+                    read(&b.buf, at, ds * 16),
+                    "len {len}"
+                );
+                let words = fast.words();
+                let slot: Vec<u64> = (0..8).map(|i| a.sq_word(head, i)).collect();
+                assert_eq!(words[..], slot[..], "BlueFlame words = ring slot");
+                assert!(words[ds * 2..].iter().all(|&w| w == 0));
+                assert_eq!(
+                    read(&a.buf, a.dbrec_word * 8, 8),
+                    read(&b.buf, b.dbrec_word * 8, 8)
+                );
+                assert_eq!(
+                    a.shared.sq.head.load(Ordering::Relaxed),
+                    b.shared.sq.head.load(Ordering::Relaxed)
+                );
+                assert_eq!(
+                    a.shared.sq.complete(head as u16),
+                    b.shared.sq.complete(head as u16)
+                );
+                drain(&a, &b);
+            }
+        }
+    }
+    assert_eq!(missed, 1);
+    assert_eq!(a.counters.sends, b.counters.sends);
+}
+
+/// Every request the small-write shortcut does not take leaves the queue
+/// as it was (the caller then goes the general way, which refuses or
+/// posts it).
+#[test]
+fn the_small_write_shortcut_declines_without_writing() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let base = data.as_ptr() as u64;
+    let ok = [Sge::new(base, 8, Lkey(0x500))];
+    let mut wr = SendWr::rdma_write(1, &ok, 0x1000, Rkey(1));
+    wr.flags = SendFlags::INLINE;
+    // Learn the region once (declines, writes nothing), then the checks.
+    assert!(wq.post_small_write(&wr).is_none());
+    let before = read(&wq.buf, 0, wq.dbrec_word * 8 + 8);
+    let unaligned = [Sge::new(base + 4, 4, Lkey(0x500))];
+    let nine = [Sge::new(base, 9, Lkey(0x500))];
+    let foreign = [Sge::new(base, 8, Lkey(0x777))];
+    let outside = [Sge::new(base + 4096, 8, Lkey(0x500))];
+    let two = [ok[0], ok[0]];
+    for sges in [&unaligned[..], &nine, &foreign, &outside, &two, &[]] {
+        let mut w = SendWr::rdma_write(2, sges, 0x1000, Rkey(1));
+        w.flags = SendFlags::INLINE;
+        assert!(wq.post_small_write(&w).is_none(), "{sges:?}");
+    }
+    let mut fenced = wr;
+    fenced.flags |= SendFlags::FENCE;
+    let mut not_inline = wr;
+    not_inline.flags = SendFlags::SIGNALED;
+    let send = {
+        let mut w = SendWr::send(3, &ok);
+        w.flags = SendFlags::INLINE;
+        w
+    };
+    for w in [fenced, not_inline, send] {
+        assert!(wq.post_small_write(&w).is_none());
+    }
+    wq.shared.flush.store(true, Ordering::Relaxed);
+    assert!(wq.post_small_write(&wr).is_none());
+    wq.shared.flush.store(false, Ordering::Relaxed);
+    wq.set_state(QpState::Rtr);
+    assert!(wq.post_small_write(&wr).is_none());
+    wq.set_state(QpState::Rts);
+    assert_eq!(
+        read(&wq.buf, 0, wq.dbrec_word * 8 + 8),
+        before,
+        "nothing written"
+    );
+    assert_eq!((wq.sq_head, wq.counters.sends), (0, 0));
+    // Full: SQ_BBS posts, then a decline until the consumer moves.
+    for _ in 0..SQ_BBS {
+        assert!(wq.post_small_write(&wr).is_some());
+    }
+    assert!(wq.post_small_write(&wr).is_none());
+    assert_eq!(wq.sq_head, SQ_BBS);
+    wq.shared.sq.tail.store(1, Ordering::Release);
+    assert!(wq.post_small_write(&wr).is_some());
+    assert!(wq.post_small_write(&wr).is_none());
+    assert_eq!(wq.sq_head, SQ_BBS + 1);
+}
+
+/// The cached SQ limit follows the general writer's multi-WQEBB posts:
+/// mixing 2-WQEBB general posts with 1-WQEBB fast ones never puts more
+/// than the ring's WQEBBs outstanding, and the fast path reports the full
+/// queue exactly when it is full.
+#[test]
+fn the_cached_sq_limit_follows_the_general_writer() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let long = [Sge::new(data.as_ptr() as u64, 40, Lkey(0x500))];
+    let mut big = SendWr::rdma_write(1, &long, 0x1000, Rkey(1));
+    big.flags = SendFlags::INLINE; // 16 + 16 + 4 + 40 bytes: 2 WQEBBs
+    for round in 0..4u32 {
+        let start = wq.sq_head;
+        // One fast post (the limit is learnt), then general 2-WQEBB posts
+        // until the general writer refuses, then fast posts to the brim.
+        wq.post_write_inline(1, 0x1000, 1, b"8 bytes!", true, false)
+            .unwrap();
+        loop {
+            let (_, r) = wq.post_send_general(&[big], false);
+            if r.is_err() {
+                break;
+            }
+        }
+        while wq
+            .post_write_inline(2, 0x1000, 1, b"8 bytes!", true, false)
+            .is_ok()
+        {}
+        assert_eq!(wq.sq_head.wrapping_sub(start), SQ_BBS, "round {round}");
+        assert_eq!(
+            wq.post_write_inline(3, 0x1000, 1, b"8 bytes!", true, false),
+            Err(PostFailure::QueueFull {
+                outstanding: SQ_BBS
+            })
+        );
+        // The consumer catches up.
+        let h = wq.shared.sq.head.load(Ordering::Relaxed);
+        wq.shared.sq.tail.store(h, Ordering::Release);
+    }
 }

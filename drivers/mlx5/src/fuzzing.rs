@@ -138,6 +138,9 @@ impl CqRig {
             sq_ring,
             dbrec,
             fast_inline: 0,
+            sq_limit: 0,
+            write_ctrl: 0,
+            inline_src: None,
         };
         wq.set_state(QpState::Rts);
         let n = 1usize << log;

@@ -622,7 +622,9 @@ impl QpOps for Mlx5Qp {
         Ok(a)
     }
 
-    #[inline]
+    // Always in line: core's `QueuePair::post_send` then holds the driver's
+    // small-WRITE shortcut itself (one frame, no `Result` through memory).
+    #[inline(always)]
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         // UD sends name address handles this device resolved at create_ah
         // (no second check of the vector); one of another device stops the

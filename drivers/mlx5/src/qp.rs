@@ -40,6 +40,7 @@ use tracing::{debug, warn};
 
 use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
+use crate::ring::Wqebb;
 use crate::track::{QpShared, RqTrack, SqTrack};
 use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::wqe::{DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, SendLimits};
@@ -147,6 +148,15 @@ impl BlueFlame {
         }
         true
     }
+}
+
+/// The arguments of [`Qp::post_write_inline`], for its out-of-line path.
+struct InlineWrite<'a, const N: usize> {
+    wr_id: u64,
+    remote_addr: u64,
+    rkey: Rkey,
+    data: &'a [u8; N],
+    signaled: bool,
 }
 
 /// A queue pair. `post_send` / `post_recv` take `&mut self`: one poster.
@@ -419,6 +429,9 @@ impl Qp {
                 sq_ring,
                 dbrec,
                 fast_inline: 0,
+                sq_limit: 0,
+                write_ctrl: 0,
+                inline_src: None,
             },
         })
     }
@@ -642,6 +655,7 @@ impl Qp {
             .exec(CmdOpcode::Qp2Rst, 0, &buf, Qp2rstOut::<&[u8]>::SIZE_BYTES)?;
         self.wq.set_state(QpState::Rst);
         self.wq.sq_head = 0;
+        self.wq.sq_limit = 0;
         self.wq.rq_head = 0;
         for t in [
             &self.wq.shared.sq.head,
@@ -671,13 +685,32 @@ impl Qp {
     /// Post a batch of sends: one doorbell for the batch. On a failure the
     /// requests before it are posted (and rung) and the error names the
     /// failing one.
-    #[inline]
+    #[inline(always)]
     pub fn post_send<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
+        // The commonest request first, with the fewest tests (a single
+        // small inline WRITE, one word of payload, the block pair present:
+        // `WorkQueues::post_small_write`), rung from the words it built;
+        // everything else out of line.
+        if let [wr] = wrs
+            && let Some(pair) = &mut self.bf.fast
+            && let Some(wqe) = self.wq.post_small_write(wr)
+        {
+            pair.write_next(&wqe);
+            wc_flush();
+            self.wq.counters.blueflame += 1;
+            return Ok(());
+        }
+        self.post_send_rest(wrs)
+    }
+
+    /// [`Qp::post_send`] past its first shortcut: the single-WRITE
+    /// shortcut's other cases (`WorkQueues::post_fast_write`), then the
+    /// general writer.
+    #[inline(never)]
+    fn post_send_rest<D: UdSegment>(&mut self, wrs: &[SendWr<'_, D>]) -> Result<(), Mlx5Error> {
         // A fatal function has set this QP's flush flag (`Hca::register_qp`),
         // which the queues check: no second load through the `Hca`.
         let fatal = false;
-        // The single-WRITE shortcut (`WorkQueues::post_send`), rung from
-        // the words it built rather than read back from the ring.
         if let [wr] = wrs
             && let Some(wqe) = self.wq.post_fast_write(wr, fatal)
         {
@@ -747,19 +780,59 @@ impl Qp {
         signaled: bool,
     ) -> Result<(), Mlx5Error> {
         // As `post_send`: the fatal state arrives through the flush flag.
-        let fatal = false;
+        // Every check as one test; whatever fails it (a refusal, the
+        // producer at its cached limit, no block pair) goes out of line,
+        // where the checked post runs in full.
+        if let Some(pair) = &mut self.bf.fast
+            && self.wq.inline_write_fits(N)
+        {
+            let head = self.wq.sq_head;
+            let wqe = self
+                .wq
+                .write_inline_at(head, wr_id, remote_addr, rkey.get(), data, signaled);
+            pair.write_next(&wqe);
+            wc_flush();
+            self.wq.counters.blueflame += 1;
+            return Ok(());
+        }
+        self.post_write_inline_cold(&InlineWrite {
+            wr_id,
+            remote_addr,
+            rkey,
+            data,
+            signaled,
+        })
+    }
+
+    /// [`Qp::post_write_inline`] when its one test fails: the checked post
+    /// (each refusal its typed error, nothing written), then the UAR write.
+    /// The request comes by reference, so the hot path keeps its
+    /// arguments where they arrived.
+    #[cold]
+    #[inline(never)]
+    fn post_write_inline_cold<const N: usize>(
+        &mut self,
+        w: &InlineWrite<'_, N>,
+    ) -> Result<(), Mlx5Error> {
         let wqe = self
             .wq
-            .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, fatal)
+            .post_write_inline(
+                w.wr_id,
+                w.remote_addr,
+                w.rkey.get(),
+                w.data,
+                w.signaled,
+                false,
+            )
             .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
-        self.ring_wqebb(&wqe);
+        self.ring_wqebb(&Wqebb::from_words(wqe));
         Ok(())
     }
 
     /// The UAR write for a one-WQEBB WQE whose words are at hand: one
     /// BlueFlame block through the pair, else [`Qp::ring_unit`].
     #[inline(always)]
-    fn ring_wqebb(&mut self, wqe: &[u64; 8]) {
+    fn ring_wqebb(&mut self, wqe: &Wqebb) {
         match &mut self.bf.fast {
             Some(p) => {
                 p.write_next(wqe);

@@ -11,7 +11,10 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{__m128i, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128, _mm_storeu_si128};
 
 use crate::DmaBuffer;
 
@@ -21,6 +24,8 @@ pub(crate) struct WordRing {
     base: NonNull<AtomicU64>,
     /// `len - 1`.
     mask: usize,
+    /// `len / 8 - 1`: the mask of a block index.
+    block_mask: usize,
     _buf: Arc<DmaBuffer>,
 }
 
@@ -43,6 +48,7 @@ impl WordRing {
         Some(WordRing {
             base,
             mask: len - 1,
+            block_mask: len / 8 - 1,
             _buf: buf,
         })
     }
@@ -76,6 +82,163 @@ impl WordRing {
     }
 }
 
+impl WordRing {
+    /// Store `wqe` to block `i` (modulo the ring), lowest address first:
+    /// its first four words as relaxed atomic stores, its last 32 bytes as
+    /// two 16-byte stores (SSE2, baseline on x86_64; four word stores
+    /// elsewhere). The same 64 bytes as storing [`Wqebb::words`] to
+    /// [`WordRing::block`].
+    #[inline(always)]
+    pub fn store_block(&self, i: usize, wqe: &Wqebb) {
+        // SAFETY: `(i & block_mask) * 8 + 8 <= len` (`len` a power of two
+        // ≥ 8), inside the checked words from `base` (`new`).
+        let p = unsafe { self.base.as_ptr().add((i & self.block_mask) * 8) };
+        // SAFETY: as `block`: 8 words inside the mapping `self._buf`
+        // keeps, laid out as `[AtomicU64; 8]`; a reference to atomics.
+        let bb = unsafe { &*p.cast::<[AtomicU64; 8]>() };
+        for (slot, w) in bb.iter().zip(wqe.head) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let tail = bb[4..].as_ptr().cast_mut().cast::<__m128i>();
+            for (k, pair) in wqe.tail.iter().enumerate() {
+                // SAFETY: `tail` points at words 4..8 of the block `block`
+                // returned (inside the checked mapping, see there); pair `k`
+                // is words `4 + 2k ..= 5 + 2k` of it. `AtomicU64` has the
+                // layout of `u64` and may be written through its pointer
+                // when no other access races it: the block is past the
+                // device's consumer (free) until the doorbell record that
+                // follows this store hands it over, and the poster is the
+                // only writer (`&mut` WorkQueues). An unaligned store, so no
+                // alignment is assumed.
+                unsafe { _mm_storeu_si128(tail.wrapping_add(k), *pair) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for (slot, w) in bb[4..].iter().zip(wqe.tail.iter().flatten()) {
+            slot.store(*w, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Two memory words as one 16-byte register (x86_64) or a pair.
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Pair = __m128i;
+/// Two memory words as one 16-byte register (x86_64) or a pair.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) type Pair = [u64; 2];
+
+/// One WQEBB's 64 bytes held in registers, in memory order, shaped as the
+/// stores that write it: words 0..4 (control and the segment after it,
+/// built from fields) as four words, bytes 32..64 as two 16-byte pairs
+/// (the inline payload, loaded whole, and zeros).
+#[derive(Clone, Copy)]
+pub(crate) struct Wqebb {
+    pub head: [u64; 4],
+    pub tail: [Pair; 2],
+}
+
+impl Wqebb {
+    /// The block of eight memory words `w`.
+    #[inline(always)]
+    pub fn from_words(w: [u64; 8]) -> Wqebb {
+        Wqebb {
+            head: [w[0], w[1], w[2], w[3]],
+            tail: [pair(w[4], w[5]), pair(w[6], w[7])],
+        }
+    }
+
+    /// The eight memory words.
+    #[inline(always)]
+    pub fn words(&self) -> [u64; 8] {
+        let [a, b] = unpair(self.tail[0]);
+        let [c, d] = unpair(self.tail[1]);
+        [
+            self.head[0],
+            self.head[1],
+            self.head[2],
+            self.head[3],
+            a,
+            b,
+            c,
+            d,
+        ]
+    }
+
+    /// Words 0..4 `head`, then an inline segment of up to 8 bytes: the
+    /// header dword `header` (memory order: its bytes as they lie), the 8
+    /// bytes `data` (the payload, zeros past its length), zeros to the end
+    /// of the block (§9.3).
+    #[inline(always)]
+    pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: [u8; 8]) -> Wqebb {
+        Wqebb {
+            head,
+            tail: [inline_pair(header, data), pair(0, 0)],
+        }
+    }
+}
+
+/// The first 16 bytes of an inline segment: `header`, the 8 bytes of
+/// `data`, 4 zero bytes. On x86_64 the data goes straight into the register
+/// and is shifted behind the header there (a load, a shift, an or).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn inline_pair(header: [u8; 4], data: [u8; 8]) -> Pair {
+    // SSE2 is part of the x86_64 baseline (every x86_64 target enables
+    // it); each intrinsic below is a register operation only.
+    // SAFETY: as above.
+    let d = unsafe { _mm_set_epi64x(0, i64::from_ne_bytes(data)) };
+    // SAFETY: as above.
+    let h = unsafe { _mm_set_epi64x(0, i64::from(u32::from_ne_bytes(header))) };
+    // SAFETY: as above.
+    let d = unsafe { _mm_slli_si128::<4>(d) };
+    // SAFETY: as above.
+    unsafe { _mm_or_si128(d, h) }
+}
+
+/// The first 16 bytes of an inline segment (see the x86_64 version).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn inline_pair(header: [u8; 4], data: [u8; 8]) -> Pair {
+    let mut lo = [0u8; 8];
+    lo[..4].copy_from_slice(&header);
+    lo[4..].copy_from_slice(&data[..4]);
+    let mut hi = [0u8; 8];
+    hi[..4].copy_from_slice(&data[4..]);
+    [u64::from_ne_bytes(lo), u64::from_ne_bytes(hi)]
+}
+
+/// Memory words `lo` (lower address) and `hi` as a [`Pair`].
+#[inline(always)]
+pub(crate) fn pair(lo: u64, hi: u64) -> Pair {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of the x86_64 baseline; a register operation.
+    unsafe {
+        _mm_set_epi64x(hi as i64, lo as i64)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        [lo, hi]
+    }
+}
+
+/// The two memory words of a [`Pair`], lower address first.
+#[inline(always)]
+pub(crate) fn unpair(p: Pair) -> [u64; 2] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut out = [0u64; 2];
+        // SAFETY: `out` is 16 writable bytes; an unaligned store.
+        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast::<__m128i>(), p) };
+        out
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        p
+    }
+}
+
 /// One word of a [`DmaBuffer`] (a doorbell record); see the module docs.
 pub(crate) struct WordCell {
     word: NonNull<AtomicU64>,
@@ -94,6 +257,21 @@ impl WordCell {
         Some(WordCell { word, _buf: buf })
     }
 
+    /// Store `v` as the big-endian second dword of the word (bytes
+    /// 4..8, memory order): one 4-byte store, the first dword untouched —
+    /// the doorbell record's send counter (PRM: two 32-bit counters).
+    #[inline(always)]
+    pub fn store_dword1(&self, v: u32) {
+        // SAFETY: `word` is an 8-aligned word of the mapping `self._buf`
+        // keeps (`new`), so `+ 4` is 4 bytes inside it, 4-aligned. The
+        // poster is the record's only writer (`&mut` WorkQueues), and no
+        // Rust access to it runs concurrently (the device reads it through
+        // its own mapping; the driver's other reads of the word are by the
+        // poster, or by tests after the post).
+        let half = unsafe { AtomicU32::from_ptr(self.word.as_ptr().cast::<u32>().wrapping_add(1)) };
+        half.store(v.to_be(), Ordering::Relaxed);
+    }
+
     /// The word.
     #[inline(always)]
     pub fn get(&self) -> &AtomicU64 {
@@ -109,7 +287,6 @@ mod tests {
     use super::*;
     use crate::memory::IovaSpace;
     use rnic_dma::{IovaAllocator, RecordingMapper};
-    use std::sync::atomic::Ordering;
 
     fn buffer() -> Arc<DmaBuffer> {
         let space = IovaSpace::new(
@@ -152,5 +329,45 @@ mod tests {
         let c = WordCell::new(buf.clone(), 100).unwrap();
         c.get().store(9, Ordering::Relaxed);
         assert_eq!(all[100].load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
+    fn a_wqebb_stores_the_words_it_was_built_from() {
+        let buf = buffer();
+        let r = WordRing::new(buf.clone(), 8, 16).unwrap();
+        let words = [1, 2, 3, 4, 0x5555, 0x6666, 0x7777, 0x8888_9999];
+        let b = Wqebb::from_words(words);
+        assert_eq!(b.words(), words);
+        // Block 3 of a 2-block ring is block 1: words 16..24.
+        r.store_block(3, &b);
+        let got: Vec<u64> = buf.words()[8..24]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(&got[8..], &words);
+        assert!(got[..8].iter().all(|&w| w == 0));
+        // The inline segment: header dword, 8 bytes, zeros.
+        let b = Wqebb::with_inline8([9, 8, 7, 6], [0x80, 0, 0, 8], *b"ABCDEFGH");
+        let mut seg = [0u8; 32];
+        seg[..4].copy_from_slice(&[0x80, 0, 0, 8]);
+        seg[4..12].copy_from_slice(b"ABCDEFGH");
+        let w = b.words();
+        assert_eq!(&w[..4], &[9, 8, 7, 6]);
+        for (i, chunk) in seg.chunks(8).enumerate() {
+            assert_eq!(w[4 + i].to_ne_bytes(), chunk, "word {}", 4 + i);
+        }
+    }
+
+    #[test]
+    fn the_second_dword_store_leaves_the_first() {
+        let buf = buffer();
+        let c = WordCell::new(buf.clone(), 3).unwrap();
+        c.get().store(
+            u64::from_ne_bytes([1, 2, 3, 4, 5, 6, 7, 8]),
+            Ordering::Relaxed,
+        );
+        c.store_dword1(0x0000_abcd);
+        let bytes = c.get().load(Ordering::Relaxed).to_ne_bytes();
+        assert_eq!(bytes, [1, 2, 3, 4, 0, 0, 0xab, 0xcd]);
     }
 }

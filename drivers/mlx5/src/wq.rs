@@ -15,7 +15,7 @@ use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
-use crate::ring::{WordCell, WordRing};
+use crate::ring::{WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits,
@@ -68,6 +68,59 @@ impl UdSegment for UdSend<'_> {
                 .map_err(|_| PostFailure::NoUdDest),
             None => datagram_of(&self.ud_dest(), qpn, mac),
         }
+    }
+}
+
+/// The region [`WorkQueues::post_small_write`] read its last payload
+/// from, as a view that keeps the buffer (`Arc`) and the base pointer of
+/// its words: one key compare and one range check per post, no walk of
+/// [`WorkQueues::regions`] and no [`DmaBuffer::words`] fetch. Made only
+/// over a region that lies inside its buffer's words.
+pub(crate) struct InlineSource {
+    lkey: u32,
+    start: u64,
+    len: u64,
+    base: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    _buf: Arc<DmaBuffer>,
+}
+
+// SAFETY: a pointer into the mapping `_buf` owns (`Send + Sync`), used only
+// to form `&AtomicU64`s, as `crate::ring::WordRing`.
+unsafe impl Send for InlineSource {}
+// SAFETY: as `Send`; `&InlineSource` hands out only `&AtomicU64` loads.
+unsafe impl Sync for InlineSource {}
+
+impl InlineSource {
+    /// The view of `r`; `None` unless its `len` bytes lie inside its
+    /// buffer's words.
+    fn new(r: &Region) -> Option<InlineSource> {
+        let words = r.buf.words();
+        if r.len > words.len() as u64 * 8 {
+            return None;
+        }
+        Some(InlineSource {
+            lkey: r.lkey,
+            start: r.start,
+            len: r.len,
+            base: std::ptr::NonNull::new(words.as_ptr().cast_mut())?,
+            _buf: r.buf.clone(),
+        })
+    }
+
+    /// The word at the 8-aligned `addr` when `len` (1..=8) bytes from it
+    /// are inside this region under `lkey`.
+    #[inline(always)]
+    fn word(&self, lkey: u32, addr: u64, len: u64) -> Option<u64> {
+        let off = addr.wrapping_sub(self.start);
+        if lkey != self.lkey || addr < self.start || off.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: `off + len <= self.len <= 8 × (the buffer's words)`
+        // (`new`) and `len >= 1`, so word `off / 8` is one of the buffer's
+        // words, a mapping `self._buf` keeps alive; the reference is to an
+        // atomic, which assumes nothing about the value.
+        let w = unsafe { &*self.base.as_ptr().wrapping_add((off / 8) as usize) };
+        Some(w.load(Ordering::Relaxed))
     }
 }
 
@@ -204,9 +257,20 @@ pub fn inline_write_words<const N: usize>(
     ]
 }
 
+/// `BYTE_MASKS[n]` keeps bytes `0..n` (memory order) of a word (n ≤ 8).
+const BYTE_MASKS: [u64; 9] = {
+    let mut m = [0u64; 9];
+    let mut n = 0;
+    while n <= 8 {
+        m[n] = keep_bytes(u64::MAX, n);
+        n += 1;
+    }
+    m
+};
+
 /// Bytes `0..n` (memory order) of a word, the rest zero.
 #[inline(always)]
-fn keep_bytes(word: u64, n: usize) -> u64 {
+const fn keep_bytes(word: u64, n: usize) -> u64 {
     if n >= 8 {
         return word;
     }
@@ -272,6 +336,15 @@ pub(crate) fn inline_write_words_from(
     ]
 }
 
+/// The doorbell record's memory word for receive producer `rq_head` and
+/// send producer `sq_head` (each counter 16 bits).
+#[inline(always)]
+fn dbrec_word(rq_head: u32, sq_head: u32) -> u64 {
+    let recv = qp_doorbell_record::recv_counter.insert(0, rq_head & 0xffff);
+    let send = qp_doorbell_record::send_counter.insert(0, sq_head & 0xffff);
+    be_pair(recv, send)
+}
+
 /// A QP's rings and the state of its one poster.
 pub(crate) struct WorkQueues {
     pub qpn: u32,
@@ -301,6 +374,20 @@ pub(crate) struct WorkQueues {
     /// [`WorkQueues::set_state`]: the fast path's state, service and inline
     /// checks as one compare.
     pub fast_inline: usize,
+    /// `tail + sq_wqebbs` at the last look at the consumer: the producer
+    /// may reach it and no further. Kept by every writer of `sq_head`
+    /// (`sq_limit - sq_head` stays in `0..=sq_wqebbs`), so the fast path's
+    /// queue-space check is one compare; 0 (or any stale value at or
+    /// behind the producer) only sends the next post to
+    /// [`WorkQueues::sq_room`], which looks again.
+    pub sq_limit: u32,
+    /// The control segment's first word of an RDMA WRITE from this QP
+    /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
+    /// before the byte swap; kept by [`WorkQueues::set_state`].
+    pub write_ctrl: u64,
+    /// The region the last small inline WRITE read from (a cache of
+    /// `regions`, filled out of line on a miss).
+    pub inline_src: Option<InlineSource>,
 }
 
 /// One more than the inline bytes the fast RDMA WRITE may carry in `state`
@@ -334,6 +421,35 @@ impl WorkQueues {
     pub fn set_state(&mut self, state: QpState) {
         self.state = state;
         self.fast_inline = fast_inline_limit(state, &self.limits);
+        self.write_ctrl = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, 0, 0, 0)[0]);
+    }
+
+    /// The memory word of [`ctrl_words`]`(RdmaWrite, index, qpn, ds, ..)[0]`
+    /// from [`WorkQueues::write_ctrl`]: index and `ds` put in, one swap.
+    #[inline(always)]
+    fn write_ctrl_word(&self, index: u16, ds: u32) -> u64 {
+        // Index and `ds` alone (the opcode is in `write_ctrl`): a constant
+        // `ds` then goes in as one small immediate.
+        let opcode = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, 0, 0, 0, 0)[0]);
+        let varying =
+            u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, index, 0, ds, 0, 0)[0]) ^ opcode;
+        (self.write_ctrl | varying).to_be()
+    }
+
+    /// The queue-space check behind [`WorkQueues::sq_limit`] when the
+    /// producer has reached it: the consumer read again (`Acquire`, as
+    /// the general writer), the limit moved; `QueueFull` (counted) when
+    /// the SQ is really full.
+    #[cold]
+    #[inline(never)]
+    fn sq_room(&mut self, head: u32) -> Result<(), PostFailure> {
+        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let used = head.wrapping_sub(tail);
+        if used >= self.sq_wqebbs {
+            return Err(self.queue_full(used));
+        }
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
+        Ok(())
     }
 
     /// Change the send limits, keeping the fast path's limit.
@@ -354,11 +470,9 @@ impl WorkQueues {
 
     #[inline(always)]
     pub(crate) fn store_dbrec(&self) {
-        let recv = qp_doorbell_record::recv_counter.insert(0, self.rq_head & 0xffff);
-        let send = qp_doorbell_record::send_counter.insert(0, self.sq_head & 0xffff);
         self.dbrec
             .get()
-            .store(be_pair(recv, send), Ordering::Relaxed);
+            .store(dbrec_word(self.rq_head, self.sq_head), Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -474,7 +588,7 @@ impl WorkQueues {
             && let Some(wqe) = self.post_fast_write(wr, fatal)
         {
             let ring = SendDoorbell {
-                ctrl: wqe[0],
+                ctrl: wqe.head[0],
                 wqebb: self.sq_head.wrapping_sub(1),
                 wqebbs: 1,
                 single: true,
@@ -545,6 +659,8 @@ impl WorkQueues {
         if used + p.wqebbs > self.sq_wqebbs {
             return Err(PostFailure::QueueFull { outstanding: used });
         }
+        // The producer ends at or behind it (`WorkQueues::sq_limit`).
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
         let head = self.sq_head;
         let words = self.buf.words();
         let mut w = RingWriter::new(
@@ -616,21 +732,80 @@ impl WorkQueues {
             return Err(self.fast_refusal(fatal, N));
         }
         let head = self.sq_head;
-        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
-        if used >= self.sq_wqebbs {
-            return Err(self.queue_full(used));
+        if head == self.sq_limit {
+            self.sq_room(head)?;
         }
-        let wqe = inline_write_words(
-            head as u16,
-            self.qpn,
-            inline_write_ds(N),
+        Ok(self
+            .write_inline_at(head, wr_id, remote_addr, rkey, data, signaled)
+            .words())
+    }
+
+    /// Whether [`WorkQueues::post_write_inline`] of `N` bytes would take the
+    /// straight path: every check passes (state, service, inline limit,
+    /// flush flag) and the producer is short of [`WorkQueues::sq_limit`]
+    /// (moved here when it has reached it and the consumer has moved on).
+    /// Then [`WorkQueues::write_inline_at`] posts it.
+    #[inline(always)]
+    pub fn inline_write_fits(&mut self, n: usize) -> bool {
+        if n >= self.fast_inline || self.shared.flush.load(Ordering::Relaxed) {
+            return false;
+        }
+        let head = self.sq_head;
+        head != self.sq_limit || self.move_limit(head)
+    }
+
+    /// The producer reached [`WorkQueues::sq_limit`]: read the consumer
+    /// again (`Acquire`, as the general writer) and move the limit;
+    /// `false`, nothing changed, when the SQ is really full.
+    #[inline(always)]
+    fn move_limit(&mut self, head: u32) -> bool {
+        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        if head.wrapping_sub(tail) >= self.sq_wqebbs {
+            return false;
+        }
+        self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
+        true
+    }
+
+    /// The post of [`WorkQueues::post_write_inline`] after its checks, at
+    /// producer `head` (= `sq_head`): the WQE built in registers, stored,
+    /// tracked and recorded ([`WorkQueues::commit_wqebb`]); its 64 bytes
+    /// returned for the BlueFlame copy. Callers check first (`post_write_inline`,
+    /// or [`WorkQueues::inline_write_fits`]): without the checks it would
+    /// still write only inside the ring, but past the consumer or on a QP
+    /// that may not send.
+    #[inline(always)]
+    pub fn write_inline_at<const N: usize>(
+        &mut self,
+        head: u32,
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        data: &[u8; N],
+        signaled: bool,
+    ) -> Wqebb {
+        let ctrl0 = self.write_ctrl_word(head as u16, inline_write_ds(N));
+        let ctrl1 = ctrl_words(
+            WqeOpcode::RdmaWrite,
+            0,
+            0,
+            0,
             fm_ce_se(signaled_flags(signaled), self.sig_all),
-            remote_addr,
-            rkey,
-            data,
-        );
+            0,
+        )[1];
+        let raddr = raddr_words(remote_addr, rkey);
+        let first = [ctrl0, ctrl1, raddr[0], raddr[1]];
+        let wqe = if N == 8 {
+            let mut d = [0u8; 8];
+            d.copy_from_slice(&data[..]);
+            Wqebb::with_inline8(first, inline_header(8).to_be_bytes(), d)
+        } else {
+            let mut w = inline_write_words(0, 0, 0, 0, 0, 0, data);
+            w[..4].copy_from_slice(&first);
+            Wqebb::from_words(w)
+        };
         self.commit_wqebb(head, &wqe, wr_id);
-        Ok(wqe)
+        wqe
     }
 
     /// Whether an RDMA WRITE of `n` inline bytes passes every check of
@@ -670,14 +845,14 @@ impl WorkQueues {
 
     /// Store one whole WQEBB at `head` (the ring's block: masked, no
     /// bounds check), its tracking (an RDMA WRITE), the producer, then the
-    /// record between the two named barriers.
+    /// record between the two named barriers. Everything the record needs
+    /// is read before the first barrier (a compiler fence on x86_64, after
+    /// which fields would be loaded again).
     #[inline(always)]
-    fn commit_wqebb(&mut self, head: u32, wqe: &[u64; 8], wr_id: u64) {
-        let bb = self.sq_ring.block(head as usize);
-        for (slot, w) in bb.iter().zip(wqe) {
-            slot.store(*w, Ordering::Relaxed);
-        }
-        self.shared.sq.record(
+    fn commit_wqebb(&mut self, head: u32, wqe: &Wqebb, wr_id: u64) {
+        let shared: &QpShared = &self.shared;
+        self.sq_ring.store_block(head as usize, wqe);
+        shared.sq.record(
             head,
             wr_id,
             sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
@@ -685,10 +860,14 @@ impl WorkQueues {
         let next = head.wrapping_add(1);
         self.sq_head = next;
         self.counters.sends += 1;
-        self.shared.sq.head.store(next, Ordering::Release);
+        shared.sq.head.store(next, Ordering::Release);
+        let send = qp_doorbell_record::send_counter.insert(0, next & 0xffff);
+        let cell = &self.dbrec;
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        self.store_dbrec();
+        // Only the send counter changed: its dword alone (as `store_dbrec`
+        // would leave the word, unit-tested).
+        cell.store_dword1(send);
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
     }
@@ -706,7 +885,7 @@ impl WorkQueues {
         &mut self,
         wr: &SendWr<'_, D>,
         fatal: bool,
-    ) -> Option<[u64; 8]> {
+    ) -> Option<Wqebb> {
         let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
             return None;
         };
@@ -722,12 +901,16 @@ impl WorkQueues {
         {
             return None;
         }
-        let src = self.inline_words(s)?;
         let head = self.sq_head;
-        let used = head.wrapping_sub(self.shared.sq.tail.load(Ordering::Acquire));
-        if used >= self.sq_wqebbs {
-            return None;
+        if head == self.sq_limit {
+            // The general writer counts a full queue and refuses it.
+            let tail = self.shared.sq.tail.load(Ordering::Acquire);
+            if head.wrapping_sub(tail) >= self.sq_wqebbs {
+                return None;
+            }
+            self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
         }
+        let src = self.inline_words(s)?;
         let wqe = inline_write_words_from(
             head as u16,
             self.qpn,
@@ -738,8 +921,86 @@ impl WorkQueues {
             src,
             len,
         );
+        let wqe = Wqebb::from_words(wqe);
         self.commit_wqebb(head, &wqe, wr.wr_id);
         Some(wqe)
+    }
+
+    /// [`WorkQueues::post_fast_write`] for its most common case, with the
+    /// fewest tests: an RDMA WRITE with `INLINE` (and perhaps `SIGNALED`)
+    /// of one SGE of 1..=8 bytes at an 8-aligned address of a region given
+    /// to [`crate::Qp::use_region`], on a QP that passes
+    /// [`WorkQueues::inline_write_fits`]. The payload is one region word,
+    /// masked to its length, and the WQE is built as
+    /// [`WorkQueues::write_inline_at`] builds one: the same bytes as the
+    /// general writer (unit-tested). `None`, nothing written, when any of
+    /// that does not hold.
+    #[inline(always)]
+    pub fn post_small_write<D: UdDestination>(&mut self, wr: &SendWr<'_, D>) -> Option<Wqebb> {
+        let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
+            return None;
+        };
+        let [s] = wr.sg_list else {
+            return None;
+        };
+        let len = s.length as usize;
+        if wr.flags.difference(SendFlags::SIGNALED) != SendFlags::INLINE
+            || len.wrapping_sub(1) >= 8
+            || !self.inline_write_fits(len)
+        {
+            return None;
+        }
+        if !s.addr.is_multiple_of(8) {
+            return None;
+        }
+        let Some(word) = self
+            .inline_src
+            .as_ref()
+            .and_then(|c| c.word(s.lkey.get(), s.addr, len as u64))
+        else {
+            // Keep the region for the next post; this one goes the longer
+            // way (nothing live across the call on the hot path).
+            self.inline_source_miss(s);
+            return None;
+        };
+        let data = (word & BYTE_MASKS[len]).to_ne_bytes();
+        let head = self.sq_head;
+        let raddr = raddr_words(remote_addr, rkey.get());
+        let first = [
+            // 4 + len ≤ 12 bytes of inline segment: `ds` 3 for every len.
+            self.write_ctrl_word(head as u16, inline_write_ds(8)),
+            ctrl_words(
+                WqeOpcode::RdmaWrite,
+                0,
+                0,
+                0,
+                fm_ce_se(wr.flags, self.sig_all),
+                0,
+            )[1],
+            raddr[0],
+            raddr[1],
+        ];
+        let wqe = Wqebb::with_inline8(first, inline_header(len as u32).to_be_bytes(), data);
+        self.commit_wqebb(head, &wqe, wr.wr_id);
+        Some(wqe)
+    }
+
+    /// [`WorkQueues::inline_src`] missed: find the region `s` names (as
+    /// the general writer does) and keep it.
+    #[cold]
+    #[inline(never)]
+    fn inline_source_miss(&mut self, s: &rnic_core::Sge) {
+        let len = u64::from(s.length);
+        let r = self.regions.iter().find(|r| {
+            r.lkey == s.lkey.get()
+                && s.addr >= r.start
+                && s.addr
+                    .checked_add(len)
+                    .is_some_and(|e| e <= r.start + r.len)
+        });
+        if let Some(src) = r.and_then(InlineSource::new) {
+            self.inline_src = Some(src);
+        }
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).
