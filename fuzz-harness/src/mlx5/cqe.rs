@@ -14,6 +14,10 @@ use crate::Input;
 const MAX_OPS: usize = 64;
 /// The CQN the EQ rig delivers completion events to.
 const CQN: u32 = 0x11;
+/// The sizes byte's flag for the sole-QP rig ([`CqRig::new_sole`]: no idle QP, so the
+/// CQ's lean path takes the requester successes; CQEs naming [`OTHER_QPN`] name an
+/// unknown QPN).
+pub const SOLE_QP: u8 = 0x10;
 
 /// A WQE the harness posted and the CQ has not retired yet.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +50,8 @@ pub struct End {
     pub cq: rnic_mlx5::CqCounters,
     /// The EQ's counters at the end.
     pub eq: rnic_mlx5::EventCounters,
+    /// QPs attached to the CQ: 1 (the sole-QP rig, [`SOLE_QP`]) or 2.
+    pub qps: u32,
 }
 
 fn refused(k: &rnic_mlx5::CqCounters) -> u64 {
@@ -75,8 +81,13 @@ fn is_responder(op: u8) -> bool {
 }
 
 impl Model {
-    fn new(log_cq: u32, log_eq: u32) -> Model {
-        let cq = CqRig::new(log_cq).expect("CQ rig");
+    fn new(log_cq: u32, log_eq: u32, sole: bool) -> Model {
+        let cq = if sole {
+            CqRig::new_sole(log_cq)
+        } else {
+            CqRig::new(log_cq)
+        }
+        .expect("CQ rig");
         let eq = EqRig::new(log_eq, CQN).expect("EQ rig");
         let mut cqes = vec![[0u8; 64]; cq.entries() as usize];
         for c in &mut cqes {
@@ -464,7 +475,11 @@ impl Model {
 pub fn run(data: &[u8]) -> End {
     let mut inp = Input::new(data);
     let sizes = inp.u8();
-    let mut m = Model::new(u32::from(sizes & 3) + 1, u32::from((sizes >> 2) & 3) + 1);
+    let mut m = Model::new(
+        u32::from(sizes & 3) + 1,
+        u32::from((sizes >> 2) & 3) + 1,
+        sizes & SOLE_QP != 0,
+    );
     for _ in 0..MAX_OPS {
         if inp.is_empty() {
             break;
@@ -517,11 +532,15 @@ pub fn run(data: &[u8]) -> End {
         completions: m.completions,
         cq: m.cq.counters(),
         eq: m.eq.counters(),
+        qps: m.cq.attached_qps(),
     }
 }
 
 /// The `mlx5_cqe` harness: a QP with work posted (the single-WRITE shortcut, the general
-/// writer, the direct fast path, receives) on a CQ, and an EQ, whose entries the input
+/// writer, the direct fast path, receives) on a CQ — with an idle second QP on it, or, when
+/// the first byte has [`SOLE_QP`], as the CQ's sole QP, so that the requester successes go
+/// through the CQ's lean path (`poll_send`, the first CQE of `poll`) rather than the
+/// general decoder, against the same model — and an EQ, whose entries the input
 /// writes — well-formed CQEs naming outstanding WQEs, CQEs with an out-of-range or
 /// mid-WQE `wqe_counter`, an unknown or idle QPN, an unknown opcode, the compressed format,
 /// the wrong owner, raw bytes; EQEs of every type and unknown ones, for the registered CQ
@@ -541,7 +560,7 @@ pub fn completions(data: &[u8]) {
 /// The completion check fires on a completion for a WQE that was never posted (for the
 /// test that shows the harness can fail).
 pub fn check_a_forged_completion() {
-    let mut m = Model::new(1, 1);
+    let mut m = Model::new(1, 1, false);
     let wc = WorkCompletion {
         wr_id: 77,
         qp_num: rnic_core::Qpn::from_wire(QPN),
@@ -574,8 +593,62 @@ fn cqe_op(slot: u8, opcode: u8, qpn: &[u8], counter: &[u8], flags: u8) -> Vec<u8
     v
 }
 
-/// The seed corpus: honest completions, and one input per hostile kind.
+/// The seed corpus: honest completions, and one input per hostile kind, on the two-QP rig;
+/// the same programs on the sole-QP rig (`sole-*`, [`SOLE_QP`]: the lean path), and CQ
+/// wraps through the lean path (`sole-wrap`).
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut all = two_qp_seeds();
+    let sole: Vec<_> = all
+        .iter()
+        .filter_map(|(name, v)| {
+            let mut v = v.clone();
+            v[0] |= SOLE_QP;
+            Some((sole_name(name)?, v))
+        })
+        .collect();
+    all.extend(sole);
+    all.push(("sole-wrap", sole_wrap_seed()));
+    all
+}
+
+/// The sole-QP seed named after a two-QP one.
+fn sole_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "honest-sends" => "sole-honest-sends",
+        "honest-recv-and-error" => "sole-honest-recv-and-error",
+        "bad-wqe-counter" => "sole-bad-wqe-counter",
+        "unknown-qpn" => "sole-unknown-qpn",
+        "unknown-opcode-and-compressed" => "sole-unknown-opcode-and-compressed",
+        "wrong-owner-and-raw" => "sole-wrong-owner-and-raw",
+        "responder-stops-poll-send" => "sole-responder-stops-poll-send",
+        "flush" => "sole-flush",
+        _ => return None,
+    })
+}
+
+/// A CQ of 2 CQEs on the sole-QP rig, wrapped four times through the lean path: five
+/// signaled inline WRITEs each completed by `poll_send`, two by one-entry `poll`s, then two
+/// outstanding completed by one four-entry `poll` (the lean first CQE, then the general
+/// loop): 9 completions, consumer index 9.
+pub fn sole_wrap_seed() -> Vec<u8> {
+    // CQ of 2 entries, EQ of 16, one QP.
+    const SIZES: u8 = SOLE_QP | 0x0c;
+    let write = [0u8, 0, 0b110, 1, 8];
+    let next = cqe_op(0, 0, &[0], &[0], 0x02);
+    let second = cqe_op(1, 0, &[0], &[1], 0x02);
+    let mut ops: Vec<&[u8]> = Vec::new();
+    for _ in 0..5 {
+        ops.extend([&write[..], &next, &[7]]);
+    }
+    for _ in 0..2 {
+        ops.extend([&write[..], &next, &[6, 0]]);
+    }
+    ops.extend([&write[..], &write, &next, &second, &[6, 3]]);
+    program(SIZES, &ops)
+}
+
+/// The seeds on the two-QP rig.
+fn two_qp_seeds() -> Vec<(&'static str, Vec<u8>)> {
     // Sizes byte: CQ of 8 entries, EQ of 16.
     const SIZES: u8 = 0x0e;
     // post: op 0, then kind 0 (WRITE: flags (1 = unaligned, 2 = inline, 4 = signaled),
