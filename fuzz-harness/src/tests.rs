@@ -386,6 +386,12 @@ fn the_sole_qp_rig_completes_writes_through_poll_send_as_the_two_qp_rig_does() {
 }
 
 #[test]
+#[should_panic(expected = "the completion of a REQ CQE")]
+fn the_mlx5_cqe_next_completion_check_can_fail() {
+    cqe::check_a_misattributed_completion();
+}
+
+#[test]
 #[should_panic(expected = "no outstanding WQE")]
 fn the_mlx5_cqe_completion_check_can_fail() {
     cqe::check_a_forged_completion();

@@ -142,6 +142,42 @@ impl Model {
             .count() as u32
     }
 
+    /// What the next CQE must complete, when the model knows: a valid requester success
+    /// (REQ, not compressed) of the posting QP whose `wqe_counter` names an outstanding
+    /// WQE start completes that WQE — the case the CQ's lean path takes on a sole-QP rig,
+    /// and the general decoder otherwise.
+    fn next_completes(&self) -> Option<u64> {
+        if self.cq_valid_run() == 0 {
+            return None;
+        }
+        let n = self.cq.entries();
+        let b = &self.cqes[(self.cq.consumer_index() & (n - 1)) as usize];
+        let v = Cqe64::new_unchecked(&b[..]);
+        if b[63] >> 4 != CqeOpcode::Req.as_raw()
+            || v.cqe_format() == CQE_FORMAT_COMPRESSED
+            || v.qpn() != QPN
+        {
+            return None;
+        }
+        let counter = v.wqe_counter() as u16;
+        self.sends
+            .iter()
+            .find(|p| p.index == counter)
+            .map(|p| p.wr_id)
+    }
+
+    /// A completion of [`Model::next_completes`]'s WQE: an RDMA WRITE (all the harness
+    /// posts), SUCCESS, of the posting QP, no bytes.
+    fn check_next(wc: Option<&WorkCompletion>, want: Option<u64>) {
+        let Some(want) = want else { return };
+        let wc = wc.unwrap_or_else(|| panic!("a REQ CQE for WQE {want} completed nothing"));
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode, wc.qp_num.get(), wc.byte_len),
+            (want, WcStatus::Success, WcOpcode::RdmaWrite, QPN, 0),
+            "the completion of a REQ CQE"
+        );
+    }
+
     /// Every check a completion must pass: it names a WQE that was posted and is not retired
     /// yet; a send retires every WQE before it (the unsignaled ones), a receive the oldest.
     fn retire(&mut self, wc: &WorkCompletion) {
@@ -292,9 +328,11 @@ impl Model {
         let run = self.cq_valid_run();
         let ci0 = self.cq.consumer_index();
         let k0 = self.cq.counters();
+        let want = self.next_completes();
         let mut wcs = [WorkCompletion::default(); 4];
         let got = self.cq.poll(&mut wcs[..n]);
         assert!(got <= n);
+        Model::check_next(wcs[..got].first(), want);
         let consumed = self.cq.consumer_index().wrapping_sub(ci0);
         self.after_cqes(run, consumed, got as u64, &k0);
         if got < n {
@@ -311,7 +349,9 @@ impl Model {
         let run = self.cq_valid_run();
         let ci0 = self.cq.consumer_index();
         let k0 = self.cq.counters();
+        let want = self.next_completes();
         let got = self.cq.poll_send();
+        Model::check_next(got.map(WorkCompletion::from).as_ref(), want);
         let consumed = self.cq.consumer_index().wrapping_sub(ci0);
         self.after_cqes(run, consumed, u64::from(got.is_some()), &k0);
         match got {
@@ -547,7 +587,8 @@ pub fn run(data: &[u8]) -> End {
 /// and others — between posts, polls (`poll` and `poll_send`), fatal flushes and EQ
 /// drains. Asserted: no panic; every completion names a WQE that was posted and not yet
 /// retired (a send retires the unsignaled WQEs before it, a receive is the oldest), so
-/// none retires twice; the driver's outstanding counts equal the model's; a poll consumes
+/// none retires twice; a poll whose next CQE is a requester success of the QP naming an
+/// outstanding WQE start completes that WQE first (SUCCESS, RDMA WRITE, no bytes); the driver's outstanding counts equal the model's; a poll consumes
 /// no more than the run of valid CQEs (and all of it unless its array filled or, for
 /// `poll_send`, a responder CQE stopped it), counts each, and each consumed CQE either
 /// completes something or moves a refusal counter; the doorbell record holds the
@@ -568,6 +609,34 @@ pub fn check_a_forged_completion() {
         ..WorkCompletion::default()
     };
     m.retire(&wc);
+}
+
+/// The next-CQE check fires on a completion of another WQE than the one a REQ CQE names
+/// (for the test that shows the harness can fail): on the sole-QP rig, two WRITEs posted,
+/// the CQE naming the second, a completion of the first.
+pub fn check_a_misattributed_completion() {
+    let mut m = Model::new(1, 1, true);
+    for wr_id in [1, 2] {
+        let (index, wqebbs) = m.cq.post_write(wr_id, 8, 8, true, true).expect("WRITE");
+        m.sends.push_back(Posted {
+            wr_id,
+            index,
+            wqebbs,
+        });
+    }
+    let mut b = [0u8; 64];
+    let mut v = Cqe64::new_unchecked(&mut b[..]);
+    let _ = v.set_qpn(QPN);
+    let _ = v.set_wqe_counter(m.sends[1].index.into());
+    let _ = v.set_opcode(CqeOpcode::Req.as_raw().into());
+    m.write_cqe(0, b);
+    let forged = WorkCompletion {
+        wr_id: 1,
+        qp_num: rnic_core::Qpn::from_wire(QPN),
+        opcode: WcOpcode::RdmaWrite,
+        ..WorkCompletion::default()
+    };
+    Model::check_next(Some(&forged), m.next_completes());
 }
 
 /// A program: `ops` as (op byte, operand bytes).
