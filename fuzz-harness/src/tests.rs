@@ -261,6 +261,136 @@ fn the_mlx5_cqe_seeds_do_what_they_say() {
     assert_eq!(end.completions, 0, "{end:?}");
 }
 
+/// The `sole-*` seeds (the first byte's [`cqe::SOLE_QP`]) run on a CQ with one QP, and end
+/// as their two-QP originals do — the lean path and the general decoder agree — except
+/// where a CQE names the idle QP, which on the sole-QP rig is an unknown QPN.
+#[test]
+fn the_mlx5_cqe_sole_qp_seeds_end_as_the_two_qp_ones() {
+    let seeds = cqe::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    for name in [
+        "honest-sends",
+        "honest-recv-and-error",
+        "bad-wqe-counter",
+        "unknown-opcode-and-compressed",
+        "wrong-owner-and-raw",
+        "responder-stops-poll-send",
+        "flush",
+    ] {
+        let two = cqe::run(get(name));
+        let sole = cqe::run(get(&format!("sole-{name}")));
+        assert_eq!((two.qps, sole.qps), (2, 1), "{name}");
+        assert_eq!(sole, cqe::End { qps: 1, ..two }, "{name}");
+    }
+    // The REQ for a random QPN and the receive CQE for the idle QP's QPN: both unknown.
+    let end = cqe::run(get("sole-unknown-qpn"));
+    assert_eq!(
+        (
+            end.qps,
+            end.cq.unknown_qpn,
+            end.cq.unexpected_recv,
+            end.completions
+        ),
+        (1, 2, 0, 0),
+        "{end:?}"
+    );
+    let end = cqe::run(get("sole-wrap"));
+    assert_eq!(end.qps, 1);
+    assert_eq!((end.completions, end.cq.cqes), (9, 9), "{end:?}");
+    assert_eq!(
+        end.cq.unknown_qpn + end.cq.bad_wqe_counter + end.cq.unexpected_recv + end.cq.unknown_cqe,
+        0,
+        "{end:?}"
+    );
+}
+
+/// Every `mlx5_cqe` input builds its rigs afresh: each seed, on either rig, ends the same
+/// when run twice.
+#[test]
+fn mlx5_cqe_inputs_are_reproducible() {
+    for (name, seed) in cqe::seeds() {
+        assert_eq!(cqe::run(&seed), cqe::run(&seed), "{name}");
+    }
+}
+
+/// A REQ CQE for `qpn`'s WQE `counter` in slot `pos` of a ring of `2^log` CQEs, with
+/// the owner bit of `pos`'s pass.
+fn req_cqe(pos: u32, log: u32, qpn: u32, counter: u16) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    let mut v = rnic_mlx5_prm::Cqe64::new_unchecked(&mut b[..]);
+    v.set_qpn(qpn).expect("qpn");
+    v.set_wqe_counter(counter.into()).expect("wqe_counter");
+    v.set_opcode(rnic_mlx5_prm::CqeOpcode::Req.as_raw().into())
+        .expect("opcode");
+    v.set_owner((pos >> log) & 1).expect("owner");
+    b
+}
+
+/// The sole-QP rig's CQ completes signaled WRITEs through `poll_send` (the CQ's lean path:
+/// one QP attached) across two wraps of a 2-entry ring, exactly as the two-QP rig's
+/// general decoder does: the completion (wr_id, opcode, status, QPN, byte_len), the
+/// consumer index and doorbell record, the retired WQEs; a CQE naming the QPN the idle QP
+/// has on the two-QP rig is an unknown QPN there.
+#[test]
+fn the_sole_qp_rig_completes_writes_through_poll_send_as_the_two_qp_rig_does() {
+    use rnic_core::{WcOpcode, WcStatus};
+    use rnic_mlx5::fuzzing::{CqRig, OTHER_QPN, QPN};
+    let run = |mut rig: CqRig| {
+        let mut got = Vec::new();
+        for i in 0..5u32 {
+            let wr_id = 100 + u64::from(i);
+            let (index, wqebbs) = rig
+                .post_write(wr_id, 8, 8, true, true)
+                .expect("an inline WRITE");
+            assert_eq!((index, wqebbs), (i as u16, 1));
+            assert_eq!(rig.outstanding(), (1, 0));
+            rig.write_cqe(i, &req_cqe(i, 1, QPN, index));
+            let c = rig.poll_send().expect("a WRITE completion");
+            assert_eq!(
+                (
+                    c.wr_id(),
+                    c.opcode(),
+                    c.status(),
+                    c.qp_num().get(),
+                    c.byte_len()
+                ),
+                (wr_id, WcOpcode::RdmaWrite, WcStatus::Success, QPN, 0)
+            );
+            assert_eq!(rig.consumer_index(), i + 1);
+            assert_eq!(rig.record_ci(), i + 1, "doorbell record set_ci");
+            assert_eq!(rig.outstanding(), (0, 0));
+            got.push(c.wr_id());
+        }
+        // A REQ naming OTHER_QPN: refused (the idle QP has nothing outstanding, or there
+        // is no such QP), counted, consumed.
+        let (index, _) = rig.post_write(200, 8, 8, true, true).expect("a WRITE");
+        rig.write_cqe(5, &req_cqe(5, 1, OTHER_QPN, index));
+        assert!(rig.poll_send().is_none());
+        assert_eq!((rig.consumer_index(), rig.outstanding()), (6, (1, 0)));
+        (got, rig.counters(), rig.attached_qps())
+    };
+    let (sole, k_sole, n_sole) = run(CqRig::new_sole(1).expect("rig"));
+    let (two, k_two, n_two) = run(CqRig::new(1).expect("rig"));
+    assert_eq!((n_sole, n_two), (1, 2));
+    assert_eq!(sole, vec![100, 101, 102, 103, 104]);
+    assert_eq!(sole, two);
+    assert_eq!(
+        (k_sole.cqes, k_sole.unknown_qpn, k_sole.bad_wqe_counter),
+        (6, 1, 0)
+    );
+    // On the two-QP rig the idle QP exists: its CQE names no outstanding WQE of it.
+    assert_eq!(
+        (k_two.cqes, k_two.unknown_qpn, k_two.bad_wqe_counter),
+        (6, 0, 1)
+    );
+}
+
+#[test]
+#[should_panic(expected = "the completion of a REQ CQE")]
+fn the_mlx5_cqe_next_completion_check_can_fail() {
+    cqe::check_a_misattributed_completion();
+}
+
 #[test]
 #[should_panic(expected = "no outstanding WQE")]
 fn the_mlx5_cqe_completion_check_can_fail() {

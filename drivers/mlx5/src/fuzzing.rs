@@ -4,8 +4,12 @@
 //! the device would write, in any order and with any content, and polls.
 //!
 //! [`CqRig`]: one RC QP's work queues (8-WQEBB SQ, 4-entry RQ) attached to
-//! a CQ ring of `2^log` CQEs, and a second QP's tracking on the same CQ
-//! (so the QPN lookup has a choice). Posts go through the real
+//! a CQ ring of `2^log` CQEs, and — [`CqRig::new`] — a second QP's
+//! tracking on the same CQ (so the QPN lookup has a choice and every CQE
+//! goes through the general decoder), or — [`CqRig::new_sole`] — no second
+//! QP (the CQ's sole QP: its lean path, [`crate::Cq::poll_send`] and the
+//! first CQE of [`crate::Cq::poll`], takes the requester successes naming
+//! an outstanding WQE; [`OTHER_QPN`] names no QP). Posts go through the real
 //! [`crate::wq`] writers (the single-WRITE shortcut and the general writer),
 //! polls through the real [`crate::Cq::poll`] / [`crate::Cq::poll_send`]
 //! decoders, flushes through the fatal-device path.
@@ -35,7 +39,8 @@ use crate::{DmaBuffer, Mlx5Error};
 /// QPN of the rig's QP with work queues.
 pub const QPN: u32 = 0x2a;
 /// QPN of the second QP attached to the rig's CQ (tracking only: it never
-/// posts, so every CQE naming it must be refused).
+/// posts, so every CQE naming it must be refused); on a
+/// [`CqRig::new_sole`] rig no QP has it.
 pub const OTHER_QPN: u32 = 0x2b;
 /// SQ WQEBBs of the rig's QP.
 pub const SQ_WQEBBS: u32 = 8;
@@ -58,7 +63,8 @@ fn space() -> Arc<IovaSpace> {
 /// docs.
 pub struct CqRig {
     wq: WorkQueues,
-    other: Arc<QpShared>,
+    /// The idle second QP ([`CqRig::new`]); `None` on a sole-QP rig.
+    other: Option<Arc<QpShared>>,
     ring: CqRing,
     cq: Arc<DmaBuffer>,
     data: Arc<DmaBuffer>,
@@ -69,6 +75,7 @@ impl std::fmt::Debug for CqRig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CqRig")
             .field("log", &self.log)
+            .field("qps", &self.attached_qps())
             .field("ci", &self.ring.consumer_index())
             .finish_non_exhaustive()
     }
@@ -76,8 +83,18 @@ impl std::fmt::Debug for CqRig {
 
 impl CqRig {
     /// A rig with a CQ of `2^log` CQEs (`log` clamped to 1..=8), every
-    /// `op_own` = 0xF0, the QP in RTS.
+    /// `op_own` = 0xF0, the QP in RTS, and the idle second QP
+    /// ([`OTHER_QPN`]) attached after it.
     pub fn new(log: u32) -> Result<CqRig, Mlx5Error> {
+        CqRig::build(log, true)
+    }
+
+    /// [`CqRig::new`] without the second QP: the QP is the CQ's sole QP.
+    pub fn new_sole(log: u32) -> Result<CqRig, Mlx5Error> {
+        CqRig::build(log, false)
+    }
+
+    fn build(log: u32, with_other: bool) -> Result<CqRig, Mlx5Error> {
         let log = log.clamp(1, 8);
         let s = space();
         let rq_bytes = RQ_ENTRIES as usize * RQ_STRIDE;
@@ -101,7 +118,7 @@ impl CqRig {
             })
         };
         let mine = shared(QPN);
-        let other = shared(OTHER_QPN);
+        let other = with_other.then(|| shared(OTHER_QPN));
         let (sq_ring, dbrec) = crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8)
             .ok_or(Mlx5Error::QpOptions {
                 reason: "fuzz QP buffer too small".into(),
@@ -156,7 +173,9 @@ impl CqRig {
             reason: "fuzz CQ buffer too small".into(),
         })?;
         ring.attach(mine, true, true);
-        ring.attach(other.clone(), true, true);
+        if let Some(other) = &other {
+            ring.attach(other.clone(), true, true);
+        }
         Ok(CqRig {
             wq,
             other,
@@ -170,6 +189,11 @@ impl CqRig {
     /// CQEs in the ring.
     pub fn entries(&self) -> u32 {
         1 << self.log
+    }
+
+    /// QPs attached to the CQ: 2 ([`CqRig::new`]) or 1 ([`CqRig::new_sole`]).
+    pub fn attached_qps(&self) -> u32 {
+        1 + u32::from(self.other.is_some())
     }
 
     /// One send: an RDMA WRITE of `len` bytes from the region at byte
@@ -274,9 +298,12 @@ impl CqRig {
         )
     }
 
-    /// Work outstanding on the second QP (never posted to: always 0).
+    /// Work outstanding on the second QP (never posted to: always 0; 0 on
+    /// a sole-QP rig, which has none).
     pub fn other_outstanding(&self) -> (u32, u32) {
-        (self.other.sq.outstanding(), self.other.rq.outstanding())
+        self.other
+            .as_ref()
+            .map_or((0, 0), |o| (o.sq.outstanding(), o.rq.outstanding()))
     }
 }
 

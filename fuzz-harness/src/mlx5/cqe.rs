@@ -14,6 +14,10 @@ use crate::Input;
 const MAX_OPS: usize = 64;
 /// The CQN the EQ rig delivers completion events to.
 const CQN: u32 = 0x11;
+/// The sizes byte's flag for the sole-QP rig ([`CqRig::new_sole`]: no idle QP, so the
+/// CQ's lean path takes the requester successes; CQEs naming [`OTHER_QPN`] name an
+/// unknown QPN).
+pub const SOLE_QP: u8 = 0x10;
 
 /// A WQE the harness posted and the CQ has not retired yet.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +50,8 @@ pub struct End {
     pub cq: rnic_mlx5::CqCounters,
     /// The EQ's counters at the end.
     pub eq: rnic_mlx5::EventCounters,
+    /// QPs attached to the CQ: 1 (the sole-QP rig, [`SOLE_QP`]) or 2.
+    pub qps: u32,
 }
 
 fn refused(k: &rnic_mlx5::CqCounters) -> u64 {
@@ -75,8 +81,13 @@ fn is_responder(op: u8) -> bool {
 }
 
 impl Model {
-    fn new(log_cq: u32, log_eq: u32) -> Model {
-        let cq = CqRig::new(log_cq).expect("CQ rig");
+    fn new(log_cq: u32, log_eq: u32, sole: bool) -> Model {
+        let cq = if sole {
+            CqRig::new_sole(log_cq)
+        } else {
+            CqRig::new(log_cq)
+        }
+        .expect("CQ rig");
         let eq = EqRig::new(log_eq, CQN).expect("EQ rig");
         let mut cqes = vec![[0u8; 64]; cq.entries() as usize];
         for c in &mut cqes {
@@ -129,6 +140,42 @@ impl Model {
                 u32::from(owner) == (pos >> log) & 1
             })
             .count() as u32
+    }
+
+    /// What the next CQE must complete, when the model knows: a valid requester success
+    /// (REQ, not compressed) of the posting QP whose `wqe_counter` names an outstanding
+    /// WQE start completes that WQE — the case the CQ's lean path takes on a sole-QP rig,
+    /// and the general decoder otherwise.
+    fn next_completes(&self) -> Option<u64> {
+        if self.cq_valid_run() == 0 {
+            return None;
+        }
+        let n = self.cq.entries();
+        let b = &self.cqes[(self.cq.consumer_index() & (n - 1)) as usize];
+        let v = Cqe64::new_unchecked(&b[..]);
+        if b[63] >> 4 != CqeOpcode::Req.as_raw()
+            || v.cqe_format() == CQE_FORMAT_COMPRESSED
+            || v.qpn() != QPN
+        {
+            return None;
+        }
+        let counter = v.wqe_counter() as u16;
+        self.sends
+            .iter()
+            .find(|p| p.index == counter)
+            .map(|p| p.wr_id)
+    }
+
+    /// A completion of [`Model::next_completes`]'s WQE: an RDMA WRITE (all the harness
+    /// posts), SUCCESS, of the posting QP, no bytes.
+    fn check_next(wc: Option<&WorkCompletion>, want: Option<u64>) {
+        let Some(want) = want else { return };
+        let wc = wc.unwrap_or_else(|| panic!("a REQ CQE for WQE {want} completed nothing"));
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode, wc.qp_num.get(), wc.byte_len),
+            (want, WcStatus::Success, WcOpcode::RdmaWrite, QPN, 0),
+            "the completion of a REQ CQE"
+        );
     }
 
     /// Every check a completion must pass: it names a WQE that was posted and is not retired
@@ -281,9 +328,11 @@ impl Model {
         let run = self.cq_valid_run();
         let ci0 = self.cq.consumer_index();
         let k0 = self.cq.counters();
+        let want = self.next_completes();
         let mut wcs = [WorkCompletion::default(); 4];
         let got = self.cq.poll(&mut wcs[..n]);
         assert!(got <= n);
+        Model::check_next(wcs[..got].first(), want);
         let consumed = self.cq.consumer_index().wrapping_sub(ci0);
         self.after_cqes(run, consumed, got as u64, &k0);
         if got < n {
@@ -300,7 +349,9 @@ impl Model {
         let run = self.cq_valid_run();
         let ci0 = self.cq.consumer_index();
         let k0 = self.cq.counters();
+        let want = self.next_completes();
         let got = self.cq.poll_send();
+        Model::check_next(got.map(WorkCompletion::from).as_ref(), want);
         let consumed = self.cq.consumer_index().wrapping_sub(ci0);
         self.after_cqes(run, consumed, u64::from(got.is_some()), &k0);
         match got {
@@ -464,7 +515,11 @@ impl Model {
 pub fn run(data: &[u8]) -> End {
     let mut inp = Input::new(data);
     let sizes = inp.u8();
-    let mut m = Model::new(u32::from(sizes & 3) + 1, u32::from((sizes >> 2) & 3) + 1);
+    let mut m = Model::new(
+        u32::from(sizes & 3) + 1,
+        u32::from((sizes >> 2) & 3) + 1,
+        sizes & SOLE_QP != 0,
+    );
     for _ in 0..MAX_OPS {
         if inp.is_empty() {
             break;
@@ -517,18 +572,23 @@ pub fn run(data: &[u8]) -> End {
         completions: m.completions,
         cq: m.cq.counters(),
         eq: m.eq.counters(),
+        qps: m.cq.attached_qps(),
     }
 }
 
 /// The `mlx5_cqe` harness: a QP with work posted (the single-WRITE shortcut, the general
-/// writer, the direct fast path, receives) on a CQ, and an EQ, whose entries the input
+/// writer, the direct fast path, receives) on a CQ — with an idle second QP on it, or, when
+/// the first byte has [`SOLE_QP`], as the CQ's sole QP, so that the requester successes go
+/// through the CQ's lean path (`poll_send`, the first CQE of `poll`) rather than the
+/// general decoder, against the same model — and an EQ, whose entries the input
 /// writes — well-formed CQEs naming outstanding WQEs, CQEs with an out-of-range or
 /// mid-WQE `wqe_counter`, an unknown or idle QPN, an unknown opcode, the compressed format,
 /// the wrong owner, raw bytes; EQEs of every type and unknown ones, for the registered CQ
 /// and others — between posts, polls (`poll` and `poll_send`), fatal flushes and EQ
 /// drains. Asserted: no panic; every completion names a WQE that was posted and not yet
 /// retired (a send retires the unsignaled WQEs before it, a receive is the oldest), so
-/// none retires twice; the driver's outstanding counts equal the model's; a poll consumes
+/// none retires twice; a poll whose next CQE is a requester success of the QP naming an
+/// outstanding WQE start completes that WQE first (SUCCESS, RDMA WRITE, no bytes); the driver's outstanding counts equal the model's; a poll consumes
 /// no more than the run of valid CQEs (and all of it unless its array filled or, for
 /// `poll_send`, a responder CQE stopped it), counts each, and each consumed CQE either
 /// completes something or moves a refusal counter; the doorbell record holds the
@@ -541,7 +601,7 @@ pub fn completions(data: &[u8]) {
 /// The completion check fires on a completion for a WQE that was never posted (for the
 /// test that shows the harness can fail).
 pub fn check_a_forged_completion() {
-    let mut m = Model::new(1, 1);
+    let mut m = Model::new(1, 1, false);
     let wc = WorkCompletion {
         wr_id: 77,
         qp_num: rnic_core::Qpn::from_wire(QPN),
@@ -549,6 +609,34 @@ pub fn check_a_forged_completion() {
         ..WorkCompletion::default()
     };
     m.retire(&wc);
+}
+
+/// The next-CQE check fires on a completion of another WQE than the one a REQ CQE names
+/// (for the test that shows the harness can fail): on the sole-QP rig, two WRITEs posted,
+/// the CQE naming the second, a completion of the first.
+pub fn check_a_misattributed_completion() {
+    let mut m = Model::new(1, 1, true);
+    for wr_id in [1, 2] {
+        let (index, wqebbs) = m.cq.post_write(wr_id, 8, 8, true, true).expect("WRITE");
+        m.sends.push_back(Posted {
+            wr_id,
+            index,
+            wqebbs,
+        });
+    }
+    let mut b = [0u8; 64];
+    let mut v = Cqe64::new_unchecked(&mut b[..]);
+    let _ = v.set_qpn(QPN);
+    let _ = v.set_wqe_counter(m.sends[1].index.into());
+    let _ = v.set_opcode(CqeOpcode::Req.as_raw().into());
+    m.write_cqe(0, b);
+    let forged = WorkCompletion {
+        wr_id: 1,
+        qp_num: rnic_core::Qpn::from_wire(QPN),
+        opcode: WcOpcode::RdmaWrite,
+        ..WorkCompletion::default()
+    };
+    Model::check_next(Some(&forged), m.next_completes());
 }
 
 /// A program: `ops` as (op byte, operand bytes).
@@ -574,8 +662,62 @@ fn cqe_op(slot: u8, opcode: u8, qpn: &[u8], counter: &[u8], flags: u8) -> Vec<u8
     v
 }
 
-/// The seed corpus: honest completions, and one input per hostile kind.
+/// The seed corpus: honest completions, and one input per hostile kind, on the two-QP rig;
+/// the same programs on the sole-QP rig (`sole-*`, [`SOLE_QP`]: the lean path), and CQ
+/// wraps through the lean path (`sole-wrap`).
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut all = two_qp_seeds();
+    let sole: Vec<_> = all
+        .iter()
+        .filter_map(|(name, v)| {
+            let mut v = v.clone();
+            v[0] |= SOLE_QP;
+            Some((sole_name(name)?, v))
+        })
+        .collect();
+    all.extend(sole);
+    all.push(("sole-wrap", sole_wrap_seed()));
+    all
+}
+
+/// The sole-QP seed named after a two-QP one.
+fn sole_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "honest-sends" => "sole-honest-sends",
+        "honest-recv-and-error" => "sole-honest-recv-and-error",
+        "bad-wqe-counter" => "sole-bad-wqe-counter",
+        "unknown-qpn" => "sole-unknown-qpn",
+        "unknown-opcode-and-compressed" => "sole-unknown-opcode-and-compressed",
+        "wrong-owner-and-raw" => "sole-wrong-owner-and-raw",
+        "responder-stops-poll-send" => "sole-responder-stops-poll-send",
+        "flush" => "sole-flush",
+        _ => return None,
+    })
+}
+
+/// A CQ of 2 CQEs on the sole-QP rig, wrapped four times through the lean path: five
+/// signaled inline WRITEs each completed by `poll_send`, two by one-entry `poll`s, then two
+/// outstanding completed by one four-entry `poll` (the lean first CQE, then the general
+/// loop): 9 completions, consumer index 9.
+pub fn sole_wrap_seed() -> Vec<u8> {
+    // CQ of 2 entries, EQ of 16, one QP.
+    const SIZES: u8 = SOLE_QP | 0x0c;
+    let write = [0u8, 0, 0b110, 1, 8];
+    let next = cqe_op(0, 0, &[0], &[0], 0x02);
+    let second = cqe_op(1, 0, &[0], &[1], 0x02);
+    let mut ops: Vec<&[u8]> = Vec::new();
+    for _ in 0..5 {
+        ops.extend([&write[..], &next, &[7]]);
+    }
+    for _ in 0..2 {
+        ops.extend([&write[..], &next, &[6, 0]]);
+    }
+    ops.extend([&write[..], &write, &next, &second, &[6, 3]]);
+    program(SIZES, &ops)
+}
+
+/// The seeds on the two-QP rig.
+fn two_qp_seeds() -> Vec<(&'static str, Vec<u8>)> {
     // Sizes byte: CQ of 8 entries, EQ of 16.
     const SIZES: u8 = 0x0e;
     // post: op 0, then kind 0 (WRITE: flags (1 = unaligned, 2 = inline, 4 = signaled),
