@@ -704,7 +704,7 @@ impl WorkQueues {
         self.shared.sq.record(
             head,
             wr.wr_id,
-            sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
+            sq_meta(p.wqebbs, wc_opcode_code(p.wc_opcode)),
         );
         self.sq_head = head.wrapping_add(p.wqebbs);
         self.counters.sends += 1;
@@ -855,7 +855,7 @@ impl WorkQueues {
         shared.sq.record(
             head,
             wr_id,
-            sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
+            sq_meta(1, wc_opcode_code(WcOpcode::RdmaWrite)),
         );
         let next = head.wrapping_add(1);
         self.sq_head = next;
