@@ -1003,10 +1003,9 @@ fn a_single_inline_request_goes_straight_to_the_driver_retaining_nothing() {
     // window): it retains no region, a refusal is counted as a stall as on
     // the general path, and a batch or a non-inline request still retains.
     let r = rig();
-    let mr = r
-        .pd
-        .reg_mr(Arc::new(HeapMemory::new(4096)), AccessFlags::LOCAL_WRITE)
-        .expect("reg_mr");
+    let mr =
+        r.pd.reg_mr(Arc::new(HeapMemory::new(4096)), AccessFlags::LOCAL_WRITE)
+            .expect("reg_mr");
     let caps = QpCaps {
         max_send_wr: 2,
         max_recv_wr: 2,
@@ -1023,7 +1022,11 @@ fn a_single_inline_request_goes_straight_to_the_driver_retaining_nothing() {
     }];
     qp.post_send(&[SendWr::send(1, &sge).inline().signaled()])
         .expect("inline post");
-    assert_eq!(qp.retained_regions(), 0, "an inline request names no region");
+    assert_eq!(
+        qp.retained_regions(),
+        0,
+        "an inline request names no region"
+    );
     assert_eq!(qp.outstanding_sends(), 1);
     qp.post_send(&[SendWr::send(2, &sge).inline().signaled()])
         .expect("fills the SQ");

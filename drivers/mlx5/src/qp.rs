@@ -431,7 +431,7 @@ impl Qp {
                 fast_inline: 0,
                 sq_limit: 0,
                 write_ctrl: 0,
-                inline_src: None,
+                inline_src: crate::wq::InlineSource::empty(),
             },
         })
     }
