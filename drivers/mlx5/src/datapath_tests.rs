@@ -88,6 +88,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         fast_inline: 0,
         sq_limit: 0,
         write_ctrl: 0,
+        write_ctrl1: 0,
         inline_src: crate::wq::InlineSource::empty(),
     };
     wq.set_state(QpState::Rts);
@@ -1371,4 +1372,55 @@ fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
         "still not cached"
     );
     assert_eq!(c.sq_head, 0);
+}
+
+/// The small-write shortcut's second control word (`write_ctrl1` plus the
+/// request's `SIGNALED`) on a QP that signals every send and on one that
+/// does not: the general writer's CE bits for signaled and unsignaled
+/// requests alike.
+#[test]
+fn the_small_write_shortcut_sets_ce_as_the_general_writer_with_or_without_sig_all() {
+    let s = space();
+    for sig_all in [false, true] {
+        let (mut a, data) = queues(&s, false);
+        let (mut b, _) = queues(&s, false);
+        for wq in [&mut a, &mut b] {
+            wq.sig_all = sig_all;
+            wq.set_state(QpState::Rts);
+            wq.regions = vec![Region {
+                lkey: 0x500,
+                start: data.as_ptr() as u64,
+                len: 4096,
+                buf: data.clone(),
+            }];
+        }
+        let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+        let mut learn = SendWr::rdma_write(0, &sge, 0x1000, Rkey(1));
+        learn.flags = SendFlags::INLINE;
+        assert!(a.post_small_write(&learn).is_none(), "learns the region");
+        for (id, flags) in [
+            (1, SendFlags::INLINE),
+            (2, SendFlags::INLINE | SendFlags::SIGNALED),
+        ] {
+            let mut wr = SendWr::rdma_write(id, &sge, 0x1000, Rkey(1));
+            wr.flags = flags;
+            let head = a.sq_head;
+            let fast = a.post_small_write(&wr).expect("shortcut");
+            b.post_send_general(&[wr], false).1.unwrap();
+            let at = sq_at(&a, (head % SQ_BBS) as usize);
+            assert_eq!(
+                read(&a.buf, at, 48),
+                read(&b.buf, at, 48),
+                "{sig_all} {flags:?}"
+            );
+            let ce = read(&a.buf, at + 11, 1)[0] & 0x0c;
+            let want = if sig_all || flags.contains(SendFlags::SIGNALED) {
+                0x08
+            } else {
+                0
+            };
+            assert_eq!(ce, want, "CE of {sig_all} {flags:?}");
+            assert_eq!(fast.words()[1], a.sq_word(head, 1));
+        }
+    }
 }

@@ -431,6 +431,7 @@ impl Qp {
                 fast_inline: 0,
                 sq_limit: 0,
                 write_ctrl: 0,
+                write_ctrl1: 0,
                 inline_src: crate::wq::InlineSource::empty(),
             },
         })

@@ -231,6 +231,40 @@ pub const fn inline_write_ds(n: usize) -> u32 {
     }
 }
 
+/// What `SIGNALED` in `flags` adds to [`WorkQueues::write_ctrl1`] (the
+/// control segment's second word), for a request with no flag but
+/// `INLINE` and `SIGNALED`: a signaled WRITE's CE bits over an unsignaled
+/// one's, which are one bit, so the flag goes in shifted (no branch).
+#[inline(always)]
+fn signaled_ctrl1(flags: SendFlags) -> u64 {
+    const ON: u64 = ctrl_words(
+        WqeOpcode::RdmaWrite,
+        0,
+        0,
+        0,
+        fm_ce_se(SendFlags::SIGNALED, false),
+        0,
+    )[1];
+    const OFF: u64 = ctrl_words(
+        WqeOpcode::RdmaWrite,
+        0,
+        0,
+        0,
+        fm_ce_se(SendFlags::empty(), false),
+        0,
+    )[1];
+    const BIT: u64 = SendFlags::SIGNALED.bits() as u64;
+    const SCALE: u64 = (ON ^ OFF) / BIT;
+    // OR-ing is exact: the unsignaled bits are a subset of the signaled
+    // ones, and the difference is one bit at or above the flag's.
+    const {
+        assert!(OFF & !ON == 0);
+        assert!((ON ^ OFF).is_power_of_two() && BIT.is_power_of_two());
+        assert!(SCALE * BIT == ON ^ OFF);
+    };
+    (u64::from(flags.bits()) & BIT) * SCALE
+}
+
 #[inline(always)]
 const fn signaled_flags(signaled: bool) -> SendFlags {
     if signaled {
@@ -406,6 +440,11 @@ pub(crate) struct WorkQueues {
     /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
     /// before the byte swap; kept by [`WorkQueues::set_state`].
     pub write_ctrl: u64,
+    /// The control segment's second memory word of an unsignaled RDMA
+    /// WRITE from this QP (CE set iff `sig_all`), kept by
+    /// [`WorkQueues::set_state`]: a request's `SIGNALED` goes in as one
+    /// shifted bit.
+    pub write_ctrl1: u64,
     /// The region the last small inline WRITE read from (a cache of
     /// `regions`, filled out of line on a miss).
     pub inline_src: InlineSource,
@@ -443,6 +482,14 @@ impl WorkQueues {
         self.state = state;
         self.fast_inline = fast_inline_limit(state, &self.limits);
         self.write_ctrl = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, 0, 0, 0)[0]);
+        self.write_ctrl1 = ctrl_words(
+            WqeOpcode::RdmaWrite,
+            0,
+            0,
+            0,
+            fm_ce_se(SendFlags::empty(), self.sig_all),
+            0,
+        )[1];
     }
 
     /// The memory word of [`ctrl_words`]`(RdmaWrite, index, qpn, ds, ..)[0]`
@@ -982,14 +1029,7 @@ impl WorkQueues {
         let first = [
             // 4 + len ≤ 12 bytes of inline segment: `ds` 3 for every len.
             self.write_ctrl_word(head as u16, inline_write_ds(8)),
-            ctrl_words(
-                WqeOpcode::RdmaWrite,
-                0,
-                0,
-                0,
-                fm_ce_se(wr.flags, self.sig_all),
-                0,
-            )[1],
+            self.write_ctrl1 | signaled_ctrl1(wr.flags),
             raddr[0],
             raddr[1],
         ];
