@@ -996,3 +996,60 @@ fn a_poll_while_the_driver_queue_is_borrowed_is_refused_and_then_works() {
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::Success));
 }
+
+#[test]
+fn a_single_inline_request_goes_straight_to_the_driver_retaining_nothing() {
+    // The shortcut of `QueuePair::post_send` (one inline request, no credit
+    // window): it retains no region, a refusal is counted as a stall as on
+    // the general path, and a batch or a non-inline request still retains.
+    let r = rig();
+    let mr =
+        r.pd.reg_mr(Arc::new(HeapMemory::new(4096)), AccessFlags::LOCAL_WRITE)
+            .expect("reg_mr");
+    let caps = QpCaps {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        max_inline_data: 64,
+        ..CAPS
+    };
+    let mut cq = r.ctx.create_cq_reserved(8).expect("cq");
+    let mut qp = r.qp(&cq, &cq, caps);
+    bring_up(&mut qp);
+    assert!(qp.credits_reserved());
+    let sge = [Sge {
+        length: 8,
+        ..mr.whole()
+    }];
+    qp.post_send(&[SendWr::send(1, &sge).inline().signaled()])
+        .expect("inline post");
+    assert_eq!(
+        qp.retained_regions(),
+        0,
+        "an inline request names no region"
+    );
+    assert_eq!(qp.outstanding_sends(), 1);
+    qp.post_send(&[SendWr::send(2, &sge).inline().signaled()])
+        .expect("fills the SQ");
+    let err = qp
+        .post_send(&[SendWr::send(3, &sge).inline().signaled()])
+        .expect_err("SQ full");
+    assert!(
+        matches!(
+            err,
+            VerbsError::PostSend {
+                index: 0,
+                reason: PostError::QueueFull { .. },
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(qp.stalls(), 1);
+    assert_eq!(qp.outstanding_sends(), 2, "the refusal posted nothing");
+    r.fake.complete_send(qp.qpn(), 1, WcStatus::Success);
+    r.fake.complete_send(qp.qpn(), 2, WcStatus::Success);
+    assert_eq!(poll_all(&mut cq).len(), 2);
+    // The general path: a non-inline request retains its region.
+    qp.post_send(&[SendWr::send(4, &sge).signaled()])
+        .expect("post");
+    assert_eq!(qp.retained_regions(), 1);
+}

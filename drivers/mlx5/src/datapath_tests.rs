@@ -88,7 +88,8 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         fast_inline: 0,
         sq_limit: 0,
         write_ctrl: 0,
-        inline_src: None,
+        write_ctrl1: 0,
+        inline_src: crate::wq::InlineSource::empty(),
     };
     wq.set_state(QpState::Rts);
     (wq, data)
@@ -1285,5 +1286,141 @@ fn the_cached_sq_limit_follows_the_general_writer() {
         // The consumer catches up.
         let h = wq.shared.sq.head.load(Ordering::Relaxed);
         wq.shared.sq.tail.store(h, Ordering::Release);
+    }
+}
+
+/// The small-write shortcut reads one whole word of the cached region:
+/// at an 8-aligned offset from the region's start (whatever the start's
+/// own alignment), all 8 bytes inside it. It takes such an SGE with the
+/// general writer's bytes, and declines (nothing written) an offset that
+/// is not 8-aligned, a word reaching past the region's end, an address
+/// below its start, and any address of a region that wraps the address
+/// space (never cached).
+#[test]
+fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
+    let s = space();
+    let (mut a, data) = queues(&s, false);
+    let (mut b, _) = queues(&s, false);
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    data.write(0, &pattern).unwrap();
+    // An IOVA that is not 8-aligned for byte 0, and a length that is not a
+    // whole number of words.
+    let start = 0x1_0003u64;
+    let region = |start| Region {
+        lkey: 0x600,
+        start,
+        len: 4093,
+        buf: data.clone(),
+    };
+    a.regions = vec![region(start)];
+    b.regions = vec![region(start)];
+    let post = |wq: &mut WorkQueues, addr: u64, len: u32| {
+        let sge = [Sge::new(addr, len, Lkey(0x600))];
+        let mut wr = SendWr::rdma_write(9, &sge, 0x7000_0000, Rkey(0x4321));
+        wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+        wq.post_small_write(&wr)
+    };
+    // The first post learns the region and declines.
+    assert!(post(&mut a, start + 16, 8).is_none());
+    let before = read(&a.buf, 0, a.dbrec_word * 8 + 8);
+    for (addr, len) in [
+        (start + 4, 4),
+        (start + 4088, 5),
+        (start + 4088, 1),
+        (start - 8, 8),
+        (start.wrapping_sub(1 << 62), 8),
+    ] {
+        assert!(post(&mut a, addr, len).is_none(), "{addr:#x} {len}");
+    }
+    assert_eq!(
+        read(&a.buf, 0, a.dbrec_word * 8 + 8),
+        before,
+        "nothing written"
+    );
+    assert_eq!(a.sq_head, 0);
+    for (addr, len) in [
+        (start + 16, 8),
+        (start + 4080, 8),
+        (start, 3),
+        (start + 8, 1),
+    ] {
+        let head = a.sq_head;
+        assert!(post(&mut a, addr, len).is_some(), "{addr:#x} {len}");
+        let sge = [Sge::new(addr, len, Lkey(0x600))];
+        let mut wr = SendWr::rdma_write(9, &sge, 0x7000_0000, Rkey(0x4321));
+        wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+        let (ring, r) = b.post_send_general(&[wr], false);
+        r.unwrap();
+        assert!(ring.is_some());
+        let at = sq_at(&a, (head % SQ_BBS) as usize);
+        let ds = crate::wq::inline_write_ds(len as usize) as usize;
+        assert_eq!(read(&a.buf, at, ds * 16), read(&b.buf, at, ds * 16));
+        let off = (addr - start) as usize;
+        assert_eq!(
+            read(&a.buf, at + 36, len as usize),
+            pattern[off..off + len as usize],
+            "the payload is the region's bytes at the SGE"
+        );
+        drain(&a, &b);
+    }
+    // A region that wraps the address space is never cached.
+    let (mut c, _) = queues(&s, false);
+    c.regions = vec![region(u64::MAX - 100)];
+    assert!(post(&mut c, u64::MAX - 100, 8).is_none());
+    assert!(
+        post(&mut c, u64::MAX - 100, 8).is_none(),
+        "still not cached"
+    );
+    assert_eq!(c.sq_head, 0);
+}
+
+/// The small-write shortcut's second control word (`write_ctrl1` plus the
+/// request's `SIGNALED`) on a QP that signals every send and on one that
+/// does not: the general writer's CE bits for signaled and unsignaled
+/// requests alike.
+#[test]
+fn the_small_write_shortcut_sets_ce_as_the_general_writer_with_or_without_sig_all() {
+    let s = space();
+    for sig_all in [false, true] {
+        let (mut a, data) = queues(&s, false);
+        let (mut b, _) = queues(&s, false);
+        for wq in [&mut a, &mut b] {
+            wq.sig_all = sig_all;
+            wq.set_state(QpState::Rts);
+            wq.regions = vec![Region {
+                lkey: 0x500,
+                start: data.as_ptr() as u64,
+                len: 4096,
+                buf: data.clone(),
+            }];
+        }
+        let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];
+        let mut learn = SendWr::rdma_write(0, &sge, 0x1000, Rkey(1));
+        learn.flags = SendFlags::INLINE;
+        assert!(a.post_small_write(&learn).is_none(), "learns the region");
+        for (id, flags) in [
+            (1, SendFlags::INLINE),
+            (2, SendFlags::INLINE | SendFlags::SIGNALED),
+        ] {
+            let mut wr = SendWr::rdma_write(id, &sge, 0x1000, Rkey(1));
+            wr.flags = flags;
+            let head = a.sq_head;
+            let fast = a.post_small_write(&wr).expect("shortcut");
+            b.post_send_general(&[wr], false).1.unwrap();
+            let at = sq_at(&a, (head % SQ_BBS) as usize);
+            assert_eq!(
+                read(&a.buf, at, 48),
+                read(&b.buf, at, 48),
+                "{sig_all} {flags:?}"
+            );
+            let ce = read(&a.buf, at + 11, 1)[0] & 0x0c;
+            let want = if sig_all || flags.contains(SendFlags::SIGNALED) {
+                0x08
+            } else {
+                0
+            };
+            assert_eq!(ce, want, "CE of {sig_all} {flags:?}");
+            assert_eq!(fast.words()[1], a.sq_word(head, 1));
+        }
     }
 }

@@ -157,7 +157,8 @@ impl CqRig {
             fast_inline: 0,
             sq_limit: 0,
             write_ctrl: 0,
-            inline_src: None,
+            write_ctrl1: 0,
+            inline_src: crate::wq::InlineSource::empty(),
         };
         wq.set_state(QpState::Rts);
         let n = 1usize << log;

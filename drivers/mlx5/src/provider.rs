@@ -389,6 +389,24 @@ impl Mlx5Qp {
         }
     }
 
+    /// A UD QP's post: its sends name address handles this device resolved
+    /// at create_ah (no second check of the vector); one of another device
+    /// stops the batch there, the requests before it posted.
+    #[inline(never)]
+    fn post_send_ud(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        if let Some(index) = wrs
+            .iter()
+            .position(|w| w.ud.is_some_and(|d| !self.owns(d.ah)))
+        {
+            self.post_send_own(&wrs[..index])?;
+            return Err(VerbsError::PostSend {
+                index,
+                reason: PostError::ForeignAddressHandle,
+            });
+        }
+        self.post_send_own(wrs)
+    }
+
     /// What [`Mlx5Qp::post_send_own`] does when the driver refused a
     /// request: an inline SGE of a region the QP has not seen is learned
     /// once and the batch reposted from it; anything else is mapped.
@@ -626,19 +644,10 @@ impl QpOps for Mlx5Qp {
     // small-WRITE shortcut itself (one frame, no `Result` through memory).
     #[inline(always)]
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
-        // UD sends name address handles this device resolved at create_ah
-        // (no second check of the vector); one of another device stops the
-        // batch there, the requests before it posted.
-        if self.qp_type == QpType::Ud
-            && let Some(index) = wrs
-                .iter()
-                .position(|w| w.ud.is_some_and(|d| !self.owns(d.ah)))
-        {
-            self.post_send_own(&wrs[..index])?;
-            return Err(VerbsError::PostSend {
-                index,
-                reason: PostError::ForeignAddressHandle,
-            });
+        // A UD QP's address handles are checked out of line: the connected
+        // QP's post holds no call.
+        if self.qp_type == QpType::Ud {
+            return self.post_send_ud(wrs);
         }
         self.post_send_own(wrs)
     }

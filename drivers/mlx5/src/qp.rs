@@ -177,7 +177,7 @@ impl fmt::Debug for Qp {
             .field("qpn", &self.wq.qpn)
             .field("type", &self.qp_type)
             .field("state", &self.wq.state)
-            .field("counters", &self.wq.counters)
+            .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
 }
@@ -431,7 +431,8 @@ impl Qp {
                 fast_inline: 0,
                 sq_limit: 0,
                 write_ctrl: 0,
-                inline_src: None,
+                write_ctrl1: 0,
+                inline_src: crate::wq::InlineSource::empty(),
             },
         })
     }
@@ -450,9 +451,14 @@ impl Qp {
         }
     }
 
-    /// What the QP counted.
+    /// What the QP counted. The BlueFlame count is derived: the queues
+    /// keep BlueFlame rings minus sends (wrapping), so a post rung as one
+    /// BlueFlame copy — the fast paths' only kind — counts nothing there;
+    /// [`Qp::ring`] subtracts the sends of any other ring.
     pub fn counters(&self) -> QpCounters {
-        self.wq.counters
+        let mut c = self.wq.counters;
+        c.blueflame = c.blueflame.wrapping_add(c.sends);
+        c
     }
 
     /// Outstanding (posted, not yet completed) SQ WQEBBs and RQ WQEs.
@@ -697,7 +703,6 @@ impl Qp {
         {
             pair.write_next(&wqe);
             wc_flush();
-            self.wq.counters.blueflame += 1;
             return Ok(());
         }
         self.post_send_rest(wrs)
@@ -717,9 +722,10 @@ impl Qp {
             self.ring_wqebb(&wqe);
             return Ok(());
         }
+        let sends = self.wq.counters.sends;
         let (ring, result) = self.wq.post_send_general(wrs, fatal);
         if let Some(ring) = ring {
-            self.ring(&ring);
+            self.ring(&ring, self.wq.counters.sends.wrapping_sub(sends));
         }
         result
     }
@@ -727,8 +733,11 @@ impl Qp {
     /// The UAR write of step 5 (§8): a BlueFlame copy of a single WQE of ≤
     /// 256 bytes in 64-byte units then [`wc_flush`], else the 8-byte
     /// control word; then the other half of the register next time.
+    /// `posted` is the number of sends this ring hands over (the BlueFlame
+    /// count is kept as rings minus sends: [`Qp::counters`]).
     #[inline(always)]
-    fn ring(&mut self, ring: &SendDoorbell) {
+    fn ring(&mut self, ring: &SendDoorbell, posted: u64) {
+        self.wq.counters.blueflame = self.wq.counters.blueflame.wrapping_sub(posted);
         let off = self.bf.offset();
         if ring.blueflame() && self.bf.exclusive.is_some() {
             for bb in 0..ring.wqebbs {
@@ -742,7 +751,7 @@ impl Qp {
                 self.bf.write_block(off + bb as usize * 64, &block);
             }
             wc_flush();
-            self.wq.counters.blueflame += 1;
+            self.wq.counters.blueflame = self.wq.counters.blueflame.wrapping_add(1);
         } else {
             self.doorbell(off, ring.ctrl);
         }
@@ -792,7 +801,6 @@ impl Qp {
                 .write_inline_at(head, wr_id, remote_addr, rkey.get(), data, signaled);
             pair.write_next(&wqe);
             wc_flush();
-            self.wq.counters.blueflame += 1;
             return Ok(());
         }
         self.post_write_inline_cold(&InlineWrite {
@@ -837,7 +845,6 @@ impl Qp {
             Some(p) => {
                 p.write_next(wqe);
                 wc_flush();
-                self.wq.counters.blueflame += 1;
             }
             None => self.ring_unit(),
         }
@@ -853,12 +860,15 @@ impl Qp {
     fn ring_unit(&mut self) {
         let wqebb = self.wq.sq_head.wrapping_sub(1);
         let ctrl = self.wq.sq_word(wqebb, 0);
-        self.ring(&SendDoorbell {
-            ctrl,
-            wqebb,
-            wqebbs: 1,
-            single: true,
-        });
+        self.ring(
+            &SendDoorbell {
+                ctrl,
+                wqebb,
+                wqebbs: 1,
+                single: true,
+            },
+            1,
+        );
     }
 
     /// Post a batch of receives (RQ WQEs, then the record's receive counter).

@@ -52,12 +52,13 @@ pub(crate) fn wc_opcode_from_code(code: u32) -> WcOpcode {
     }
 }
 
-/// One SQ entry's metadata, at the index of its first WQEBB: the 16-bit
-/// WQE index (so a CQE naming a WQEBB inside a WQE is refused), its size in
-/// WQEBBs and its completion opcode.
+/// One SQ entry's metadata, at the index of its first WQEBB: its size in
+/// WQEBBs and its completion opcode. Nothing that varies per post (the
+/// slot's `start` says where the WQE lies), so a post of a known kind
+/// stores it as one immediate.
 #[inline(always)]
-pub(crate) const fn sq_meta(wqe_index: u16, wqebbs: u32, wc_code: u32) -> u32 {
-    ((wqe_index as u32) << 16) | ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
+pub(crate) const fn sq_meta(wqebbs: u32, wc_code: u32) -> u32 {
+    ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
 }
 
 /// One WQEBB's tracking entry: the `wr_id`, the free-running WQEBB position
@@ -269,7 +270,7 @@ mod tests {
 
     fn post(sq: &SqTrack, wr_id: u64, bbs: u32) -> u16 {
         let head = sq.head.load(Ordering::Relaxed);
-        sq.record(head, wr_id, sq_meta(head as u16, bbs, 1));
+        sq.record(head, wr_id, sq_meta(bbs, 1));
         sq.head.store(head.wrapping_add(bbs), Ordering::Release);
         head as u16
     }

@@ -75,13 +75,15 @@ impl UdSegment for UdSend<'_> {
 /// from, as a view that keeps the buffer (`Arc`) and the base pointer of
 /// its words: one key compare and one range check per post, no walk of
 /// [`WorkQueues::regions`] and no [`DmaBuffer::words`] fetch. Made only
-/// over a region that lies inside its buffer's words.
+/// over a region that lies inside its buffer's words; the empty view
+/// ([`InlineSource::empty`], no words) refuses every address.
 pub(crate) struct InlineSource {
     lkey: u32,
     start: u64,
-    len: u64,
+    /// The region's whole words from `start` (`len / 8`).
+    words: u64,
     base: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
-    _buf: Arc<DmaBuffer>,
+    _buf: Option<Arc<DmaBuffer>>,
 }
 
 // SAFETY: a pointer into the mapping `_buf` owns (`Send + Sync`), used only
@@ -91,35 +93,54 @@ unsafe impl Send for InlineSource {}
 unsafe impl Sync for InlineSource {}
 
 impl InlineSource {
+    /// The view of no region: [`InlineSource::word`] refuses every
+    /// address (no words), so `base` is never used.
+    pub(crate) const fn empty() -> InlineSource {
+        InlineSource {
+            lkey: 0,
+            start: 0,
+            words: 0,
+            base: std::ptr::NonNull::dangling(),
+            _buf: None,
+        }
+    }
+
     /// The view of `r`; `None` unless its `len` bytes lie inside its
     /// buffer's words.
     fn new(r: &Region) -> Option<InlineSource> {
         let words = r.buf.words();
-        if r.len > words.len() as u64 * 8 {
+        if r.len > words.len() as u64 * 8 || r.start.checked_add(r.len).is_none() {
             return None;
         }
         Some(InlineSource {
             lkey: r.lkey,
             start: r.start,
-            len: r.len,
+            words: r.len / 8,
             base: std::ptr::NonNull::new(words.as_ptr().cast_mut())?,
-            _buf: r.buf.clone(),
+            _buf: Some(r.buf.clone()),
         })
     }
 
-    /// The word at the 8-aligned `addr` when `len` (1..=8) bytes from it
-    /// are inside this region under `lkey`.
+    /// The word at `addr` when it is a whole word of this region (its
+    /// offset 8-aligned, all 8 bytes inside) under `lkey`: then any 1..=8
+    /// bytes from `addr` are inside it too. `None` otherwise (a shorter
+    /// tail of the region is the general writer's).
     #[inline(always)]
-    fn word(&self, lkey: u32, addr: u64, len: u64) -> Option<u64> {
-        let off = addr.wrapping_sub(self.start);
-        if lkey != self.lkey || addr < self.start || off.checked_add(len)? > self.len {
+    fn word(&self, lkey: u32, addr: u64) -> Option<u64> {
+        // Alignment and range as one compare: the offset rotated right by
+        // 3 is its word index when 8-aligned; otherwise its low bits land
+        // on top (≥ 2^61, past any `words` of a mapped buffer). An address
+        // below `start` wraps the offset to ≥ 2^64 − start ≥ len (`new`:
+        // the region does not wrap), so its index is ≥ `words` too.
+        let i = addr.wrapping_sub(self.start).rotate_right(3);
+        if i >= self.words || lkey != self.lkey {
             return None;
         }
-        // SAFETY: `off + len <= self.len <= 8 × (the buffer's words)`
-        // (`new`) and `len >= 1`, so word `off / 8` is one of the buffer's
-        // words, a mapping `self._buf` keeps alive; the reference is to an
-        // atomic, which assumes nothing about the value.
-        let w = unsafe { &*self.base.as_ptr().wrapping_add((off / 8) as usize) };
+        // SAFETY: `i < words = len / 8` and `len <= 8 × (the buffer's
+        // words)` (`new`; the empty view has no words), so word `i` is one
+        // of the buffer's words, a mapping `self._buf` keeps alive; the
+        // reference is to an atomic, which assumes nothing about the value.
+        let w = unsafe { &*self.base.as_ptr().wrapping_add(i as usize) };
         Some(w.load(Ordering::Relaxed))
     }
 }
@@ -208,6 +229,40 @@ pub const fn inline_write_ds(n: usize) -> u32 {
     } else {
         2 + (4 + n).div_ceil(16) as u32
     }
+}
+
+/// What `SIGNALED` in `flags` adds to [`WorkQueues::write_ctrl1`] (the
+/// control segment's second word), for a request with no flag but
+/// `INLINE` and `SIGNALED`: a signaled WRITE's CE bits over an unsignaled
+/// one's, which are one bit, so the flag goes in shifted (no branch).
+#[inline(always)]
+fn signaled_ctrl1(flags: SendFlags) -> u64 {
+    const ON: u64 = ctrl_words(
+        WqeOpcode::RdmaWrite,
+        0,
+        0,
+        0,
+        fm_ce_se(SendFlags::SIGNALED, false),
+        0,
+    )[1];
+    const OFF: u64 = ctrl_words(
+        WqeOpcode::RdmaWrite,
+        0,
+        0,
+        0,
+        fm_ce_se(SendFlags::empty(), false),
+        0,
+    )[1];
+    const BIT: u64 = SendFlags::SIGNALED.bits() as u64;
+    const SCALE: u64 = (ON ^ OFF) / BIT;
+    // OR-ing is exact: the unsignaled bits are a subset of the signaled
+    // ones, and the difference is one bit at or above the flag's.
+    const {
+        assert!(OFF & !ON == 0);
+        assert!((ON ^ OFF).is_power_of_two() && BIT.is_power_of_two());
+        assert!(SCALE * BIT == ON ^ OFF);
+    };
+    (u64::from(flags.bits()) & BIT) * SCALE
 }
 
 #[inline(always)]
@@ -385,9 +440,14 @@ pub(crate) struct WorkQueues {
     /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
     /// before the byte swap; kept by [`WorkQueues::set_state`].
     pub write_ctrl: u64,
+    /// The control segment's second memory word of an unsignaled RDMA
+    /// WRITE from this QP (CE set iff `sig_all`), kept by
+    /// [`WorkQueues::set_state`]: a request's `SIGNALED` goes in as one
+    /// shifted bit.
+    pub write_ctrl1: u64,
     /// The region the last small inline WRITE read from (a cache of
     /// `regions`, filled out of line on a miss).
-    pub inline_src: Option<InlineSource>,
+    pub inline_src: InlineSource,
 }
 
 /// One more than the inline bytes the fast RDMA WRITE may carry in `state`
@@ -422,6 +482,14 @@ impl WorkQueues {
         self.state = state;
         self.fast_inline = fast_inline_limit(state, &self.limits);
         self.write_ctrl = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, 0, 0, 0)[0]);
+        self.write_ctrl1 = ctrl_words(
+            WqeOpcode::RdmaWrite,
+            0,
+            0,
+            0,
+            fm_ce_se(SendFlags::empty(), self.sig_all),
+            0,
+        )[1];
     }
 
     /// The memory word of [`ctrl_words`]`(RdmaWrite, index, qpn, ds, ..)[0]`
@@ -517,7 +585,8 @@ impl WorkQueues {
         for r in &self.regions {
             if r.lkey == s.lkey.get()
                 && s.addr >= r.start
-                && s.addr.checked_add(n).is_some_and(|e| e <= r.start + r.len)
+                // `e ≥ addr ≥ start`: no wrap, even for a region at the top.
+                && s.addr.checked_add(n).is_some_and(|e| e - r.start <= r.len)
             {
                 let first = ((s.addr - r.start) / 8) as usize;
                 return r
@@ -555,7 +624,7 @@ impl WorkQueues {
                         && s.addr >= r.start
                         && s.addr
                             .checked_add(n as u64)
-                            .is_some_and(|e| e <= r.start + r.len)
+                            .is_some_and(|e| e - r.start <= r.len)
                 })
                 .ok_or(miss)?;
             let dst = data.get_mut(at..at + n).ok_or(miss)?;
@@ -704,7 +773,7 @@ impl WorkQueues {
         self.shared.sq.record(
             head,
             wr.wr_id,
-            sq_meta(head as u16, p.wqebbs, wc_opcode_code(p.wc_opcode)),
+            sq_meta(p.wqebbs, wc_opcode_code(p.wc_opcode)),
         );
         self.sq_head = head.wrapping_add(p.wqebbs);
         self.counters.sends += 1;
@@ -852,11 +921,9 @@ impl WorkQueues {
     fn commit_wqebb(&mut self, head: u32, wqe: &Wqebb, wr_id: u64) {
         let shared: &QpShared = &self.shared;
         self.sq_ring.store_block(head as usize, wqe);
-        shared.sq.record(
-            head,
-            wr_id,
-            sq_meta(head as u16, 1, wc_opcode_code(WcOpcode::RdmaWrite)),
-        );
+        shared
+            .sq
+            .record(head, wr_id, sq_meta(1, wc_opcode_code(WcOpcode::RdmaWrite)));
         let next = head.wrapping_add(1);
         self.sq_head = next;
         self.counters.sends += 1;
@@ -928,7 +995,7 @@ impl WorkQueues {
 
     /// [`WorkQueues::post_fast_write`] for its most common case, with the
     /// fewest tests: an RDMA WRITE with `INLINE` (and perhaps `SIGNALED`)
-    /// of one SGE of 1..=8 bytes at an 8-aligned address of a region given
+    /// of one SGE of 1..=8 bytes in a whole word (8-aligned offset) of a region given
     /// to [`crate::Qp::use_region`], on a QP that passes
     /// [`WorkQueues::inline_write_fits`]. The payload is one region word,
     /// masked to its length, and the WQE is built as
@@ -950,14 +1017,7 @@ impl WorkQueues {
         {
             return None;
         }
-        if !s.addr.is_multiple_of(8) {
-            return None;
-        }
-        let Some(word) = self
-            .inline_src
-            .as_ref()
-            .and_then(|c| c.word(s.lkey.get(), s.addr, len as u64))
-        else {
+        let Some(word) = self.inline_src.word(s.lkey.get(), s.addr) else {
             // Keep the region for the next post; this one goes the longer
             // way (nothing live across the call on the hot path).
             self.inline_source_miss(s);
@@ -969,14 +1029,7 @@ impl WorkQueues {
         let first = [
             // 4 + len ≤ 12 bytes of inline segment: `ds` 3 for every len.
             self.write_ctrl_word(head as u16, inline_write_ds(8)),
-            ctrl_words(
-                WqeOpcode::RdmaWrite,
-                0,
-                0,
-                0,
-                fm_ce_se(wr.flags, self.sig_all),
-                0,
-            )[1],
+            self.write_ctrl1 | signaled_ctrl1(wr.flags),
             raddr[0],
             raddr[1],
         ];
@@ -996,10 +1049,11 @@ impl WorkQueues {
                 && s.addr >= r.start
                 && s.addr
                     .checked_add(len)
-                    .is_some_and(|e| e <= r.start + r.len)
+                    .zip(r.start.checked_add(r.len))
+                    .is_some_and(|(e, end)| e <= end)
         });
         if let Some(src) = r.and_then(InlineSource::new) {
-            self.inline_src = Some(src);
+            self.inline_src = src;
         }
     }
 
