@@ -491,8 +491,8 @@ impl<P: Provider> QueuePair<P> {
         self.post_send_rest(wrs)
     }
 
-    /// [`QueuePair::post_send`]'s refusal on its shortcut: a full queue or
-    /// CQ is a stall, as on the general path.
+    /// A refusal of the driver's `post_send` (shortcut or general path,
+    /// without a credit window): a full queue or CQ is a stall.
     #[cold]
     #[inline(never)]
     fn send_refused(&mut self, e: VerbsError) -> VerbsError {
@@ -519,14 +519,7 @@ impl<P: Provider> QueuePair<P> {
         }
         if self.send_mode != CreditMode::Windowed {
             let r = self.ops.post_send(wrs);
-            if let Err(VerbsError::PostSend {
-                reason: PostError::QueueFull { .. } | PostError::CqFull { .. },
-                ..
-            }) = r
-            {
-                self.stalls += 1;
-            }
-            return r;
+            return r.map_err(|e| self.send_refused(e));
         }
         self.post_send_windowed(wrs)
     }

@@ -755,12 +755,16 @@ fn fast_equals_generic<const N: usize>(
     assert_eq!(a.counters.sends, b.counters.sends);
 }
 
-/// Retire everything outstanding on both queues (as a CQE would).
+/// Retire everything outstanding on `q`'s send queue (as a CQE would).
+fn retire_all(q: &WorkQueues) {
+    let h = q.shared.sq.head.load(Ordering::Relaxed);
+    q.shared.sq.tail.store(h, Ordering::Release);
+}
+
+/// [`retire_all`] on both queues.
 fn drain(a: &WorkQueues, b: &WorkQueues) {
-    for q in [a, b] {
-        let h = q.shared.sq.head.load(Ordering::Relaxed);
-        q.shared.sq.tail.store(h, Ordering::Release);
-    }
+    retire_all(a);
+    retire_all(b);
 }
 
 #[test]
@@ -1284,8 +1288,7 @@ fn the_cached_sq_limit_follows_the_general_writer() {
             })
         );
         // The consumer catches up.
-        let h = wq.shared.sq.head.load(Ordering::Relaxed);
-        wq.shared.sq.tail.store(h, Ordering::Release);
+        retire_all(&wq);
     }
 }
 
