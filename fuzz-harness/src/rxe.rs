@@ -916,6 +916,50 @@ mod tests {
         assert_eq!(on_qp2, 48, "QP 2 holds the most receives the harness posts");
     }
 
+    /// A GRO batch whose packets name QP 0, QP 2, a QPN nobody has, then
+    /// QP 0 again: the receive path holds one QP's lock across a run of
+    /// packets naming it and must give it up at each change, so every
+    /// packet lands through its own QP, the stranger is counted and
+    /// dropped, and QP 0's second packet finds its PSN where its first
+    /// left it.
+    #[test]
+    fn a_gro_batch_naming_several_qps_delivers_each_packet_to_its_own() {
+        let (q0, q2, rkey) = with_rig(|rig| (rig.qpn(0), rig.qpn(2), rig.rkey(W)));
+        let pkt = |qpn: u32, psn: u32, off: u64, fill: u8, index: u16| {
+            let mut p = bth(0x0a, 0, qpn, psn);
+            p.extend(reth(REGION_BASE + W as u64 * REGION_STRIDE + off, rkey, 64));
+            p.extend_from_slice(&[fill; 64]);
+            p.extend_from_slice(&[0; 4]);
+            let _ = icrc::fill_v4(PEER, LOCAL, index, true, PEER_PORT, 0, &mut p);
+            p
+        };
+        let stranger = 0x00ab_cdef;
+        let segments = [
+            pkt(q0, RQ_PSN, 0, 0x11, 0),
+            pkt(q2, RQ_PSN, 64, 0x22, 1),
+            pkt(stranger, RQ_PSN, 128, 0x44, 2),
+            pkt(q0, RQ_PSN + 1, 192, 0x33, 3),
+        ];
+        let seg = u16::try_from(segments[0].len()).expect("a segment");
+        with_rig(|rig| {
+            let before = rig.window_bytes(W, 128, 64);
+            rig.deliver(peer(), &segments.concat(), seg);
+            assert_eq!(rig.window_bytes(W, 0, 64), [0x11; 64]);
+            assert_eq!(rig.window_bytes(W, 64, 64), [0x22; 64]);
+            assert_eq!(rig.window_bytes(W, 128, 64), before, "the stranger's");
+            assert_eq!(rig.window_bytes(W, 192, 64), [0x33; 64]);
+            let s = rig.dev.stats();
+            assert_eq!(s.device.gro_segments, 4, "{:?}", s.device);
+            assert_eq!(s.device.unknown_qpn, 1, "{:?}", s.device);
+            let rx = |q| {
+                s.qp(rnic_core::Qpn::from_wire(q))
+                    .expect("QP stats")
+                    .rx_packets
+            };
+            assert_eq!((rx(q0), rx(q2)), (2, 1));
+        });
+    }
+
     /// An input does the same (the same completions, the same bytes in
     /// every region and canary) whether it is the first input of a fresh
     /// device, runs right after itself, or after other inputs, the full

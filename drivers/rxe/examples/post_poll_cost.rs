@@ -1,13 +1,17 @@
 //! Instructions per post and per poll, for callgrind: one process, two rxe
 //! devices (127.0.0.1, 127.0.0.2), both caller-driven, an RC pair, N
-//! signaled 8-byte RDMA WRITEs, each posted and then polled for.
+//! signaled RDMA WRITEs (8 bytes unless a size is given), each posted and
+//! then polled for. With a size above the MTU each WRITE is a stream of
+//! packets (1 MiB: 1024 at MTU 1024), so the receiving device's
+//! `RxState::progress` divided by the packets it received is the receive
+//! path's cost per packet of a bandwidth run.
 //!
 //! `post_one` and `poll_one` wrap the core calls (never inlined), so
 //! `callgrind_annotate --inclusive=yes` shows the core call's whole cost; the
 //! driver's `post_send` / `poll` inclusive cost subtracted from it is the
 //! core's per-request overhead. See docs/benchmarks.md for the command.
 //!
-//! `cargo run --profile bench -p rnic-rxe --example post_poll_cost -- [N] [reserved|shared] [typed|dyn]`
+//! `cargo run --profile bench -p rnic-rxe --example post_poll_cost -- [N] [reserved|shared] [typed|dyn] [SIZE]`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -33,8 +37,13 @@ fn poll_one<P: Provider>(
     cq.poll(wcs)
 }
 
-fn run<P: Provider>(n: usize, reserved: bool, ctx: [Context<P>; 2], dev: [RxeDevice; 2])
-where
+fn run<P: Provider>(
+    n: usize,
+    size: usize,
+    reserved: bool,
+    ctx: [Context<P>; 2],
+    dev: [RxeDevice; 2],
+) where
     HeapMemory: DeviceMemory<P::Domain>,
 {
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -45,7 +54,9 @@ where
         } else {
             ctx.create_cq(256).unwrap()
         };
-        let mr = pd.reg_mr(Arc::new(HeapMemory::new(4096)), all).unwrap();
+        let mr = pd
+            .reg_mr(Arc::new(HeapMemory::new(size.max(4096))), all)
+            .unwrap();
         let caps = QpCaps {
             max_send_wr: 64,
             max_recv_wr: 64,
@@ -72,7 +83,7 @@ where
         .unwrap();
     qa.to_rts(Psn::from_wire(2), &RtsParams::default()).unwrap();
     qb.to_rts(Psn::from_wire(1), &RtsParams::default()).unwrap();
-    let sge = [mra.sge(0, 8).unwrap()];
+    let sge = [mra.sge(0, u32::try_from(size).unwrap()).unwrap()];
     let wr = [SendWr::rdma_write(1, &sge, mrb.addr(), mrb.rkey()).signaled()];
     let mut wcs = [WorkCompletion::default(); 4];
     let (mut posts, mut polls) = (0u64, 0u64);
@@ -88,7 +99,11 @@ where
             dev[1].progress();
         }
     }
-    println!("{n} writes: {posts} posts, {polls} polls");
+    let rx = dev[1].stats();
+    println!(
+        "{n} writes of {size} B: {posts} posts, {polls} polls; the target received {} packets in {} datagrams",
+        rx.device.rx_packets, rx.device.rx_datagrams
+    );
 }
 
 fn main() {
@@ -96,6 +111,7 @@ fn main() {
     let n = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let reserved = args.get(2).is_none_or(|a| a != "shared");
     let typed = args.get(3).is_some_and(|a| a == "typed");
+    let size = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(8);
     let open = |ip: [u8; 4]| {
         RxeDevice::open(
             &RxeConfig::new(Target::Ip(IpAddr::V4(Ipv4Addr::from(ip))))
@@ -106,9 +122,9 @@ fn main() {
     let dev = [open([127, 0, 0, 1]), open([127, 0, 0, 2])];
     if typed {
         let ctx = [dev[0].typed_context(), dev[1].typed_context()];
-        run(n, reserved, ctx, dev);
+        run(n, size, reserved, ctx, dev);
     } else {
         let ctx = [dev[0].context(), dev[1].context()];
-        run(n, reserved, ctx, dev);
+        run(n, size, reserved, ctx, dev);
     }
 }

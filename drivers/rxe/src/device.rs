@@ -463,6 +463,17 @@ pub(crate) fn run_engine<R>(
     e: &mut QpInner,
     f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
 ) -> R {
+    run_engine_with(sh, e, &mut KeyAccess::new(&sh.keys), f)
+}
+
+/// [`run_engine`] with the caller's view of the key table (the receive
+/// path keeps one, and its read lock, across the packets of a datagram).
+fn run_engine_with<R>(
+    sh: &Shared,
+    e: &mut QpInner,
+    mem: &mut KeyAccess<'_>,
+    f: impl FnOnce(&mut Qp, &mut Io<'_>) -> R,
+) -> R {
     let QpInner {
         qp,
         send_cq,
@@ -479,7 +490,6 @@ pub(crate) fn run_engine<R>(
         qpn: qp.qpn(),
         qp_type: *qp_type,
     };
-    let mut mem = KeyAccess::new(&sh.keys);
     let mut sink = tx.sink(&sh.send, &sh.ports, sh.roce_port, stats, ctx);
     let mut cq = CqSink {
         send: send_cq,
@@ -490,7 +500,7 @@ pub(crate) fn run_engine<R>(
         overflows: &sh.cq_overflows,
     };
     let mut io = Io {
-        mem: &mut mem,
+        mem,
         tx: &mut sink,
         cq: &mut cq,
     };
@@ -638,12 +648,15 @@ impl RxState {
         // A packet held back for reordering never waits past its round.
         if let Some((pkt, src, dst)) = self.faults.take_held() {
             let (p, table) = self.parts();
+            let mut held = None;
             let mut d = Dispatch {
                 table,
                 stats: p.stats,
                 touched: p.touched,
+                held: &mut held,
             };
             d.packet(sh, &pkt, src, dst, now);
+            d.release();
         }
         self.run_timers(sh, now);
         let only_acks = defer_acks
@@ -769,8 +782,20 @@ impl RxState {
 }
 
 /// [`RxState::deliver`] on the state's parts (inlined into the round).
+///
+/// The packets of one datagram (a GRO batch: one flow, so nearly always
+/// one QP) share one hold of their QP's lock and of the key table's read
+/// lock, taken at the first and released after the last (or when a packet
+/// names another QP), instead of both locks per packet.
 #[inline(always)]
-fn deliver(p: Parts<'_>, sh: &Shared, table: &QpTable, pi: usize, i: usize, now: Instant) {
+fn deliver<'a>(
+    p: Parts<'_>,
+    sh: &'a Shared,
+    table: &'a QpTable,
+    pi: usize,
+    i: usize,
+    now: Instant,
+) {
     let Parts {
         rx,
         stats,
@@ -807,6 +832,7 @@ fn deliver(p: Parts<'_>, sh: &Shared, table: &QpTable, pi: usize, i: usize, now:
         taps.resize_with(sh.ports.len(), TapTable::default);
     }
     let first_bth = data.get(..12).unwrap_or(&[]);
+    let mut held: Option<Held<'a>> = None;
     for (k, pkt) in data.chunks(seg).enumerate() {
         stats.rx_packets += 1;
         stats.rx_bytes += pkt.len() as u64;
@@ -890,27 +916,58 @@ fn deliver(p: Parts<'_>, sh: &Shared, table: &QpTable, pi: usize, i: usize, now:
             table,
             stats,
             touched,
+            held: &mut held,
         };
         d.packet(sh, pkt, src_gid, port.gid, now);
-        if let Some((held, held_src, held_dst)) = faults.take_held() {
-            d.packet(sh, &held, held_src, held_dst, now);
+        if let Some((pkt, held_src, held_dst)) = faults.take_held() {
+            d.packet(sh, &pkt, held_src, held_dst, now);
+        }
+    }
+    if let Some(h) = held {
+        h.release(touched);
+    }
+}
+
+/// The QP a run of packets is being delivered to, locked, with the key
+/// table's read lock (taken at the run's first memory access).
+struct Held<'a> {
+    qpn: u32,
+    q: &'a Arc<QpShared>,
+    /// Declared before `e`: the key table's lock goes first (lock order QP
+    /// → keys).
+    mem: KeyAccess<'a>,
+    e: MutexGuard<'a, QpInner>,
+}
+
+impl Held<'_> {
+    /// The run is over: record the engine's deadline, note queued packets,
+    /// unlock the key table, then the QP.
+    fn release(self, touched: &mut Touched) {
+        let Held { q, mem, e, .. } = self;
+        drop(mem);
+        q.set_deadline(e.qp.next_deadline());
+        if e.tx.pending() > 0 {
+            touch(touched, q, &e);
         }
     }
 }
 
 /// What a verified packet needs to reach its QP.
-struct Dispatch<'a> {
+struct Dispatch<'d, 'a> {
     table: &'a QpTable,
-    stats: &'a mut DeviceStats,
-    touched: &'a mut Touched,
+    stats: &'d mut DeviceStats,
+    touched: &'d mut Touched,
+    /// The run in progress: kept while packets name its QP.
+    held: &'d mut Option<Held<'a>>,
 }
 
-impl Dispatch<'_> {
+impl<'a> Dispatch<'_, 'a> {
     /// Demultiplex a verified packet (from `src_gid` to local `dst_gid`) by
-    /// BTH DestQP and run its QP's engine.
+    /// BTH DestQP and run its QP's engine, on the held run's locks when the
+    /// packet names its QP.
     fn packet(
         &mut self,
-        sh: &Shared,
+        sh: &'a Shared,
         pkt: &[u8],
         src_gid: rnic_core::Gid,
         dst_gid: rnic_core::Gid,
@@ -920,23 +977,37 @@ impl Dispatch<'_> {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Some(q) = self.table.get(&qpn.get()) else {
-            self.stats.unknown_qpn += 1;
-            // Of those, another process's QPN on a shared address (its
-            // owner just left, or a GRO batch mixed QPs): dropped, never
-            // delivered.
-            if !sh.qpns.contains(qpn.get()) {
-                self.stats.foreign_qpn += 1;
-            }
-            return;
-        };
-        let mut e = q.lock();
-        run_engine(sh, &mut e, |qp, io| {
+        let qpn = qpn.get();
+        if self.held.as_ref().is_none_or(|h| h.qpn != qpn) {
+            self.release();
+            let Some(q) = self.table.get(&qpn) else {
+                self.stats.unknown_qpn += 1;
+                // Of those, another process's QPN on a shared address (its
+                // owner just left, or a GRO batch mixed QPs): dropped, never
+                // delivered.
+                if !sh.qpns.contains(qpn) {
+                    self.stats.foreign_qpn += 1;
+                }
+                return;
+            };
+            let e = q.lock();
+            *self.held = Some(Held {
+                qpn,
+                q,
+                mem: KeyAccess::new(&sh.keys),
+                e,
+            });
+        }
+        let Some(h) = self.held.as_mut() else { return };
+        run_engine_with(sh, &mut h.e, &mut h.mem, |qp, io| {
             qp.receive_at(now, pkt, src_gid, dst_gid, io);
         });
-        q.set_deadline(e.qp.next_deadline());
-        if e.tx.pending() > 0 {
-            touch(self.touched, q, &e);
+    }
+
+    /// End the held run, if any.
+    fn release(&mut self) {
+        if let Some(h) = self.held.take() {
+            h.release(self.touched);
         }
     }
 }
