@@ -266,10 +266,12 @@ pub(crate) struct CqRing {
     /// The consumer index, free-running; also the number of CQEs consumed
     /// (`CqCounters::cqes`, filled in by [`CqRing::counters_now`]).
     ci: u64,
-    /// The lean path's expected `op_own` bits (opcode REQ, format 0, owner
-    /// = the pass parity of `ci`) in the CQE's last word: flipped each time
-    /// `ci` wraps ([`CqRing::advance`]).
-    lean_op_own: u64,
+    /// What the lean path expects of the CQE's last word under
+    /// [`W7_LEAN_MASK`]: `op_own` (opcode REQ, format 0, owner = the pass
+    /// parity of `ci`, flipped each time `ci` wraps: [`CqRing::advance`])
+    /// and the sole QP's number ([`NO_SOLE`], a bit outside the mask that
+    /// no word can match, when there is none).
+    lean_key: u64,
     log_size: u32,
     mask: u32,
     arm_sn: u32,
@@ -278,11 +280,8 @@ pub(crate) struct CqRing {
     arm_half: u64,
     qps: Vec<Attached>,
     /// `qps`' one QP when it is the only one and completes sends here (a
-    /// placeholder no CQE can name otherwise: `sole_key`).
+    /// placeholder no CQE can name otherwise: `lean_key`).
     sole: Arc<QpShared>,
-    /// `sole`'s QPN as it stands in a CQE's last word (under [`W7_QPN`]);
-    /// [`NO_SOLE`] when there is no such QP.
-    sole_key: u64,
     /// [`SendCompletion`]'s word for `sole` (valid bit and QPN).
     sole_word: NonZeroU64,
     /// `sole`'s QPN.
@@ -322,16 +321,21 @@ const W7_LEAN: u64 = w7(&cqe64::opcode, 0xf) | w7(&cqe64::cqe_format, 3) | W7_OW
 const W7_LEAN_REQ: u64 = w7(&cqe64::opcode, CqeOpcode::Req.as_raw() as u32);
 /// The QPN in a CQE's last word.
 const W7_QPN: u64 = w7(&cqe64::qpn, 0xff_ffff);
-/// A `sole_key` that no CQE's `last & W7_QPN` equals.
-const NO_SOLE: u64 = !W7_QPN;
+/// What the lean path compares in a CQE's last word: `op_own` (but `se`)
+/// and the QPN, one masked compare.
+const W7_LEAN_MASK: u64 = W7_LEAN | W7_QPN;
+/// The lowest bit outside [`W7_LEAN_MASK`]: in `lean_key` when the CQ has
+/// no sole QP, so that no CQE's `last & W7_LEAN_MASK` equals the key.
+const NO_SOLE: u64 = !W7_LEAN_MASK & (!W7_LEAN_MASK).wrapping_neg();
 const _: () = assert!(
     W7_OWNER != 0
         && W7_LEAN & w7(&cqe64::opcode, 0xf) != 0
         && W7_LEAN & w7(&cqe64::cqe_format, 3) != 0
         && W7_QPN != 0
         && W7_QPN & W7_LEAN == 0
-        && NO_SOLE & W7_QPN == 0
+        && NO_SOLE & W7_LEAN_MASK == 0
         && NO_SOLE != 0
+        && W7_LEAN_REQ & !W7_LEAN == 0
 );
 // The lean paths' `code <= WC_CODE_WRITE`: SEND and WRITE (byte_len 0),
 // codes that fit the completion word's 3 bits as they are.
@@ -653,14 +657,13 @@ impl CqRing {
             cqes: WordRing::new(buf.clone(), 0, words)?,
             dbrec: WordCell::new(buf, words)?,
             ci: 0,
-            lean_op_own: W7_LEAN_REQ,
+            lean_key: W7_LEAN_REQ | NO_SOLE,
             log_size,
             mask: (1 << log_size) - 1,
             arm_sn: 0,
             arm_half: 0,
             qps: Vec::new(),
             sole: Arc::new(QpShared::placeholder()),
-            sole_key: NO_SOLE,
             sole_word: SendCompletion::qpn_word(0),
             sole_qpn: Qpn::from_wire(0),
             counters: CqCounters::default(),
@@ -678,13 +681,13 @@ impl CqRing {
         match &self.qps[..] {
             [a] if a.send => {
                 self.sole = a.qp.clone();
-                self.sole_key = w7(&cqe64::qpn, a.qp.qpn);
+                self.lean_key = (self.lean_key & W7_LEAN) | w7(&cqe64::qpn, a.qp.qpn);
                 self.sole_word = SendCompletion::qpn_word(a.qp.qpn);
                 self.sole_qpn = Qpn::from_wire(a.qp.qpn);
             }
             _ => {
                 self.sole = Arc::new(QpShared::placeholder());
-                self.sole_key = NO_SOLE;
+                self.lean_key = (self.lean_key & W7_LEAN) | NO_SOLE;
                 self.sole_word = SendCompletion::qpn_word(0);
                 self.sole_qpn = Qpn::from_wire(0);
             }
@@ -761,31 +764,34 @@ impl CqRing {
         let ci = self.ci.wrapping_add(1);
         self.ci = ci;
         if ci as u32 & self.mask == 0 {
-            self.lean_op_own ^= W7_OWNER;
+            self.lean_key ^= W7_OWNER;
         }
     }
 
     /// The lean path: the CQE at `ci` taken iff it is valid, a requester
-    /// success of the normal format (one masked compare of `op_own`,
-    /// before the read barrier), of the CQ's sole QP (one masked compare
-    /// of the QPN) naming an outstanding WQE start ([`SqTrack::complete`]:
-    /// one window compare, one index compare); `(wr_id, opcode code,
-    /// code)` with the WQEs retired, `ci` not yet advanced (the caller
-    /// advances it after reading what else it needs from the CQE). `None`
-    /// with nothing changed otherwise: the general paths decide (and
-    /// count) it.
+    /// success of the normal format, of the CQ's sole QP (`op_own` and the
+    /// QPN: one masked compare against `lean_key`) naming an outstanding
+    /// WQE start ([`SqTrack::complete`]: one window compare, one index
+    /// compare); `(wr_id, opcode code)` with the WQEs retired, `ci` not yet
+    /// advanced (the caller advances it after reading what else it needs
+    /// from the CQE). `None` with nothing changed otherwise: the general
+    /// paths decide (and count) it.
+    ///
+    /// No read barrier: everything this reads of the CQE (owner, opcode,
+    /// format, QPN, `wqe_counter`) is in its last 8 bytes, taken by one
+    /// aligned 8-byte load, which is single-copy atomic. If that load sees
+    /// the owner bit the device wrote, it sees the line as it was at or
+    /// after that write, so every byte the device wrote before it (or with
+    /// it) — the same as the barrier-then-reload it replaces. A CQE word
+    /// read beyond these (READ's `byte_cnt`) is read behind
+    /// [`dma_rmb_after_owner_bit`] ([`CqRing::lean_byte_len`]).
     ///
     /// [`SqTrack::complete`]: crate::track::SqTrack::complete
     #[inline(always)]
     pub(crate) fn take_lean(&mut self) -> Option<(u64, u32)> {
         let cqe = self.cqes.block(self.ci as usize);
-        let word = cqe[7].load(Ordering::Acquire);
-        if word & W7_LEAN != self.lean_op_own {
-            return None;
-        }
-        dma_rmb_after_owner_bit();
-        let last = cqe[7].load(Ordering::Relaxed);
-        if last & W7_QPN != self.sole_key {
+        let last = cqe[7].load(Ordering::Acquire);
+        if last & W7_LEAN_MASK != self.lean_key {
             return None;
         }
         self.sole.sq.complete(w7_wqe_counter(last))
@@ -801,6 +807,9 @@ impl CqRing {
     fn lean_byte_len(&self, code: u32) -> u32 {
         match code {
             WC_CODE_READ => {
+                // `byte_cnt` is outside the word `take_lean` checked the
+                // owner bit in.
+                dma_rmb_after_owner_bit();
                 let cqe = self.cqes.block(self.ci as usize);
                 let last = cqe[7].load(Ordering::Relaxed);
                 dword(&CqeWords { cqe, last }, &cqe64::byte_cnt)

@@ -22,7 +22,7 @@ use crate::memory::IovaSpace;
 use crate::qp::QpCounters;
 use crate::track::{QpShared, RqTrack, SqTrack};
 use crate::wq::{Region, WorkQueues, next_bf_offset};
-use crate::wqe::{PostFailure, SendLimits};
+use crate::wqe::{PostFailure, Refused, SendLimits};
 use crate::{DmaBuffer, Mlx5Error};
 
 fn space() -> Arc<IovaSpace> {
@@ -807,18 +807,18 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
     let d = b"8 bytes!";
     assert_eq!(
         wq.post_write_inline(1, 0, 1, d, true, true),
-        Err(PostFailure::DeviceFatal)
+        Err(Refused::DeviceFatal)
     );
     wq.shared.flush.store(true, Ordering::Relaxed);
     assert_eq!(
         wq.post_write_inline(1, 0, 1, d, true, false),
-        Err(PostFailure::DeviceFatal)
+        Err(Refused::DeviceFatal)
     );
     wq.shared.flush.store(false, Ordering::Relaxed);
     wq.set_state(QpState::Rtr);
     assert!(matches!(
         wq.post_write_inline(1, 0, 1, d, true, false),
-        Err(PostFailure::BadState { .. })
+        Err(Refused::BadState { .. })
     ));
     wq.set_state(QpState::Rts);
     wq.set_limits(SendLimits {
@@ -827,7 +827,7 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
     });
     assert_eq!(
         wq.post_write_inline(1, 0, 1, d, true, false),
-        Err(PostFailure::InlineTooLong { got: 8, max: 4 })
+        Err(Refused::InlineTooLong { got: 8, max: 4 })
     );
     wq.set_limits(SendLimits {
         max_inline: 64,
@@ -839,7 +839,7 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
     });
     assert!(matches!(
         wq.post_write_inline(1, 0, 1, d, true, false),
-        Err(PostFailure::Unsupported { .. })
+        Err(Refused::WriteOnUd)
     ));
     wq.set_limits(SendLimits {
         ud: false,
@@ -857,7 +857,7 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
     }
     assert_eq!(
         wq.post_write_inline(9, 0, 1, d, true, false),
-        Err(PostFailure::QueueFull {
+        Err(Refused::QueueFull {
             outstanding: SQ_BBS
         })
     );
@@ -1283,7 +1283,7 @@ fn the_cached_sq_limit_follows_the_general_writer() {
         assert_eq!(wq.sq_head.wrapping_sub(start), SQ_BBS, "round {round}");
         assert_eq!(
             wq.post_write_inline(3, 0x1000, 1, b"8 bytes!", true, false),
-            Err(PostFailure::QueueFull {
+            Err(Refused::QueueFull {
                 outstanding: SQ_BBS
             })
         );

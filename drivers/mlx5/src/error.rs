@@ -407,3 +407,14 @@ fn command_advice(status: CmdStatus) -> &'static str {
         _ => "quote the status and syndrome when reporting it",
     }
 }
+
+impl From<crate::wqe::Refused> for Mlx5Error {
+    /// The direct fast path's refusal as the general path reports it (one
+    /// request, index 0).
+    fn from(r: crate::wqe::Refused) -> Mlx5Error {
+        Mlx5Error::PostSend {
+            index: 0,
+            reason: r.into(),
+        }
+    }
+}

@@ -232,8 +232,7 @@ impl CqRig {
         let head = self.wq.sq_head;
         let fatal = self.fatal();
         self.wq
-            .post_write_inline(wr_id, 0x7000_0000, 0x99, b"8 bytes!", signaled, fatal)
-            .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
+            .post_write_inline(wr_id, 0x7000_0000, 0x99, b"8 bytes!", signaled, fatal)?;
         Ok(head as u16)
     }
 

@@ -191,7 +191,7 @@ pub use resources::Mkey;
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};
 pub use wq::UdSegment;
-pub use wqe::{DatagramTemplate, PostFailure};
+pub use wqe::{DatagramTemplate, PostFailure, Refused};
 
 /// PCI config space: vendor ID (16 bits).
 pub const PCI_VENDOR_ID: u16 = 0x00;

@@ -43,7 +43,9 @@ use crate::cq::{Cq, CqCore};
 use crate::ring::Wqebb;
 use crate::track::{QpShared, RqTrack, SqTrack};
 use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
-use crate::wqe::{DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, SendLimits};
+use crate::wqe::{
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, Refused, SendLimits,
+};
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
 /// How big a QP's queues are.
@@ -148,15 +150,6 @@ impl BlueFlame {
         }
         true
     }
-}
-
-/// The arguments of [`Qp::post_write_inline`], for its out-of-line path.
-struct InlineWrite<'a, const N: usize> {
-    wr_id: u64,
-    remote_addr: u64,
-    rkey: Rkey,
-    data: &'a [u8; N],
-    signaled: bool,
 }
 
 /// A queue pair. `post_send` / `post_recv` take `&mut self`: one poster.
@@ -778,7 +771,9 @@ impl Qp {
     /// BlueFlame register). The same bytes as [`Qp::post_send`] with the
     /// equivalent [`SendWr`] (`RdmaWrite`, `INLINE`), and the same checks
     /// (state, device health, inline limit, queue space): an error posts
-    /// nothing.
+    /// nothing. The error is a [`Refused`] (small, in registers, so that
+    /// refusing costs the hot path no stack frame); `?` into
+    /// [`Mlx5Error`] gives the general path's [`Mlx5Error::PostSend`].
     #[inline]
     pub fn post_write_inline<const N: usize>(
         &mut self,
@@ -787,7 +782,7 @@ impl Qp {
         rkey: Rkey,
         data: &[u8; N],
         signaled: bool,
-    ) -> Result<(), Mlx5Error> {
+    ) -> Result<(), Refused> {
         // As `post_send`: the fatal state arrives through the flush flag.
         // Every check as one test; whatever fails it (a refusal, the
         // producer at its cached limit, no block pair) goes out of line,
@@ -803,36 +798,26 @@ impl Qp {
             wc_flush();
             return Ok(());
         }
-        self.post_write_inline_cold(&InlineWrite {
-            wr_id,
-            remote_addr,
-            rkey,
-            data,
-            signaled,
-        })
+        self.post_write_inline_cold(wr_id, remote_addr, rkey, data, signaled)
     }
 
     /// [`Qp::post_write_inline`] when its one test fails: the checked post
     /// (each refusal its typed error, nothing written), then the UAR write.
-    /// The request comes by reference, so the hot path keeps its
-    /// arguments where they arrived.
+    /// The arguments in the registers they came in and the result in
+    /// registers: the hot path's call of it is a tail call.
     #[cold]
     #[inline(never)]
     fn post_write_inline_cold<const N: usize>(
         &mut self,
-        w: &InlineWrite<'_, N>,
-    ) -> Result<(), Mlx5Error> {
-        let wqe = self
-            .wq
-            .post_write_inline(
-                w.wr_id,
-                w.remote_addr,
-                w.rkey.get(),
-                w.data,
-                w.signaled,
-                false,
-            )
-            .map_err(|reason| Mlx5Error::PostSend { index: 0, reason })?;
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: Rkey,
+        data: &[u8; N],
+        signaled: bool,
+    ) -> Result<(), Refused> {
+        let wqe =
+            self.wq
+                .post_write_inline(wr_id, remote_addr, rkey.get(), data, signaled, false)?;
         self.ring_wqebb(&Wqebb::from_words(wqe));
         Ok(())
     }

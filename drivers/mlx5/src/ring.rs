@@ -11,7 +11,7 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m128i, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128, _mm_storeu_si128};
@@ -24,8 +24,9 @@ pub(crate) struct WordRing {
     base: NonNull<AtomicU64>,
     /// `len - 1`.
     mask: usize,
-    /// `len / 8 - 1`: the mask of a block index.
-    block_mask: usize,
+    /// `8 len - 1`: the mask of a byte offset; block `i` starts at byte
+    /// `64 i & byte_mask` (a multiple of 64: `len` is a power of two ≥ 8).
+    byte_mask: usize,
     _buf: Arc<DmaBuffer>,
 }
 
@@ -48,7 +49,7 @@ impl WordRing {
         Some(WordRing {
             base,
             mask: len - 1,
-            block_mask: len / 8 - 1,
+            byte_mask: len * 8 - 1,
             _buf: buf,
         })
     }
@@ -69,16 +70,23 @@ impl WordRing {
     /// Block `i` (8 words from word `8 i`) of the ring, modulo its length.
     #[inline(always)]
     pub fn block(&self, i: usize) -> &[AtomicU64; 8] {
-        let at = i.wrapping_mul(8) & self.mask;
-        // SAFETY: `at < len` words from `base`, inside one allocation (the
-        // mapping, checked in `new`).
-        let p = unsafe { self.base.as_ptr().add(at) }.cast::<[AtomicU64; 8]>();
-        // SAFETY: `len` is a power of two ≥ 8, so `at` is a multiple of 8
-        // below `len` and `at + 8 <= len`; the `len` words from `base` lie
-        // inside `buf`'s mapping (checked in `new`), which lives as long as
-        // `self._buf`. `[AtomicU64; 8]` has the layout of 8 consecutive
-        // words, and the reference is to atomics (the module docs).
-        unsafe { &*p }
+        // SAFETY: `block_ptr` points at 8 words inside the mapping
+        // `self._buf` keeps alive; `[AtomicU64; 8]` has the layout of 8
+        // consecutive words, and the reference is to atomics (the module
+        // docs).
+        unsafe { &*self.block_ptr(i) }
+    }
+
+    /// The first word of block `i` (modulo the ring): one shift and one
+    /// mask of a byte offset.
+    #[inline(always)]
+    fn block_ptr(&self, i: usize) -> *mut [AtomicU64; 8] {
+        let at = i.wrapping_shl(6) & self.byte_mask;
+        // SAFETY: `len` is a power of two ≥ 8, so `at` is a multiple of 64
+        // below `8 len` and the block's 64 bytes end at or before the
+        // ring's end: inside the `len` words from `base` that `new` checked
+        // lie inside `buf`'s mapping (one allocation).
+        unsafe { self.base.as_ptr().byte_add(at) }.cast::<[AtomicU64; 8]>()
     }
 }
 
@@ -90,12 +98,7 @@ impl WordRing {
     /// [`WordRing::block`].
     #[inline(always)]
     pub fn store_block(&self, i: usize, wqe: &Wqebb) {
-        // SAFETY: `(i & block_mask) * 8 + 8 <= len` (`len` a power of two
-        // ≥ 8), inside the checked words from `base` (`new`).
-        let p = unsafe { self.base.as_ptr().add((i & self.block_mask) * 8) };
-        // SAFETY: as `block`: 8 words inside the mapping `self._buf`
-        // keeps, laid out as `[AtomicU64; 8]`; a reference to atomics.
-        let bb = unsafe { &*p.cast::<[AtomicU64; 8]>() };
+        let bb = self.block(i);
         for (slot, w) in bb.iter().zip(wqe.head) {
             slot.store(w, Ordering::Relaxed);
         }
@@ -257,19 +260,20 @@ impl WordCell {
         Some(WordCell { word, _buf: buf })
     }
 
-    /// Store `v` as the big-endian second dword of the word (bytes
-    /// 4..8, memory order): one 4-byte store, the first dword untouched —
-    /// the doorbell record's send counter (PRM: two 32-bit counters).
+    /// Store `v` as the big-endian low half of the word's second dword
+    /// (bytes 6..8, memory order): one 2-byte store, bytes 0..6 untouched —
+    /// the doorbell record's send counter when its high half (bytes 4..6)
+    /// is zero, as the driver keeps it (it writes the counter mod 2^16).
     #[inline(always)]
-    pub fn store_dword1(&self, v: u32) {
+    pub fn store_dword1_low16(&self, v: u16) {
         // SAFETY: `word` is an 8-aligned word of the mapping `self._buf`
-        // keeps (`new`), so `+ 4` is 4 bytes inside it, 4-aligned. The
+        // keeps (`new`), so `+ 6` is 2 bytes inside it, 2-aligned. The
         // poster is the record's only writer (`&mut` WorkQueues), and no
         // Rust access to it runs concurrently (the device reads it through
         // its own mapping; the driver's other reads of the word are by the
         // poster, or by tests after the post).
-        let half = unsafe { AtomicU32::from_ptr(self.word.as_ptr().cast::<u32>().wrapping_add(1)) };
-        half.store(v.to_be(), Ordering::Relaxed);
+        let low = unsafe { AtomicU16::from_ptr(self.word.as_ptr().cast::<u16>().wrapping_add(3)) };
+        low.store(v.to_be(), Ordering::Relaxed);
     }
 
     /// The word.
@@ -359,15 +363,15 @@ mod tests {
     }
 
     #[test]
-    fn the_second_dword_store_leaves_the_first() {
+    fn the_send_counter_store_writes_bytes_6_and_7_alone() {
         let buf = buffer();
         let c = WordCell::new(buf.clone(), 3).unwrap();
         c.get().store(
             u64::from_ne_bytes([1, 2, 3, 4, 5, 6, 7, 8]),
             Ordering::Relaxed,
         );
-        c.store_dword1(0x0000_abcd);
+        c.store_dword1_low16(0xabcd);
         let bytes = c.get().load(Ordering::Relaxed).to_ne_bytes();
-        assert_eq!(bytes, [1, 2, 3, 4, 0, 0, 0xab, 0xcd]);
+        assert_eq!(bytes, [1, 2, 3, 4, 5, 6, 0xab, 0xcd]);
     }
 }

@@ -18,9 +18,9 @@ use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
 use crate::ring::{WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, sq_meta, wc_opcode_code};
 use crate::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, RingWriter, SendLimits,
-    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan,
-    push_sges, raddr_words,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, Refused, RingWriter,
+    SendLimits, atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se,
+    inline_header, plan, push_sges, raddr_words,
 };
 use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
 
@@ -219,6 +219,10 @@ pub const fn next_bf_offset(offset: usize, half: usize) -> usize {
 /// The most inline bytes [`crate::Qp::post_write_inline`] takes: control
 /// (16) + remote address (16) + inline header (4) + 28 bytes = one WQEBB.
 pub const FAST_INLINE_MAX: usize = WQEBB_BYTES - 16 - 16 - 4;
+
+/// The `ds` [`WorkQueues::write_ctrl`] holds: an 8-byte inline WRITE's
+/// (as every one of 1..=12 bytes).
+pub const WRITE_CTRL_DS: u32 = inline_write_ds(8);
 
 /// `ds` of an RDMA WRITE of `n` (> 0) inline bytes: control, remote
 /// address, the inline segment padded to 16 (§9.3, as [`crate::wqe::plan`]).
@@ -437,8 +441,8 @@ pub(crate) struct WorkQueues {
     /// [`WorkQueues::sq_room`], which looks again.
     pub sq_limit: u32,
     /// The control segment's first word of an RDMA WRITE from this QP
-    /// with index and `ds` 0, as the big-endian value (`dw0 << 32 | dw1`)
-    /// before the byte swap; kept by [`WorkQueues::set_state`].
+    /// with index 0 and `ds` [`WRITE_CTRL_DS`] (the memory word); kept by
+    /// [`WorkQueues::set_state`].
     pub write_ctrl: u64,
     /// The control segment's second memory word of an unsignaled RDMA
     /// WRITE from this QP (CE set iff `sig_all`), kept by
@@ -481,7 +485,7 @@ impl WorkQueues {
     pub fn set_state(&mut self, state: QpState) {
         self.state = state;
         self.fast_inline = fast_inline_limit(state, &self.limits);
-        self.write_ctrl = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, 0, 0, 0)[0]);
+        self.write_ctrl = ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, WRITE_CTRL_DS, 0, 0)[0];
         self.write_ctrl1 = ctrl_words(
             WqeOpcode::RdmaWrite,
             0,
@@ -493,15 +497,18 @@ impl WorkQueues {
     }
 
     /// The memory word of [`ctrl_words`]`(RdmaWrite, index, qpn, ds, ..)[0]`
-    /// from [`WorkQueues::write_ctrl`]: index and `ds` put in, one swap.
+    /// from [`WorkQueues::write_ctrl`]: the index's memory bits put in,
+    /// `ds` corrected from [`WRITE_CTRL_DS`] (nothing to do for 1..=12
+    /// inline bytes, a compile-time constant otherwise).
     #[inline(always)]
     fn write_ctrl_word(&self, index: u16, ds: u32) -> u64 {
-        // Index and `ds` alone (the opcode is in `write_ctrl`): a constant
-        // `ds` then goes in as one small immediate.
-        let opcode = u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, 0, 0, 0, 0, 0)[0]);
+        // The fields alone (the opcode is in `write_ctrl`), in memory
+        // order; `ds ^ WRITE_CTRL_DS` in the `ds` field turns the kept
+        // `ds` into `ds`.
+        let opcode = ctrl_words(WqeOpcode::RdmaWrite, 0, 0, 0, 0, 0)[0];
         let varying =
-            u64::from_be(ctrl_words(WqeOpcode::RdmaWrite, index, 0, ds, 0, 0)[0]) ^ opcode;
-        (self.write_ctrl | varying).to_be()
+            ctrl_words(WqeOpcode::RdmaWrite, index, 0, ds ^ WRITE_CTRL_DS, 0, 0)[0] ^ opcode;
+        self.write_ctrl ^ varying
     }
 
     /// The queue-space check behind [`WorkQueues::sq_limit`] when the
@@ -510,7 +517,7 @@ impl WorkQueues {
     /// the SQ is really full.
     #[cold]
     #[inline(never)]
-    fn sq_room(&mut self, head: u32) -> Result<(), PostFailure> {
+    fn sq_room(&mut self, head: u32) -> Result<(), Refused> {
         let tail = self.shared.sq.tail.load(Ordering::Acquire);
         let used = head.wrapping_sub(tail);
         if used >= self.sq_wqebbs {
@@ -795,7 +802,7 @@ impl WorkQueues {
         data: &[u8; N],
         signaled: bool,
         fatal: bool,
-    ) -> Result<[u64; 8], PostFailure> {
+    ) -> Result<[u64; 8], Refused> {
         const { assert!(N <= FAST_INLINE_MAX) };
         if !self.fast_write_ok(fatal, N) {
             return Err(self.fast_refusal(fatal, N));
@@ -888,28 +895,26 @@ impl WorkQueues {
     /// [`WorkQueues::post_send`] checks.
     #[cold]
     #[inline(never)]
-    fn fast_refusal(&self, fatal: bool, n: usize) -> PostFailure {
+    fn fast_refusal(&self, fatal: bool, n: usize) -> Refused {
         if fatal || self.shared.flush.load(Ordering::Relaxed) {
-            PostFailure::DeviceFatal
+            Refused::DeviceFatal
         } else if self.state != QpState::Rts {
-            PostFailure::BadState {
-                state: self.state.name().unwrap_or("?"),
-            }
+            Refused::BadState { state: self.state }
         } else if self.limits.ud {
-            PostFailure::Unsupported { op: "RDMA WRITE" }
+            Refused::WriteOnUd
         } else {
-            PostFailure::InlineTooLong {
-                got: n,
-                max: self.limits.max_inline,
+            Refused::InlineTooLong {
+                got: u16::try_from(n).unwrap_or(u16::MAX),
+                max: u16::try_from(self.limits.max_inline).unwrap_or(u16::MAX),
             }
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn queue_full(&mut self, used: u32) -> PostFailure {
+    fn queue_full(&mut self, used: u32) -> Refused {
         self.counters.queue_full += 1;
-        PostFailure::QueueFull { outstanding: used }
+        Refused::QueueFull { outstanding: used }
     }
 
     /// Store one whole WQEBB at `head` (the ring's block: masked, no
@@ -928,13 +933,17 @@ impl WorkQueues {
         self.sq_head = next;
         self.counters.sends += 1;
         shared.sq.head.store(next, Ordering::Release);
-        let send = qp_doorbell_record::send_counter.insert(0, next & 0xffff);
+        const _: () = assert!(
+            qp_doorbell_record::send_counter.dword_offset() == 4
+                && qp_doorbell_record::send_counter.width == 32
+        );
         let cell = &self.dbrec;
         // WQE before the doorbell record.
         dma_wmb_before_doorbell();
-        // Only the send counter changed: its dword alone (as `store_dbrec`
-        // would leave the word, unit-tested).
-        cell.store_dword1(send);
+        // Only the send counter changed, and only its low 16 bits (the
+        // driver writes it mod 2^16: the high half stays zero): those two
+        // bytes alone (as `store_dbrec` would leave the word, unit-tested).
+        cell.store_dword1_low16(next as u16);
         // The record before the UAR write that makes the device read it.
         dma_wmb_before_doorbell();
     }

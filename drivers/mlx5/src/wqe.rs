@@ -94,6 +94,63 @@ pub enum PostFailure {
     DeviceFatal,
 }
 
+/// Why the direct fast path ([`crate::Qp::post_write_inline`]) posted
+/// nothing: the [`PostFailure`]s that path can meet, small and `Copy` so
+/// that it comes back in a register (8 bytes with its `Result`: a refusal
+/// costs the hot path no stack frame). Its message is the [`PostFailure`]'s; `PostFailure::from` and
+/// `Mlx5Error::from` turn it into the general path's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// [`PostFailure::QueueFull`].
+    QueueFull {
+        /// WQEBBs still owned by the device.
+        outstanding: u32,
+    },
+    /// [`PostFailure::InlineTooLong`].
+    InlineTooLong {
+        /// Bytes asked for (at most [`crate::wq::FAST_INLINE_MAX`]).
+        got: u16,
+        /// The queue's limit (at most [`MAX_INLINE_DATA`]).
+        max: u16,
+    },
+    /// [`PostFailure::BadState`]: the QP is not in RTS.
+    BadState {
+        /// The QP's state.
+        state: rnic_mlx5_prm::QpState,
+    },
+    /// [`PostFailure::Unsupported`]: an RDMA WRITE on a UD QP.
+    WriteOnUd,
+    /// [`PostFailure::DeviceFatal`].
+    DeviceFatal,
+}
+
+impl From<Refused> for PostFailure {
+    fn from(r: Refused) -> PostFailure {
+        match r {
+            Refused::QueueFull { outstanding } => PostFailure::QueueFull { outstanding },
+            Refused::InlineTooLong { got, max } => PostFailure::InlineTooLong {
+                got: usize::from(got),
+                max: usize::from(max),
+            },
+            Refused::BadState { state } => PostFailure::BadState {
+                state: state.name().unwrap_or("?"),
+            },
+            Refused::WriteOnUd => PostFailure::Unsupported { op: "RDMA WRITE" },
+            Refused::DeviceFatal => PostFailure::DeviceFatal,
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        PostFailure::from(*self).fmt(f)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+const _: () = assert!(std::mem::size_of::<Result<(), Refused>>() <= 8);
+
 /// A field's (shift, mask) inside its dword, computed at compile time from
 /// the PRM layout (the hot path then shifts and masks only).
 pub const fn pos(f: &rnic_mlx5_prm::FieldLayout) -> (u32, u32) {

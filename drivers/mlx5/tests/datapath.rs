@@ -17,7 +17,8 @@ use rnic_core::{
     WorkCompletion,
 };
 use rnic_mlx5::{
-    Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, VfioUserFunction,
+    Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, Refused,
+    VfioUserFunction,
 };
 use rnic_mlx5_emu::{Emulator, Options};
 use rnic_mlx5_prm::{HealthSyndrome, QpState};
@@ -542,22 +543,23 @@ fn a_fatal_health_event_mid_traffic_moves_qps_to_err_with_flushed_completions() 
     // the QP's own flush flag (`Hca::register_qp`), the one flag a post
     // checks.
     let sent = r.qp.counters().sends;
-    assert!(matches!(
-        r.qp.post_write_inline(50, raddr, rkey, b"8 bytes!", true),
-        Err(Mlx5Error::PostSend {
-            index: 0,
-            reason: PostFailure::DeviceFatal,
-        })
-    ));
+    let refused = r.qp.post_write_inline(50, raddr, rkey, b"8 bytes!", true);
+    assert_eq!(refused, Err(Refused::DeviceFatal));
     let mut w = SendWr::rdma_write(51, &s, raddr, rkey);
     w.flags = SendFlags::SIGNALED | SendFlags::INLINE;
+    let general = r.qp.post_send(&[w]);
     assert!(matches!(
-        r.qp.post_send(&[w]),
+        general,
         Err(Mlx5Error::PostSend {
             index: 0,
             reason: PostFailure::DeviceFatal,
         })
     ));
+    // The direct path's refusal, as an `Mlx5Error`, is the general path's.
+    assert_eq!(
+        refused.map_err(Mlx5Error::from).map_err(|e| e.to_string()),
+        general.map_err(|e| e.to_string())
+    );
     assert_eq!(r.qp.counters().sends, sent);
     // Every request completes once: done ones with success, the rest flushed.
     let wcs = r.wait(10);
