@@ -1014,7 +1014,7 @@ impl CqRing {
         let a = self.qps.iter().find(|a| {
             a.send && !a.qp.destroyed.load(Ordering::Acquire) && a.qp.sq.outstanding() > 0
         })?;
-        a.qp.flush.store(true, Ordering::Release);
+        a.qp.set_flush();
         let (wr_id, code) = a.qp.sq.pop()?;
         self.counters.software_flushed += 1;
         Some(SendCompletion::new(
@@ -1037,7 +1037,7 @@ impl CqRing {
             .iter()
             .filter(|a| !a.qp.destroyed.load(Ordering::Acquire))
         {
-            a.qp.flush.store(true, Ordering::Release);
+            a.qp.set_flush();
             let qp_num = Qpn::from_wire(a.qp.qpn);
             while a.send && n < wcs.len() {
                 let Some((wr_id, code)) = a.qp.sq.pop() else {

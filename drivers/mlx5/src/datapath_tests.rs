@@ -50,6 +50,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         sq: SqTrack::new(SQ_BBS),
         rq: RqTrack::new(RQ),
         flush: AtomicBool::new(false),
+        gate: std::sync::atomic::AtomicU32::new(0),
         destroyed: AtomicBool::new(false),
     });
     let (sq_ring, dbrec) =
@@ -85,7 +86,6 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         counters: QpCounters::default(),
         sq_ring,
         dbrec,
-        fast_inline: 0,
         sq_limit: 0,
         write_ctrl: 0,
         write_ctrl1: 0,
@@ -809,12 +809,21 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
         wq.post_write_inline(1, 0, 1, d, true, true),
         Err(Refused::DeviceFatal)
     );
-    wq.shared.flush.store(true, Ordering::Relaxed);
+    wq.shared.set_flush();
     assert_eq!(
         wq.post_write_inline(1, 0, 1, d, true, false),
         Err(Refused::DeviceFatal)
     );
+    // A state change after the flush keeps the fast path's gate closed.
+    wq.set_state(QpState::Rts);
+    assert_eq!(wq.shared.gate.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        wq.post_write_inline(1, 0, 1, d, true, false),
+        Err(Refused::DeviceFatal)
+    );
+    // (Unflushed again only for the test: the gate reopens with the state.)
     wq.shared.flush.store(false, Ordering::Relaxed);
+    wq.set_state(wq.state);
     wq.set_state(QpState::Rtr);
     assert!(matches!(
         wq.post_write_inline(1, 0, 1, d, true, false),
@@ -1229,9 +1238,11 @@ fn the_small_write_shortcut_declines_without_writing() {
     for w in [fenced, not_inline, send] {
         assert!(wq.post_small_write(&w).is_none());
     }
-    wq.shared.flush.store(true, Ordering::Relaxed);
+    wq.shared.set_flush();
     assert!(wq.post_small_write(&wr).is_none());
+    // (Unflushed again only for the test: the gate reopens with the state.)
     wq.shared.flush.store(false, Ordering::Relaxed);
+    wq.set_state(wq.state);
     wq.set_state(QpState::Rtr);
     assert!(wq.post_small_write(&wr).is_none());
     wq.set_state(QpState::Rts);

@@ -476,7 +476,7 @@ impl Hca {
             qps.push(Arc::downgrade(qp));
         }
         if self.runtime.fatal.load(Ordering::SeqCst) {
-            qp.flush.store(true, Ordering::Release);
+            qp.set_flush();
         }
     }
 
@@ -513,7 +513,7 @@ impl Hca {
                     stuck, "function is in a fatal state: QPs to ERR, commands stop"
                 );
                 for qp in lock(&self.runtime.qps).iter().filter_map(Weak::upgrade) {
-                    qp.flush.store(true, Ordering::Release);
+                    qp.set_flush();
                 }
             }
             return Err(Mlx5Error::DeviceFatal {

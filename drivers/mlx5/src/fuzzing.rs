@@ -114,6 +114,7 @@ impl CqRig {
                 sq: SqTrack::new(SQ_WQEBBS),
                 rq: RqTrack::new(RQ_ENTRIES),
                 flush: AtomicBool::new(false),
+                gate: std::sync::atomic::AtomicU32::new(0),
                 destroyed: AtomicBool::new(false),
             })
         };
@@ -154,7 +155,6 @@ impl CqRig {
             counters: QpCounters::default(),
             sq_ring,
             dbrec,
-            fast_inline: 0,
             sq_limit: 0,
             write_ctrl: 0,
             write_ctrl1: 0,

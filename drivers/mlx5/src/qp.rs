@@ -356,6 +356,7 @@ impl Qp {
             sq: SqTrack::new(sq_wqebbs),
             rq: RqTrack::new(rq_entries),
             flush: AtomicBool::new(false),
+            gate: std::sync::atomic::AtomicU32::new(0),
             destroyed: AtomicBool::new(false),
         });
         hca.register_qp(&shared);
@@ -421,7 +422,6 @@ impl Qp {
                 counters: QpCounters::default(),
                 sq_ring,
                 dbrec,
-                fast_inline: 0,
                 sq_limit: 0,
                 write_ctrl: 0,
                 write_ctrl1: 0,

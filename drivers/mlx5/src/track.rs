@@ -244,13 +244,39 @@ pub(crate) struct QpShared {
     pub sq: SqTrack,
     pub rq: RqTrack,
     /// Set once the device is fatal (or the QP went to ERR in software):
-    /// CQ pollers flush what is outstanding.
+    /// CQ pollers flush what is outstanding. Set through
+    /// [`QpShared::set_flush`], which closes `gate` with it.
     pub flush: AtomicBool,
+    /// The fast WRITE paths' gate: an RDMA WRITE of `n` inline bytes
+    /// passes every check but queue space iff `n < gate` — the poster's
+    /// [`crate::wq::fast_inline_limit`] of state, service and inline limit
+    /// ([`crate::wq::WorkQueues::set_state`]), 0 once `flush` is set. One
+    /// load and compare on the hot path for all of them and device health.
+    pub gate: AtomicU32,
     /// The QP was destroyed: CQs drop it at their next attach.
     pub destroyed: AtomicBool,
 }
 
 impl QpShared {
+    /// Flush the QP: set `flush`, then close `gate`. With
+    /// [`QpShared::open_gate`]'s store-then-check (all `SeqCst`), whichever
+    /// of the two runs last leaves the gate closed: a flushed QP's fast
+    /// path refuses from then on.
+    pub(crate) fn set_flush(&self) {
+        self.flush.store(true, Ordering::SeqCst);
+        self.gate.store(0, Ordering::SeqCst);
+    }
+
+    /// The poster's new fast-path limit (its state or limits changed):
+    /// stored, then closed again if the QP was flushed meanwhile.
+    pub(crate) fn open_gate(&self, limit: usize) {
+        self.gate
+            .store(u32::try_from(limit).unwrap_or(u32::MAX), Ordering::SeqCst);
+        if self.flush.load(Ordering::SeqCst) {
+            self.gate.store(0, Ordering::SeqCst);
+        }
+    }
+
     /// A QP no CQE names (QPN outside 24 bits), nothing outstanding: what a
     /// CQ's lean path points at when it has no sole QP.
     pub(crate) fn placeholder() -> QpShared {
@@ -259,6 +285,7 @@ impl QpShared {
             sq: SqTrack::new(1),
             rq: RqTrack::new(1),
             flush: AtomicBool::new(false),
+            gate: AtomicU32::new(0),
             destroyed: AtomicBool::new(false),
         }
     }

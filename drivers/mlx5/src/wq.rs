@@ -429,10 +429,6 @@ pub(crate) struct WorkQueues {
     pub sq_ring: WordRing,
     /// The doorbell record (`dbrec_word`).
     pub dbrec: WordCell,
-    /// [`fast_inline_limit`] of `state` and `limits`, kept by
-    /// [`WorkQueues::set_state`]: the fast path's state, service and inline
-    /// checks as one compare.
-    pub fast_inline: usize,
     /// `tail + sq_wqebbs` at the last look at the consumer: the producer
     /// may reach it and no further. Kept by every writer of `sq_head`
     /// (`sq_limit - sq_head` stays in `0..=sq_wqebbs`), so the fast path's
@@ -484,7 +480,8 @@ impl WorkQueues {
     /// Move to `state` (the driver's view), keeping the fast path's limit.
     pub fn set_state(&mut self, state: QpState) {
         self.state = state;
-        self.fast_inline = fast_inline_limit(state, &self.limits);
+        self.shared
+            .open_gate(fast_inline_limit(state, &self.limits));
         self.write_ctrl = ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, WRITE_CTRL_DS, 0, 0)[0];
         self.write_ctrl1 = ctrl_words(
             WqeOpcode::RdmaWrite,
@@ -531,7 +528,8 @@ impl WorkQueues {
     #[cfg(test)]
     pub fn set_limits(&mut self, limits: SendLimits) {
         self.limits = limits;
-        self.fast_inline = fast_inline_limit(self.state, &limits);
+        self.shared
+            .open_gate(fast_inline_limit(self.state, &limits));
     }
 
     /// Word `i` (from 0) of the WQE that starts at WQEBB `wqebb`, read back
@@ -823,7 +821,7 @@ impl WorkQueues {
     /// Then [`WorkQueues::write_inline_at`] posts it.
     #[inline(always)]
     pub fn inline_write_fits(&mut self, n: usize) -> bool {
-        if n >= self.fast_inline || self.shared.flush.load(Ordering::Relaxed) {
+        if n >= self.shared.gate.load(Ordering::Relaxed) as usize {
             return false;
         }
         let head = self.sq_head;
@@ -888,7 +886,7 @@ impl WorkQueues {
     /// [`WorkQueues::post_send`] but queue space: one branch on the hot path.
     #[inline(always)]
     fn fast_write_ok(&self, fatal: bool, n: usize) -> bool {
-        !fatal & !self.shared.flush.load(Ordering::Relaxed) & (n < self.fast_inline)
+        !fatal & (n < self.shared.gate.load(Ordering::Relaxed) as usize)
     }
 
     /// Why [`WorkQueues::fast_write_ok`] said no, in the order
