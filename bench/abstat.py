@@ -14,3 +14,13 @@ for t in ['write-lat-8B-us','write-bw-1MiB']:
   wins=sum(1 for r in reps if (d['B'][r]<d['A'][r]) == ('lat' in t))
   ratios=[d['B'][r]/d['A'][r] for r in reps]
   print('  B better in %d/%d pairs; median ratio B/A %.3f'%(wins,len(reps),s.median(ratios)))
+  # ab.sh runs A first in odd repetitions and B first in even ones. If the
+  # second run of a pair reads a factor f higher (f < 1: lower) than it
+  # would first, B/A reads r*f in odd pairs and r/f in even ones: their
+  # geometric mean is r with the order effect taken out, their ratio f^2.
+  odd=[d['B'][r]/d['A'][r] for r in reps if r%2==1]
+  even=[d['B'][r]/d['A'][r] for r in reps if r%2==0]
+  if odd and even:
+    mo,me=s.median(odd),s.median(even)
+    print('  order-corrected B/A %.3f (A first: %.3f over %d, B first: %.3f over %d; second-run factor %.3f)'
+          %((mo*me)**0.5,mo,len(odd),me,len(even),(mo/me)**0.5))
