@@ -5,8 +5,10 @@
 # bench/compare.sh runs them. Prints one CSV line per run and the medians.
 #
 # Usage: bash bench/ab.sh <rnicctl A> <rnicctl B> [REPS=7] [LAT_N=20000] [DUR=3]
+# With AB_C=<rnicctl C> in the environment a third build joins, and the order
+# rotates (A B C, B C A, C A B) so each build runs in each place equally often.
 set -u
-A=$1; B=$2; REPS=${3:-7}; LAT_N=${4:-20000}; DUR=${5:-3}
+A=$1; B=$2; REPS=${3:-7}; LAT_N=${4:-20000}; DUR=${5:-3}; C=${AB_C:-}
 port=19500
 one() { # bin test size extra... -> prints the metric
   local bin=$1 t=$2 s=$3; shift 3
@@ -28,9 +30,11 @@ except Exception as e:
 }
 echo "rep,build,test,value"
 for rep in $(seq 1 "$REPS"); do
-  if [ $((rep % 2)) = 1 ]; then order="A B"; else order="B A"; fi
+  if [ -n "$C" ]; then
+    case $((rep % 3)) in 1) order="A B C" ;; 2) order="B C A" ;; *) order="C A B" ;; esac
+  elif [ $((rep % 2)) = 1 ]; then order="A B"; else order="B A"; fi
   for w in $order; do
-    bin=$A; [ "$w" = B ] && bin=$B
+    case $w in A) bin=$A ;; B) bin=$B ;; *) bin=$C ;; esac
     echo "$rep,$w,write-lat-8B-us,$(one "$bin" write-lat 8 -n "$LAT_N")"
     echo "$rep,$w,write-bw-1MiB,$(one "$bin" write-bw 1048576 -D "$DUR")"
   done

@@ -1,15 +1,30 @@
 #!/usr/bin/env python3
 # abstat.py -- medians, best cases and paired B/A ratios of a bench/ab.sh CSV.
-# Usage: python3 bench/abstat.py <csv>
-import csv,statistics as s,sys
+# Usage: python3 bench/abstat.py <csv>   (a third build C, if the CSV has one,
+# is reported against A too)
+import csv,math,statistics as s,sys
 rows=[r for r in csv.DictReader(open(sys.argv[1])) if r.get('value') and not r['value'].startswith('ERR')]
 for t in ['write-lat-8B-us','write-bw-1MiB']:
   d={}
-  for b in 'AB':
+  builds=[b for b in 'ABC' if any(r['build']==b for r in rows)]
+  for b in builds:
     v={int(r['rep']):float(r['value']) for r in rows if r['build']==b and r['test']==t}
     d[b]=v
     vv=list(v.values())
     print(t,b,len(vv),'median %.2f'%s.median(vv),'best %.2f'%(min(vv) if 'lat' in t else max(vv)))
+  if 'C' in builds:
+    # ab.sh rotates A B C, B C A, C A B: over whole rotations each build
+    # runs first, second and third equally often, so the geometric mean of
+    # the per-repetition ratios has the order effect averaged out.
+    for x,y in [('B','A'),('C','A'),('C','B')]:
+      reps=sorted(set(d[x])&set(d[y]))
+      reps=reps[:len(reps)//3*3]
+      ratios=[d[x][r]/d[y][r] for r in reps]
+      wins=sum(1 for r in reps if (d[x][r]<d[y][r]) == ('lat' in t))
+      gm=math.exp(sum(math.log(q) for q in ratios)/len(ratios))
+      print('  %s/%s: median %.3f, geometric mean %.3f over %d whole rotations; %s better in %d/%d'
+            %(x,y,s.median(ratios),gm,len(reps)//3,x,wins,len(reps)))
+    continue
   reps=sorted(set(d['A'])&set(d['B']))
   wins=sum(1 for r in reps if (d['B'][r]<d['A'][r]) == ('lat' in t))
   ratios=[d['B'][r]/d['A'][r] for r in reps]

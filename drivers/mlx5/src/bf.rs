@@ -141,7 +141,40 @@ unsafe impl Send for BlockPair {}
 // fields); every store needs `&mut`.
 unsafe impl Sync for BlockPair {}
 
+/// Two 64-byte blocks of host memory: what [`BlockPair::scratch`] writes
+/// to (atomics, so that stores through a pointer derived from a shared
+/// reference are allowed; nothing reads them).
+#[repr(C, align(64))]
+struct ScratchBlocks([std::sync::atomic::AtomicU64; 16]);
+
 impl BlockPair {
+    /// A pair over two blocks of host memory of its own, for a QP that has
+    /// no BlueFlame pair of its own (a shared register, or a transport
+    /// without a [`BlockWindow`]). Its stores reach no device: the driver
+    /// never takes a path that rings through it (`WorkQueues::block_pair`
+    /// keeps such a QP's fast-path gate closed), so the fast paths need no
+    /// `Option` test; were one taken by mistake, it would write only here.
+    pub fn scratch() -> BlockPair {
+        let blocks = Arc::new(ScratchBlocks(Default::default()));
+        let base = NonNull::from(&blocks.0).cast::<u8>();
+        let a = base.as_ptr() as usize;
+        // What `BlockWindow::new` and `BlockPair::new` would check holds by
+        // construction: `base` is the start of the 128-byte, 64-aligned
+        // allocation `blocks` owns (passed along as the owner), valid for
+        // 8- and 16-byte stores while it lives (atomics: interior
+        // mutability, so stores through this pointer are allowed), and no
+        // other reference to it is used; both blocks lie inside it.
+        BlockPair {
+            cur: base.as_ptr(),
+            toggle: a ^ a.wrapping_add(BLOCK_BYTES),
+            window: BlockWindow {
+                base,
+                len: 2 * BLOCK_BYTES,
+                owner: blocks,
+            },
+        }
+    }
+
     /// Blocks at `0` and `half` of `window`; `None` unless `half` is a
     /// non-zero multiple of 64 and both blocks lie inside the window.
     pub fn new(window: BlockWindow, half: usize) -> Option<BlockPair> {
@@ -299,5 +332,22 @@ mod tests {
         assert_eq!(got[8..16], [0; 8]);
         assert_eq!(got[16..24], [2; 8]);
         assert_eq!(got[24..], [0; 8]);
+    }
+
+    #[test]
+    fn a_scratch_pair_alternates_inside_its_own_two_blocks() {
+        let mut p = BlockPair::scratch();
+        assert_eq!(p.offset(), 0);
+        p.write_next(&Wqebb::from_words([1, 2, 3, 4, 5, 6, 7, 8]));
+        assert_eq!(p.offset(), 64);
+        p.write_next(&Wqebb::from_words([9; 8]));
+        assert_eq!(p.offset(), 0);
+        let owner = Arc::clone(&p.window.owner);
+        let blocks = owner
+            .downcast_ref::<ScratchBlocks>()
+            .expect("the scratch pair owns its blocks");
+        let got: Vec<u64> = blocks.0.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert_eq!(got[..8], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(got[8..], [9; 8]);
     }
 }

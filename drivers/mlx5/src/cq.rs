@@ -757,6 +757,19 @@ impl CqRing {
             .store(be_pair(set_ci, 0) | self.arm_half, Ordering::Release);
     }
 
+    /// The record's `set_ci` alone (the polls: `arm` is unchanged since
+    /// [`CqRing::store_dbrec`] last wrote it), one 4-byte store — the same
+    /// word as `store_dbrec` leaves (unit-tested).
+    #[inline(always)]
+    fn store_set_ci(&self) {
+        const _: () = assert!(
+            cq_doorbell_record::set_ci.dword_offset() == 0
+                && cq_doorbell_record::set_ci.width == 24
+        );
+        self.dbrec
+            .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci as u32 & 0xff_ffff));
+    }
+
     /// One CQE consumed (and counted): `ci` on, and the lean path's owner
     /// parity with it when it wraps.
     #[inline(always)]
@@ -828,7 +841,7 @@ impl CqRing {
     pub(crate) fn lean_send_other(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
         let byte_len = self.lean_byte_len(code);
         self.advance();
-        self.store_dbrec();
+        self.store_set_ci();
         Some(SendCompletion {
             wr_id,
             word: self.sole_word | (u64::from(code & 7) << SC_CODE_SHIFT) | u64::from(byte_len),
@@ -898,7 +911,7 @@ impl CqRing {
             qp_num: self.sole_qpn,
             ..WorkCompletion::default()
         };
-        self.store_dbrec();
+        self.store_set_ci();
         1
     }
 
@@ -917,7 +930,7 @@ impl CqRing {
         self.advance();
         let Some(first) = wcs.first_mut() else {
             // (The callers pass a non-empty `wcs`.)
-            self.store_dbrec();
+            self.store_set_ci();
             return 0;
         };
         *first = WorkCompletion {
@@ -955,7 +968,7 @@ impl CqRing {
         }
         // Unconditional: a store of an unchanged index is harmless, and the
         // caller may have consumed one CQE before calling.
-        self.store_dbrec();
+        self.store_set_ci();
         n
     }
 
@@ -978,7 +991,7 @@ impl CqRing {
             return self.lean_send_other(wr_id, code);
         }
         self.advance();
-        self.store_dbrec();
+        self.store_set_ci();
         Some(SendCompletion {
             wr_id,
             word: self.sole_word | (u64::from(code) << SC_CODE_SHIFT),
@@ -1001,7 +1014,7 @@ impl CqRing {
                 }
             };
             self.advance();
-            self.store_dbrec();
+            self.store_set_ci();
             if got.is_some() {
                 return got;
             }
@@ -1071,7 +1084,7 @@ impl CqRing {
     }
 
     /// Store the record's `arm` word; the UAR doorbell's high dword.
-    fn arm_record(&mut self, solicited_only: bool) -> u32 {
+    pub(crate) fn arm_record(&mut self, solicited_only: bool) -> u32 {
         let cmd = if solicited_only {
             CqArmCmd::SolicitedOnly
         } else {

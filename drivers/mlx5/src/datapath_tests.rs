@@ -63,7 +63,8 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         sq_word_base: rq_bytes / 8,
         sq_mask_words: sq_bytes / 8 - 1,
         sq_wqebbs: SQ_BBS,
-        sq_head: 0,
+        sq_extra: 0,
+        block_pair: true,
         rq_entries: RQ,
         rq_stride_words: STRIDE / 8,
         rq_mask_words: rq_bytes / 8 - 1,
@@ -341,7 +342,7 @@ fn requester_completions_retire_unsignaled_wqes_and_respect_owner_parity() {
         wrs[1].flags = SendFlags::SIGNALED;
         let (_, r) = wq.post_send(&wrs, false);
         r.unwrap();
-        let last = wq.sq_head.wrapping_sub(1) as u16;
+        let last = wq.sq_head().wrapping_sub(1) as u16;
         dev.push(req(QPN, last, 8));
         let n = ring.poll(&mut wcs, false);
         assert_eq!(n, 1, "round {round}");
@@ -361,6 +362,39 @@ fn requester_completions_retire_unsignaled_wqes_and_respect_owner_parity() {
 
 fn ring_dbrec(ring: &CqRing) -> [u8; 8] {
     ring.record()
+}
+
+#[test]
+fn a_poll_stores_set_ci_alone_and_leaves_the_armed_word_as_arming_wrote_it() {
+    let s = space();
+    let (mut wq, _data) = queues(&s, false);
+    let (mut ring, mut dev) = cq(&s, 2);
+    ring.attach(wq.shared.clone(), true, true);
+    let hi = ring.arm_record(true);
+    let armed = ring_dbrec(&ring);
+    assert_eq!(armed[..4], [0, 0, 0, 0]);
+    assert_eq!(
+        armed[4..],
+        hi.to_be_bytes(),
+        "the record's arm dword is the UAR word's"
+    );
+    let mut wcs = [WorkCompletion::default(); 2];
+    for i in 0..3u64 {
+        wq.post_write_inline(i, 0, 1, b"8 bytes!", true, false)
+            .unwrap();
+        dev.push(req(QPN, wq.sq_head().wrapping_sub(1) as u16, 0));
+        if i == 1 {
+            assert_eq!(ring.poll_send().map(|c| c.wr_id()), Some(1));
+        } else {
+            assert_eq!(ring.poll(&mut wcs, false), 1);
+            assert_eq!(wcs[0].wr_id, i);
+        }
+        // set_ci (the 24-bit consumer index, big-endian) moved; the arm
+        // dword kept: the word `store_dbrec` writes whole.
+        let rec = ring_dbrec(&ring);
+        assert_eq!(rec[..4], (i as u32 + 1).to_be_bytes(), "poll {i}");
+        assert_eq!(rec[4..], armed[4..], "poll {i}");
+    }
 }
 
 #[test]
@@ -390,7 +424,7 @@ fn every_error_syndrome_maps_to_its_wc_status_with_vendor_err() {
     for (i, (synd, status)) in table.into_iter().enumerate() {
         let (_, r) = wq.post_send(&[SendWr::send(i as u64, &sge)], false);
         r.unwrap();
-        let counter = wq.sq_head.wrapping_sub(1) as u16;
+        let counter = wq.sq_head().wrapping_sub(1) as u16;
         dev.push(|c| {
             let mut v = ErrCqe::new_checked(&mut c[..]).unwrap();
             v.set_qpn(QPN).unwrap();
@@ -508,7 +542,7 @@ fn the_lean_path_counts_and_skips_each_hostile_cqe_like_the_general_one() {
     two.flags = SendFlags::INLINE;
     let (_, r) = wq.post_send(&[SendWr::send(1, &sge), two], false);
     r.unwrap();
-    assert_eq!(wq.sq_head, 3);
+    assert_eq!(wq.sq_head(), 3);
     let mut wcs = [WorkCompletion::default(); 1];
     let hostile: [(&str, u32, u16); 5] = [
         ("unknown QPN", 0x77, 0),
@@ -676,7 +710,7 @@ fn inline_payloads_aligned_or_gathered_land_byte_exact_after_the_header() {
     for (i, sges) in [&one[..], &two[..]].into_iter().enumerate() {
         let mut w = SendWr::send(i as u64, sges);
         w.flags = SendFlags::INLINE;
-        let before = wq.sq_head;
+        let before = wq.sq_head();
         let (_, r) = wq.post_send(&[w], false);
         r.unwrap();
         let len: usize = sges.iter().map(|s| s.length as usize).sum();
@@ -712,8 +746,8 @@ fn fast_equals_generic<const N: usize>(
     if signaled {
         wr.flags |= SendFlags::SIGNALED;
     }
-    let head = a.sq_head;
-    assert_eq!(head, b.sq_head);
+    let head = a.sq_head();
+    assert_eq!(head, b.sq_head());
     let (ring, r) = a.post_send(&[wr], false);
     r.unwrap();
     let ring = ring.unwrap();
@@ -738,7 +772,7 @@ fn fast_equals_generic<const N: usize>(
         read(&a.buf, a.dbrec_word * 8, 8),
         read(&b.buf, b.dbrec_word * 8, 8)
     );
-    assert_eq!(a.sq_head, b.sq_head);
+    assert_eq!(a.sq_head(), b.sq_head());
     let (x, y) = (&a.shared, &b.shared);
     assert_eq!(
         x.sq.slot_at(head).wr_id.load(Ordering::Relaxed),
@@ -752,12 +786,35 @@ fn fast_equals_generic<const N: usize>(
         x.sq.head.load(Ordering::Relaxed),
         y.sq.head.load(Ordering::Relaxed)
     );
-    assert_eq!(a.counters.sends, b.counters.sends);
+    assert_eq!(a.sends(), b.sends());
+}
+
+#[test]
+fn the_send_count_is_one_per_wqe_of_any_size_and_survives_a_reset() {
+    let s = space();
+    let (mut wq, data) = queues(&s, false);
+    let d = b"8 bytes!";
+    for i in 0..3 {
+        wq.post_write_inline(i, 0, 1, d, false, false).unwrap();
+    }
+    // A 48-byte inline WRITE: 16 + 16 + 4 + 48 bytes, two WQEBBs, one send.
+    let sge = [Sge::new(data.as_ptr() as u64, 48, Lkey(0x500))];
+    let mut wr = SendWr::rdma_write(3, &sge, 0x40, Rkey(3));
+    wr.flags = SendFlags::INLINE;
+    let (_, r) = wq.post_send(&[wr], false);
+    r.unwrap();
+    assert_eq!((wq.sq_head(), wq.sends()), (5, 4));
+    retire_all(&wq);
+    wq.restart_sq();
+    assert_eq!((wq.sq_head(), wq.shared.sq.outstanding()), (0, 0));
+    assert_eq!(wq.sends(), 4, "the count carries over the restart");
+    wq.post_write_inline(4, 0, 1, d, true, false).unwrap();
+    assert_eq!((wq.sq_head(), wq.sends()), (1, 5));
 }
 
 /// Retire everything outstanding on `q`'s send queue (as a CQE would).
 fn retire_all(q: &WorkQueues) {
-    let h = q.shared.sq.head.load(Ordering::Relaxed);
+    let h = q.sq_head();
     q.shared.sq.tail.store(h, Ordering::Release);
 }
 
@@ -859,7 +916,7 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
         before,
         "nothing written"
     );
-    assert_eq!((wq.sq_head, wq.counters.sends), (0, 0));
+    assert_eq!((wq.sq_head(), wq.sends()), (0, 0));
     for i in 0..SQ_BBS {
         wq.post_write_inline(u64::from(i), 0, 1, d, false, false)
             .unwrap();
@@ -871,7 +928,7 @@ fn the_fast_inline_write_refuses_what_the_generic_path_refuses_without_writing()
         })
     );
     assert_eq!(wq.counters.queue_full, 1);
-    assert_eq!(wq.sq_head, SQ_BBS);
+    assert_eq!(wq.sq_head(), SQ_BBS);
 }
 
 /// The same CQE, pushed to two fake CQs.
@@ -902,7 +959,7 @@ fn poll_send_returns_what_poll_returns_across_wraps_errors_and_hostile_cqes() {
             let (_, r) = q.post_send(&wrs, false);
             r.unwrap();
         }
-        let last = qa.sq_head.wrapping_sub(1) as u16;
+        let last = qa.sq_head().wrapping_sub(1) as u16;
         if round % 3 == 1 {
             // Hostile first (unknown QPN, a WQEBB no WQE starts at), then an error CQE.
             push2(&mut da, &mut db, req(0x77, last, 0));
@@ -998,7 +1055,7 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
         if n % 2 == 0 {
             wr.flags |= SendFlags::SIGNALED;
         }
-        let head = a.sq_head;
+        let head = a.sq_head();
         let (ra, r) = a.post_send(&[wr], false);
         r.unwrap();
         let (rb, r) = b.post_send_general(&[wr], false);
@@ -1026,13 +1083,13 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
                 y.meta.load(Ordering::Relaxed)
             )
         );
-        assert_eq!(a.sq_head, b.sq_head);
-        assert_eq!(a.counters.sends, b.counters.sends);
+        assert_eq!(a.sq_head(), b.sq_head());
+        assert_eq!(a.sends(), b.sends());
         for q in [&a, &b] {
             q.shared.sq.complete(head as u16).unwrap();
         }
     }
-    assert!(a.sq_head > SQ_BBS, "the SQ wrapped");
+    assert!(a.sq_head() > SQ_BBS, "the SQ wrapped");
 }
 
 /// Requests the single-WRITE shortcut does not take go to the general
@@ -1099,7 +1156,7 @@ fn the_single_write_shortcut_leaves_refusals_to_the_general_writer() {
             ..
         })
     ));
-    assert_eq!(wq.sq_head, 0);
+    assert_eq!(wq.sq_head(), 0);
     assert_eq!(wq.shared.sq.outstanding(), 0);
     // (The general writer stops in the unpublished slot: head, record and
     // tracking are untouched.)
@@ -1155,22 +1212,22 @@ fn the_small_write_shortcut_writes_the_bytes_the_general_writer_writes() {
                 if signaled {
                     wr.flags |= SendFlags::SIGNALED;
                 }
-                let head = a.sq_head;
-                assert_eq!(head, b.sq_head);
+                let head = a.sq_head();
+                assert_eq!(head, b.sq_head());
                 let fast = match a.post_small_write(&wr) {
                     Some(w) => w,
                     None => {
                         // The first post learns the region and goes the
                         // longer way; nothing was written.
                         missed += 1;
-                        assert_eq!(a.sq_head, head);
+                        assert_eq!(a.sq_head(), head);
                         a.post_small_write(&wr).expect("the region is kept")
                     }
                 };
                 let (ring, r) = b.post_send_general(&[wr], false);
                 r.unwrap();
                 assert_eq!(ring.unwrap().wqebbs, 1);
-                assert_eq!((a.sq_head, b.sq_head), (head + 1, head + 1));
+                assert_eq!((a.sq_head(), b.sq_head()), (head + 1, head + 1));
                 let at = sq_at(&a, (head % SQ_BBS) as usize);
                 let ds = crate::wq::inline_write_ds(len as usize) as usize;
                 assert_eq!(
@@ -1199,7 +1256,7 @@ fn the_small_write_shortcut_writes_the_bytes_the_general_writer_writes() {
         }
     }
     assert_eq!(missed, 1);
-    assert_eq!(a.counters.sends, b.counters.sends);
+    assert_eq!(a.sends(), b.sends());
 }
 
 /// Every request the small-write shortcut does not take leaves the queue
@@ -1251,17 +1308,17 @@ fn the_small_write_shortcut_declines_without_writing() {
         before,
         "nothing written"
     );
-    assert_eq!((wq.sq_head, wq.counters.sends), (0, 0));
+    assert_eq!((wq.sq_head(), wq.sends()), (0, 0));
     // Full: SQ_BBS posts, then a decline until the consumer moves.
     for _ in 0..SQ_BBS {
         assert!(wq.post_small_write(&wr).is_some());
     }
     assert!(wq.post_small_write(&wr).is_none());
-    assert_eq!(wq.sq_head, SQ_BBS);
+    assert_eq!(wq.sq_head(), SQ_BBS);
     wq.shared.sq.tail.store(1, Ordering::Release);
     assert!(wq.post_small_write(&wr).is_some());
     assert!(wq.post_small_write(&wr).is_none());
-    assert_eq!(wq.sq_head, SQ_BBS + 1);
+    assert_eq!(wq.sq_head(), SQ_BBS + 1);
 }
 
 /// The cached SQ limit follows the general writer's multi-WQEBB posts:
@@ -1276,7 +1333,7 @@ fn the_cached_sq_limit_follows_the_general_writer() {
     let mut big = SendWr::rdma_write(1, &long, 0x1000, Rkey(1));
     big.flags = SendFlags::INLINE; // 16 + 16 + 4 + 40 bytes: 2 WQEBBs
     for round in 0..4u32 {
-        let start = wq.sq_head;
+        let start = wq.sq_head();
         // One fast post (the limit is learnt), then general 2-WQEBB posts
         // until the general writer refuses, then fast posts to the brim.
         wq.post_write_inline(1, 0x1000, 1, b"8 bytes!", true, false)
@@ -1291,7 +1348,7 @@ fn the_cached_sq_limit_follows_the_general_writer() {
             .post_write_inline(2, 0x1000, 1, b"8 bytes!", true, false)
             .is_ok()
         {}
-        assert_eq!(wq.sq_head.wrapping_sub(start), SQ_BBS, "round {round}");
+        assert_eq!(wq.sq_head().wrapping_sub(start), SQ_BBS, "round {round}");
         assert_eq!(
             wq.post_write_inline(3, 0x1000, 1, b"8 bytes!", true, false),
             Err(Refused::QueueFull {
@@ -1351,14 +1408,14 @@ fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
         before,
         "nothing written"
     );
-    assert_eq!(a.sq_head, 0);
+    assert_eq!(a.sq_head(), 0);
     for (addr, len) in [
         (start + 16, 8),
         (start + 4080, 8),
         (start, 3),
         (start + 8, 1),
     ] {
-        let head = a.sq_head;
+        let head = a.sq_head();
         assert!(post(&mut a, addr, len).is_some(), "{addr:#x} {len}");
         let sge = [Sge::new(addr, len, Lkey(0x600))];
         let mut wr = SendWr::rdma_write(9, &sge, 0x7000_0000, Rkey(0x4321));
@@ -1385,7 +1442,7 @@ fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
         post(&mut c, u64::MAX - 100, 8).is_none(),
         "still not cached"
     );
-    assert_eq!(c.sq_head, 0);
+    assert_eq!(c.sq_head(), 0);
 }
 
 /// The small-write shortcut's second control word (`write_ctrl1` plus the
@@ -1418,7 +1475,7 @@ fn the_small_write_shortcut_sets_ce_as_the_general_writer_with_or_without_sig_al
         ] {
             let mut wr = SendWr::rdma_write(id, &sge, 0x1000, Rkey(1));
             wr.flags = flags;
-            let head = a.sq_head;
+            let head = a.sq_head();
             let fast = a.post_small_write(&wr).expect("shortcut");
             b.post_send_general(&[wr], false).1.unwrap();
             let at = sq_at(&a, (head % SQ_BBS) as usize);

@@ -132,7 +132,8 @@ impl CqRig {
             sq_word_base: rq_bytes / 8,
             sq_mask_words: sq_bytes / 8 - 1,
             sq_wqebbs: SQ_WQEBBS,
-            sq_head: 0,
+            sq_extra: 0,
+            block_pair: true,
             rq_entries: RQ_ENTRIES,
             rq_stride_words: RQ_STRIDE / 8,
             rq_mask_words: rq_bytes / 8 - 1,
@@ -220,16 +221,16 @@ impl CqRig {
         if signaled {
             wr.flags |= SendFlags::SIGNALED;
         }
-        let head = self.wq.sq_head;
+        let head = self.wq.sq_head();
         let (_, r) = self.wq.post_send(&[wr], self.fatal());
         r?;
-        Ok((head as u16, self.wq.sq_head.wrapping_sub(head)))
+        Ok((head as u16, self.wq.sq_head().wrapping_sub(head)))
     }
 
     /// The direct fast path's post ([`crate::Qp::post_write_inline`]'s
     /// ring half) of 8 bytes; the WQE index.
     pub fn post_write_inline(&mut self, wr_id: u64, signaled: bool) -> Result<u16, Mlx5Error> {
-        let head = self.wq.sq_head;
+        let head = self.wq.sq_head();
         let fatal = self.fatal();
         self.wq
             .post_write_inline(wr_id, 0x7000_0000, 0x99, b"8 bytes!", signaled, fatal)?;

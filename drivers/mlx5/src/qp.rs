@@ -101,31 +101,37 @@ struct BlueFlame {
     /// The same register for block copies, where the transport offers it.
     blocks: Option<BlockWindow>,
     /// Both halves of `blocks`, checked once, when the register is this
-    /// QP's alone (BlueFlame allowed); then the current half is its
-    /// [`BlockPair::offset`] and `offset` is unused.
-    fast: Option<BlockPair>,
-    /// The current half when there is no `fast` pair.
+    /// QP's alone (BlueFlame allowed; `WorkQueues::block_pair`); then the
+    /// current half is its [`BlockPair::offset`] and `offset` is unused.
+    /// Otherwise a [`BlockPair::scratch`] that nothing rings through (the
+    /// queues keep the fast paths' gate closed): the fast paths ring
+    /// `fast` with no `Option` test.
+    fast: BlockPair,
+    /// The current half when `fast` is a scratch pair.
     offset: usize,
     half: usize,
     exclusive: Option<usize>,
 }
 
 impl BlueFlame {
-    /// The half the next write goes to.
+    /// The half the next write goes to (`paired`: `fast` is the
+    /// register's own pair, `WorkQueues::block_pair`).
     #[inline(always)]
-    fn offset(&self) -> usize {
-        match &self.fast {
-            Some(p) => p.offset(),
-            None => self.offset,
+    fn offset(&self, paired: bool) -> usize {
+        if paired {
+            self.fast.offset()
+        } else {
+            self.offset
         }
     }
 
     /// Switch to the other half.
     #[inline(always)]
-    fn advance(&mut self) {
-        match &mut self.fast {
-            Some(p) => p.advance(),
-            None => self.offset = next_bf_offset(self.offset, self.half),
+    fn advance(&mut self, paired: bool) {
+        if paired {
+            self.fast.advance();
+        } else {
+            self.offset = next_bf_offset(self.offset, self.half);
         }
     }
 
@@ -380,6 +386,10 @@ impl Qp {
             .bar0_blocks()
             .and_then(|b| b.window(info.uar as usize * crate::UAR_PAGE_SIZE + reg_at, reg_size));
         debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, "CREATE_QP");
+        let pair = exclusive
+            .and(blocks.clone())
+            .and_then(|b| BlockPair::new(b, reg_size / 2));
+        let block_pair = pair.is_some();
         Ok(Qp {
             hca: hca.clone(),
             qp_type: opts.qp_type,
@@ -387,9 +397,7 @@ impl Qp {
             recv_cq: recv_core,
             bf: BlueFlame {
                 reg,
-                fast: exclusive
-                    .and(blocks.clone())
-                    .and_then(|b| BlockPair::new(b, reg_size / 2)),
+                fast: pair.unwrap_or_else(BlockPair::scratch),
                 blocks,
                 offset: 0,
                 half: reg_size / 2,
@@ -404,7 +412,8 @@ impl Qp {
                 sq_word_base: rq_bytes / 8,
                 sq_mask_words: sq_bytes / 8 - 1,
                 sq_wqebbs,
-                sq_head: 0,
+                sq_extra: 0,
+                block_pair,
                 rq_entries,
                 rq_stride_words: stride / 8,
                 rq_mask_words: rq_bytes / 8 - 1,
@@ -444,12 +453,14 @@ impl Qp {
         }
     }
 
-    /// What the QP counted. The BlueFlame count is derived: the queues
-    /// keep BlueFlame rings minus sends (wrapping), so a post rung as one
-    /// BlueFlame copy — the fast paths' only kind — counts nothing there;
-    /// [`Qp::ring`] subtracts the sends of any other ring.
+    /// What the QP counted. The send and BlueFlame counts are derived: the
+    /// send count from the producer (`WorkQueues::sends`), and the queues
+    /// keep BlueFlame rings minus sends (wrapping), so a one-WQEBB post
+    /// rung as one BlueFlame copy — the fast paths' only kind — counts
+    /// nothing at all; [`Qp::ring`] subtracts the sends of any other ring.
     pub fn counters(&self) -> QpCounters {
         let mut c = self.wq.counters;
+        c.sends = self.wq.sends();
         c.blueflame = c.blueflame.wrapping_add(c.sends);
         c
     }
@@ -653,15 +664,9 @@ impl Qp {
         self.hca
             .exec(CmdOpcode::Qp2Rst, 0, &buf, Qp2rstOut::<&[u8]>::SIZE_BYTES)?;
         self.wq.set_state(QpState::Rst);
-        self.wq.sq_head = 0;
-        self.wq.sq_limit = 0;
+        self.wq.restart_sq();
         self.wq.rq_head = 0;
-        for t in [
-            &self.wq.shared.sq.head,
-            &self.wq.shared.sq.tail,
-            &self.wq.shared.rq.head,
-            &self.wq.shared.rq.tail,
-        ] {
+        for t in [&self.wq.shared.rq.head, &self.wq.shared.rq.tail] {
             t.store(0, Ordering::Release);
         }
         self.wq.store_dbrec();
@@ -691,10 +696,11 @@ impl Qp {
         // `WorkQueues::post_small_write`), rung from the words it built;
         // everything else out of line.
         if let [wr] = wrs
-            && let Some(pair) = &mut self.bf.fast
             && let Some(wqe) = self.wq.post_small_write(wr)
         {
-            pair.write_next(&wqe);
+            // `post_small_write` passes only with the gate open, which
+            // `block_pair` keeps closed unless `fast` is the register's.
+            self.bf.fast.write_next(&wqe);
             wc_flush();
             return Ok(());
         }
@@ -715,10 +721,10 @@ impl Qp {
             self.ring_wqebb(&wqe);
             return Ok(());
         }
-        let sends = self.wq.counters.sends;
+        let sends = self.wq.sends();
         let (ring, result) = self.wq.post_send_general(wrs, fatal);
         if let Some(ring) = ring {
-            self.ring(&ring, self.wq.counters.sends.wrapping_sub(sends));
+            self.ring(&ring, self.wq.sends().wrapping_sub(sends));
         }
         result
     }
@@ -731,7 +737,7 @@ impl Qp {
     #[inline(always)]
     fn ring(&mut self, ring: &SendDoorbell, posted: u64) {
         self.wq.counters.blueflame = self.wq.counters.blueflame.wrapping_sub(posted);
-        let off = self.bf.offset();
+        let off = self.bf.offset(self.wq.block_pair);
         if ring.blueflame() && self.bf.exclusive.is_some() {
             for bb in 0..ring.wqebbs {
                 // A WQEBB is one block of the ring (masked: a WQE that
@@ -748,7 +754,7 @@ impl Qp {
         } else {
             self.doorbell(off, ring.ctrl);
         }
-        self.bf.advance();
+        self.bf.advance(self.wq.block_pair);
     }
 
     /// The 8-byte doorbell: the first word of the last WQE's control segment.
@@ -787,14 +793,13 @@ impl Qp {
         // Every check as one test; whatever fails it (a refusal, the
         // producer at its cached limit, no block pair) goes out of line,
         // where the checked post runs in full.
-        if let Some(pair) = &mut self.bf.fast
-            && self.wq.inline_write_fits(N)
-        {
-            let head = self.wq.sq_head;
+        if let Some(head) = self.wq.fast_head(N) {
             let wqe = self
                 .wq
                 .write_inline_at(head, wr_id, remote_addr, rkey.get(), data, signaled);
-            pair.write_next(&wqe);
+            // The gate is closed unless `fast` is the register's own pair
+            // (`WorkQueues::block_pair`).
+            self.bf.fast.write_next(&wqe);
             wc_flush();
             return Ok(());
         }
@@ -826,12 +831,11 @@ impl Qp {
     /// BlueFlame block through the pair, else [`Qp::ring_unit`].
     #[inline(always)]
     fn ring_wqebb(&mut self, wqe: &Wqebb) {
-        match &mut self.bf.fast {
-            Some(p) => {
-                p.write_next(wqe);
-                wc_flush();
-            }
-            None => self.ring_unit(),
+        if self.wq.block_pair {
+            self.bf.fast.write_next(wqe);
+            wc_flush();
+        } else {
+            self.ring_unit();
         }
     }
 
@@ -843,7 +847,7 @@ impl Qp {
     #[cold]
     #[inline(never)]
     fn ring_unit(&mut self) {
-        let wqebb = self.wq.sq_head.wrapping_sub(1);
+        let wqebb = self.wq.sq_head().wrapping_sub(1);
         let ctrl = self.wq.sq_word(wqebb, 0);
         self.ring(
             &SendDoorbell {

@@ -11,7 +11,7 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m128i, _mm_or_si128, _mm_set_epi64x, _mm_slli_si128, _mm_storeu_si128};
@@ -274,6 +274,21 @@ impl WordCell {
         // poster, or by tests after the post).
         let low = unsafe { AtomicU16::from_ptr(self.word.as_ptr().cast::<u16>().wrapping_add(3)) };
         low.store(v.to_be(), Ordering::Relaxed);
+    }
+
+    /// Store `v` as the word's first dword, big-endian (bytes 0..4, memory
+    /// order), `Release`: one 4-byte store, bytes 4..8 untouched — the CQ
+    /// doorbell record's `set_ci` after the CQEs it releases were read.
+    #[inline(always)]
+    pub fn store_dword0(&self, v: u32) {
+        // SAFETY: `word` is an 8-aligned word of the mapping `self._buf`
+        // keeps (`new`), so its first 4 bytes are inside it, 4-aligned. The
+        // record's one writer is the holder of `&mut` (the poster, the
+        // poller), and no Rust access to it runs concurrently (the device
+        // reads it through its own mapping; the driver's other accesses are
+        // by that writer, or by tests after it).
+        let low = unsafe { AtomicU32::from_ptr(self.word.as_ptr().cast::<u32>()) };
+        low.store(v.to_be(), Ordering::Release);
     }
 
     /// The word.

@@ -79,8 +79,10 @@ pub(crate) struct SqSlot {
 pub(crate) struct SqTrack {
     /// `mask + 1` slots (a power of two): both private, set once in `new`.
     slots: Box<[SqSlot]>,
-    /// Producer in WQEBBs (free-running), published by the poster.
-    pub head: AtomicU32,
+    /// Producer in WQEBBs (free-running, 64 bits), published by the
+    /// poster, whose only copy it is (its send count is derived from it);
+    /// pollers use its low 32 bits.
+    pub head: AtomicU64,
     /// Consumer in WQEBBs (free-running), published by the poller.
     pub tail: AtomicU32,
     mask: u32,
@@ -115,7 +117,7 @@ impl SqTrack {
                     ..SqSlot::default()
                 })
                 .collect(),
-            head: AtomicU32::new(0),
+            head: AtomicU64::new(0),
             tail: AtomicU32::new(0),
             mask: n - 1,
         }
@@ -170,7 +172,7 @@ impl SqTrack {
     /// count, `start + WQEBBs - tail`, needs no further check.
     #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
-        let head = self.head.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire) as u32;
         let tail = self.tail.load(Ordering::Relaxed);
         let slot = self.slot(u32::from(counter));
         let start = slot.start.load(Ordering::Relaxed);
@@ -186,7 +188,7 @@ impl SqTrack {
 
     /// The oldest outstanding WQE, retired: for software flushes.
     pub fn pop(&self) -> Option<(u64, u32)> {
-        let head = self.head.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire) as u32;
         let tail = self.tail.load(Ordering::Relaxed);
         if head == tail {
             return None;
@@ -199,9 +201,7 @@ impl SqTrack {
     }
 
     pub fn outstanding(&self) -> u32 {
-        self.head
-            .load(Ordering::Acquire)
-            .wrapping_sub(self.tail.load(Ordering::Acquire))
+        (self.head.load(Ordering::Acquire) as u32).wrapping_sub(self.tail.load(Ordering::Acquire))
     }
 }
 
@@ -296,9 +296,10 @@ mod tests {
     use super::*;
 
     fn post(sq: &SqTrack, wr_id: u64, bbs: u32) -> u16 {
-        let head = sq.head.load(Ordering::Relaxed);
+        let head = sq.head.load(Ordering::Relaxed) as u32;
         sq.record(head, wr_id, sq_meta(bbs, 1));
-        sq.head.store(head.wrapping_add(bbs), Ordering::Release);
+        sq.head
+            .store(u64::from(head.wrapping_add(bbs)), Ordering::Release);
         head as u16
     }
 

@@ -413,7 +413,16 @@ pub(crate) struct WorkQueues {
     pub sq_word_base: usize,
     pub sq_mask_words: usize,
     pub sq_wqebbs: u32,
-    pub sq_head: u32,
+    /// WQEBBs posted beyond one per send WQE (wrapping, and less the sends
+    /// before a reset): the send count is the producer
+    /// (`shared.sq.head`, the poster's only copy) minus this
+    /// ([`WorkQueues::sends`]), so a one-WQEBB post counts nothing.
+    pub sq_extra: u64,
+    /// The QP rings through a BlueFlame block pair of its own (an
+    /// exclusive register with a [`crate::bf::BlockWindow`]): only then
+    /// may `shared.gate` open, since the paths behind it
+    /// ([`WorkQueues::fast_head`]) ring that pair unconditionally.
+    pub block_pair: bool,
     pub rq_entries: u32,
     pub rq_stride_words: usize,
     pub rq_mask_words: usize,
@@ -477,11 +486,47 @@ pub(crate) fn views(
 }
 
 impl WorkQueues {
+    /// The SQ producer in WQEBBs (free-running). The poster's own: it lives
+    /// in `shared.sq.head`, which only the poster writes, so reading it
+    /// back needs no ordering.
+    #[inline(always)]
+    pub fn sq_head(&self) -> u32 {
+        self.sq_head64() as u32
+    }
+
+    /// [`WorkQueues::sq_head`] with its high bits (the send count's base).
+    #[inline(always)]
+    fn sq_head64(&self) -> u64 {
+        self.shared.sq.head.load(Ordering::Relaxed)
+    }
+
+    /// Send WQEs posted (derived: [`WorkQueues::sq_extra`]).
+    pub fn sends(&self) -> u64 {
+        self.sq_head64().wrapping_sub(self.sq_extra)
+    }
+
+    /// The SQ restarts at 0 (reset): the send count carried over.
+    pub fn restart_sq(&mut self) {
+        self.sq_extra = self.sq_extra.wrapping_sub(self.sq_head64());
+        self.shared.sq.head.store(0, Ordering::Release);
+        self.shared.sq.tail.store(0, Ordering::Release);
+        self.sq_limit = 0;
+    }
+
+    /// What `shared.gate` opens to: [`fast_inline_limit`], on a QP with a
+    /// block pair of its own ([`WorkQueues::block_pair`]); else 0.
+    fn gate_limit(&self) -> usize {
+        if self.block_pair {
+            fast_inline_limit(self.state, &self.limits)
+        } else {
+            0
+        }
+    }
+
     /// Move to `state` (the driver's view), keeping the fast path's limit.
     pub fn set_state(&mut self, state: QpState) {
         self.state = state;
-        self.shared
-            .open_gate(fast_inline_limit(state, &self.limits));
+        self.shared.open_gate(self.gate_limit());
         self.write_ctrl = ctrl_words(WqeOpcode::RdmaWrite, 0, self.qpn, WRITE_CTRL_DS, 0, 0)[0];
         self.write_ctrl1 = ctrl_words(
             WqeOpcode::RdmaWrite,
@@ -528,8 +573,7 @@ impl WorkQueues {
     #[cfg(test)]
     pub fn set_limits(&mut self, limits: SendLimits) {
         self.limits = limits;
-        self.shared
-            .open_gate(fast_inline_limit(self.state, &limits));
+        self.shared.open_gate(self.gate_limit());
     }
 
     /// Word `i` (from 0) of the WQE that starts at WQEBB `wqebb`, read back
@@ -545,7 +589,7 @@ impl WorkQueues {
     pub(crate) fn store_dbrec(&self) {
         self.dbrec
             .get()
-            .store(dbrec_word(self.rq_head, self.sq_head), Ordering::Relaxed);
+            .store(dbrec_word(self.rq_head, self.sq_head()), Ordering::Relaxed);
     }
 
     #[inline(always)]
@@ -663,7 +707,7 @@ impl WorkQueues {
         {
             let ring = SendDoorbell {
                 ctrl: wqe.head[0],
-                wqebb: self.sq_head.wrapping_sub(1),
+                wqebb: self.sq_head().wrapping_sub(1),
                 wqebbs: 1,
                 single: true,
             };
@@ -680,7 +724,8 @@ impl WorkQueues {
         wrs: &[SendWr<'_, D>],
         fatal: bool,
     ) -> (Option<SendDoorbell>, Result<(), Mlx5Error>) {
-        let start = self.sq_head;
+        let start = self.sq_head64();
+        let mut head = start;
         let mut ring = SendDoorbell {
             ctrl: 0,
             wqebb: 0,
@@ -689,7 +734,7 @@ impl WorkQueues {
         };
         let mut failed = None;
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = self.write_send(wr, fatal, &mut ring) {
+            if let Err(reason) = self.write_send(wr, fatal, &mut ring, &mut head) {
                 if matches!(reason, PostFailure::QueueFull { .. }) {
                     self.counters.queue_full += 1;
                 }
@@ -697,13 +742,14 @@ impl WorkQueues {
                 break;
             }
         }
-        if self.sq_head == start {
+        if head == start {
             return (None, failed.map_or(Ok(()), Err));
         }
         ring.single = failed.is_none()
             && wrs.len() == 1
             && ring.wqebbs as usize * WQEBB_BYTES <= BLUEFLAME_MAX_BYTES;
-        self.shared.sq.head.store(self.sq_head, Ordering::Release);
+        // The batch's WQEs published (the pollers' window) and counted.
+        self.shared.sq.head.store(head, Ordering::Release);
         // WQEs before the doorbell record.
         dma_wmb_before_doorbell();
         self.store_dbrec();
@@ -718,6 +764,7 @@ impl WorkQueues {
         wr: &SendWr<'_, D>,
         fatal: bool,
         ring: &mut SendDoorbell,
+        next: &mut u64,
     ) -> Result<(), PostFailure> {
         if fatal || self.shared.flush.load(Ordering::Relaxed) {
             return Err(PostFailure::DeviceFatal);
@@ -729,13 +776,13 @@ impl WorkQueues {
         }
         let p = plan(wr, &self.limits)?;
         let tail = self.shared.sq.tail.load(Ordering::Acquire);
-        let used = self.sq_head.wrapping_sub(tail);
+        let head = *next as u32;
+        let used = head.wrapping_sub(tail);
         if used + p.wqebbs > self.sq_wqebbs {
             return Err(PostFailure::QueueFull { outstanding: used });
         }
         // The producer ends at or behind it (`WorkQueues::sq_limit`).
         self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
-        let head = self.sq_head;
         let words = self.buf.words();
         let mut w = RingWriter::new(
             words,
@@ -780,8 +827,9 @@ impl WorkQueues {
             wr.wr_id,
             sq_meta(p.wqebbs, wc_opcode_code(p.wc_opcode)),
         );
-        self.sq_head = head.wrapping_add(p.wqebbs);
-        self.counters.sends += 1;
+        // Published by the caller after the batch.
+        *next = next.wrapping_add(u64::from(p.wqebbs));
+        self.sq_extra = self.sq_extra.wrapping_add(u64::from(p.wqebbs - 1));
         Ok(())
     }
 
@@ -805,27 +853,28 @@ impl WorkQueues {
         if !self.fast_write_ok(fatal, N) {
             return Err(self.fast_refusal(fatal, N));
         }
-        let head = self.sq_head;
-        if head == self.sq_limit {
-            self.sq_room(head)?;
+        let head = self.sq_head64();
+        if head as u32 == self.sq_limit {
+            self.sq_room(head as u32)?;
         }
         Ok(self
             .write_inline_at(head, wr_id, remote_addr, rkey, data, signaled)
             .words())
     }
 
-    /// Whether [`WorkQueues::post_write_inline`] of `N` bytes would take the
+    /// The producer, if an inline RDMA WRITE of `n` bytes may take the
     /// straight path: every check passes (state, service, inline limit,
-    /// flush flag) and the producer is short of [`WorkQueues::sq_limit`]
-    /// (moved here when it has reached it and the consumer has moved on).
-    /// Then [`WorkQueues::write_inline_at`] posts it.
+    /// flush flag, a block pair of its own: `shared.gate`) and the
+    /// producer is short of [`WorkQueues::sq_limit`] (moved here when it
+    /// has reached it and the consumer has moved on). Then
+    /// [`WorkQueues::write_inline_at`] posts it there.
     #[inline(always)]
-    pub fn inline_write_fits(&mut self, n: usize) -> bool {
+    pub fn fast_head(&mut self, n: usize) -> Option<u64> {
         if n >= self.shared.gate.load(Ordering::Relaxed) as usize {
-            return false;
+            return None;
         }
-        let head = self.sq_head;
-        head != self.sq_limit || self.move_limit(head)
+        let head = self.sq_head64();
+        (head as u32 != self.sq_limit || self.move_limit(head as u32)).then_some(head)
     }
 
     /// The producer reached [`WorkQueues::sq_limit`]: read the consumer
@@ -842,16 +891,16 @@ impl WorkQueues {
     }
 
     /// The post of [`WorkQueues::post_write_inline`] after its checks, at
-    /// producer `head` (= `sq_head`): the WQE built in registers, stored,
+    /// producer `head` (= [`WorkQueues::sq_head`]): the WQE built in registers, stored,
     /// tracked and recorded ([`WorkQueues::commit_wqebb`]); its 64 bytes
     /// returned for the BlueFlame copy. Callers check first (`post_write_inline`,
-    /// or [`WorkQueues::inline_write_fits`]): without the checks it would
+    /// or [`WorkQueues::fast_head`]): without the checks it would
     /// still write only inside the ring, but past the consumer or on a QP
     /// that may not send.
     #[inline(always)]
     pub fn write_inline_at<const N: usize>(
         &mut self,
-        head: u32,
+        head: u64,
         wr_id: u64,
         remote_addr: u64,
         rkey: u32,
@@ -883,10 +932,14 @@ impl WorkQueues {
     }
 
     /// Whether an RDMA WRITE of `n` inline bytes passes every check of
-    /// [`WorkQueues::post_send`] but queue space: one branch on the hot path.
+    /// [`WorkQueues::post_send`] but queue space, with or without a block
+    /// pair (so not through `shared.gate`, which a QP without one keeps
+    /// closed).
     #[inline(always)]
     fn fast_write_ok(&self, fatal: bool, n: usize) -> bool {
-        !fatal & (n < self.shared.gate.load(Ordering::Relaxed) as usize)
+        !fatal
+            & !self.shared.flush.load(Ordering::Relaxed)
+            & (n < fast_inline_limit(self.state, &self.limits))
     }
 
     /// Why [`WorkQueues::fast_write_ok`] said no, in the order
@@ -921,15 +974,17 @@ impl WorkQueues {
     /// is read before the first barrier (a compiler fence on x86_64, after
     /// which fields would be loaded again).
     #[inline(always)]
-    fn commit_wqebb(&mut self, head: u32, wqe: &Wqebb, wr_id: u64) {
+    fn commit_wqebb(&mut self, head: u64, wqe: &Wqebb, wr_id: u64) {
         let shared: &QpShared = &self.shared;
         self.sq_ring.store_block(head as usize, wqe);
-        shared
-            .sq
-            .record(head, wr_id, sq_meta(1, wc_opcode_code(WcOpcode::RdmaWrite)));
+        shared.sq.record(
+            head as u32,
+            wr_id,
+            sq_meta(1, wc_opcode_code(WcOpcode::RdmaWrite)),
+        );
+        // One WQEBB, one send: the producer is the only count kept
+        // (`sq_extra` unchanged).
         let next = head.wrapping_add(1);
-        self.sq_head = next;
-        self.counters.sends += 1;
         shared.sq.head.store(next, Ordering::Release);
         const _: () = assert!(
             qp_doorbell_record::send_counter.dword_offset() == 4
@@ -975,11 +1030,11 @@ impl WorkQueues {
         {
             return None;
         }
-        let head = self.sq_head;
-        if head == self.sq_limit {
+        let head = self.sq_head64();
+        if head as u32 == self.sq_limit {
             // The general writer counts a full queue and refuses it.
             let tail = self.shared.sq.tail.load(Ordering::Acquire);
-            if head.wrapping_sub(tail) >= self.sq_wqebbs {
+            if (head as u32).wrapping_sub(tail) >= self.sq_wqebbs {
                 return None;
             }
             self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
@@ -1004,7 +1059,7 @@ impl WorkQueues {
     /// fewest tests: an RDMA WRITE with `INLINE` (and perhaps `SIGNALED`)
     /// of one SGE of 1..=8 bytes in a whole word (8-aligned offset) of a region given
     /// to [`crate::Qp::use_region`], on a QP that passes
-    /// [`WorkQueues::inline_write_fits`]. The payload is one region word,
+    /// [`WorkQueues::fast_head`]. The payload is one region word,
     /// masked to its length, and the WQE is built as
     /// [`WorkQueues::write_inline_at`] builds one: the same bytes as the
     /// general writer (unit-tested). `None`, nothing written, when any of
@@ -1018,12 +1073,11 @@ impl WorkQueues {
             return None;
         };
         let len = s.length as usize;
-        if wr.flags.difference(SendFlags::SIGNALED) != SendFlags::INLINE
-            || len.wrapping_sub(1) >= 8
-            || !self.inline_write_fits(len)
+        if wr.flags.difference(SendFlags::SIGNALED) != SendFlags::INLINE || len.wrapping_sub(1) >= 8
         {
             return None;
         }
+        let head = self.fast_head(len)?;
         let Some(word) = self.inline_src.word(s.lkey.get(), s.addr) else {
             // Keep the region for the next post; this one goes the longer
             // way (nothing live across the call on the hot path).
@@ -1031,7 +1085,6 @@ impl WorkQueues {
             return None;
         };
         let data = (word & BYTE_MASKS[len]).to_ne_bytes();
-        let head = self.sq_head;
         let raddr = raddr_words(remote_addr, rkey.get());
         let first = [
             // 4 + len ≤ 12 bytes of inline segment: `ds` 3 for every len.

@@ -122,6 +122,9 @@ impl Peer {
 /// Emulator, driver objects and a connected RC pair.
 struct Rig {
     peer: Peer,
+    /// QPs (each on a CQ of its own) made before `qp`, holding BlueFlame
+    /// registers ([`rig_after`]); dropped first.
+    holders: Vec<(Qp, Cq)>,
     qp: Qp,
     cq: Cq,
     mkey: Mkey,
@@ -151,10 +154,23 @@ fn up() -> (Emulator, tempfile::TempDir, Arc<Hca>) {
 }
 
 fn rig() -> Rig {
+    rig_after(0)
+}
+
+/// [`rig`], with `holders` QPs made first (unconnected, each on a CQ of its
+/// own): the first ones take the function's exclusive BlueFlame registers.
+fn rig_after(holders: usize) -> Rig {
     let (emu_ip, peer_ip) = ip_pair();
     let (emu, dir, hca) = up();
     let gid = hca.set_gid(0, emu_ip).unwrap();
     assert_eq!(gid, v4(emu_ip));
+    let holders = (0..holders)
+        .map(|_| {
+            let mut cq = Cq::new(&hca, 256).unwrap();
+            let qp = Qp::new(&hca, &mut cq, None, QpOptions::default()).unwrap();
+            (qp, cq)
+        })
+        .collect();
     let mut cq = Cq::new(&hca, 256).unwrap();
     let buf = hca.function().alloc_dma(16 * 4096).unwrap();
     let mkey = Mkey::new(&hca, buf, ALL).unwrap();
@@ -203,6 +219,7 @@ fn rig() -> Rig {
     assert_eq!(qp.query_state().unwrap(), QpState::Rts);
     Rig {
         peer,
+        holders,
         qp,
         cq,
         mkey,
@@ -245,6 +262,7 @@ impl Rig {
     fn teardown_is_clean(self) {
         let Rig {
             peer,
+            holders,
             qp,
             cq,
             mkey,
@@ -252,6 +270,7 @@ impl Rig {
             emu,
             _dir,
         } = self;
+        drop(holders);
         drop((qp, cq, mkey));
         let hca = Arc::into_inner(hca).expect("nothing else holds the Hca");
         hca.shutdown().unwrap();
@@ -651,6 +670,7 @@ fn teardown_in_ownership_order_leaves_the_emulator_clean() {
         hca,
         emu,
         _dir,
+        ..
     } = r;
     drop(cq);
     assert_eq!(
@@ -921,6 +941,7 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
         hca,
         emu,
         _dir,
+        ..
     } = r;
     let poster = std::thread::spawn(move || {
         let mut full = 0u64;
@@ -973,6 +994,7 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
     assert_eq!((k.unknown_qpn, k.bad_wqe_counter), (0, 0));
     Rig {
         peer,
+        holders: Vec::new(),
         qp,
         cq,
         mkey,
@@ -981,6 +1003,42 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
         _dir,
     }
     .teardown_is_clean();
+}
+
+#[test]
+fn a_qp_sharing_its_blueflame_register_posts_through_the_doorbell_on_every_path() {
+    // Every exclusive register taken first: the QP shares one, so it has no
+    // block pair and its fast-path gate stays closed; the direct and the
+    // generic posts both go the checked way and ring the 8-byte doorbell.
+    let mut r = rig_after(rnic_mlx5_prm::UAR_NUM_BF_REGS);
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+    let before = r.qp.counters();
+    r.qp.post_write_inline(30, raddr + 7000, rkey, b"shared!!", true)
+        .unwrap();
+    let start = Instant::now();
+    let c = loop {
+        if let Some(c) = r.cq.poll_send() {
+            break c;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out");
+        std::thread::sleep(Duration::from_micros(50));
+    };
+    assert_eq!((c.wr_id(), c.status()), (30, WcStatus::Success));
+    assert_eq!(r.peer.bytes(7000, 8), b"shared!!");
+    r.mkey.buffer().write(0, b"generic!").unwrap();
+    let sge = [r.sge(0, 8)];
+    let mut wr = SendWr::rdma_write(31, &sge, raddr + 7008, rkey);
+    wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    r.qp.post_send(&[wr]).unwrap();
+    let wc = r.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (31, WcStatus::Success));
+    assert_eq!(r.peer.bytes(7008, 8), b"generic!");
+    let after = r.qp.counters();
+    assert_eq!(after.sends, before.sends + 2);
+    assert_eq!(after.blueflame, before.blueflame, "no BlueFlame copy");
+    assert_eq!(after.doorbells, before.doorbells + 2);
+    r.teardown_is_clean();
 }
 
 #[test]
