@@ -20,7 +20,7 @@ use rnic_mlx5_prm::{
 use crate::cq::{CqRing, cq_buffer_bytes};
 use crate::memory::IovaSpace;
 use crate::qp::QpCounters;
-use crate::track::{QpShared, RqTrack, SqTrack};
+use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::wq::{Region, WorkQueues, next_bf_offset};
 use crate::wqe::{PostFailure, Refused, SendLimits};
 use crate::{DmaBuffer, Mlx5Error};
@@ -55,6 +55,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
     });
     let (sq_ring, dbrec) =
         crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).unwrap();
+    let sq = SqBlocks::new(sq_ring, &shared).unwrap();
     let mut wq = WorkQueues {
         qpn: QPN,
         state: QpState::Rts,
@@ -85,7 +86,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         }],
         mac: [2, 0, 0, 0, 0, 1],
         counters: QpCounters::default(),
-        sq_ring,
+        sq,
         dbrec,
         sq_limit: 0,
         write_ctrl: 0,
@@ -810,6 +811,46 @@ fn the_send_count_is_one_per_wqe_of_any_size_and_survives_a_reset() {
     assert_eq!(wq.sends(), 4, "the count carries over the restart");
     wq.post_write_inline(4, 0, 1, d, true, false).unwrap();
     assert_eq!((wq.sq_head(), wq.sends()), (1, 5));
+}
+
+#[test]
+fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modulo() {
+    let s = space();
+    let (wq, _) = queues(&s, false);
+    // A ring of half or twice the tracking's blocks: refused.
+    let buf = s.alloc(4096).unwrap();
+    for words in [SQ_BBS as usize * 4, SQ_BBS as usize * 16] {
+        let (ring, _) = crate::wq::views(&buf, 0, words, 511).unwrap();
+        assert!(SqBlocks::new(ring, &wq.shared).is_none(), "{words} words");
+    }
+    let (ring, _) = crate::wq::views(&buf, 0, SQ_BBS as usize * 8, 511).unwrap();
+    let blocks = SqBlocks::new(ring, &wq.shared).expect("the same size");
+    // Past the ring's end, wrapping 32 bits: block and slot both modulo.
+    let head = (1u64 << 32) + u64::from(SQ_BBS) * 3 + 5;
+    let words: [u64; 8] = std::array::from_fn(|i| 0x1111 * (i as u64 + 1));
+    let meta = crate::track::sq_meta(1, 1);
+    blocks.commit(head, &crate::ring::Wqebb::from_words(words), 77, meta);
+    let got: Vec<u64> = blocks
+        .ring()
+        .block(5)
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed))
+        .collect();
+    assert_eq!(got, words);
+    let slot = wq.shared.sq.slot_at(5);
+    assert_eq!(
+        (
+            slot.wr_id.load(Ordering::Relaxed),
+            slot.start.load(Ordering::Relaxed),
+            slot.meta.load(Ordering::Relaxed)
+        ),
+        (77, head as u32, meta)
+    );
+    // Its neighbours untouched (their initial starts, `SqTrack::new`).
+    for i in [4, 6] {
+        assert_eq!(wq.shared.sq.slot_at(i).start.load(Ordering::Relaxed), i + 1);
+        assert_eq!(wq.shared.sq.slot_at(i).wr_id.load(Ordering::Relaxed), 0);
+    }
 }
 
 /// Retire everything outstanding on `q`'s send queue (as a CQE would).

@@ -31,7 +31,7 @@ use crate::cq::{CqCounters, CqNotify, CqRing, SendCompletion, cq_buffer_bytes};
 use crate::events::{EqState, EventCounters, drain_ring};
 use crate::memory::IovaSpace;
 use crate::qp::QpCounters;
-use crate::track::{QpShared, RqTrack, SqTrack};
+use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::wq::{Region, WorkQueues};
 use crate::wqe::SendLimits;
 use crate::{DmaBuffer, Mlx5Error};
@@ -124,6 +124,9 @@ impl CqRig {
             .ok_or(Mlx5Error::QpOptions {
                 reason: "fuzz QP buffer too small".into(),
             })?;
+        let sq = SqBlocks::new(sq_ring, &mine).ok_or(Mlx5Error::QpOptions {
+            reason: "fuzz QP ring and tracking differ in size".into(),
+        })?;
         let mut wq = WorkQueues {
             qpn: QPN,
             state: QpState::Rts,
@@ -154,7 +157,7 @@ impl CqRig {
             }],
             mac: [2, 0, 0, 0, 0, 1],
             counters: QpCounters::default(),
-            sq_ring,
+            sq,
             dbrec,
             sq_limit: 0,
             write_ctrl: 0,

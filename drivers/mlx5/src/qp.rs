@@ -41,7 +41,7 @@ use tracing::{debug, warn};
 use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
 use crate::ring::Wqebb;
-use crate::track::{QpShared, RqTrack, SqTrack};
+use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, Refused, SendLimits,
@@ -390,6 +390,8 @@ impl Qp {
             .and(blocks.clone())
             .and_then(|b| BlockPair::new(b, reg_size / 2));
         let block_pair = pair.is_some();
+        let sq = SqBlocks::new(sq_ring, &shared)
+            .ok_or_else(|| bad("the SQ ring and its tracking differ in size".into()))?;
         Ok(Qp {
             hca: hca.clone(),
             qp_type: opts.qp_type,
@@ -429,7 +431,7 @@ impl Qp {
                 regions: Vec::new(),
                 mac: hca.mac().unwrap_or([0; 6]),
                 counters: QpCounters::default(),
-                sq_ring,
+                sq,
                 dbrec,
                 sq_limit: 0,
                 write_ctrl: 0,
@@ -742,7 +744,11 @@ impl Qp {
             for bb in 0..ring.wqebbs {
                 // A WQEBB is one block of the ring (masked: a WQE that
                 // wraps continues at block 0).
-                let src = self.wq.sq_ring.block(ring.wqebb.wrapping_add(bb) as usize);
+                let src = self
+                    .wq
+                    .sq
+                    .ring()
+                    .block(ring.wqebb.wrapping_add(bb) as usize);
                 let mut block = [0u64; 8];
                 for (d, w) in block.iter_mut().zip(src) {
                     *d = w.load(Ordering::Relaxed);

@@ -81,24 +81,60 @@ impl WordRing {
     /// mask of a byte offset.
     #[inline(always)]
     fn block_ptr(&self, i: usize) -> *mut [AtomicU64; 8] {
-        let at = i.wrapping_shl(6) & self.byte_mask;
+        self.block_ptr_at(self.block_at(i))
+    }
+
+    /// Where block `i` (modulo the ring) starts: one shift and one mask.
+    #[inline(always)]
+    pub fn block_at(&self, i: usize) -> BlockAt {
+        BlockAt(i.wrapping_shl(6) & self.byte_mask)
+    }
+
+    /// The ring's size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.byte_mask + 1
+    }
+
+    /// The first word of the block at `at`.
+    #[inline(always)]
+    fn block_ptr_at(&self, at: BlockAt) -> *mut [AtomicU64; 8] {
+        // `at` is this ring's (`block_at`) or below the length of one of
+        // the same size (`BlockAt`'s contract), re-masked all the same so
+        // that nothing rests on that.
+        let at = at.0 & self.byte_mask;
         // SAFETY: `len` is a power of two ≥ 8, so `at` is a multiple of 64
-        // below `8 len` and the block's 64 bytes end at or before the
-        // ring's end: inside the `len` words from `base` that `new` checked
-        // lie inside `buf`'s mapping (one allocation).
+        // below `8 len` (`block_at` made it one; the mask keeps it below)
+        // and the block's 64 bytes end at or before the ring's end: inside
+        // the `len` words from `base` that `new` checked lie inside `buf`'s
+        // mapping (one allocation).
         unsafe { self.base.as_ptr().byte_add(at) }.cast::<[AtomicU64; 8]>()
     }
 }
 
-impl WordRing {
-    /// Store `wqe` to block `i` (modulo the ring), lowest address first:
-    /// its first four words as relaxed atomic stores, its last 32 bytes as
-    /// two 16-byte stores (SSE2, baseline on x86_64; four word stores
-    /// elsewhere). The same 64 bytes as storing [`Wqebb::words`] to
-    /// [`WordRing::block`].
+/// The byte offset of one block of a [`WordRing`] ([`WordRing::block_at`]):
+/// a multiple of 64 below the ring's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockAt(usize);
+
+impl BlockAt {
+    /// The offset in bytes.
     #[inline(always)]
-    pub fn store_block(&self, i: usize, wqe: &Wqebb) {
-        let bb = self.block(i);
+    pub fn bytes(self) -> usize {
+        self.0
+    }
+}
+
+impl WordRing {
+    /// Store `wqe` to the block at `at` ([`WordRing::block_at`]), lowest
+    /// address first: its first four words as relaxed atomic stores, its
+    /// last 32 bytes as two 16-byte stores (SSE2, baseline on x86_64; four
+    /// word stores elsewhere). The same 64 bytes as storing
+    /// [`Wqebb::words`] to that [`WordRing::block`].
+    #[inline(always)]
+    pub fn store_block_at(&self, at: BlockAt, wqe: &Wqebb) {
+        // SAFETY: as `block`: `block_ptr_at` points at 8 words inside the
+        // mapping `self._buf` keeps alive.
+        let bb: &[AtomicU64; 8] = unsafe { &*self.block_ptr_at(at) };
         for (slot, w) in bb.iter().zip(wqe.head) {
             slot.store(w, Ordering::Relaxed);
         }
@@ -358,7 +394,7 @@ mod tests {
         let b = Wqebb::from_words(words);
         assert_eq!(b.words(), words);
         // Block 3 of a 2-block ring is block 1: words 16..24.
-        r.store_block(3, &b);
+        r.store_block_at(r.block_at(3), &b);
         let got: Vec<u64> = buf.words()[8..24]
             .iter()
             .map(|w| w.load(Ordering::Relaxed))

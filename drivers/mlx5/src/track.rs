@@ -10,9 +10,13 @@
 //! is used, so no CQE can retire what was never posted, or index out of
 //! bounds.
 
+use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use rnic_core::WcOpcode;
+
+use crate::ring::{WordRing, Wqebb};
 
 /// Completion opcode codes stored per WQE (one byte).
 pub(crate) const WC_CODE_SEND: u32 = 0;
@@ -72,6 +76,79 @@ pub(crate) struct SqSlot {
     /// outstanding window and its low 16 bits are the CQE's `wqe_counter`.
     pub start: AtomicU32,
     pub meta: AtomicU32,
+}
+
+impl SqSlot {
+    /// Record the WQE posted at `start` (free-running): its `wr_id` and
+    /// [`sq_meta`].
+    #[inline(always)]
+    fn set(&self, start: u32, wr_id: u64, meta: u32) {
+        self.wr_id.store(wr_id, Ordering::Relaxed);
+        self.start.store(start, Ordering::Relaxed);
+        self.meta.store(meta, Ordering::Relaxed);
+    }
+}
+
+/// The SQ ring and its QP's tracking slots as one: the same number of
+/// blocks as slots, checked when made ([`SqBlocks::new`]), so the byte
+/// offset of a block finds its slot with one shift (64-byte blocks,
+/// 16-byte slots: a quarter of it) and no mask of its own.
+pub(crate) struct SqBlocks {
+    ring: WordRing,
+    /// `shared.sq`'s first slot.
+    slots: NonNull<SqSlot>,
+    /// Keeps `slots` alive.
+    _shared: Arc<QpShared>,
+}
+
+// SAFETY: `ring` is `Send + Sync`; `slots` points into the `SqTrack` that
+// `_shared` keeps alive, whose slots are atomics (`Sync`), used only
+// through shared references; nothing is tied to a thread.
+unsafe impl Send for SqBlocks {}
+// SAFETY: as `Send`: `&SqBlocks` stores only through atomics.
+unsafe impl Sync for SqBlocks {}
+
+const _: () = assert!(std::mem::size_of::<SqSlot>() == 16);
+
+impl SqBlocks {
+    /// `ring` with `shared`'s tracking; `None` unless the ring has exactly
+    /// as many 64-byte blocks as the tracking has slots.
+    pub fn new(ring: WordRing, shared: &Arc<QpShared>) -> Option<SqBlocks> {
+        if ring.len_bytes() != shared.sq.slots.len() * 64 {
+            return None;
+        }
+        Some(SqBlocks {
+            slots: shared.sq.slots_ptr(),
+            ring,
+            _shared: Arc::clone(shared),
+        })
+    }
+
+    /// The ring.
+    #[inline(always)]
+    pub fn ring(&self) -> &WordRing {
+        &self.ring
+    }
+
+    /// Store `wqe` at block `head` (modulo the ring) and record it
+    /// ([`SqTrack::record`]: the `wr_id`, the start, `meta`) in that
+    /// block's slot.
+    #[inline(always)]
+    pub fn commit(&self, head: u64, wqe: &Wqebb, wr_id: u64, meta: u32) {
+        let at = self.ring.block_at(head as usize);
+        self.ring.store_block_at(at, wqe);
+        // SAFETY: `at` is a multiple of 64 below the ring's length
+        // (`block_at`), which `new` checked is 64 × the slot count (the
+        // slots are set once in `SqTrack::new` and never change): `at / 4`
+        // is a multiple of 16 below 16 × the slot count, the offset of
+        // slot `at / 64` (16-byte slots, asserted above) in the one array
+        // `slots` points at.
+        let p = unsafe { self.slots.as_ptr().byte_add(at.bytes() >> 2) };
+        // SAFETY: `p` is that slot, in the array `_shared` keeps alive; a
+        // shared reference to atomics.
+        let slot = unsafe { &*p };
+        slot.set(head as u32, wr_id, meta);
+    }
 }
 
 /// A send queue's tracking, indexed by WQEBB.
@@ -147,10 +224,12 @@ impl SqTrack {
     /// publishes `head`).
     #[inline(always)]
     pub fn record(&self, head: u32, wr_id: u64, meta: u32) {
-        let s = self.slot(head);
-        s.wr_id.store(wr_id, Ordering::Relaxed);
-        s.start.store(head, Ordering::Relaxed);
-        s.meta.store(meta, Ordering::Relaxed);
+        self.slot(head).set(head, wr_id, meta);
+    }
+
+    /// The first slot (for [`SqBlocks`]).
+    fn slots_ptr(&self) -> NonNull<SqSlot> {
+        NonNull::from(&*self.slots).cast::<SqSlot>()
     }
 
     /// Retire every WQE up to and including the one whose WQE index is

@@ -16,7 +16,7 @@ use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doo
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
 use crate::ring::{WordCell, WordRing, Wqebb};
-use crate::track::{QpShared, sq_meta, wc_opcode_code};
+use crate::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, Refused, RingWriter,
     SendLimits, atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se,
@@ -434,8 +434,9 @@ pub(crate) struct WorkQueues {
     pub regions: Vec<Region>,
     pub mac: [u8; 6],
     pub counters: QpCounters,
-    /// The SQ's words (`sq_word_base ..`, `sq_wqebbs` WQEBBs) as a ring.
-    pub sq_ring: WordRing,
+    /// The SQ's words (`sq_word_base ..`, `sq_wqebbs` WQEBBs) as a ring,
+    /// with `shared`'s tracking slots, one per block.
+    pub sq: SqBlocks,
     /// The doorbell record (`dbrec_word`).
     pub dbrec: WordCell,
     /// `tail + sq_wqebbs` at the last look at the consumer: the producer
@@ -580,7 +581,8 @@ impl WorkQueues {
     /// from the SQ ring (modulo the ring).
     #[inline(always)]
     pub fn sq_word(&self, wqebb: u32, i: usize) -> u64 {
-        self.sq_ring
+        self.sq
+            .ring()
             .word((wqebb as usize * 8).wrapping_add(i))
             .load(Ordering::Relaxed)
     }
@@ -976,9 +978,9 @@ impl WorkQueues {
     #[inline(always)]
     fn commit_wqebb(&mut self, head: u64, wqe: &Wqebb, wr_id: u64) {
         let shared: &QpShared = &self.shared;
-        self.sq_ring.store_block(head as usize, wqe);
-        shared.sq.record(
-            head as u32,
+        self.sq.commit(
+            head,
+            wqe,
             wr_id,
             sq_meta(1, wc_opcode_code(WcOpcode::RdmaWrite)),
         );
