@@ -249,6 +249,18 @@ impl Rig {
         out
     }
 
+    /// The next send completion through the direct poll (`Cq::poll_send`).
+    fn wait_send(&mut self) -> rnic_mlx5::SendCompletion {
+        let start = Instant::now();
+        loop {
+            if let Some(c) = self.cq.poll_send() {
+                return c;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "timed out");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
     fn sge(&self, off: u64, len: u32) -> Sge {
         Sge::new(self.mkey.addr() + off, len, self.mkey.lkey())
     }
@@ -1016,14 +1028,7 @@ fn a_qp_sharing_its_blueflame_register_posts_through_the_doorbell_on_every_path(
     let before = r.qp.counters();
     r.qp.post_write_inline(30, raddr + 7000, rkey, b"shared!!", true)
         .unwrap();
-    let start = Instant::now();
-    let c = loop {
-        if let Some(c) = r.cq.poll_send() {
-            break c;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out");
-        std::thread::sleep(Duration::from_micros(50));
-    };
+    let c = r.wait_send();
     assert_eq!((c.wr_id(), c.status()), (30, WcStatus::Success));
     assert_eq!(r.peer.bytes(7000, 8), b"shared!!");
     r.mkey.buffer().write(0, b"generic!").unwrap();
@@ -1053,14 +1058,7 @@ fn the_direct_fast_path_writes_inline_and_polls_send_completions() {
     let long = *b"twenty-eight bytes, inline!!";
     r.qp.post_write_inline(21, raddr + 6008, rkey, &long, true)
         .unwrap();
-    let start = Instant::now();
-    let c = loop {
-        if let Some(c) = r.cq.poll_send() {
-            break c;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out");
-        std::thread::sleep(Duration::from_micros(50));
-    };
+    let c = r.wait_send();
     assert_eq!(
         (c.wr_id(), c.status(), c.opcode(), c.qp_num()),
         (21, WcStatus::Success, WcOpcode::RdmaWrite, r.qp.qpn())
