@@ -1033,13 +1033,9 @@ impl WorkQueues {
             return None;
         }
         let head = self.sq_head64();
-        if head as u32 == self.sq_limit {
-            // The general writer counts a full queue and refuses it.
-            let tail = self.shared.sq.tail.load(Ordering::Acquire);
-            if (head as u32).wrapping_sub(tail) >= self.sq_wqebbs {
-                return None;
-            }
-            self.sq_limit = tail.wrapping_add(self.sq_wqebbs);
+        // A really full queue: the general writer counts it and refuses it.
+        if head as u32 == self.sq_limit && !self.move_limit(head as u32) {
+            return None;
         }
         let src = self.inline_words(s)?;
         let wqe = inline_write_words_from(
