@@ -76,6 +76,13 @@ struct State {
     av_checks: u32,
     /// UD sends posted, each through the handle's resolved destination.
     ud_sent: Vec<(u64, crate::wr::UdDest)>,
+    /// `QpOps::try_post_send_one` takes what it is offered (else declines).
+    take_one_sends: bool,
+    /// Requests offered to `try_post_send_one`, and those it took.
+    offered_one_sends: u32,
+    taken_one_sends: u32,
+    /// Calls of `QpOps::post_send` (the general post).
+    general_send_posts: u32,
 }
 
 /// What the fake's `create_ah` resolved: the checked vector and the device
@@ -217,6 +224,17 @@ impl FakeProvider {
 
     pub(crate) fn refuse_next_recv_after(&self, accepted: usize) {
         self.lock().refuse_recv_after = Some(accepted);
+    }
+
+    /// Whether `try_post_send_one` takes the request it is offered.
+    pub(crate) fn set_take_one_sends(&self, on: bool) {
+        self.lock().take_one_sends = on;
+    }
+
+    /// `(offered to try_post_send_one, taken by it, general post_send calls)`.
+    pub(crate) fn send_paths(&self) -> (u32, u32, u32) {
+        let s = self.lock();
+        (s.offered_one_sends, s.taken_one_sends, s.general_send_posts)
     }
 
     pub(crate) fn set_auto_complete(&self, on: bool) {
@@ -361,28 +379,9 @@ impl Drop for FakeQp {
     }
 }
 
-impl QpOps for FakeQp {
-    fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
-        let mut s = lock(&self.state);
-        s.calls.push(Call::ModifyQp(self.qpn, mask));
-        if let Some(q) = s.qps.get_mut(&self.qpn)
-            && mask.contains(QpAttrMask::STATE)
-        {
-            q.state = attr.qp_state;
-        }
-        Ok(())
-    }
-
-    fn query(&mut self) -> Result<QpAttr, VerbsError> {
-        let s = lock(&self.state);
-        let state = s.qps.get(&self.qpn).map_or(QpState::Reset, |q| q.state);
-        Ok(QpAttr {
-            qp_state: state,
-            ..QpAttr::default()
-        })
-    }
-
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+impl FakeQp {
+    /// The post itself, for both `post_send` and `try_post_send_one`.
+    fn post_sends(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let mut s = lock(&self.state);
         let refuse_after = s.refuse_send_after.take();
         let auto = s.auto_complete;
@@ -457,6 +456,45 @@ impl QpOps for FakeQp {
             None => Ok(()),
             Some((index, reason)) => Err(VerbsError::PostSend { index, reason }),
         }
+    }
+}
+
+impl QpOps for FakeQp {
+    fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        let mut s = lock(&self.state);
+        s.calls.push(Call::ModifyQp(self.qpn, mask));
+        if let Some(q) = s.qps.get_mut(&self.qpn)
+            && mask.contains(QpAttrMask::STATE)
+        {
+            q.state = attr.qp_state;
+        }
+        Ok(())
+    }
+
+    fn query(&mut self) -> Result<QpAttr, VerbsError> {
+        let s = lock(&self.state);
+        let state = s.qps.get(&self.qpn).map_or(QpState::Reset, |q| q.state);
+        Ok(QpAttr {
+            qp_state: state,
+            ..QpAttr::default()
+        })
+    }
+
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        lock(&self.state).general_send_posts += 1;
+        self.post_sends(wrs)
+    }
+
+    fn try_post_send_one(&mut self, wr: &SendWr<'_>) -> bool {
+        let take = {
+            let mut s = lock(&self.state);
+            s.offered_one_sends += 1;
+            s.take_one_sends
+        };
+        // A refusal of one request posted nothing: a decline.
+        let taken = take && self.post_sends(std::slice::from_ref(wr)).is_ok();
+        lock(&self.state).taken_one_sends += u32::from(taken);
+        taken
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {

@@ -706,6 +706,20 @@ pub trait QpOps: Send + Sync + fmt::Debug {
     /// Post send requests in order (see the contract on partial posts).
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError>;
 
+    /// Post one send request on the driver's shortest path, if it has one:
+    /// `true` when it is posted; `false` when the driver declines it, having
+    /// posted nothing — the caller then hands it to
+    /// [`QpOps::post_send`], which posts it or says why not. The answer fits a
+    /// register, so a caller's fast path keeps no error slot and nothing
+    /// live across the call. Core asks only for a single `INLINE` request
+    /// on a QP without a credit window (such a request retains no region
+    /// and takes no credit). The default declines every request.
+    #[inline]
+    fn try_post_send_one(&mut self, wr: &SendWr<'_>) -> bool {
+        let _ = wr;
+        false
+    }
+
     /// Post receive requests in order (see the contract on partial posts).
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError>;
 
@@ -931,6 +945,10 @@ impl QpOps for Box<dyn QpOps> {
     #[inline]
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         (**self).post_send(wrs)
+    }
+    #[inline]
+    fn try_post_send_one(&mut self, wr: &SendWr<'_>) -> bool {
+        (**self).try_post_send_one(wr)
     }
     #[inline]
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {

@@ -477,16 +477,15 @@ impl<P: Provider> QueuePair<P> {
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         // The commonest request first, with the fewest tests: one inline
         // request on a QP without a credit window retains nothing and takes
-        // no credit, so it goes straight to the driver; a refusal is counted
-        // out of line.
+        // no credit, so the driver's shortest path may take it; whatever it
+        // declines (nothing posted) goes the general way, where a refusal
+        // is counted.
         if let [wr] = wrs
             && wr.flags.contains(SendFlags::INLINE)
             && self.send_mode != CreditMode::Windowed
+            && self.ops.try_post_send_one(wr)
         {
-            return match self.ops.post_send(wrs) {
-                Ok(()) => Ok(()),
-                Err(e) => Err(self.send_refused(e)),
-            };
+            return Ok(());
         }
         self.post_send_rest(wrs)
     }

@@ -630,6 +630,69 @@ fn state_and_queue_capacity_are_checked_before_posting() {
 }
 
 #[test]
+fn a_single_inline_send_is_offered_to_the_drivers_shortcut_and_a_decline_goes_the_general_way() {
+    let r = rig();
+    let caps = QpCaps {
+        max_send_wr: 3,
+        max_recv_wr: 1,
+        max_inline_data: 64,
+        ..CAPS
+    };
+    let mut cq = r.ctx.create_cq_reserved(4).expect("cq");
+    let mut qp = r.qp(&cq, &cq, caps);
+    bring_up(&mut qp);
+    assert!(qp.credits_reserved());
+    // Declined (the driver has no shortcut): posted by the general call.
+    qp.post_send(&[signaled(1).inline()]).expect("post");
+    assert_eq!(r.fake.send_paths(), (1, 0, 1));
+    // Taken: the general call is not made.
+    r.fake.set_take_one_sends(true);
+    qp.post_send(&[signaled(2).inline()]).expect("post");
+    assert_eq!(r.fake.send_paths(), (2, 1, 1));
+    // Not offered: a request that is not inline (its region is retained),
+    // or a batch.
+    qp.post_send(&[signaled(3)]).expect("post");
+    assert_eq!(r.fake.send_paths(), (2, 1, 2));
+    assert!(matches!(
+        qp.post_send(&[unsignaled(4).inline(), signaled(5).inline()]),
+        Err(VerbsError::PostSend {
+            index: 0,
+            reason: PostError::QueueFull {
+                outstanding: 3,
+                capacity: 3,
+                requested: 2
+            }
+        })
+    ));
+    assert_eq!(r.fake.send_paths(), (2, 1, 3));
+    // A full queue: the shortcut refuses (nothing posted), the general
+    // call says why, and the QP counts the stall.
+    let stalls = qp.stalls();
+    assert!(matches!(
+        qp.post_send(&[signaled(6).inline()]),
+        Err(VerbsError::PostSend {
+            index: 0,
+            reason: PostError::QueueFull { .. }
+        })
+    ));
+    assert_eq!(r.fake.send_paths(), (3, 1, 4));
+    assert_eq!(qp.stalls(), stalls + 1);
+    // What either path posted completes as posted.
+    for id in [1, 2, 3] {
+        r.fake.complete_send(qp.qpn(), id, WcStatus::Success);
+    }
+    let got: Vec<u64> = poll_all(&mut cq).iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(got, [1, 2, 3]);
+    assert_eq!(qp.outstanding_sends(), 0);
+    // A QP taking credits per request (a shared CQ's window) is never
+    // offered: its credit is taken before the driver sees the request.
+    let (_cq2, mut windowed) = r.connected(32, caps);
+    assert!(!windowed.credits_reserved());
+    windowed.post_send(&[signaled(7).inline()]).expect("post");
+    assert_eq!(r.fake.send_paths(), (3, 1, 5));
+}
+
+#[test]
 fn reset_and_destroy_return_every_credit() {
     let r = rig();
     let mut cq = r.cq(16);

@@ -651,6 +651,13 @@ impl QpOps for Mlx5Qp {
         }
         self.post_send_own(wrs)
     }
+    /// The driver's small-WRITE shortcut ([`Qp::try_post_small_write`]);
+    /// a UD QP's sends never take it (its queues refuse a WRITE there, so
+    /// the address-handle check in `post_send` stays the only way in).
+    #[inline(always)]
+    fn try_post_send_one(&mut self, wr: &SendWr<'_>) -> bool {
+        self.qp.try_post_small_write(wr)
+    }
     #[inline]
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
         match self.qp.post_recv(wrs) {

@@ -698,15 +698,27 @@ impl Qp {
         // `WorkQueues::post_small_write`), rung from the words it built;
         // everything else out of line.
         if let [wr] = wrs
-            && let Some(wqe) = self.wq.post_small_write(wr)
+            && self.try_post_small_write(wr)
         {
-            // `post_small_write` passes only with the gate open, which
-            // `block_pair` keeps closed unless `fast` is the register's.
-            self.bf.fast.write_next(&wqe);
-            wc_flush();
             return Ok(());
         }
         self.post_send_rest(wrs)
+    }
+
+    /// [`Qp::post_send`]'s shortcut alone: a single small inline WRITE
+    /// (`WorkQueues::post_small_write`) built, committed and rung, `true`;
+    /// `false`, nothing written, for any other request, which
+    /// [`Qp::post_send`] then posts or refuses with its reason.
+    #[inline(always)]
+    pub fn try_post_small_write<D: UdSegment>(&mut self, wr: &SendWr<'_, D>) -> bool {
+        let Some(wqe) = self.wq.post_small_write(wr) else {
+            return false;
+        };
+        // `post_small_write` passes only with the gate open, which
+        // `block_pair` keeps closed unless `fast` is the register's.
+        self.bf.fast.write_next(&wqe);
+        wc_flush();
+        true
     }
 
     /// [`Qp::post_send`] past its first shortcut: the single-WRITE
