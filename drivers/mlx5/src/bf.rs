@@ -16,7 +16,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::ring::{Pair, Wqebb};
+use crate::ring::{BlockHead, Pair, Wqebb};
 
 /// Bytes of one BlueFlame block (one WQEBB).
 pub const BLOCK_BYTES: usize = 64;
@@ -208,23 +208,21 @@ impl BlockPair {
     }
 
     /// Store `wqe` (memory order, lowest address first) to the current
-    /// half, then switch to the other: words 0..4 as four volatile 8-byte
-    /// stores, bytes 32..64 as two volatile 16-byte stores on x86_64
-    /// (eight 8-byte stores elsewhere).
+    /// half, then switch to the other: words 0..4 as its [`BlockHead`]'s
+    /// volatile stores, bytes 32..64 as two volatile 16-byte stores on
+    /// x86_64 (four 8-byte stores elsewhere).
     #[inline(always)]
-    pub(crate) fn write_next(&mut self, wqe: &Wqebb) {
+    pub(crate) fn write_next<H: BlockHead>(&mut self, wqe: &Wqebb<H>) {
         let block = self.cur.cast::<u64>();
-        for (i, w) in wqe.head.iter().enumerate() {
-            // SAFETY: `cur` is the window's base or base + `flip` (set in
-            // `new`, changed only by `advance`'s xor of the two), and `new`
-            // checked that `[0, 64)` and `[flip, flip + 64)` lie inside the
-            // window and `flip` is a multiple of 64: `block + i` (i < 4) is
-            // 8 bytes inside the window, 8-aligned (the base is 64-aligned,
-            // `BlockWindow::new`). The window's contract makes it valid for
-            // volatile stores while its owner lives (`self.window` holds
-            // it); no reference into it is created.
-            unsafe { block.wrapping_add(i).write_volatile(*w) };
-        }
+        // SAFETY: `cur` is the window's base or base + `flip` (set in
+        // `new`, changed only by `advance`'s xor of the two), and `new`
+        // checked that `[0, 64)` and `[flip, flip + 64)` lie inside the
+        // window and `flip` is a multiple of 64: the first 32 bytes at
+        // `block` are inside the window, 16-aligned (the base is
+        // 64-aligned, `BlockWindow::new`). The window's contract makes it
+        // valid for volatile stores while its owner lives (`self.window`
+        // holds it); no reference into it is created.
+        unsafe { wqe.head.write_volatile(block) };
         #[cfg(target_arch = "x86_64")]
         for (k, pair) in wqe.tail.iter().enumerate() {
             // SAFETY: as above: bytes `32 + 16k .. 48 + 16k` (k < 2) of the
@@ -249,6 +247,7 @@ impl BlockPair {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::{Pairs, Words};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Plain memory standing in for a BAR: 40 words, and the first of them
@@ -319,14 +318,14 @@ mod tests {
         assert!(BlockPair::new(window(&all, first, 256).unwrap(), usize::MAX - 63).is_none());
         let mut p = BlockPair::new(window(&all, first, 256).unwrap(), 128).unwrap();
         assert_eq!(p.offset(), 0);
-        p.write_next(&Wqebb::from_words([1; 8]));
+        p.write_next(&Wqebb::<Words>::from_words([1; 8]));
         assert_eq!(p.offset(), 128);
-        p.write_next(&Wqebb::from_words([2; 8]));
+        p.write_next(&Wqebb::<Pairs>::from_words([2; 8]));
         assert_eq!(p.offset(), 0);
         p.advance();
         assert_eq!(p.offset(), 128);
         p.advance();
-        p.write_next(&Wqebb::from_words([3, 4, 5, 6, 7, 8, 9, 10]));
+        p.write_next(&Wqebb::<Pairs>::from_words([3, 4, 5, 6, 7, 8, 9, 10]));
         let got: Vec<u64> = mem.iter().map(|a| a.load(Ordering::Relaxed)).collect();
         assert_eq!(got[..8], [3, 4, 5, 6, 7, 8, 9, 10]);
         assert_eq!(got[8..16], [0; 8]);
@@ -338,9 +337,9 @@ mod tests {
     fn a_scratch_pair_alternates_inside_its_own_two_blocks() {
         let mut p = BlockPair::scratch();
         assert_eq!(p.offset(), 0);
-        p.write_next(&Wqebb::from_words([1, 2, 3, 4, 5, 6, 7, 8]));
+        p.write_next(&Wqebb::<Words>::from_words([1, 2, 3, 4, 5, 6, 7, 8]));
         assert_eq!(p.offset(), 64);
-        p.write_next(&Wqebb::from_words([9; 8]));
+        p.write_next(&Wqebb::<Pairs>::from_words([9; 8]));
         assert_eq!(p.offset(), 0);
         let owner = Arc::clone(&p.window.owner);
         let blocks = owner

@@ -829,7 +829,12 @@ fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modul
     let head = (1u64 << 32) + u64::from(SQ_BBS) * 3 + 5;
     let words: [u64; 8] = std::array::from_fn(|i| 0x1111 * (i as u64 + 1));
     let meta = crate::track::sq_meta(1, 1);
-    blocks.commit(head, &crate::ring::Wqebb::from_words(words), 77, meta);
+    blocks.commit(
+        head,
+        &crate::ring::Wqebb::<crate::ring::Words>::from_words(words),
+        77,
+        meta,
+    );
     let got: Vec<u64> = blocks
         .ring()
         .block(5)

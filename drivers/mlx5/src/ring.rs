@@ -126,18 +126,16 @@ impl BlockAt {
 
 impl WordRing {
     /// Store `wqe` to the block at `at` ([`WordRing::block_at`]), lowest
-    /// address first: its first four words as relaxed atomic stores, its
-    /// last 32 bytes as two 16-byte stores (SSE2, baseline on x86_64; four
-    /// word stores elsewhere). The same 64 bytes as storing
+    /// address first: its first 32 bytes as its [`BlockHead`] stores them,
+    /// its last 32 bytes as two 16-byte stores (SSE2, baseline on x86_64;
+    /// four word stores elsewhere). The same 64 bytes as storing
     /// [`Wqebb::words`] to that [`WordRing::block`].
     #[inline(always)]
-    pub fn store_block_at(&self, at: BlockAt, wqe: &Wqebb) {
+    pub fn store_block_at<H: BlockHead>(&self, at: BlockAt, wqe: &Wqebb<H>) {
         // SAFETY: as `block`: `block_ptr_at` points at 8 words inside the
         // mapping `self._buf` keeps alive.
         let bb: &[AtomicU64; 8] = unsafe { &*self.block_ptr_at(at) };
-        for (slot, w) in bb.iter().zip(wqe.head) {
-            slot.store(w, Ordering::Relaxed);
-        }
+        wqe.head.store(bb);
         #[cfg(target_arch = "x86_64")]
         {
             let tail = bb[4..].as_ptr().cast_mut().cast::<__m128i>();
@@ -161,6 +159,109 @@ impl WordRing {
     }
 }
 
+/// Words 0..4 of a [`Wqebb`] (the control segment and the one after it),
+/// shaped as the stores that write them. Two shapes, chosen by the writer:
+/// [`Words`], four 8-byte values (for a writer whose operands arrive in
+/// registers: four stores, no packing), and [`Pairs`], two 16-byte
+/// registers (for one that decodes a request from memory and would
+/// otherwise hold four more general registers across the tracking and
+/// doorbell-record stores until the BlueFlame copy).
+pub(crate) trait BlockHead: Copy {
+    /// The four memory words `w`, lowest address first.
+    fn from_words(w: [u64; 4]) -> Self;
+    /// The four memory words.
+    fn words(self) -> [u64; 4];
+    /// Store to words 0..4 of the ring block `bb` (see
+    /// [`WordRing::store_block_at`] for why the block may be written).
+    fn store(self, bb: &[AtomicU64; 8]);
+    /// Volatile stores to the 32 bytes at `block`.
+    ///
+    /// # Safety
+    ///
+    /// `block` is valid for 32 bytes of volatile writes and 16-aligned.
+    unsafe fn write_volatile(self, block: *mut u64);
+}
+
+/// Words 0..4 as four 8-byte values.
+pub(crate) type Words = [u64; 4];
+/// Words 0..4 as two [`Pair`]s.
+pub(crate) type Pairs = [Pair; 2];
+
+impl BlockHead for Words {
+    #[inline(always)]
+    fn from_words(w: [u64; 4]) -> Words {
+        w
+    }
+
+    #[inline(always)]
+    fn words(self) -> [u64; 4] {
+        self
+    }
+
+    #[inline(always)]
+    fn store(self, bb: &[AtomicU64; 8]) {
+        for (slot, w) in bb.iter().zip(self) {
+            slot.store(w, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn write_volatile(self, block: *mut u64) {
+        for (i, w) in self.iter().enumerate() {
+            // SAFETY: word `i < 4` of the 32 bytes the caller vouches for.
+            unsafe { block.wrapping_add(i).write_volatile(*w) };
+        }
+    }
+}
+
+impl BlockHead for Pairs {
+    #[inline(always)]
+    fn from_words(w: [u64; 4]) -> Pairs {
+        [pair(w[0], w[1]), pair(w[2], w[3])]
+    }
+
+    #[inline(always)]
+    fn words(self) -> [u64; 4] {
+        let [a, b] = unpair(self[0]);
+        let [c, d] = unpair(self[1]);
+        [a, b, c, d]
+    }
+
+    #[inline(always)]
+    fn store(self, bb: &[AtomicU64; 8]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let head = bb.as_ptr().cast_mut().cast::<__m128i>();
+            // SAFETY: `head` points at words 0..4 of the block; pair `k`
+            // is words `2k ..= 2k + 1` of it, written as the tail's pairs
+            // are ([`WordRing::store_block_at`]): no other access races
+            // it, and the store is unaligned.
+            unsafe { _mm_storeu_si128(head, self[0]) };
+            // SAFETY: as above, pair 1.
+            unsafe { _mm_storeu_si128(head.wrapping_add(1), self[1]) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for (slot, w) in bb.iter().zip(self.iter().flatten()) {
+            slot.store(*w, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn write_volatile(self, block: *mut u64) {
+        for (k, pair) in self.iter().enumerate() {
+            // SAFETY: bytes `16k .. 16k + 16` (k < 2) of the 32 bytes the
+            // caller vouches for, 16-aligned: one volatile 16-byte store
+            // (two 8-byte ones where `Pair` is two words).
+            unsafe {
+                block
+                    .wrapping_add(2 * k)
+                    .cast::<Pair>()
+                    .write_volatile(*pair)
+            };
+        }
+    }
+}
+
 /// Two memory words as one 16-byte register (x86_64) or a pair.
 #[cfg(target_arch = "x86_64")]
 pub(crate) type Pair = __m128i;
@@ -170,20 +271,20 @@ pub(crate) type Pair = [u64; 2];
 
 /// One WQEBB's 64 bytes held in registers, in memory order, shaped as the
 /// stores that write it: words 0..4 (control and the segment after it,
-/// built from fields) as four words, bytes 32..64 as two 16-byte pairs
-/// (the inline payload, loaded whole, and zeros).
+/// built from fields) as the writer's [`BlockHead`], bytes 32..64 as two
+/// 16-byte pairs (the inline payload, loaded whole, and zeros).
 #[derive(Clone, Copy)]
-pub(crate) struct Wqebb {
-    pub head: [u64; 4],
+pub(crate) struct Wqebb<H: BlockHead = Words> {
+    pub head: H,
     pub tail: [Pair; 2],
 }
 
-impl Wqebb {
+impl<H: BlockHead> Wqebb<H> {
     /// The block of eight memory words `w`.
     #[inline(always)]
-    pub fn from_words(w: [u64; 8]) -> Wqebb {
+    pub fn from_words(w: [u64; 8]) -> Wqebb<H> {
         Wqebb {
-            head: [w[0], w[1], w[2], w[3]],
+            head: H::from_words([w[0], w[1], w[2], w[3]]),
             tail: [pair(w[4], w[5]), pair(w[6], w[7])],
         }
     }
@@ -191,18 +292,10 @@ impl Wqebb {
     /// The eight memory words.
     #[inline(always)]
     pub fn words(&self) -> [u64; 8] {
+        let [e, f, g, h] = self.head.words();
         let [a, b] = unpair(self.tail[0]);
         let [c, d] = unpair(self.tail[1]);
-        [
-            self.head[0],
-            self.head[1],
-            self.head[2],
-            self.head[3],
-            a,
-            b,
-            c,
-            d,
-        ]
+        [e, f, g, h, a, b, c, d]
     }
 
     /// Words 0..4 `head`, then an inline segment of up to 8 bytes: the
@@ -210,9 +303,9 @@ impl Wqebb {
     /// bytes `data` (the payload, zeros past its length), zeros to the end
     /// of the block (§9.3).
     #[inline(always)]
-    pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: [u8; 8]) -> Wqebb {
+    pub fn with_inline8(head: [u64; 4], header: [u8; 4], data: [u8; 8]) -> Wqebb<H> {
         Wqebb {
-            head,
+            head: H::from_words(head),
             tail: [inline_pair(header, data), pair(0, 0)],
         }
     }
@@ -391,7 +484,7 @@ mod tests {
         let buf = buffer();
         let r = WordRing::new(buf.clone(), 8, 16).unwrap();
         let words = [1, 2, 3, 4, 0x5555, 0x6666, 0x7777, 0x8888_9999];
-        let b = Wqebb::from_words(words);
+        let b = Wqebb::<Words>::from_words(words);
         assert_eq!(b.words(), words);
         // Block 3 of a 2-block ring is block 1: words 16..24.
         r.store_block_at(r.block_at(3), &b);
@@ -401,8 +494,21 @@ mod tests {
             .collect();
         assert_eq!(&got[8..], &words);
         assert!(got[..8].iter().all(|&w| w == 0));
-        // The inline segment: header dword, 8 bytes, zeros.
-        let b = Wqebb::with_inline8([9, 8, 7, 6], [0x80, 0, 0, 8], *b"ABCDEFGH");
+        // The same bytes from the other head shape, to block 0.
+        let p = Wqebb::<Pairs>::from_words(words);
+        assert_eq!(p.words(), words);
+        r.store_block_at(r.block_at(0), &p);
+        let got: Vec<u64> = buf.words()[8..16]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(got, words);
+        // The inline segment: header dword, 8 bytes, zeros (either shape).
+        let b = Wqebb::<Pairs>::with_inline8([9, 8, 7, 6], [0x80, 0, 0, 8], *b"ABCDEFGH");
+        assert_eq!(
+            b.words(),
+            Wqebb::<Words>::with_inline8([9, 8, 7, 6], [0x80, 0, 0, 8], *b"ABCDEFGH").words()
+        );
         let mut seg = [0u8; 32];
         seg[..4].copy_from_slice(&[0x80, 0, 0, 8]);
         seg[4..12].copy_from_slice(b"ABCDEFGH");

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use rnic_core::WcOpcode;
 
-use crate::ring::{WordRing, Wqebb};
+use crate::ring::{BlockHead, WordRing, Wqebb};
 
 /// Completion opcode codes stored per WQE (one byte).
 pub(crate) const WC_CODE_SEND: u32 = 0;
@@ -134,7 +134,7 @@ impl SqBlocks {
     /// ([`SqTrack::record`]: the `wr_id`, the start, `meta`) in that
     /// block's slot.
     #[inline(always)]
-    pub fn commit(&self, head: u64, wqe: &Wqebb, wr_id: u64, meta: u32) {
+    pub fn commit<H: BlockHead>(&self, head: u64, wqe: &Wqebb<H>, wr_id: u64, meta: u32) {
         let at = self.ring.block_at(head as usize);
         self.ring.store_block_at(at, wqe);
         // SAFETY: `at` is a multiple of 64 below the ring's length

@@ -15,7 +15,7 @@ use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
 use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
-use crate::ring::{WordCell, WordRing, Wqebb};
+use crate::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, Refused, RingWriter,
@@ -976,7 +976,7 @@ impl WorkQueues {
     /// is read before the first barrier (a compiler fence on x86_64, after
     /// which fields would be loaded again).
     #[inline(always)]
-    fn commit_wqebb(&mut self, head: u64, wqe: &Wqebb, wr_id: u64) {
+    fn commit_wqebb<H: BlockHead>(&mut self, head: u64, wqe: &Wqebb<H>, wr_id: u64) {
         let shared: &QpShared = &self.shared;
         self.sq.commit(
             head,
@@ -1063,7 +1063,10 @@ impl WorkQueues {
     /// general writer (unit-tested). `None`, nothing written, when any of
     /// that does not hold.
     #[inline(always)]
-    pub fn post_small_write<D: UdDestination>(&mut self, wr: &SendWr<'_, D>) -> Option<Wqebb> {
+    pub fn post_small_write<D: UdDestination>(
+        &mut self,
+        wr: &SendWr<'_, D>,
+    ) -> Option<Wqebb<Pairs>> {
         let SendOp::RdmaWrite { remote_addr, rkey } = wr.op else {
             return None;
         };
