@@ -147,7 +147,7 @@ fn run(args: &Args) -> Result<(), String> {
     // ibv_rc_pingpong asks for rx_depth + 1 entries; an mlx5 function also
     // wants room for its rounded-up queues (a power-of-two RQ and up to 16
     // WQEBBs of send queue), which costs rxe nothing.
-    let cq = ctx
+    let mut cq = ctx
         .create_cq(args.rx_depth.next_power_of_two().max(args.rx_depth + 1) + 16)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let caps = QpCaps {

@@ -42,14 +42,14 @@
 //! // A CQ deep enough for its queues: each QP reserves its depth once, so no
 //! // post or poll touches a shared counter (ctx.create_cq(n) shares n credits
 //! // among any number of queues instead). Either way the CQ cannot overflow.
-//! let cq = ctx.create_cq_reserved(256)?;
+//! let mut cq = ctx.create_cq_reserved(256)?;
 //! let mut qp = pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, QpCaps::default()))?;
 //! // exchange endpoints (rnic::core::exchange), then qp.to_init / to_rtr / to_rts, and:
 //! let sge = [mr.sge(0, 64)?];
 //! # let (remote_addr, rkey) = (0u64, mr.rkey());
 //! qp.post_send(&[SendWr::rdma_write(1, &sge, remote_addr, rkey).signaled()])?; // &mut qp: one poster
 //! let mut wcs = [WorkCompletion::default(); 16];
-//! let n = cq.poll(&mut wcs)?;                          // one poller (the CQ is !Sync); share either with a Mutex
+//! let n = cq.poll(&mut wcs)?;                          // &mut cq: one poller; share either with a Mutex
 //! # let _ = n;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -205,7 +205,7 @@ fn wait_for(side: &Side, n: usize, limit: Duration) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut wcs = [WorkCompletion::default(); 16];
     let start = Instant::now();
-    let cq = side.cq();
+    let mut cq = side.cq();
     while out.len() < n {
         let got = cq.poll(&mut wcs).unwrap();
         out.extend_from_slice(&wcs[..got]);

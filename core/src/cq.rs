@@ -48,7 +48,6 @@
 //! batch (today's cost, kept for the oversubscribed case).
 
 use rustc_hash::FxHashSet;
-use std::cell::{Ref, RefCell};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -177,16 +176,29 @@ impl CqShared {
     }
 }
 
-/// The error of a poll re-entered on the same thread (out of line).
+/// [`CompletionQueue::poll`] of a queue with windowed QPs: their credits
+/// go back to the window (out of line).
 #[cold]
-#[inline(never)]
-fn poll_reentered() -> VerbsError {
-    VerbsError::PollCq {
-        source: DeviceError::new(
-            DeviceErrorKind::InvalidArgument,
-            "poll re-entered on the same thread: poll from one place at a time",
-        ),
-    }
+fn poll_windowed<C: CqOps + ?Sized>(
+    shared: &CqShared,
+    ops: &mut C,
+    wcs: &mut [WorkCompletion],
+) -> Result<usize, VerbsError> {
+    let a = shared.lock();
+    let n = ops.poll(wcs)?.min(wcs.len());
+    let polled = wcs.get(..n).unwrap_or(&[]);
+    let credits: u32 = if a.static_qps == 0 {
+        polled.iter().map(credits_of).sum()
+    } else {
+        polled
+            .iter()
+            .filter(|wc| a.windowed.contains(&wc.qp_num.get()))
+            .map(credits_of)
+            .sum()
+    };
+    drop(a);
+    shared.release(credits);
+    Ok(n)
 }
 
 /// Credits a completion returns to a windowed QP's CQ.
@@ -237,16 +249,16 @@ impl CqCounters {
     }
 }
 
-/// A completion queue. The application owns it: one thread polls it (it is
-/// `Send`, not `Sync`); share it with a lock if several threads must poll. Queue
+/// A completion queue. The application owns it: one thread polls it (`poll`
+/// takes `&mut self`); share it with a lock if several threads must poll. Queue
 /// pairs borrow it at creation and keep the driver's part alive themselves,
 /// so dropping it before them is safe (the device CQ goes with the last).
 #[derive(Debug)]
 pub struct CompletionQueue<P: Provider = DynDevice> {
-    /// The driver's queue: borrowed mutably per poll. The `RefCell` makes the
-    /// queue `!Sync`: one thread polls it, and another can only through an
-    /// explicit lock (`Mutex<CompletionQueue>`).
-    ops: RefCell<P::Cq>,
+    /// The driver's queue: reached mutably by `poll` (`&mut self`, so one
+    /// poller is a compile-time fact: another thread polls only through an
+    /// explicit lock, `Mutex<CompletionQueue>`), shared by the rest.
+    ops: P::Cq,
     /// `shared.policy == CqCredits::Reserved`, kept here so that a poll of
     /// a reserved queue (whose QPs never take credits per request, so its
     /// windowed-QP count is always 0) tests one byte of its own.
@@ -273,7 +285,7 @@ impl<P: Provider> CompletionQueue<P> {
             })?;
         tracing::debug!(depth = granted, "create_cq");
         Ok(CompletionQueue {
-            ops: RefCell::new(ops),
+            ops,
             reserved: policy == CqCredits::Reserved,
             provider: Arc::clone(provider),
             shared: Arc::new(CqShared {
@@ -293,8 +305,8 @@ impl<P: Provider> CompletionQueue<P> {
     }
 
     /// The driver's queue object.
-    pub fn driver_cq(&self) -> Ref<'_, P::Cq> {
-        self.ops.borrow()
+    pub fn driver_cq(&self) -> &P::Cq {
+        &self.ops
     }
 
     /// Entries the queue holds: the most work requests that may be
@@ -327,54 +339,40 @@ impl<P: Provider> CompletionQueue<P> {
     /// Never waits for the device. Windowed QPs' credits go back to the
     /// window; reserved QPs have none to return.
     ///
-    /// One thread polls: the queue is `Send` but not `Sync`, so sharing it
-    /// between threads takes a lock the application chooses.
+    /// One thread polls: `&mut self`, so sharing the queue between pollers
+    /// takes a lock the application chooses, and nothing the caller holds
+    /// of the queue (its driver object) is borrowed across a poll — no
+    /// run-time borrow flag.
     ///
     /// ```compile_fail
     /// # use rnic_core::{CompletionQueue, WorkCompletion};
-    /// fn two_pollers(cq: &CompletionQueue) {
+    /// fn two_pollers(cq: &mut CompletionQueue) {
     ///     std::thread::scope(|s| {
     ///         for _ in 0..2 {
-    ///             // error: `CompletionQueue` cannot be shared between threads
+    ///             // error: `*cq` borrowed mutably by both threads
     ///             s.spawn(|| cq.poll(&mut [WorkCompletion::default(); 4]).is_ok());
     ///         }
     ///     });
     /// }
     /// ```
+    ///
+    /// ```compile_fail
+    /// # use rnic_core::{CompletionQueue, WorkCompletion};
+    /// fn poll_while_held(cq: &mut CompletionQueue) {
+    ///     let held = cq.driver_cq();
+    ///     // error: `*cq` is borrowed by `held`
+    ///     let _ = cq.poll(&mut [WorkCompletion::default(); 4]);
+    ///     drop(held);
+    /// }
+    /// ```
     #[inline]
-    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let Ok(mut ops) = self.ops.try_borrow_mut() else {
-            return Err(poll_reentered());
-        };
+    pub fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let ops = &mut self.ops;
         // A reserved queue has no windowed QPs (`CqShared::attach`).
         if self.reserved || self.shared.windowed_qps.load(Ordering::Relaxed) == 0 {
             return ops.poll(wcs);
         }
-        self.poll_windowed(&mut ops, wcs)
-    }
-
-    #[cold]
-    fn poll_windowed(
-        &self,
-        ops: &mut P::Cq,
-        wcs: &mut [WorkCompletion],
-    ) -> Result<usize, VerbsError> {
-        let shared = &*self.shared;
-        let a = shared.lock();
-        let n = ops.poll(wcs)?.min(wcs.len());
-        let polled = wcs.get(..n).unwrap_or(&[]);
-        let credits: u32 = if a.static_qps == 0 {
-            polled.iter().map(credits_of).sum()
-        } else {
-            polled
-                .iter()
-                .filter(|wc| a.windowed.contains(&wc.qp_num.get()))
-                .map(credits_of)
-                .sum()
-        };
-        drop(a);
-        shared.release(credits);
-        Ok(n)
+        poll_windowed(&self.shared, ops, wcs)
     }
 
     /// Arm the queue: the next completion (the next solicited one, if
@@ -382,18 +380,18 @@ impl<P: Provider> CompletionQueue<P> {
     /// [`CompletionQueue::wait`]. Poll after arming, to catch completions that
     /// arrived before.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
-        self.ops.borrow().req_notify(solicited_only)
+        self.ops.req_notify(solicited_only)
     }
 
     /// An eventfd to put in epoll, readable after an armed completion;
     /// `None` when the backend has none.
     pub fn event_fd(&self) -> Option<RawFd> {
-        self.ops.borrow().event_fd()
+        self.ops.event_fd()
     }
 
     /// Block until the armed queue signals (`Ok(true)`) or `timeout` passes
     /// (`Ok(false)`); `None` waits forever. Then poll.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
-        self.ops.borrow().wait(timeout)
+        self.ops.wait(timeout)
     }
 }

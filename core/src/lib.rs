@@ -60,7 +60,7 @@
 //!     let pd = ctx.alloc_pd()?;
 //!     let buf = Arc::new(HeapMemory::from_bytes(b"ping"));
 //!     let mr = pd.reg_mr(buf, AccessFlags::LOCAL_WRITE)?;
-//!     let cq = ctx.create_cq(16)?;
+//!     let mut cq = ctx.create_cq(16)?;
 //!     let mut qp = pd.create_qp(&cq, &cq, &QpInitAttr::new(QpType::Rc, QpCaps::default()))?;
 //!     qp.to_init(&InitParams::default())?;
 //!     qp.to_rtr(remote_qpn, remote_psn, remote_gid, &RtrParams::default())?;

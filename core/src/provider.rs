@@ -10,8 +10,8 @@
 //!   (through [`crate::QueuePair`] and [`crate::CompletionQueue`]):
 //!   [`QpOps::post_send`] / [`QpOps::post_recv`] / [`CqOps::poll`] take
 //!   `&mut self`, so a driver may rely on one poster per QP and one poller
-//!   per CQ (core holds its CQ object in a `RefCell`) without a
-//!   lock; sharing is the application's explicit choice (a `Mutex`). No
+//!   per CQ (core's `CompletionQueue::poll` takes `&mut self` too) without
+//!   a lock; sharing is the application's explicit choice (a `Mutex`). No
 //!   handle table sits between the call and the driver's queue.
 //! * Checks happen once, in the driver, where the facts are: request shape
 //!   ([`SendWr::validate`] is the helper), QP state and queue room.

@@ -191,8 +191,8 @@ impl<P: Provider> QueuePair<P> {
         }
         let (ops, info) = provider.create_qp(
             &pd.inner.pd,
-            &send_cq.driver_cq(),
-            &recv_cq.driver_cq(),
+            send_cq.driver_cq(),
+            recv_cq.driver_cq(),
             init,
         )?;
         tracing::debug!(qpn = %info.qpn, qp_type = %init.qp_type, "create_qp");

@@ -325,7 +325,7 @@ fn stock_send_bw_server_bytes_against_rnicctl_client() {
     let pd = ctx.alloc_pd().unwrap();
     let mem = Arc::new(HeapMemory::new(65536));
     let mr = pd.reg_mr(mem.clone(), AccessFlags::LOCAL_WRITE).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let mut cq = ctx.create_cq(64).unwrap();
     let caps = QpCaps {
         max_recv_wr: 32,
         ..QpCaps::default()

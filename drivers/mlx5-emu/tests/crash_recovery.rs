@@ -72,7 +72,7 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 /// round), printing `posted N` once round N's first WRITEs are posted and
 /// `round N` after it was byte-checked, until killed.
 fn child(socket: &Path, net: u8) -> ! {
-    let (m, _provider, _) = mlx5_side(socket, ip(net, 1));
+    let (mut m, _provider, _) = mlx5_side(socket, ip(net, 1));
     let (r, _rxe) = rxe_side(ip(net, 2));
     let (mut qm, mut qr) = (m.qp(), r.qp());
     connect(&m, &mut qm, &r, &mut qr);
@@ -263,11 +263,11 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
 
     // The next driver: this process, on the same function, with a new peer.
     {
-        let (m, provider, _) = mlx5_side(&sock, ip(net, 3));
-        let (r, rxe) = rxe_side(ip(net, 4));
+        let (mut m, provider, _) = mlx5_side(&sock, ip(net, 3));
+        let (mut r, rxe) = rxe_side(ip(net, 4));
         let (mut qm, mut qr) = (m.qp(), r.qp());
         connect(&m, &mut qm, &r, &mut qr);
-        traffic(&m, &mut qm, &r, &mut qr);
+        traffic(&mut m, &mut qm, &mut r, &mut qr);
         // Ownership order: QPs, then CQs/MRs/PDs (the Sides), the buffers
         // with them, then the function (Hca teardown: pages back, DISABLE_HCA).
         drop((qm, qr));
@@ -298,7 +298,7 @@ fn a_driver_killed_mid_traffic_leaves_the_function_ready_and_teardown_leaves_not
 
 /// WRITE and READ (mlx5 → rxe), SEND with immediate both ways, byte-exact
 /// with a guard byte after each target.
-fn traffic(m: &Side, qm: &mut QueuePair, r: &Side, qr: &mut QueuePair) {
+fn traffic(m: &mut Side, qm: &mut QueuePair, r: &mut Side, qr: &mut QueuePair) {
     const LEN: usize = 200_000;
     let l32 = LEN as u32;
     // WRITE: m[0..] → r[0..].
@@ -338,7 +338,7 @@ fn traffic(m: &Side, qm: &mut QueuePair, r: &Side, qr: &mut QueuePair) {
 }
 
 /// SEND with immediate from `a` into a receive posted on `b`, byte-exact.
-fn send_imm(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair, seed: u32) {
+fn send_imm(a: &mut Side, qa: &mut QueuePair, b: &mut Side, qb: &mut QueuePair, seed: u32) {
     {
         let len = 3000usize;
         let data = pattern(len, seed);

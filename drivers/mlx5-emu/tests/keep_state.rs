@@ -48,7 +48,7 @@ fn ip(net: u8, host: u8) -> IpAddr {
 
 /// A WRITE of `len` bytes mlx5 → rxe and a READ of them back into another
 /// part of the mlx5 buffer, both checked byte for byte.
-fn write_and_read(m: &Side, qm: &mut QueuePair, r: &Side, seed: u8) {
+fn write_and_read(m: &mut Side, qm: &mut QueuePair, r: &Side, seed: u8) {
     let len = 3000usize;
     let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect();
     m.mem.write(0, &data).unwrap();
@@ -72,11 +72,11 @@ fn write_and_read(m: &Side, qm: &mut QueuePair, r: &Side, seed: u8) {
 }
 
 fn child(socket: &Path, net: u8) -> ! {
-    let (m, _provider, _) = mlx5_side(socket, ip(net, 1));
+    let (mut m, _provider, _) = mlx5_side(socket, ip(net, 1));
     let (r, _rxe) = rxe_side(ip(net, 2));
     let (mut qm, mut qr) = (m.qp(), r.qp());
     connect(&m, &mut qm, &r, &mut qr);
-    write_and_read(&m, &mut qm, &r, 1);
+    write_and_read(&mut m, &mut qm, &r, 1);
     let mut out = std::io::stdout();
     writeln!(out, "ready").unwrap();
     out.flush().unwrap();
@@ -155,12 +155,12 @@ fn a_function_left_initialized_by_a_killed_driver_is_reset_by_the_next_one() {
 
     // The next driver: it finds the function initialized and resets it first.
     {
-        let (m, provider, reset_first) = mlx5_side(&sock, ip(net, 3));
+        let (mut m, provider, reset_first) = mlx5_side(&sock, ip(net, 3));
         assert!(reset_first, "the driver took its function-level-reset path");
         let (r, rxe) = rxe_side(ip(net, 4));
         let (mut qm, mut qr) = (m.qp(), r.qp());
         connect(&m, &mut qm, &r, &mut qr);
-        write_and_read(&m, &mut qm, &r, 2);
+        write_and_read(&mut m, &mut qm, &r, 2);
         drop((qm, qr));
         drop(m);
         drop(r);

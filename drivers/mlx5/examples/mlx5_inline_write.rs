@@ -79,7 +79,10 @@ fn bench_provider_post(qp: &mut QueuePair<Mlx5Provider>, wr: &SendWr<'_>) {
 }
 
 #[inline(never)]
-fn bench_provider_poll(cq: &CompletionQueue<Mlx5Provider>, wcs: &mut [WorkCompletion]) -> usize {
+fn bench_provider_poll(
+    cq: &mut CompletionQueue<Mlx5Provider>,
+    wcs: &mut [WorkCompletion],
+) -> usize {
     match cq.poll(wcs) {
         Ok(n) => n,
         Err(e) => panic!("poll: {e}"),
@@ -205,7 +208,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // second rxe QP as the peer.
     let tctx = Mlx5Provider::typed_context(&provider);
     let tpd = tctx.alloc_pd()?;
-    let tcq = tctx.create_cq_reserved(64)?;
+    let mut tcq = tctx.create_cq_reserved(64)?;
     let tmr = tpd.reg_mr(provider.alloc_dma(4096)?, ALL)?;
     rnic_core::Memory::write(tmr.memory().as_ref(), 0, b"8 bytes!")?;
     let mut tqp = tpd.create_qp(&tcq, &tcq, &QpInitAttr::new(QpType::Rc, caps))?;
@@ -226,7 +229,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             while !tcq.driver_cq().pending() {
                 std::hint::spin_loop();
             }
-            let got = bench_provider_poll(&tcq, &mut wcs);
+            let got = bench_provider_poll(&mut tcq, &mut wcs);
             assert!(got == 1 && wcs[0].status == WcStatus::Success, "{wcs:?}");
         }
         start.elapsed()

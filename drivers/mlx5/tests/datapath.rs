@@ -99,7 +99,7 @@ impl Peer {
         }
     }
 
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let mut wcs = [WorkCompletion::default(); 16];
         let start = Instant::now();

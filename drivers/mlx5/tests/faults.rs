@@ -277,7 +277,7 @@ impl Side {
         drop(std::mem::replace(&mut self.qp, qp));
     }
 
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let mut wcs = [WorkCompletion::default(); 16];
         let start = Instant::now();

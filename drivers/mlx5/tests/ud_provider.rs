@@ -80,7 +80,7 @@ impl End {
             .unwrap()
     }
 
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut got = Vec::new();
         let mut wcs = [WorkCompletion::default(); 8];
         let start = Instant::now();
@@ -136,7 +136,7 @@ fn a_foreign_address_handle_is_refused_and_the_qp_stays_usable() {
         Mlx5Provider::context(&provider),
         provider.alloc_dma(64 << 10).unwrap(),
     );
-    let o = End::new(
+    let mut o = End::new(
         Mlx5Provider::context(&other),
         other.alloc_dma(64 << 10).unwrap(),
     );

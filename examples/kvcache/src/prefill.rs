@@ -273,7 +273,7 @@ impl<'a> Reaper<'a> {
     fn run(&self) {
         let mut wcs = [WorkCompletion::default(); 16];
         let mut armed = false;
-        let cq = self.cq.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cq = self.cq.lock().unwrap_or_else(PoisonError::into_inner);
         while !self.stop.load(Ordering::Acquire) {
             let n = match cq.poll(&mut wcs) {
                 Ok(n) => n,

@@ -75,7 +75,7 @@ impl Side {
     }
 
     /// Poll until `n` completions arrived (panics after 30 s).
-    pub fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+    pub fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let mut wcs = [WorkCompletion::default(); 16];
         let start = Instant::now();

@@ -579,7 +579,7 @@ impl Peer {
             .unwrap();
     }
 
-    pub fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+    pub fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let mut wcs = [WorkCompletion::default(); 16];
         let start = Instant::now();
