@@ -523,6 +523,9 @@ impl<P: Provider> QueuePair<P> {
         self.post_send_windowed(wrs)
     }
 
+    /// [`QueuePair::post_send_rest`] on a QP with a credit window (out of
+    /// line: the general path's code stays small without it).
+    #[inline(never)]
     fn post_send_windowed(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
         if let Err(reason) = self.send_cq.acquire(requested) {
