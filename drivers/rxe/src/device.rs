@@ -173,15 +173,17 @@ impl CqShared {
             let Some((wc, q)) = entries.pop_front() else {
                 break;
             };
+            // Straight into the caller's slot (no copy held across the
+            // count below).
+            *slot = wc;
             if let Some(p) = qps.get(q) {
-                if wc.opcode.is_recv() {
+                if slot.opcode.is_recv() {
                     p.recvs.fetch_add(1, Ordering::Release);
                 } else {
                     p.sends
-                        .fetch_add(wc.retired_unsignaled.saturating_add(1), Ordering::Release);
+                        .fetch_add(slot.retired_unsignaled.saturating_add(1), Ordering::Release);
                 }
             }
-            *slot = wc;
             n += 1;
         }
         self.queued.store(entries.len(), Ordering::Release);
@@ -655,7 +657,10 @@ impl RxState {
             && !self.touched.other;
         if only_acks {
             self.stats.acks_deferred += 1;
-            self.deferred.append(&mut self.touched.qps);
+            // Not carried: nothing is deferred, so the touched list becomes
+            // the deferred one whole.
+            debug_assert!(self.deferred.is_empty());
+            std::mem::swap(&mut self.deferred, &mut self.touched.qps);
             sh.acks_waiting.store(true, Ordering::Release);
         } else if !self.touched.qps.is_empty() || !self.deferred.is_empty() {
             // (Most rounds of a ping-pong touch nothing: no call.)
@@ -970,6 +975,18 @@ fn deliver<'a>(
     }
 }
 
+/// Count a packet for QP `qpn`, which this device does not have: dropped.
+#[cold]
+#[inline(never)]
+fn unknown_qpn(stats: &mut DeviceStats, sh: &Shared, qpn: u32) {
+    stats.unknown_qpn += 1;
+    // Of those, another process's QPN on a shared address (its owner just
+    // left, or a GRO batch mixed QPs): dropped, never delivered.
+    if !sh.qpns.contains(qpn) {
+        stats.foreign_qpn += 1;
+    }
+}
+
 /// The first IPv4 packet dropped for an unpredictable identification
 /// (once per device: the counter says how many followed).
 #[cold]
@@ -1035,15 +1052,11 @@ impl<'a> Dispatch<'_, 'a> {
         };
         let qpn = qpn.get();
         if self.held.as_ref().is_none_or(|h| h.qpn != qpn) {
-            self.release();
+            if self.held.is_some() {
+                self.release();
+            }
             let Some(q) = self.table.get(&qpn) else {
-                self.stats.unknown_qpn += 1;
-                // Of those, another process's QPN on a shared address (its
-                // owner just left, or a GRO batch mixed QPs): dropped, never
-                // delivered.
-                if !sh.qpns.contains(qpn) {
-                    self.stats.foreign_qpn += 1;
-                }
+                unknown_qpn(self.stats, sh, qpn);
                 return;
             };
             let e = q.lock();
@@ -1070,7 +1083,10 @@ impl<'a> Dispatch<'_, 'a> {
         }
     }
 
-    /// End the held run, if any.
+    /// End the held run, if any (a packet naming another QP, or the held
+    /// packet's delivery).
+    #[cold]
+    #[inline(never)]
     fn release(&mut self) {
         if let Some(h) = self.held.take() {
             h.release(self.touched);
