@@ -603,8 +603,13 @@ impl RxState {
     /// flushes, so an ACK waits at most one call.
     pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
         self.sync_table(sh);
+        // Deferred ACKs that a post on their QP has sent since (bundled
+        // with its request) are not carried over.
         if !self.deferred.is_empty() {
-            self.forget_sent_deferred(sh);
+            self.deferred.retain(|q| q.lock().tx.pending() > 0);
+            if self.deferred.is_empty() {
+                sh.acks_waiting.store(false, Ordering::Relaxed);
+            }
         }
         let carried = !self.deferred.is_empty();
         let now = sh.now();
@@ -668,16 +673,6 @@ impl RxState {
         }
         self.touched.other = false;
         total
-    }
-
-    /// Drop the deferred QPs whose ACKs a post on them has sent since
-    /// (bundled with its request): those are not carried over.
-    #[inline(never)]
-    fn forget_sent_deferred(&mut self, sh: &Shared) {
-        self.deferred.retain(|q| q.lock().tx.pending() > 0);
-        if self.deferred.is_empty() {
-            sh.acks_waiting.store(false, Ordering::Relaxed);
-        }
     }
 
     /// Read what the identification taps saw this round, so their queues
