@@ -449,19 +449,13 @@ impl<P: Provider> QueuePair<P> {
     #[inline]
     fn retain(&mut self, sges: &[Sge]) {
         for sge in sges {
-            if self.last_lkey != Some(sge.lkey) {
-                self.retain_key(sge.lkey);
+            if self.last_lkey == Some(sge.lkey) {
+                continue;
             }
-        }
-    }
-
-    /// [`QueuePair::retain`] for a key other than the last one (out of
-    /// line: a post naming the key it named before only compares).
-    #[inline(never)]
-    fn retain_key(&mut self, lkey: Lkey) {
-        self.last_lkey = Some(lkey);
-        if !self.retained.contains_key(&lkey.get()) {
-            self.retain_slow(lkey);
+            self.last_lkey = Some(sge.lkey);
+            if !self.retained.contains_key(&sge.lkey.get()) {
+                self.retain_slow(sge.lkey);
+            }
         }
     }
 
@@ -529,9 +523,6 @@ impl<P: Provider> QueuePair<P> {
         self.post_send_windowed(wrs)
     }
 
-    /// [`QueuePair::post_send_rest`] on a QP with a credit window (out of
-    /// line: the general path's code stays small without it).
-    #[inline(never)]
     fn post_send_windowed(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let requested = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
         if let Err(reason) = self.send_cq.acquire(requested) {

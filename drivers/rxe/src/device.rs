@@ -173,17 +173,15 @@ impl CqShared {
             let Some((wc, q)) = entries.pop_front() else {
                 break;
             };
-            // Straight into the caller's slot (no copy held across the
-            // count below).
-            *slot = wc;
             if let Some(p) = qps.get(q) {
-                if slot.opcode.is_recv() {
+                if wc.opcode.is_recv() {
                     p.recvs.fetch_add(1, Ordering::Release);
                 } else {
                     p.sends
-                        .fetch_add(slot.retired_unsignaled.saturating_add(1), Ordering::Release);
+                        .fetch_add(wc.retired_unsignaled.saturating_add(1), Ordering::Release);
                 }
             }
+            *slot = wc;
             n += 1;
         }
         self.queued.store(entries.len(), Ordering::Release);
@@ -509,15 +507,6 @@ fn run_engine_with<R>(
     f(qp, &mut io)
 }
 
-/// Send what each of `qps` has queued, emptying the list (one copy of the
-/// loop for the deferred and the touched lists).
-#[inline(never)]
-fn flush_qps(qps: &mut Vec<Arc<QpShared>>, sh: &Shared) {
-    for q in qps.drain(..) {
-        q.lock().flush(sh);
-    }
-}
-
 /// Note that `q` has packets queued (dedup against the last few entries: a
 /// flush of a QP with nothing queued costs a lock and a length check).
 fn touch(touched: &mut Touched, q: &Arc<QpShared>, e: &QpInner) {
@@ -649,10 +638,25 @@ impl RxState {
             total += got_here;
         }
         if self.drain_taps {
-            self.drain_taps(sh);
+            self.drain_taps = false;
+            for (port, table) in sh.ports.iter().zip(&mut self.taps) {
+                if let Some(fd) = &port.tap {
+                    table.drain(fd.as_fd());
+                }
+            }
         }
-        if self.faults.holds() {
-            self.deliver_held(sh, now);
+        // A packet held back for reordering never waits past its round.
+        if let Some((pkt, src, dst)) = self.faults.take_held() {
+            let (p, table) = self.parts();
+            let mut held = None;
+            let mut d = Dispatch {
+                table,
+                stats: p.stats,
+                touched: p.touched,
+                held: &mut held,
+            };
+            d.packet(sh, &pkt, src, dst, now);
+            d.release();
         }
         self.run_timers(sh, now);
         let only_acks = defer_acks
@@ -662,10 +666,7 @@ impl RxState {
             && !self.touched.other;
         if only_acks {
             self.stats.acks_deferred += 1;
-            // Not carried: nothing is deferred, so the touched list becomes
-            // the deferred one whole.
-            debug_assert!(self.deferred.is_empty());
-            std::mem::swap(&mut self.deferred, &mut self.touched.qps);
+            self.deferred.append(&mut self.touched.qps);
             sh.acks_waiting.store(true, Ordering::Release);
         } else if !self.touched.qps.is_empty() || !self.deferred.is_empty() {
             // (Most rounds of a ping-pong touch nothing: no call.)
@@ -675,47 +676,17 @@ impl RxState {
         total
     }
 
-    /// Read what the identification taps saw this round, so their queues
-    /// never overflow.
-    #[inline(never)]
-    fn drain_taps(&mut self, sh: &Shared) {
-        self.drain_taps = false;
-        for (port, table) in sh.ports.iter().zip(&mut self.taps) {
-            if let Some(fd) = &port.tap {
-                table.drain(fd.as_fd());
-            }
-        }
-    }
-
-    /// Deliver the packet the fault injector held back for reordering: it
-    /// never waits past its round.
-    #[cold]
-    #[inline(never)]
-    fn deliver_held(&mut self, sh: &Shared, now: Instant) {
-        let Some((pkt, src, dst)) = self.faults.take_held() else {
-            return;
-        };
-        let (p, table) = self.parts();
-        let mut held = None;
-        let mut d = Dispatch {
-            table,
-            stats: p.stats,
-            touched: p.touched,
-            held: &mut held,
-        };
-        d.packet(sh, &pkt, src, dst, now);
-        d.release();
-    }
-
     /// Send what every QP this round or the last one touched has queued.
     pub fn flush(&mut self, sh: &Shared) {
         self.touched.other = false;
         if !self.deferred.is_empty() {
             sh.acks_waiting.store(false, Ordering::Relaxed);
-            flush_qps(&mut self.deferred, sh);
+            for q in self.deferred.drain(..) {
+                q.lock().flush(sh);
+            }
         }
-        if !self.touched.qps.is_empty() {
-            flush_qps(&mut self.touched.qps, sh);
+        for q in self.touched.qps.drain(..) {
+            q.lock().flush(sh);
         }
     }
 
@@ -737,15 +708,9 @@ impl RxState {
     /// [`Shared::qps`] (one load when nothing was created or destroyed
     /// since the last round).
     fn sync_table(&mut self, sh: &Shared) {
-        if sh.qps_gen.load(Ordering::Acquire) != self.table_gen {
-            self.reload_table(sh);
+        if sh.qps_gen.load(Ordering::Acquire) == self.table_gen {
+            return;
         }
-    }
-
-    /// Copy [`Shared::qps`] (a QP was created or destroyed).
-    #[cold]
-    #[inline(never)]
-    fn reload_table(&mut self, sh: &Shared) {
         let t = sh.qps.read().unwrap_or_else(|p| p.into_inner());
         // Read under the table's lock: writers bump it under theirs, so the
         // copy and its generation match.
@@ -795,7 +760,15 @@ impl RxState {
         for q in self.table.values() {
             let mut d = q.deadline();
             if d.is_some_and(|d| d <= now) {
-                d = fire_timer(sh, &mut self.touched, q, now);
+                let mut e = q.lock();
+                if e.qp.next_deadline().is_some_and(|d| d <= now) {
+                    run_engine(sh, &mut e, |qp, io| qp.on_timer(now, io));
+                }
+                d = e.qp.next_deadline();
+                q.set_deadline(d);
+                if e.tx.pending() > 0 {
+                    touch(&mut self.touched, q, &e);
+                }
             }
             if let Some(d) = d {
                 next = Some(next.map_or(d, |n| n.min(d)));
@@ -806,27 +779,6 @@ impl RxState {
             Ordering::Relaxed,
         );
     }
-}
-
-/// Run the timer of `q`, whose recorded deadline is due (unless its engine
-/// moved it since): returns its next deadline, recorded.
-#[inline(never)]
-fn fire_timer(
-    sh: &Shared,
-    touched: &mut Touched,
-    q: &Arc<QpShared>,
-    now: Instant,
-) -> Option<Instant> {
-    let mut e = q.lock();
-    if e.qp.next_deadline().is_some_and(|d| d <= now) {
-        run_engine(sh, &mut e, |qp, io| qp.on_timer(now, io));
-    }
-    let d = e.qp.next_deadline();
-    q.set_deadline(d);
-    if e.tx.pending() > 0 {
-        touch(touched, q, &e);
-    }
-    d
 }
 
 /// [`RxState::deliver`] on the state's parts (inlined into the round).
@@ -933,7 +885,13 @@ fn deliver<'a>(
             IcrcCheck::Unverified => {
                 stats.icrc_unverified += 1;
                 if stats.icrc_unverified == 1 {
-                    warn_unverified(&src);
+                    tracing::warn!(
+                        %src,
+                        "dropping IPv4 packets whose identification could not be predicted: \
+                         a full ICRC check needs the identification tap (CAP_NET_RAW: run as \
+                         root or `setcap cap_net_raw+ep`), or opt in to the 15-bit check \
+                         with RNIC_RXE_IDENT_RECOVERY=1"
+                    );
                 }
                 continue;
             }
@@ -961,39 +919,13 @@ fn deliver<'a>(
             held: &mut held,
         };
         d.packet(sh, pkt, src_gid, port.gid, now);
-        if faults.holds() {
-            d.held_packet(sh, faults, now);
+        if let Some((pkt, held_src, held_dst)) = faults.take_held() {
+            d.packet(sh, &pkt, held_src, held_dst, now);
         }
     }
     if let Some(h) = held {
         h.release(touched);
     }
-}
-
-/// Count a packet for QP `qpn`, which this device does not have: dropped.
-#[cold]
-#[inline(never)]
-fn unknown_qpn(stats: &mut DeviceStats, sh: &Shared, qpn: u32) {
-    stats.unknown_qpn += 1;
-    // Of those, another process's QPN on a shared address (its owner just
-    // left, or a GRO batch mixed QPs): dropped, never delivered.
-    if !sh.qpns.contains(qpn) {
-        stats.foreign_qpn += 1;
-    }
-}
-
-/// The first IPv4 packet dropped for an unpredictable identification
-/// (once per device: the counter says how many followed).
-#[cold]
-#[inline(never)]
-fn warn_unverified(src: &std::net::SocketAddr) {
-    tracing::warn!(
-        %src,
-        "dropping IPv4 packets whose identification could not be predicted: \
-         a full ICRC check needs the identification tap (CAP_NET_RAW: run as \
-         root or `setcap cap_net_raw+ep`), or opt in to the 15-bit check \
-         with RNIC_RXE_IDENT_RECOVERY=1"
-    );
 }
 
 /// The QP a run of packets is being delivered to, locked, with the key
@@ -1047,11 +979,15 @@ impl<'a> Dispatch<'_, 'a> {
         };
         let qpn = qpn.get();
         if self.held.as_ref().is_none_or(|h| h.qpn != qpn) {
-            if self.held.is_some() {
-                self.release();
-            }
+            self.release();
             let Some(q) = self.table.get(&qpn) else {
-                unknown_qpn(self.stats, sh, qpn);
+                self.stats.unknown_qpn += 1;
+                // Of those, another process's QPN on a shared address (its
+                // owner just left, or a GRO batch mixed QPs): dropped, never
+                // delivered.
+                if !sh.qpns.contains(qpn) {
+                    self.stats.foreign_qpn += 1;
+                }
                 return;
             };
             let e = q.lock();
@@ -1068,20 +1004,7 @@ impl<'a> Dispatch<'_, 'a> {
         });
     }
 
-    /// Deliver the packet the fault injector held back (after the one that
-    /// overtook it).
-    #[cold]
-    #[inline(never)]
-    fn held_packet(&mut self, sh: &'a Shared, faults: &mut Faults, now: Instant) {
-        if let Some((pkt, src, dst)) = faults.take_held() {
-            self.packet(sh, &pkt, src, dst, now);
-        }
-    }
-
-    /// End the held run, if any (a packet naming another QP, or the held
-    /// packet's delivery).
-    #[cold]
-    #[inline(never)]
+    /// End the held run, if any.
     fn release(&mut self) {
         if let Some(h) = self.held.take() {
             h.release(self.touched);

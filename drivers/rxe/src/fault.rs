@@ -87,13 +87,6 @@ impl Faults {
         if !self.cfg.is_active() {
             return Verdict::Deliver;
         }
-        self.judge_active()
-    }
-
-    /// [`Faults::judge`] with faults configured (tests and fault runs only).
-    #[cold]
-    #[inline(never)]
-    fn judge_active(&mut self) -> Verdict {
         if self.chance(self.cfg.drop_ppm) {
             return Verdict::Drop;
         }
@@ -106,11 +99,6 @@ impl Faults {
     /// Keep a copy of `pkt` from `src` for later.
     pub(crate) fn hold(&mut self, pkt: &[u8], src: Gid, dst: Gid) {
         self.held = Some((pkt.to_vec(), src, dst));
-    }
-
-    /// Whether a packet is held.
-    pub(crate) fn holds(&self) -> bool {
-        self.held.is_some()
     }
 
     /// The held packet, if any (taken).

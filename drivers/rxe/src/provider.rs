@@ -16,7 +16,7 @@ use rnic_core::{
     AccessFlags, AddressVector, AtomicCap, AvError, Context, CqOps, DeviceAttr, DeviceError,
     DeviceErrorKind, DynProvider, Gid, GidEntry, GidType, HostDomain, LinkLayer, Lkey, Memory,
     MrInfo, Mtu, Outstanding, PdHandle, PortAttr, PortState, PostError, Provider, QpAttr,
-    QpAttrMask, QpInfo, QpInitAttr, QpOps, QpState, RecvWr, SendWr, UdDest, UdSend, VerbsError,
+    QpAttrMask, QpInfo, QpInitAttr, QpOps, QpState, RecvWr, SendWr, UdDest, VerbsError,
     WorkCompletion, WrError,
 };
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
@@ -397,26 +397,6 @@ fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
     }
 }
 
-/// Why a send batch stopped, as core's error: request `refused.0` refused by
-/// the engine, or request `foreign_ah` naming another device's address
-/// handle. `unpolled`: the send and receive requests outstanding.
-#[cold]
-#[inline(never)]
-fn send_refusal(
-    refused: Option<(usize, TransportError)>,
-    foreign_ah: Option<usize>,
-    qp: &QpInner,
-    unpolled: (u32, u32),
-) -> Result<(), VerbsError> {
-    let reason = refused
-        .map(|(index, err)| (index, transport_to_post(err, qp, unpolled)))
-        .or(foreign_ah.map(|index| (index, PostError::ForeignAddressHandle)));
-    match reason {
-        None => Ok(()),
-        Some((index, reason)) => Err(VerbsError::PostSend { index, reason }),
-    }
-}
-
 /// `unpolled`: the send and receive requests outstanding.
 fn transport_to_post(e: TransportError, qp: &QpInner, unpolled: (u32, u32)) -> PostError {
     match e {
@@ -634,7 +614,16 @@ impl std::fmt::Debug for RxeAh {
 fn engine_wr<'a>(sh: &Shared, wr: &SendWr<'a>) -> Option<SendWr<'a, UdDest>> {
     let ud = match &wr.ud {
         None => None,
-        Some(d) => Some(ud_dest(sh, d)?),
+        Some(d) => {
+            let ah =
+                d.ah.driver::<RxeAh>()
+                    .filter(|ah| std::ptr::eq(Arc::as_ptr(&ah.sh), sh))?;
+            Some(UdDest {
+                av: ah.av,
+                remote_qpn: d.remote_qpn,
+                remote_qkey: d.remote_qkey,
+            })
+        }
     };
     Some(SendWr {
         wr_id: wr.wr_id,
@@ -642,21 +631,6 @@ fn engine_wr<'a>(sh: &Shared, wr: &SendWr<'a>) -> Option<SendWr<'a, UdDest>> {
         sg_list: wr.sg_list,
         flags: wr.flags,
         ud,
-    })
-}
-
-/// A UD request's destination, copied out of its address handle; `None`
-/// for a handle of another device (out of line: the connected requests'
-/// post stays small).
-#[inline(never)]
-fn ud_dest(sh: &Shared, d: &UdSend<'_>) -> Option<UdDest> {
-    let ah =
-        d.ah.driver::<RxeAh>()
-            .filter(|ah| std::ptr::eq(Arc::as_ptr(&ah.sh), sh))?;
-    Some(UdDest {
-        av: ah.av,
-        remote_qpn: d.remote_qpn,
-        remote_qkey: d.remote_qkey,
     })
 }
 
@@ -782,18 +756,19 @@ impl QpOps for RxeQp {
         });
         e.sq_posted = e.sq_posted.wrapping_add(posted);
         let unpolled = (unpolled.0 + posted, unpolled.1);
-        let stopped = if refused.is_some() || foreign_ah.is_some() {
-            send_refusal(refused, foreign_ah, &e, unpolled)
-        } else {
-            Ok(())
-        };
+        let reason = refused
+            .map(|(index, err)| (index, transport_to_post(err, &e, unpolled)))
+            .or(foreign_ah.map(|index| (index, PostError::ForeignAddressHandle)));
         e.flush(sh);
         self.q.set_deadline(deadline);
         drop(e);
         if sh.note_deadline(deadline) {
             sh.ring();
         }
-        stopped
+        match reason {
+            None => Ok(()),
+            Some((index, reason)) => Err(VerbsError::PostSend { index, reason }),
+        }
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {

@@ -745,16 +745,9 @@ impl PacketSink for Sink<'_> {
     }
 }
 
-/// The GID a datagram from `src` carries ([`Gid::from_ip`]'s bytes).
-///
-/// Built as one 128-bit value: the receive path keeps it in two registers
-/// (or one store) rather than as sixteen separate bytes rebuilt at each use.
+/// The GID a datagram from `src` carries.
 pub fn gid_of(src: &SocketAddr) -> Gid {
-    let bits = match src.ip() {
-        IpAddr::V4(a) => (0xffff_u128 << 32) | u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    };
-    Gid(bits.to_be_bytes())
+    Gid::from_ip(src.ip())
 }
 
 #[cfg(test)]
@@ -768,28 +761,6 @@ mod tests {
         p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
         p[12] = syndrome;
         p
-    }
-
-    #[test]
-    fn gid_of_is_the_address_gid() {
-        use std::net::{Ipv4Addr, Ipv6Addr};
-        let v4 = |a: [u8; 4]| SocketAddr::from((Ipv4Addr::from(a), 4791));
-        let v6 = |a: Ipv6Addr| SocketAddr::from((a, 4791));
-        for src in [
-            v4([10, 1, 2, 3]),
-            v4([127, 0, 0, 2]),
-            v4([255; 4]),
-            v4([0; 4]),
-            v6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 1, 2)),
-            v6(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped()),
-            v6(Ipv6Addr::from([0xa5; 16])),
-        ] {
-            assert_eq!(gid_of(&src), Gid::from_ip(src.ip()), "{src}");
-        }
-        assert_eq!(
-            gid_of(&v4([10, 1, 2, 3])).raw(),
-            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]
-        );
     }
 
     #[test]
