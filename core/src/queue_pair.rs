@@ -189,12 +189,8 @@ impl<P: Provider> QueuePair<P> {
                 });
             }
         }
-        let (ops, info) = provider.create_qp(
-            &pd.inner.pd,
-            send_cq.driver_cq(),
-            recv_cq.driver_cq(),
-            init,
-        )?;
+        let (ops, info) =
+            provider.create_qp(&pd.inner.pd, send_cq.driver_cq(), recv_cq.driver_cq(), init)?;
         tracing::debug!(qpn = %info.qpn, qp_type = %init.qp_type, "create_qp");
         let same = Arc::ptr_eq(&send_cq.shared, &recv_cq.shared);
         let (send_mode, recv_mode) = if same {
