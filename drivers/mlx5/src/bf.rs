@@ -16,7 +16,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::ring::{BlockHead, Pair, Wqebb};
+use crate::ring::{BlockHead, Wqebb};
 
 /// Bytes of one BlueFlame block (one WQEBB).
 pub const BLOCK_BYTES: usize = 64;
@@ -223,23 +223,8 @@ impl BlockPair {
         // valid for volatile stores while its owner lives (`self.window`
         // holds it); no reference into it is created.
         unsafe { wqe.head.write_volatile(block) };
-        #[cfg(target_arch = "x86_64")]
-        for (k, pair) in wqe.tail.iter().enumerate() {
-            // SAFETY: as above: bytes `32 + 16k .. 48 + 16k` (k < 2) of the
-            // current half, inside the window, 16-aligned (the half is
-            // 64-aligned); one volatile 16-byte store.
-            unsafe {
-                block
-                    .wrapping_add(4 + 2 * k)
-                    .cast::<Pair>()
-                    .write_volatile(*pair)
-            };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        for (i, w) in wqe.tail.iter().flatten().enumerate() {
-            // SAFETY: as above, word `4 + i` (< 8) of the current half.
-            unsafe { block.wrapping_add(4 + i).write_volatile(*w) };
-        }
+        // SAFETY: as above, bytes 32..64 of the current half (16-aligned).
+        unsafe { wqe.tail.write_volatile(block.wrapping_add(4)) };
         self.advance();
     }
 }

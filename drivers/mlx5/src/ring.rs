@@ -127,34 +127,19 @@ impl BlockAt {
 impl WordRing {
     /// Store `wqe` to the block at `at` ([`WordRing::block_at`]), lowest
     /// address first: its first 32 bytes as its [`BlockHead`] stores them,
-    /// its last 32 bytes as two 16-byte stores (SSE2, baseline on x86_64;
-    /// four word stores elsewhere). The same 64 bytes as storing
+    /// its last 32 bytes as [`Pairs`] (two 16-byte stores: SSE2, baseline
+    /// on x86_64; four word stores elsewhere). The same 64 bytes as storing
     /// [`Wqebb::words`] to that [`WordRing::block`].
     #[inline(always)]
     pub fn store_block_at<H: BlockHead>(&self, at: BlockAt, wqe: &Wqebb<H>) {
         // SAFETY: as `block`: `block_ptr_at` points at 8 words inside the
         // mapping `self._buf` keeps alive.
         let bb: &[AtomicU64; 8] = unsafe { &*self.block_ptr_at(at) };
-        wqe.head.store(bb);
-        #[cfg(target_arch = "x86_64")]
-        {
-            let tail = bb[4..].as_ptr().cast_mut().cast::<__m128i>();
-            for (k, pair) in wqe.tail.iter().enumerate() {
-                // SAFETY: `tail` points at words 4..8 of the block `block`
-                // returned (inside the checked mapping, see there); pair `k`
-                // is words `4 + 2k ..= 5 + 2k` of it. `AtomicU64` has the
-                // layout of `u64` and may be written through its pointer
-                // when no other access races it: the block is past the
-                // device's consumer (free) until the doorbell record that
-                // follows this store hands it over, and the poster is the
-                // only writer (`&mut` WorkQueues). An unaligned store, so no
-                // alignment is assumed.
-                unsafe { _mm_storeu_si128(tail.wrapping_add(k), *pair) };
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        for (slot, w) in bb[4..].iter().zip(wqe.tail.iter().flatten()) {
-            slot.store(*w, Ordering::Relaxed);
+        let (head, tail) = bb.split_at(4);
+        // (Both halves are 4 words: `split_at(4)` of 8.)
+        if let (Ok(head), Ok(tail)) = (head.try_into(), tail.try_into()) {
+            wqe.head.store(head);
+            wqe.tail.store(tail);
         }
     }
 }
@@ -171,9 +156,9 @@ pub(crate) trait BlockHead: Copy {
     fn from_words(w: [u64; 4]) -> Self;
     /// The four memory words.
     fn words(self) -> [u64; 4];
-    /// Store to words 0..4 of the ring block `bb` (see
+    /// Store to the four ring words `half` (half of a block; see
     /// [`WordRing::store_block_at`] for why the block may be written).
-    fn store(self, bb: &[AtomicU64; 8]);
+    fn store(self, half: &[AtomicU64; 4]);
     /// Volatile stores to the 32 bytes at `block`.
     ///
     /// # Safety
@@ -199,8 +184,8 @@ impl BlockHead for Words {
     }
 
     #[inline(always)]
-    fn store(self, bb: &[AtomicU64; 8]) {
-        for (slot, w) in bb.iter().zip(self) {
+    fn store(self, half: &[AtomicU64; 4]) {
+        for (slot, w) in half.iter().zip(self) {
             slot.store(w, Ordering::Relaxed);
         }
     }
@@ -228,20 +213,25 @@ impl BlockHead for Pairs {
     }
 
     #[inline(always)]
-    fn store(self, bb: &[AtomicU64; 8]) {
+    fn store(self, half: &[AtomicU64; 4]) {
         #[cfg(target_arch = "x86_64")]
         {
-            let head = bb.as_ptr().cast_mut().cast::<__m128i>();
-            // SAFETY: `head` points at words 0..4 of the block; pair `k`
-            // is words `2k ..= 2k + 1` of it, written as the tail's pairs
-            // are ([`WordRing::store_block_at`]): no other access races
-            // it, and the store is unaligned.
-            unsafe { _mm_storeu_si128(head, self[0]) };
-            // SAFETY: as above, pair 1.
-            unsafe { _mm_storeu_si128(head.wrapping_add(1), self[1]) };
+            let p = half.as_ptr().cast_mut().cast::<__m128i>();
+            for (k, pair) in self.iter().enumerate() {
+                // SAFETY: `p` points at the four words of `half`, inside
+                // the ring's checked mapping; pair `k` is words
+                // `2k ..= 2k + 1` of it. `AtomicU64` has the layout of `u64`
+                // and may be written through its pointer when no other
+                // access races it: the block is past the device's consumer
+                // (free) until the doorbell record that follows the store
+                // hands it over, and the poster is the only writer (`&mut`
+                // WorkQueues). An unaligned store, so no alignment is
+                // assumed.
+                unsafe { _mm_storeu_si128(p.wrapping_add(k), *pair) };
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        for (slot, w) in bb.iter().zip(self.iter().flatten()) {
+        for (slot, w) in half.iter().zip(self.iter().flatten()) {
             slot.store(*w, Ordering::Relaxed);
         }
     }
