@@ -74,6 +74,7 @@ pub fn rxe_json(s: &RxeStats) -> Value {
         "rx_malformed": d.rx_malformed,
         "icrc_ok": d.icrc_ok,
         "icrc_ident_tap": d.icrc_ident_tap,
+        "tap_drains": d.tap_drains,
         "icrc_unverified": d.icrc_unverified,
         "icrc_recovered": d.icrc_recovered,
         "icrc_drops": d.icrc_drops,

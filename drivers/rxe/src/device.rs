@@ -328,6 +328,23 @@ impl Rx {
     }
 }
 
+/// The taps are drained at the end of a round once the copies they may
+/// hold since the last drain could have charged this much to a tap's
+/// receive buffer (`sys::ident_tap` asks for 1 MiB; 416 KiB is the
+/// unprivileged fallback's): well below it, so no copy is dropped for
+/// room. Draining at every round that saw such a packet cost a system call
+/// per round — on loopback, where the segments of a GRO datagram verify
+/// with their index but the tap only ever sees identification 0, a call
+/// that always found the queue empty, one per 8-byte ping-pong round trip
+/// (issue 11). A packet that no prediction verifies drains its port's tap
+/// at once (rnic-roce's `check_icrc`), so a late drain never hides an
+/// identification.
+pub(crate) const TAP_DRAIN_AT: usize = 128 << 10;
+
+/// What one tapped copy is charged beyond its bytes: a socket buffer's
+/// overhead (`sk_buff`, shared info, alignment), generously.
+pub(crate) const TAP_COPY_CHARGE: usize = 1024;
+
 /// The receive path's state (under [`Shared::rx`]): whoever runs a round
 /// of progress holds it; posting and polling never touch it.
 #[derive(Debug)]
@@ -341,9 +358,11 @@ pub struct RxState {
     taps: Vec<TapTable>,
     /// Accept unpredictable, untapped IPv4 packets after a 15-bit check.
     ident_recovery: bool,
-    /// A packet with a nonzero identification arrived this round: drain
-    /// the taps at its end so their queues never overflow.
-    drain_taps: bool,
+    /// What the taps may hold since they were last drained: every IPv4
+    /// packet not verified with identification 0 (a tap's filter drops
+    /// those) is charged its bytes and [`TAP_COPY_CHARGE`]; a round ending
+    /// at [`TAP_DRAIN_AT`] or more drains them.
+    tap_pending: usize,
     /// Injected receive-path faults (off by default).
     faults: Faults,
     /// The receive path's copy of [`Shared::qps`] (reloaded when
@@ -542,7 +561,7 @@ struct Parts<'r> {
     last_ident: &'r mut LastIdent,
     taps: &'r mut Vec<TapTable>,
     ident_recovery: bool,
-    drain_taps: &'r mut bool,
+    tap_pending: &'r mut usize,
     faults: &'r mut Faults,
     touched: &'r mut Touched,
 }
@@ -556,7 +575,7 @@ impl RxState {
             last_ident: None,
             taps: Vec::new(),
             ident_recovery,
-            drain_taps: false,
+            tap_pending: 0,
             faults: Faults::new(faults),
             table: QpTable::default(),
             table_gen: TABLE_NONE,
@@ -573,7 +592,7 @@ impl RxState {
         self.stats = DeviceStats::default();
         self.last_ident = None;
         self.taps.clear();
-        self.drain_taps = false;
+        self.tap_pending = 0;
         let _ = self.faults.take_held();
         self.touched = Touched::default();
         self.deferred.clear();
@@ -637,8 +656,9 @@ impl RxState {
             }
             total += got_here;
         }
-        if self.drain_taps {
-            self.drain_taps = false;
+        if self.tap_pending >= TAP_DRAIN_AT {
+            self.tap_pending = 0;
+            self.stats.tap_drains += 1;
             for (port, table) in sh.ports.iter().zip(&mut self.taps) {
                 if let Some(fd) = &port.tap {
                     table.drain(fd.as_fd());
@@ -733,7 +753,7 @@ impl RxState {
             last_ident,
             taps,
             ident_recovery,
-            drain_taps,
+            tap_pending,
             faults,
             table,
             touched,
@@ -746,7 +766,7 @@ impl RxState {
                 last_ident,
                 taps,
                 ident_recovery: *ident_recovery,
-                drain_taps,
+                tap_pending,
                 faults,
                 touched,
             },
@@ -802,7 +822,7 @@ fn deliver<'a>(
         last_ident,
         taps,
         ident_recovery,
-        drain_taps,
+        tap_pending,
         faults,
         touched,
     } = p;
@@ -867,11 +887,11 @@ fn deliver<'a>(
                     Predicted::Zero => stats.icrc_ident_zero += 1,
                     Predicted::GroIndex => {
                         stats.icrc_ident_gro += 1;
-                        *drain_taps = true;
+                        *tap_pending += pkt.len() + TAP_COPY_CHARGE;
                     }
                     Predicted::Next => {
                         stats.icrc_ident_next += 1;
-                        *drain_taps = true;
+                        *tap_pending += pkt.len() + TAP_COPY_CHARGE;
                     }
                     Predicted::V6 => {}
                 }
@@ -879,7 +899,7 @@ fn deliver<'a>(
             IcrcCheck::Tapped => {
                 stats.icrc_ok += 1;
                 stats.icrc_ident_tap += 1;
-                *drain_taps = true;
+                *tap_pending += pkt.len() + TAP_COPY_CHARGE;
             }
             IcrcCheck::Recovered => stats.icrc_recovered += 1,
             IcrcCheck::Unverified => {

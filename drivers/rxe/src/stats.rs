@@ -81,6 +81,10 @@ pub struct DeviceStats {
     pub icrc_recovered: u64,
     /// Packets dropped for a bad ICRC.
     pub icrc_drops: u64,
+    /// Rounds that ended by draining the identification taps (one system
+    /// call per tap and copy, and one that finds it empty): once per
+    /// `TAP_DRAIN_AT` of packets a tap may have copied, not per round.
+    pub tap_drains: u64,
     /// Packets for a QPN the device does not have (dropped).
     pub unknown_qpn: u64,
     /// Of `unknown_qpn`, those for a QPN outside this device's range (not an
@@ -132,6 +136,7 @@ impl DeviceStats {
             icrc_unverified,
             icrc_recovered,
             icrc_drops,
+            tap_drains,
             unknown_qpn,
             foreign_qpn,
             fault_drops,
@@ -168,6 +173,7 @@ impl DeviceStats {
             (&mut self.icrc_unverified, icrc_unverified),
             (&mut self.icrc_recovered, icrc_recovered),
             (&mut self.icrc_drops, icrc_drops),
+            (&mut self.tap_drains, tap_drains),
             (&mut self.unknown_qpn, unknown_qpn),
             (&mut self.foreign_qpn, foreign_qpn),
             (&mut self.fault_drops, fault_drops),
@@ -230,7 +236,7 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped",
+            "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped; {} tap drains",
             d.icrc_ok,
             d.icrc_ident_zero,
             d.icrc_ident_gro,
@@ -238,7 +244,8 @@ impl fmt::Display for RxeStats {
             d.icrc_ident_tap,
             d.icrc_recovered,
             d.icrc_unverified,
-            d.icrc_drops
+            d.icrc_drops,
+            d.tap_drains
         )?;
         if d.fault_drops > 0 || d.fault_reordered > 0 {
             writeln!(

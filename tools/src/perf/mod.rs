@@ -98,7 +98,7 @@ pub struct PerfArgs {
     pub test: Test,
     /// Server to connect to; without it this side is the server.
     pub host: Option<String>,
-    /// Device spec: rxe:<netdev|ip> (mlx5:<bdf> once the VFIO driver lands).
+    /// Device spec: rxe:<netdev|ip>, mlx5:<bdf> (kernel VFIO) or mlx5:vfio-user:<socket>.
     #[arg(short = 'd', long = "ib-dev", default_value = "rxe:127.0.0.1")]
     pub device: String,
     /// TCP port of the exchange.
