@@ -274,6 +274,14 @@ pub(crate) struct CqRing {
     lean_key: u64,
     log_size: u32,
     mask: u32,
+    /// The ring's capacity less one: half the ring. The attached queues
+    /// may have at most `lag_mask + 1` CQEs outstanding (their promise,
+    /// [`CqRing::free_capacity`]), and `set_ci` is stored only when `ci`
+    /// reaches a multiple of `lag_mask + 1` ([`CqRing::advance`]), so the
+    /// device's view of the ring (`pi − set_ci`) stays below
+    /// `2 · (lag_mask + 1)`, the ring: it never sees an overrun, and the
+    /// polls store nothing per CQE.
+    lag_mask: u32,
     arm_sn: u32,
     /// The record's `arm` dword in the memory word (high half), for
     /// [`CqRing::store_dbrec`].
@@ -445,19 +453,24 @@ pub fn cq_buffer_bytes(entries: u32) -> usize {
 }
 
 impl Cq {
-    /// CREATE_CQ with at least `entries` CQEs (rounded up to a power of two,
-    /// at least 2), on the function's event queue ([`Hca::enable_events`]
-    /// must have run: §7.2, a CQ names an existing EQ).
+    /// CREATE_CQ for at least `entries` outstanding completions (its
+    /// [`Cq::capacity`]: rounded up to a power of two, at least 2), on the
+    /// function's event queue ([`Hca::enable_events`] must have run: §7.2,
+    /// a CQ names an existing EQ). The ring has twice that many CQEs
+    /// ([`Cq::entries`]): the polls store `set_ci` once per capacity's
+    /// worth of CQEs, not per CQE, and the second half is the device's
+    /// room for that lag (docs/mlx5.md §12).
     pub fn new(hca: &Arc<Hca>, entries: u32) -> Result<Cq, Mlx5Error> {
         let eqn = hca.eqn().ok_or(Mlx5Error::NoEventQueue)?;
-        let nent = entries.max(2).checked_next_power_of_two().unwrap_or(0);
+        let capacity = entries.max(2).checked_next_power_of_two().unwrap_or(0);
+        let nent = capacity.checked_mul(2).unwrap_or(0);
         let log_size = nent.trailing_zeros();
         let max = hca.general_caps()?.log_max_cq_sz();
         if nent == 0 || log_size > max {
             return Err(Mlx5Error::QueueSize {
-                what: "CQ",
+                what: "CQ (its ring is twice its capacity)",
                 asked: entries,
-                max: 1 << max.min(31),
+                max: 1 << (max.clamp(1, 32) - 1),
             });
         }
         let len = cq_buffer_bytes(nent);
@@ -527,9 +540,16 @@ impl Cq {
         self.core.cqn
     }
 
-    /// Number of CQEs.
+    /// Number of CQEs in the ring: twice [`Cq::capacity`].
     pub fn entries(&self) -> u32 {
         self.ring.mask + 1
+    }
+
+    /// Completions the attached queues may have outstanding at once (what
+    /// [`Cq::new`] was asked for, rounded up to a power of two): the bound
+    /// QPs are admitted against ([`Cq::free_capacity`]).
+    pub fn capacity(&self) -> u32 {
+        self.ring.capacity()
     }
 
     /// What the CQ counted.
@@ -660,6 +680,7 @@ impl CqRing {
             lean_key: W7_LEAN_REQ | NO_SOLE,
             log_size,
             mask: (1 << log_size) - 1,
+            lag_mask: (1 << log_size.saturating_sub(1)) - 1,
             arm_sn: 0,
             arm_half: 0,
             qps: Vec::new(),
@@ -711,7 +732,13 @@ impl CqRing {
         self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
         self.refresh_sole();
         let used: u32 = self.qps.iter().map(Self::promised).sum();
-        (self.mask + 1).saturating_sub(used)
+        self.capacity().saturating_sub(used)
+    }
+
+    /// CQEs the attached queues may have outstanding at once: half the
+    /// ring ([`CqRing::lag_mask`]).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.lag_mask + 1
     }
 
     /// The consumer index (free-running).
@@ -770,15 +797,47 @@ impl CqRing {
             .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci as u32 & 0xff_ffff));
     }
 
-    /// One CQE consumed (and counted): `ci` on, and the lean path's owner
-    /// parity with it when it wraps.
+    /// One CQE consumed (and counted): `ci` on; at each multiple of the
+    /// capacity `set_ci` stored, and the lean path's owner parity flipped
+    /// when the ring wraps ([`CqRing::crossed`]).
     #[inline(always)]
     fn advance(&mut self) {
+        if self.step() {
+            self.crossed();
+        }
+    }
+
+    /// `ci` on by one; whether it reached a multiple of the capacity (the
+    /// caller then owes [`CqRing::crossed`]). (Reloaded after the retiring
+    /// store rather than kept in a register from `take_lean`: keeping it
+    /// costs a callee-saved register and a copy, 2 instructions more.)
+    #[inline(always)]
+    fn step(&mut self) -> bool {
         let ci = self.ci.wrapping_add(1);
         self.ci = ci;
-        if ci as u32 & self.mask == 0 {
+        ci as u32 & self.lag_mask == 0
+    }
+
+    /// [`CqRing::crossed`], then `v`: the lean paths' tail call, so that
+    /// their hot path is a leaf that saves no registers.
+    #[cold]
+    #[inline(never)]
+    fn crossed_then<T>(&mut self, v: T) -> T {
+        self.crossed();
+        v
+    }
+
+    /// `ci` reached a multiple of the capacity: store `set_ci` (what was
+    /// consumed is read: the store is `Release`), and flip the lean key's
+    /// owner parity if the ring wrapped. Out of line: once per capacity's
+    /// worth of CQEs.
+    #[cold]
+    #[inline(never)]
+    fn crossed(&mut self) {
+        if self.ci as u32 & self.mask == 0 {
             self.lean_key ^= W7_OWNER;
         }
+        self.store_set_ci();
     }
 
     /// The lean path: the CQE at `ci` taken iff it is valid, a requester
@@ -841,7 +900,6 @@ impl CqRing {
     pub(crate) fn lean_send_other(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
         let byte_len = self.lean_byte_len(code);
         self.advance();
-        self.store_set_ci();
         Some(SendCompletion {
             wr_id,
             word: self.sole_word | (u64::from(code & 7) << SC_CODE_SHIFT) | u64::from(byte_len),
@@ -877,7 +935,7 @@ impl CqRing {
         n
     }
 
-    /// Up to `wcs.len()` completions from valid CQEs; one record store.
+    /// Up to `wcs.len()` completions from valid CQEs; `set_ci` stored only at a multiple of the capacity ([`CqRing::advance`]).
     /// A single-completion poll of a lean SEND or WRITE straight through
     /// ([`CqRing::take_lean`], [`CqRing::lean_one`]), everything else by
     /// tail calls.
@@ -896,10 +954,9 @@ impl CqRing {
     }
 
     /// A lean SEND or WRITE completion ([`CqRing::take_lean`]) into
-    /// `first`: `ci` advanced, the record stored; 1.
+    /// `first`: `ci` advanced; 1.
     #[inline(always)]
     pub(crate) fn lean_one(&mut self, first: &mut WorkCompletion, wr_id: u64, code: u32) -> usize {
-        self.advance();
         *first = WorkCompletion {
             wr_id,
             status: WcStatus::Success,
@@ -911,13 +968,15 @@ impl CqRing {
             qp_num: self.sole_qpn,
             ..WorkCompletion::default()
         };
-        self.store_set_ci();
+        if self.step() {
+            return self.crossed_then(1);
+        }
         1
     }
 
     /// A lean completion of any opcode ([`CqRing::take_lean`]) into
     /// `wcs[0]` (`wcs` not empty), then [`CqRing::poll_cqes_loop`] from
-    /// `wcs[1]` (which stores the record).
+    /// `wcs[1]`.
     #[cold]
     #[inline(never)]
     pub(crate) fn lean_first_then_loop(
@@ -930,7 +989,6 @@ impl CqRing {
         self.advance();
         let Some(first) = wcs.first_mut() else {
             // (The callers pass a non-empty `wcs`.)
-            self.store_set_ci();
             return 0;
         };
         *first = WorkCompletion {
@@ -944,8 +1002,7 @@ impl CqRing {
         self.poll_cqes_loop(wcs, 1)
     }
 
-    /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind; the
-    /// record stored once (also for what the caller consumed).
+    /// [`CqRing::poll_cqes`] CQE by CQE from `wcs[n]` on, any kind.
     #[cold]
     #[inline(never)]
     pub(crate) fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
@@ -966,9 +1023,6 @@ impl CqRing {
                 n += 1;
             }
         }
-        // Unconditional: a store of an unchanged index is harmless, and the
-        // caller may have consumed one CQE before calling.
-        self.store_set_ci();
         n
     }
 
@@ -984,18 +1038,20 @@ impl CqRing {
 
     /// [`CqRing::poll_send`]'s lean case, taken ([`CqRing::take_lean`]):
     /// SEND and WRITE (0 bytes) straight through, the rest by a tail call;
-    /// `ci` advanced and the record stored. Always `Some`.
+    /// `ci` advanced. Always `Some`.
     #[inline(always)]
     pub(crate) fn lean_send(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
         if code > WC_CODE_WRITE {
             return self.lean_send_other(wr_id, code);
         }
-        self.advance();
-        self.store_set_ci();
-        Some(SendCompletion {
+        let c = Some(SendCompletion {
             wr_id,
             word: self.sole_word | (u64::from(code) << SC_CODE_SHIFT),
-        })
+        });
+        if self.step() {
+            return self.crossed_then(c);
+        }
+        c
     }
 
     /// [`CqRing::poll_send`] CQE by CQE, any kind: out of line.
@@ -1014,7 +1070,6 @@ impl CqRing {
                 }
             };
             self.advance();
-            self.store_set_ci();
             if got.is_some() {
                 return got;
             }

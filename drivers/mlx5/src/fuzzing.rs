@@ -288,6 +288,12 @@ impl CqRig {
         self.ring.consumer_index()
     }
 
+    /// CQEs the attached queues may have outstanding: half the ring; the
+    /// polls store `set_ci` at each multiple of it.
+    pub fn capacity(&self) -> u32 {
+        self.ring.capacity()
+    }
+
     /// The `set_ci` the CQ's doorbell record holds (24 bits).
     pub fn record_ci(&self) -> u32 {
         let r = self.ring.record_now();

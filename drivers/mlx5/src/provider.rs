@@ -861,8 +861,8 @@ impl Provider for Mlx5Provider {
             depth,
             source: logged("create_cq", &e),
         })?;
-        let entries = cq.entries();
-        Ok((Mlx5Cq { cq: Mutex::new(cq) }, entries))
+        let capacity = cq.capacity();
+        Ok((Mlx5Cq { cq: Mutex::new(cq) }, capacity))
     }
 
     fn create_qp(

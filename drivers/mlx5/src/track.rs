@@ -80,12 +80,14 @@ pub(crate) struct SqSlot {
 
 impl SqSlot {
     /// Record the WQE posted at `start` (free-running): its `wr_id` and
-    /// [`sq_meta`].
+    /// [`sq_meta`], then `start` (`Release`: a poller that loads this
+    /// `start` with `Acquire` reads this `wr_id` and `meta`,
+    /// [`SqTrack::complete`]).
     #[inline(always)]
     fn set(&self, start: u32, wr_id: u64, meta: u32) {
         self.wr_id.store(wr_id, Ordering::Relaxed);
-        self.start.store(start, Ordering::Relaxed);
         self.meta.store(meta, Ordering::Relaxed);
+        self.start.store(start, Ordering::Release);
     }
 }
 
@@ -239,23 +241,30 @@ impl SqTrack {
     ///
     /// The slot at `counter` (modulo the ring) says where its WQE was
     /// posted (`start`, free-running). `counter` names an outstanding WQE
-    /// start iff that position is in the window `tail .. head` (one
-    /// unsigned compare of `start - tail` against `head - tail`) and its low
-    /// 16 bits are `counter`. A slot inside a longer WQE still holds the
-    /// position of an older, retired WQE (before `tail`, so outside the
-    /// window), an unused one a position `≢` its index (`new`), and a slot
-    /// the poster is filling a position at or past the `head` loaded here,
-    /// so each is refused. The poster publishes `head` only after the whole
-    /// WQE, so a WQE starting inside the window also ends inside it, and it
-    /// cannot reuse a slot of the window before `tail` passes it: the retire
-    /// count, `start + WQEBBs - tail`, needs no further check.
+    /// start iff that position is in `tail .. tail + n` (`n` slots: one
+    /// unsigned compare of `start - tail` against `mask`) and its low 16
+    /// bits are `counter` — no load of `head`. Every recorded position is
+    /// below the poster's `head` and at least `head − n` (the ring holds
+    /// `n` WQEBBs), and `tail ≤ head`, so a recorded position in that range
+    /// is outstanding (`tail ≤ start < head`) or a WQE the poster is
+    /// publishing now. Refused: a slot inside a longer WQE or retired
+    /// since (an older position, before `tail`: `start - tail` wraps past
+    /// `mask`), an unused slot (a position `≢` its index, `new`), a
+    /// counter whose high bits differ. The one case the `head` compare
+    /// also refused is a CQE for a WQE whose slot is recorded but whose
+    /// `head` is not yet published — which no device writes before the
+    /// doorbell; a hostile one that guesses it completes a WQE that is
+    /// being posted, with its own `wr_id` and `meta` (`start` is stored
+    /// last, `Release`, and loaded `Acquire`), and `tail` then equals the
+    /// `head` the poster publishes. The poster cannot reuse a slot of the
+    /// window before `tail` passes it, so the retire count,
+    /// `start + WQEBBs - tail`, needs no further check.
     #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
-        let head = self.head.load(Ordering::Acquire) as u32;
         let tail = self.tail.load(Ordering::Relaxed);
         let slot = self.slot(u32::from(counter));
-        let start = slot.start.load(Ordering::Relaxed);
-        if start.wrapping_sub(tail) >= head.wrapping_sub(tail) || start as u16 != counter {
+        let start = slot.start.load(Ordering::Acquire);
+        if start.wrapping_sub(tail) > self.mask || start as u16 != counter {
             return None;
         }
         let meta = slot.meta.load(Ordering::Relaxed);
@@ -458,6 +467,63 @@ mod tests {
         post(&one, 7, 1);
         assert_eq!(one.complete(1), None, "index 1 is not position 0");
         assert_eq!(one.complete(0), Some((7, 1)));
+    }
+
+    /// `complete` loads no `head`: over many laps of 1- to 3-WQEBB WQEs on
+    /// 8 slots, the counters it takes are exactly the outstanding WQE
+    /// starts (every 16-bit counter tried at each step, `tail` put back).
+    #[test]
+    fn exactly_the_outstanding_starts_complete_without_a_head_load() {
+        let sq = SqTrack::new(8);
+        let mut starts = std::collections::VecDeque::new();
+        let mut rng = 0x9e37_79b9u32;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        for step in 0..200u32 {
+            let head = sq.head.load(Ordering::Relaxed) as u32;
+            let tail = sq.tail.load(Ordering::Relaxed);
+            let bbs = next() % 3 + 1;
+            if head.wrapping_sub(tail) + bbs <= 8 && next() % 3 != 0 {
+                let at = post(&sq, u64::from(step), bbs);
+                starts.push_back(u32::from(at));
+            } else if !starts.is_empty() {
+                // Complete one of the outstanding WQEs (the later ones retire
+                // those before them).
+                let k = next() as usize % starts.len();
+                let c = starts[k] as u16;
+                assert!(sq.complete(c).is_some(), "step {step}");
+                starts.drain(..=k);
+            }
+            let tail = sq.tail.load(Ordering::Relaxed);
+            for c in 0..=u16::MAX {
+                let took = sq.complete(c).is_some();
+                sq.tail.store(tail, Ordering::Relaxed);
+                assert_eq!(
+                    took,
+                    starts.contains(&u32::from(c)),
+                    "step {step}, counter {c:#x}"
+                );
+            }
+        }
+    }
+
+    /// A CQE for a WQE whose slot is recorded but whose `head` is not yet
+    /// published (a device that guessed it): that WQE, with its own
+    /// `wr_id`, and `tail` becomes the `head` the poster then publishes.
+    #[test]
+    fn a_wqe_being_published_completes_with_its_own_slot() {
+        let sq = SqTrack::new(4);
+        post(&sq, 1, 1);
+        sq.record(1, 42, sq_meta(2, 3));
+        assert_eq!(sq.complete(1), Some((42, 3)));
+        assert_eq!(sq.tail.load(Ordering::Relaxed), 3);
+        sq.head.store(3, Ordering::Release);
+        assert_eq!(sq.outstanding(), 0);
+        assert_eq!(sq.complete(1), None, "retired: refused again");
     }
 
     #[test]

@@ -1076,3 +1076,59 @@ fn the_direct_fast_path_writes_inline_and_polls_send_completions() {
     assert!(r.cq.poll_send().is_none());
     r.teardown_is_clean();
 }
+
+/// The polls store `set_ci` only when the consumer index reaches a
+/// multiple of the CQ's capacity, so the device's view of the ring lags;
+/// the ring is twice the capacity, so it never sees an overrun. Rounds of
+/// 100 signaled WRITEs, each round's CQEs all written before any is
+/// polled, take the device's view (CQEs written − `set_ci`) to 344 on a
+/// capacity-256 CQ (600 written, `set_ci` 256): past the capacity, inside
+/// the 512-CQE ring.
+#[test]
+fn a_lagging_set_ci_never_overruns_the_cq() {
+    let mut r = rig();
+    let raddr = r.peer.mr.addr();
+    let rkey = r.peer.mr.rkey();
+    assert_eq!((r.cq.capacity(), r.cq.entries()), (256, 512));
+    let written = |r: &Rig| r.emu.firmware().unwrap().hca_stats().cqes;
+    let cqes0 = written(&r);
+    let mut wr_id = 0u64;
+    let mut view_max = 0u64;
+    for round in 0..6u64 {
+        for _ in 0..100 {
+            let data = wr_id.to_le_bytes();
+            r.qp.post_write_inline(wr_id, raddr + 8 * (wr_id % 512), rkey, &data, true)
+                .unwrap();
+            wr_id += 1;
+        }
+        let t = Instant::now();
+        while written(&r) < cqes0 + wr_id {
+            assert!(t.elapsed() < Duration::from_secs(10), "round {round}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let set_ci = u64::from(u32::from_be_bytes(
+            r.cq.doorbell_record()[..4].try_into().unwrap(),
+        ));
+        view_max = view_max.max(wr_id - set_ci);
+        for k in 0..100 {
+            let c = r.cq.poll_send().expect("every CQE was written");
+            assert_eq!(
+                (c.wr_id(), c.status()),
+                (round * 100 + k, WcStatus::Success)
+            );
+        }
+        let ci = u64::from(r.cq.consumer_index());
+        let set_ci = u64::from(u32::from_be_bytes(
+            r.cq.doorbell_record()[..4].try_into().unwrap(),
+        ));
+        assert_eq!(
+            set_ci,
+            ci / 256 * 256,
+            "stored at multiples of the capacity"
+        );
+    }
+    assert_eq!(view_max, 344, "the device saw more than the capacity");
+    let st = r.emu.firmware().unwrap().hca_stats();
+    assert_eq!((st.cq_overruns, st.cqes_dropped), (0, 0), "{st:?}");
+    assert_eq!(r.peer.bytes(8 * (599 % 512), 8), 599u64.to_le_bytes());
+}
