@@ -604,9 +604,12 @@ fn icrc_line(out: &str) -> Option<&str> {
     out.lines().find(|l| l.starts_with("icrc: "))
 }
 
-/// "N dropped" at the end of the ICRC counter line.
+/// "N dropped" at the end of the ICRC counter line's counts (rnic-rxe follows
+/// them with "; T tap drains", the emulator does not).
 fn icrc_drops(line: &str) -> Option<u64> {
-    line.rsplit(", ")
+    line.split(';')
+        .next()?
+        .rsplit(", ")
         .next()?
         .strip_suffix(" dropped")?
         .parse()
@@ -638,9 +641,16 @@ fn icrc_all_32_bits(line: &str) -> bool {
 /// The parser on lines as rnic-rxe prints them (runs without a VM).
 #[test]
 fn icrc_counter_line_parses() {
-    let full = "icrc: 120 ok, all 32 bits (ident 0: 3, GRO index: 0, previous + 1: 116, tapped: 1), 0 recovered (15-bit check), 0 unverifiable (dropped), 0 dropped";
+    let full = "icrc: 120 ok, all 32 bits (ident 0: 3, GRO index: 0, previous + 1: 116, tapped: 1), 0 recovered (15-bit check), 0 unverifiable (dropped), 0 dropped; 2 tap drains";
     assert_eq!(icrc_count(full, " recovered"), Some(0));
     assert_eq!(icrc_drops(full), Some(0));
+    assert_eq!(
+        icrc_drops(&full.replace("0 dropped;", "7 dropped;")),
+        Some(7)
+    );
+    let emulator = full.split(';').next().unwrap();
+    assert_eq!(icrc_drops(emulator), Some(0));
+    assert!(icrc_all_32_bits(emulator));
     assert!(icrc_all_32_bits(full));
     let solved = full.replace("0 recovered", "2 recovered");
     assert_eq!(icrc_count(&solved, " recovered"), Some(2));
