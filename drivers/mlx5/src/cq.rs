@@ -26,7 +26,7 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, warn};
 
-use crate::ring::{WordCell, WordRing};
+use crate::ring::{BlockCursor, WordCell, WordRing};
 use crate::track::{
     QpShared, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, WC_CODE_SEND, WC_CODE_WRITE,
     wc_opcode_code, wc_opcode_from_code,
@@ -259,13 +259,14 @@ struct Attached {
 /// The consumer side of a CQ ring: sans-IO apart from the DMA words it
 /// reads (unit-tested over plain buffers).
 pub(crate) struct CqRing {
-    /// The CQEs: block `i` is CQE `i & mask`.
-    cqes: WordRing,
+    /// The CQEs (block `i` is CQE `i & mask`) and the consumer index,
+    /// free-running, as the current CQE's address; also the number of CQEs
+    /// consumed (`CqCounters::cqes`, filled in by
+    /// [`CqRing::counters_now`]). It stops at each multiple of the capacity
+    /// ([`CqRing::advance`]).
+    cqes: BlockCursor,
     /// The doorbell record (after the CQEs).
     dbrec: WordCell,
-    /// The consumer index, free-running; also the number of CQEs consumed
-    /// (`CqCounters::cqes`, filled in by [`CqRing::counters_now`]).
-    ci: u64,
     /// What the lean path expects of the CQE's last word under
     /// [`W7_LEAN_MASK`]: `op_own` (opcode REQ, format 0, owner = the pass
     /// parity of `ci`, flipped each time `ci` wraps: [`CqRing::advance`])
@@ -368,7 +369,7 @@ impl fmt::Debug for Cq {
         f.debug_struct("Cq")
             .field("cqn", &self.core.cqn)
             .field("entries", &(self.ring.mask + 1))
-            .field("ci", &self.ring.ci)
+            .field("ci", &self.ring.ci())
             .field("counters", &self.ring.counters_now())
             .finish_non_exhaustive()
     }
@@ -674,9 +675,11 @@ impl CqRing {
     pub(crate) fn new(buf: Arc<DmaBuffer>, log_size: u32) -> Option<CqRing> {
         let words = 8usize.checked_shl(log_size)?;
         Some(CqRing {
-            cqes: WordRing::new(buf.clone(), 0, words)?,
+            cqes: BlockCursor::new(
+                WordRing::new(buf.clone(), 0, words)?,
+                1 << log_size.saturating_sub(1),
+            )?,
             dbrec: WordCell::new(buf, words)?,
-            ci: 0,
             lean_key: W7_LEAN_REQ | NO_SOLE,
             log_size,
             mask: (1 << log_size) - 1,
@@ -743,13 +746,19 @@ impl CqRing {
 
     /// The consumer index (free-running).
     pub(crate) fn consumer_index(&self) -> u32 {
-        self.ci as u32
+        self.ci() as u32
+    }
+
+    /// The consumer index, free-running: the number of CQEs consumed.
+    #[inline(always)]
+    fn ci(&self) -> u64 {
+        self.cqes.index()
     }
 
     /// What the ring counted.
     pub(crate) fn counters_now(&self) -> CqCounters {
         CqCounters {
-            cqes: self.ci,
+            cqes: self.ci(),
             ..self.counters
         }
     }
@@ -778,7 +787,7 @@ impl CqRing {
     /// reuse their slots).
     #[inline(always)]
     fn store_dbrec(&self) {
-        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci as u32 & 0xff_ffff);
+        let set_ci = cq_doorbell_record::set_ci.insert(0, self.ci() as u32 & 0xff_ffff);
         self.dbrec
             .get()
             .store(be_pair(set_ci, 0) | self.arm_half, Ordering::Release);
@@ -794,7 +803,7 @@ impl CqRing {
                 && cq_doorbell_record::set_ci.width == 24
         );
         self.dbrec
-            .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci as u32 & 0xff_ffff));
+            .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci() as u32 & 0xff_ffff));
     }
 
     /// One CQE consumed (and counted): `ci` on; at each multiple of the
@@ -807,15 +816,15 @@ impl CqRing {
         }
     }
 
-    /// `ci` on by one; whether it reached a multiple of the capacity (the
-    /// caller then owes [`CqRing::crossed`]). (Reloaded after the retiring
-    /// store rather than kept in a register from `take_lean`: keeping it
-    /// costs a callee-saved register and a copy, 2 instructions more.)
+    /// `ci` on by one, unless that reaches a multiple of the capacity: then
+    /// `true`, and the caller owes [`CqRing::crossed`], which moves it
+    /// ([`BlockCursor::step`]). (The CQE's address reloaded after the
+    /// retiring store rather than kept in a register from `take_lean`:
+    /// keeping it costs a callee-saved register and a copy, 2 instructions
+    /// more.)
     #[inline(always)]
     fn step(&mut self) -> bool {
-        let ci = self.ci.wrapping_add(1);
-        self.ci = ci;
-        ci as u32 & self.lag_mask == 0
+        self.cqes.step()
     }
 
     /// [`CqRing::crossed`], then `v`: the lean paths' tail call, so that
@@ -834,7 +843,7 @@ impl CqRing {
     #[cold]
     #[inline(never)]
     fn crossed(&mut self) {
-        if self.ci as u32 & self.mask == 0 {
+        if self.cqes.cross() {
             self.lean_key ^= W7_OWNER;
         }
         self.store_set_ci();
@@ -861,7 +870,7 @@ impl CqRing {
     /// [`SqTrack::complete`]: crate::track::SqTrack::complete
     #[inline(always)]
     pub(crate) fn take_lean(&mut self) -> Option<(u64, u32)> {
-        let cqe = self.cqes.block(self.ci as usize);
+        let cqe = self.cqes.current();
         let last = cqe[7].load(Ordering::Acquire);
         if last & W7_LEAN_MASK != self.lean_key {
             return None;
@@ -882,7 +891,7 @@ impl CqRing {
                 // `byte_cnt` is outside the word `take_lean` checked the
                 // owner bit in.
                 dma_rmb_after_owner_bit();
-                let cqe = self.cqes.block(self.ci as usize);
+                let cqe = self.cqes.current();
                 let last = cqe[7].load(Ordering::Relaxed);
                 dword(&CqeWords { cqe, last }, &cqe64::byte_cnt)
             }
@@ -908,11 +917,11 @@ impl CqRing {
 
     #[inline(always)]
     fn valid(&self, op_own: u8) -> bool {
-        valid_at(op_own, self.ci as u32, self.log_size)
+        valid_at(op_own, self.ci() as u32, self.log_size)
     }
 
     fn pending(&self) -> bool {
-        let last = &self.cqes.block(self.ci as usize)[7];
+        let last = &self.cqes.current()[7];
         self.valid(last.load(Ordering::Acquire).to_ne_bytes()[7])
     }
 
@@ -1007,7 +1016,7 @@ impl CqRing {
     #[inline(never)]
     pub(crate) fn poll_cqes_loop(&mut self, wcs: &mut [WorkCompletion], mut n: usize) -> usize {
         while n < wcs.len() {
-            let Some((cqe, last)) = next_cqe(&self.cqes, self.ci as u32, self.log_size) else {
+            let Some((cqe, last)) = next_cqe(&self.cqes, self.log_size) else {
                 break;
             };
             let cqe = CqeWords { cqe, last };
@@ -1059,7 +1068,7 @@ impl CqRing {
     #[inline(never)]
     pub(crate) fn poll_send_loop(&mut self) -> Option<SendCompletion> {
         loop {
-            let (cqe, last) = next_cqe(&self.cqes, self.ci as u32, self.log_size)?;
+            let (cqe, last) = next_cqe(&self.cqes, self.log_size)?;
             let cqe = CqeWords { cqe, last };
             let got = if Self::lean(last) {
                 requester(&self.qps, &mut self.counters, &cqe, WcStatus::Success, 0)
@@ -1146,7 +1155,7 @@ impl CqRing {
             CqArmCmd::NextCompletion
         }
         .as_raw() as u32;
-        let ci = self.ci as u32 & 0xff_ffff;
+        let ci = self.ci() as u32 & 0xff_ffff;
         let sn = self.arm_sn & 3;
         // The record's `arm` dword and the UAR word's high dword share one
         // layout (§8); both come from the PRM offsets.
@@ -1246,8 +1255,9 @@ fn poll_send_slow(qps: &[Attached], counters: &mut CqCounters, cqe: &CqeWords<'_
 /// The CQE at consumer index `ci` and its last word (opcode, owner, QPN,
 /// `wqe_counter`) if it is valid, re-read after the read barrier (§10).
 #[inline(always)]
-fn next_cqe(cqes: &WordRing, ci: u32, log_size: u32) -> Option<(&[AtomicU64; 8], u64)> {
-    let cqe = cqes.block(ci as usize);
+fn next_cqe(cqes: &BlockCursor, log_size: u32) -> Option<(&[AtomicU64; 8], u64)> {
+    let cqe = cqes.current();
+    let ci = cqes.index() as u32;
     if !valid_at(
         cqe[7].load(Ordering::Acquire).to_ne_bytes()[7],
         ci,

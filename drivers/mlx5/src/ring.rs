@@ -111,6 +111,110 @@ impl WordRing {
     }
 }
 
+/// A consumer's position in a [`WordRing`] of blocks (a CQ's consumer
+/// index), kept as the block's address so that reading the current block
+/// is one load of the address and no shift or mask: [`BlockCursor::current`].
+/// It moves one block at a time ([`BlockCursor::step`]) and stops every
+/// `stride` blocks (a power of two that divides the ring): the step that
+/// would reach a stop returns `true` without moving, and
+/// [`BlockCursor::cross`] then moves onto it (at the ring's end: back to
+/// block 0, one lap on). So `cur` is always a block of the ring, whatever
+/// the caller does.
+pub(crate) struct BlockCursor {
+    ring: WordRing,
+    /// The current block: `base + 64 i` for an `i` below the ring's blocks.
+    cur: NonNull<[AtomicU64; 8]>,
+    /// The next stop: after `cur`, at most the ring's end (one past its
+    /// last block), `stride` blocks apart from the base.
+    stop: NonNull<[AtomicU64; 8]>,
+    /// The free-running index of block 0 in the current lap.
+    lap: u64,
+    /// `stride` in bytes.
+    stride_bytes: usize,
+}
+
+// SAFETY: as `WordRing`'s (which it holds): pointers into the mapping the
+// ring's `Arc<DmaBuffer>` keeps alive, used only to form `&AtomicU64`s.
+unsafe impl Send for BlockCursor {}
+// SAFETY: `&BlockCursor` hands out only `&AtomicU64`s, which are `Sync`.
+unsafe impl Sync for BlockCursor {}
+
+impl BlockCursor {
+    /// At block 0 of `ring`, stopping every `stride` blocks; `None` unless
+    /// `stride` is a power of two of at most the ring's blocks.
+    pub fn new(ring: WordRing, stride: usize) -> Option<BlockCursor> {
+        let stride_bytes = stride.checked_mul(64)?;
+        if !stride.is_power_of_two() || stride_bytes > ring.len_bytes() {
+            return None;
+        }
+        let cur = NonNull::new(ring.block_ptr(0))?;
+        let stop = NonNull::new(cur.as_ptr().wrapping_byte_add(stride_bytes))?;
+        Some(BlockCursor {
+            ring,
+            cur,
+            stop,
+            lap: 0,
+            stride_bytes,
+        })
+    }
+
+    /// The current block.
+    #[inline(always)]
+    pub fn current(&self) -> &[AtomicU64; 8] {
+        // SAFETY: `cur` is always a block of the ring (`new` starts it at
+        // block 0; `step` moves it only to an address below `stop`, which
+        // is at most the ring's end; `cross` moves it to `stop` only when
+        // that is below the end, else back to block 0), inside the mapping
+        // `ring` keeps alive; the reference is to atomics (the module docs).
+        unsafe { self.cur.as_ref() }
+    }
+
+    /// The free-running index of the current block.
+    #[inline(always)]
+    pub fn index(&self) -> u64 {
+        let off = (self.cur.as_ptr() as usize).wrapping_sub(self.ring.base.as_ptr() as usize);
+        self.lap.wrapping_add((off / 64) as u64)
+    }
+
+    /// One block on, unless that is a stop: then `true` with nothing moved,
+    /// and the caller owes [`BlockCursor::cross`].
+    #[inline(always)]
+    pub fn step(&mut self) -> bool {
+        let next = self.cur.as_ptr().wrapping_byte_add(64);
+        if next == self.stop.as_ptr() {
+            return true;
+        }
+        // SAFETY: `next` is one block past `cur` and below `stop`, which is
+        // at most the ring's end: a block of the ring, so not null.
+        self.cur = unsafe { NonNull::new_unchecked(next) };
+        false
+    }
+
+    /// Onto the stop [`BlockCursor::step`] reached; whether that wrapped
+    /// the ring (back to block 0, the next lap). Cold: once per `stride`
+    /// blocks.
+    pub fn cross(&mut self) -> bool {
+        let base = self.ring.base.as_ptr().cast::<[AtomicU64; 8]>();
+        let end = base.wrapping_byte_add(self.ring.len_bytes());
+        let wrapped = self.stop.as_ptr() == end;
+        let cur = if wrapped {
+            self.lap = self.lap.wrapping_add((self.ring.len_bytes() / 64) as u64);
+            base
+        } else {
+            self.stop.as_ptr()
+        };
+        // (`cur` is block 0 or a stop below the end: a block of the ring.)
+        if let (Some(cur), Some(stop)) = (
+            NonNull::new(cur),
+            NonNull::new(cur.wrapping_byte_add(self.stride_bytes)),
+        ) {
+            self.cur = cur;
+            self.stop = stop;
+        }
+        wrapped
+    }
+}
+
 /// The byte offset of one block of a [`WordRing`] ([`WordRing::block_at`]):
 /// a multiple of 64 below the ring's length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -467,6 +571,60 @@ mod tests {
         let c = WordCell::new(buf.clone(), 100).unwrap();
         c.get().store(9, Ordering::Relaxed);
         assert_eq!(all[100].load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
+    fn a_cursor_stops_every_stride_and_never_leaves_the_ring() {
+        let buf = buffer();
+        // An 8-block ring at words 8.. (blocks at words 8, 16, …, 64).
+        let ring = || WordRing::new(buf.clone(), 8, 64).unwrap();
+        assert!(BlockCursor::new(ring(), 3).is_none());
+        assert!(BlockCursor::new(ring(), 16).is_none());
+        assert!(BlockCursor::new(ring(), 0).is_none());
+        let r = ring();
+        for i in 0..8 {
+            r.block(i)[0].store(1000 + i as u64, Ordering::Relaxed);
+        }
+        let mut c = BlockCursor::new(r, 4).unwrap();
+        let mut stops = Vec::new();
+        let mut wraps = Vec::new();
+        for n in 0..40u64 {
+            assert_eq!(c.index(), n);
+            // The current block is block `n` modulo the ring.
+            assert_eq!(c.current()[0].load(Ordering::Relaxed), 1000 + n % 8);
+            if c.step() {
+                // A stop: nothing moved until `cross`.
+                assert_eq!(c.index(), n);
+                assert_eq!(c.current()[0].load(Ordering::Relaxed), 1000 + n % 8);
+                stops.push(n + 1);
+                if c.cross() {
+                    wraps.push(n + 1);
+                }
+            }
+        }
+        assert_eq!(c.index(), 40);
+        assert_eq!(stops, [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]);
+        assert_eq!(wraps, [8, 16, 24, 32, 40]);
+        // A caller that never crosses stays at the block before the stop.
+        let mut c = BlockCursor::new(ring(), 2).unwrap();
+        for _ in 0..10 {
+            c.step();
+        }
+        assert_eq!(c.index(), 1);
+        assert_eq!(c.current()[0].load(Ordering::Relaxed), 1001);
+        // A stride of the whole ring (and of one block) stops at each wrap
+        // (and at each block).
+        let mut c = BlockCursor::new(ring(), 8).unwrap();
+        let mut hits = Vec::new();
+        for _ in 0..16 {
+            if c.step() && c.cross() {
+                hits.push(c.index());
+            }
+        }
+        assert_eq!(hits, [8, 16]);
+        let mut c = BlockCursor::new(ring(), 1).unwrap();
+        assert!((0..8).all(|_| c.step() && (c.cross() == (c.index().is_multiple_of(8)))));
+        assert_eq!(c.index(), 8);
     }
 
     #[test]
