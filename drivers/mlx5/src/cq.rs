@@ -262,8 +262,13 @@ pub(crate) struct CqRing {
     /// The CQEs (block `i` is CQE `i & mask`) and the consumer index,
     /// free-running, as the current CQE's address; also the number of CQEs
     /// consumed (`CqCounters::cqes`, filled in by
-    /// [`CqRing::counters_now`]). It stops at each multiple of the capacity
-    /// ([`CqRing::advance`]).
+    /// [`CqRing::counters_now`]). Its stride is the capacity, half the
+    /// ring: the attached queues may have at most that many CQEs
+    /// outstanding (their promise, [`CqRing::free_capacity`]), and
+    /// `set_ci` is stored only when `ci` reaches a multiple of it
+    /// ([`CqRing::advance`]), so the device's view of the ring
+    /// (`pi − set_ci`) stays below twice the capacity, the ring: it never
+    /// sees an overrun, and the polls store nothing per CQE.
     cqes: BlockCursor,
     /// The doorbell record (after the CQEs).
     dbrec: WordCell,
@@ -275,14 +280,6 @@ pub(crate) struct CqRing {
     lean_key: u64,
     log_size: u32,
     mask: u32,
-    /// The ring's capacity less one: half the ring. The attached queues
-    /// may have at most `lag_mask + 1` CQEs outstanding (their promise,
-    /// [`CqRing::free_capacity`]), and `set_ci` is stored only when `ci`
-    /// reaches a multiple of `lag_mask + 1` ([`CqRing::advance`]), so the
-    /// device's view of the ring (`pi − set_ci`) stays below
-    /// `2 · (lag_mask + 1)`, the ring: it never sees an overrun, and the
-    /// polls store nothing per CQE.
-    lag_mask: u32,
     arm_sn: u32,
     /// The record's `arm` dword in the memory word (high half), for
     /// [`CqRing::store_dbrec`].
@@ -683,7 +680,6 @@ impl CqRing {
             lean_key: W7_LEAN_REQ | NO_SOLE,
             log_size,
             mask: (1 << log_size) - 1,
-            lag_mask: (1 << log_size.saturating_sub(1)) - 1,
             arm_sn: 0,
             arm_half: 0,
             qps: Vec::new(),
@@ -739,9 +735,9 @@ impl CqRing {
     }
 
     /// CQEs the attached queues may have outstanding at once: half the
-    /// ring ([`CqRing::lag_mask`]).
+    /// ring (the cursor's stride, [`CqRing::cqes`]).
     pub(crate) fn capacity(&self) -> u32 {
-        self.lag_mask + 1
+        self.cqes.stride() as u32
     }
 
     /// The consumer index (free-running).

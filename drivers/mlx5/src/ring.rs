@@ -158,6 +158,11 @@ impl BlockCursor {
         })
     }
 
+    /// Blocks between stops.
+    pub fn stride(&self) -> usize {
+        self.stride_bytes / 64
+    }
+
     /// The current block.
     #[inline(always)]
     pub fn current(&self) -> &[AtomicU64; 8] {
@@ -586,6 +591,7 @@ mod tests {
             r.block(i)[0].store(1000 + i as u64, Ordering::Relaxed);
         }
         let mut c = BlockCursor::new(r, 4).unwrap();
+        assert_eq!(c.stride(), 4);
         let mut stops = Vec::new();
         let mut wraps = Vec::new();
         for n in 0..40u64 {
