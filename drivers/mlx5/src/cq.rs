@@ -21,7 +21,7 @@ use rnic_dma::Mmio;
 use rnic_dma::barrier::{dma_rmb_after_owner_bit, dma_wmb_before_doorbell};
 use rnic_mlx5_prm::{
     CQE_BYTES, CQE_FORMAT_COMPRESSED, CQE_OP_OWN_INIT, CmdOpcode, CqArmCmd, CqeOpcode, CqeSyndrome,
-    CreateCqIn, CreateCqOut, DestroyCqIn, DestroyCqOut, FieldLayout, UAR_CQ_DOORBELL,
+    CreateCqIn, CreateCqOut, DestroyCqIn, DestroyCqOut, FieldLayout, UAR_CQ_DOORBELL, WqeOpcode,
     cq_doorbell_record, cq_uar_doorbell, cqe_size, cqe64, err_cqe,
 };
 use tracing::{debug, warn};
@@ -274,9 +274,10 @@ pub(crate) struct CqRing {
     dbrec: WordCell,
     /// What the lean path expects of the CQE's last word under
     /// [`W7_LEAN_MASK`]: `op_own` (opcode REQ, format 0, owner = the pass
-    /// parity of `ci`, flipped each time `ci` wraps: [`CqRing::advance`])
-    /// and the sole QP's number ([`NO_SOLE`], a bit outside the mask that
-    /// no word can match, when there is none).
+    /// parity of `ci`, flipped each time `ci` wraps: [`CqRing::advance`]),
+    /// a WQE opcode of [`W7_ZERO_LEN`]'s four, and the sole QP's number
+    /// ([`NO_SOLE`], a bit outside the mask that no word can match, when
+    /// there is none).
     lean_key: u64,
     log_size: u32,
     mask: u32,
@@ -323,13 +324,27 @@ fn w7_wqe_counter(last: u64) -> u16 {
 const W7_OWNER: u64 = w7(&cqe64::owner, 1);
 /// Opcode, format and owner (all of `op_own` but `se`) in a CQE's last word.
 const W7_LEAN: u64 = w7(&cqe64::opcode, 0xf) | w7(&cqe64::cqe_format, 3) | W7_OWNER;
-/// Opcode REQ and format 0 (owner 0) under [`W7_LEAN`]: the lean case.
-const W7_LEAN_REQ: u64 = w7(&cqe64::opcode, CqeOpcode::Req.as_raw() as u32);
+/// The top six bits of a requester CQE's WQE opcode (`sop_drop_qpn`
+/// [31:24], reference/mlx5.md §10: the opcode of the completed send WQE).
+const W7_WQE_OP: u64 = w7(&cqe64::wqe_opcode, 0xfc);
+/// The four WQE opcodes whose requester completion carries no length —
+/// RDMA_WRITE, RDMA_WRITE_IMM, SEND, SEND_IMM (0x08 ..= 0x0b) — under
+/// [`W7_WQE_OP`].
+const W7_ZERO_LEN: u64 = w7(&cqe64::wqe_opcode, WqeOpcode::RdmaWrite.as_raw() as u32);
+const _: () = assert!(
+    WqeOpcode::RdmaWrite.as_raw() == 0x08
+        && WqeOpcode::RdmaWriteImm.as_raw() == 0x09
+        && WqeOpcode::Send.as_raw() == 0x0a
+        && WqeOpcode::SendImm.as_raw() == 0x0b
+);
+/// Opcode REQ and format 0 (owner 0) under [`W7_LEAN`], and a WQE opcode
+/// of the four under [`W7_WQE_OP`]: the lean case.
+const W7_LEAN_REQ: u64 = w7(&cqe64::opcode, CqeOpcode::Req.as_raw() as u32) | W7_ZERO_LEN;
 /// The QPN in a CQE's last word.
 const W7_QPN: u64 = w7(&cqe64::qpn, 0xff_ffff);
-/// What the lean path compares in a CQE's last word: `op_own` (but `se`)
-/// and the QPN, one masked compare.
-const W7_LEAN_MASK: u64 = W7_LEAN | W7_QPN;
+/// What the lean path compares in a CQE's last word: `op_own` (but `se`),
+/// the WQE opcode's top six bits and the QPN, one masked compare.
+const W7_LEAN_MASK: u64 = W7_LEAN | W7_WQE_OP | W7_QPN;
 /// The lowest bit outside [`W7_LEAN_MASK`]: in `lean_key` when the CQ has
 /// no sole QP, so that no CQE's `last & W7_LEAN_MASK` equals the key.
 const NO_SOLE: u64 = !W7_LEAN_MASK & (!W7_LEAN_MASK).wrapping_neg();
@@ -339,9 +354,10 @@ const _: () = assert!(
         && W7_LEAN & w7(&cqe64::cqe_format, 3) != 0
         && W7_QPN != 0
         && W7_QPN & W7_LEAN == 0
+        && W7_WQE_OP & (W7_LEAN | W7_QPN) == 0
         && NO_SOLE & W7_LEAN_MASK == 0
         && NO_SOLE != 0
-        && W7_LEAN_REQ & !W7_LEAN == 0
+        && W7_LEAN_REQ & !(W7_LEAN | W7_WQE_OP) == 0
 );
 // The lean paths' `code <= WC_CODE_WRITE`: SEND and WRITE (byte_len 0),
 // codes that fit the completion word's 3 bits as they are.
@@ -701,13 +717,13 @@ impl CqRing {
         match &self.qps[..] {
             [a] if a.send => {
                 self.sole = a.qp.clone();
-                self.lean_key = (self.lean_key & W7_LEAN) | w7(&cqe64::qpn, a.qp.qpn);
+                self.lean_key = (self.lean_key & (W7_LEAN | W7_WQE_OP)) | w7(&cqe64::qpn, a.qp.qpn);
                 self.sole_word = SendCompletion::qpn_word(a.qp.qpn);
                 self.sole_qpn = Qpn::from_wire(a.qp.qpn);
             }
             _ => {
                 self.sole = Arc::new(QpShared::placeholder());
-                self.lean_key = (self.lean_key & W7_LEAN) | NO_SOLE;
+                self.lean_key = (self.lean_key & (W7_LEAN | W7_WQE_OP)) | NO_SOLE;
                 self.sole_word = SendCompletion::qpn_word(0);
                 self.sole_qpn = Qpn::from_wire(0);
             }
@@ -846,22 +862,22 @@ impl CqRing {
     }
 
     /// The lean path: the CQE at `ci` taken iff it is valid, a requester
-    /// success of the normal format, of the CQ's sole QP (`op_own` and the
-    /// QPN: one masked compare against `lean_key`) naming an outstanding
-    /// WQE start ([`SqTrack::complete`]: one window compare, one index
-    /// compare); `(wr_id, opcode code)` with the WQEs retired, `ci` not yet
-    /// advanced (the caller advances it after reading what else it needs
-    /// from the CQE). `None` with nothing changed otherwise: the general
-    /// paths decide (and count) it.
+    /// success of the normal format, of a WQE opcode whose completion has
+    /// no length (WRITE, SEND, with or without immediate: the CQE's
+    /// `byte_len` is 0 whatever opcode was recorded, [`requester`]), of the
+    /// CQ's sole QP (`op_own`, the WQE opcode and the QPN: one masked
+    /// compare against `lean_key`) naming an outstanding WQE start
+    /// ([`SqTrack::complete`]: one window test, one index compare);
+    /// `(wr_id, opcode code)` with the WQEs retired, `ci` not yet advanced.
+    /// `None` with nothing changed otherwise: the general paths decide
+    /// (and count) it.
     ///
     /// No read barrier: everything this reads of the CQE (owner, opcode,
-    /// format, QPN, `wqe_counter`) is in its last 8 bytes, taken by one
-    /// aligned 8-byte load, which is single-copy atomic. If that load sees
-    /// the owner bit the device wrote, it sees the line as it was at or
-    /// after that write, so every byte the device wrote before it (or with
-    /// it) — the same as the barrier-then-reload it replaces. A CQE word
-    /// read beyond these (READ's `byte_cnt`) is read behind
-    /// [`dma_rmb_after_owner_bit`] ([`CqRing::lean_byte_len`]).
+    /// format, WQE opcode, QPN, `wqe_counter`) is in its last 8 bytes,
+    /// taken by one aligned 8-byte load, which is single-copy atomic. If
+    /// that load sees the owner bit the device wrote, it sees the line as
+    /// it was at or after that write, so every byte the device wrote before
+    /// it (or with it) — the same as the barrier-then-reload it replaces.
     ///
     /// [`SqTrack::complete`]: crate::track::SqTrack::complete
     #[inline(always)]
@@ -872,43 +888,6 @@ impl CqRing {
             return None;
         }
         self.sole.sq.complete(w7_wqe_counter(last))
-    }
-
-    /// The `byte_len` of a lean completion of opcode code `code` whose CQE
-    /// is at `ci` (not yet advanced): READ's `byte_cnt`, 8 for atomics, 0
-    /// for SEND and WRITE. Out of line: the callers test for SEND and WRITE
-    /// first, so the hot path keeps neither the CQE's address nor
-    /// callee-saved registers live.
-    #[cold]
-    #[inline(never)]
-    fn lean_byte_len(&self, code: u32) -> u32 {
-        match code {
-            WC_CODE_READ => {
-                // `byte_cnt` is outside the word `take_lean` checked the
-                // owner bit in.
-                dma_rmb_after_owner_bit();
-                let cqe = self.cqes.current();
-                let last = cqe[7].load(Ordering::Relaxed);
-                dword(&CqeWords { cqe, last }, &cqe64::byte_cnt)
-            }
-            WC_CODE_CMP_SWAP | WC_CODE_FETCH_ADD => 8,
-            _ => 0,
-        }
-    }
-
-    /// [`CqRing::lean_send`] for a lean CQE of any opcode but SEND and
-    /// WRITE (a tail call, out of line).
-    /// (Always `Some`: an `Option` so that the callers' `return` of it is a
-    /// tail call.)
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn lean_send_other(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
-        let byte_len = self.lean_byte_len(code);
-        self.advance();
-        Some(SendCompletion {
-            wr_id,
-            word: self.sole_word | (u64::from(code & 7) << SC_CODE_SHIFT) | u64::from(byte_len),
-        })
     }
 
     #[inline(always)]
@@ -979,9 +958,9 @@ impl CqRing {
         1
     }
 
-    /// A lean completion of any opcode ([`CqRing::take_lean`]) into
-    /// `wcs[0]` (`wcs` not empty), then [`CqRing::poll_cqes_loop`] from
-    /// `wcs[1]`.
+    /// A lean completion of any recorded opcode ([`CqRing::take_lean`]:
+    /// no length) into `wcs[0]` (`wcs` not empty), then
+    /// [`CqRing::poll_cqes_loop`] from `wcs[1]`.
     #[cold]
     #[inline(never)]
     pub(crate) fn lean_first_then_loop(
@@ -990,7 +969,6 @@ impl CqRing {
         wr_id: u64,
         code: u32,
     ) -> usize {
-        let byte_len = self.lean_byte_len(code);
         self.advance();
         let Some(first) = wcs.first_mut() else {
             // (The callers pass a non-empty `wcs`.)
@@ -1000,7 +978,6 @@ impl CqRing {
             wr_id,
             status: WcStatus::Success,
             opcode: wc_opcode_from_code(code),
-            byte_len,
             qp_num: self.sole_qpn,
             ..WorkCompletion::default()
         };
@@ -1041,14 +1018,11 @@ impl CqRing {
         self.lean_send(wr_id, code)
     }
 
-    /// [`CqRing::poll_send`]'s lean case, taken ([`CqRing::take_lean`]):
-    /// SEND and WRITE (0 bytes) straight through, the rest by a tail call;
-    /// `ci` advanced. Always `Some`.
+    /// [`CqRing::poll_send`]'s lean case, taken ([`CqRing::take_lean`]: no
+    /// length, whatever the recorded opcode `code`, `0 ..= 7`:
+    /// [`crate::track::sq_meta`]); `ci` advanced. Always `Some`.
     #[inline(always)]
     pub(crate) fn lean_send(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
-        if code > WC_CODE_WRITE {
-            return self.lean_send_other(wr_id, code);
-        }
         let c = Some(SendCompletion {
             wr_id,
             word: self.sole_word | (u64::from(code) << SC_CODE_SHIFT),
@@ -1306,12 +1280,21 @@ fn requester<S: CqeSource>(
         counters.bad_wqe_counter += 1;
         return None;
     };
-    let byte_len = match code {
-        WC_CODE_READ => dword(cqe, &cqe64::byte_cnt),
-        WC_CODE_CMP_SWAP | WC_CODE_FETCH_ADD => 8,
+    // The length follows the WQE opcode the CQE names (reference/mlx5.md
+    // §10: READ's `byte_cnt`, 8 for an atomic, none otherwise), as the lean
+    // path's does (`CqRing::take_lean` takes only the four opcodes without
+    // one); the opcode reported is the one recorded at post time. (A device
+    // that names another opcode than the one posted changes only what it
+    // could change anyway: the length it reports.) `byte_len` is dropped on
+    // error: `SendCompletion::new`.
+    let byte_len = match WqeOpcode::from_raw(dword(cqe, &cqe64::wqe_opcode) as u8) {
+        WqeOpcode::RdmaRead => dword(cqe, &cqe64::byte_cnt),
+        WqeOpcode::AtomicCs
+        | WqeOpcode::AtomicFa
+        | WqeOpcode::AtomicMaskedCs
+        | WqeOpcode::AtomicMaskedFa => 8,
         _ => 0,
     };
-    // (`byte_len` is dropped on error: `SendCompletion::new`.)
     Some(SendCompletion::new(
         wr_id, status, code, vendor_err, byte_len, qpn,
     ))

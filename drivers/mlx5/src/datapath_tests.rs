@@ -316,9 +316,18 @@ fn cq(space: &Arc<IovaSpace>, log: u32) -> (CqRing, FakeCq) {
     )
 }
 
+/// A requester CQE of a SEND WQE (what a device writes for one:
+/// [`req_op`]).
 fn req(qpn: u32, counter: u16, byte_cnt: u32) -> impl Fn(&mut [u8; 64]) {
+    req_op(WqeOpcode::Send, qpn, counter, byte_cnt)
+}
+
+/// A requester CQE naming a WQE of opcode `op` (`sop_drop_qpn`'s top
+/// byte, reference/mlx5.md §10), QP `qpn`, index `counter`.
+fn req_op(op: WqeOpcode, qpn: u32, counter: u16, byte_cnt: u32) -> impl Fn(&mut [u8; 64]) {
     move |c| {
         let mut v = Cqe64::new_checked(&mut c[..]).unwrap();
+        v.set_wqe_opcode(op.as_raw().into()).unwrap();
         v.set_qpn(qpn).unwrap();
         v.set_wqe_counter(counter.into()).unwrap();
         v.set_byte_cnt(byte_cnt).unwrap();
@@ -344,7 +353,7 @@ fn requester_completions_retire_unsignaled_wqes_and_respect_owner_parity() {
         let (_, r) = wq.post_send(&wrs, false);
         r.unwrap();
         let last = wq.sq_head().wrapping_sub(1) as u16;
-        dev.push(req(QPN, last, 8));
+        dev.push(req_op(WqeOpcode::RdmaRead, QPN, last, 8));
         let n = ring.poll(&mut wcs, false);
         assert_eq!(n, 1, "round {round}");
         assert_eq!(wcs[0].wr_id, round * 10 + 1);
@@ -383,7 +392,12 @@ fn a_poll_stores_set_ci_alone_and_leaves_the_armed_word_as_arming_wrote_it() {
     for i in 0..3u64 {
         wq.post_write_inline(i, 0, 1, b"8 bytes!", true, false)
             .unwrap();
-        dev.push(req(QPN, wq.sq_head().wrapping_sub(1) as u16, 0));
+        dev.push(req_op(
+            WqeOpcode::RdmaWrite,
+            QPN,
+            wq.sq_head().wrapping_sub(1) as u16,
+            0,
+        ));
         if i == 1 {
             assert_eq!(ring.poll_send().map(|c| c.wr_id()), Some(1));
         } else {
@@ -616,6 +630,13 @@ fn every_send_opcode_completes_alike_on_the_lean_and_the_general_path() {
         (WcOpcode::CompSwap, 8),
         (WcOpcode::FetchAdd, 8),
     ];
+    let op_of = |o: WcOpcode| match o {
+        WcOpcode::Send => WqeOpcode::Send,
+        WcOpcode::RdmaWrite => WqeOpcode::RdmaWrite,
+        WcOpcode::RdmaRead => WqeOpcode::RdmaRead,
+        WcOpcode::CompSwap => WqeOpcode::AtomicCs,
+        _ => WqeOpcode::AtomicFa,
+    };
     for (how, (wr, (opcode, byte_len))) in [0, 1, 2, 3].iter().flat_map(|h| {
         wrs.iter()
             .zip(want)
@@ -632,7 +653,7 @@ fn every_send_opcode_completes_alike_on_the_lean_and_the_general_path() {
         }
         let (_, r) = wq.post_send(std::slice::from_ref(&wr), false);
         r.unwrap();
-        dev.push(req(QPN, 0, 0x1234));
+        dev.push(req_op(op_of(opcode), QPN, 0, 0x1234));
         let mut wcs = [WorkCompletion::default(); 4];
         let wc = match how {
             0 => WorkCompletion::from(ring.poll_send().expect("poll_send")),
@@ -783,12 +804,12 @@ fn fast_equals_generic<const N: usize>(
     assert_eq!(a.sq_head(), b.sq_head());
     let (x, y) = (&a.shared, &b.shared);
     assert_eq!(
-        x.sq.slot_at(head).wr_id.load(Ordering::Relaxed),
-        y.sq.slot_at(head).wr_id.load(Ordering::Relaxed)
+        x.sq.slot_at(head.into()).wr_id.load(Ordering::Relaxed),
+        y.sq.slot_at(head.into()).wr_id.load(Ordering::Relaxed)
     );
     assert_eq!(
-        x.sq.slot_at(head).meta.load(Ordering::Relaxed),
-        y.sq.slot_at(head).meta.load(Ordering::Relaxed)
+        x.sq.slot_at(head.into()).meta.load(Ordering::Relaxed),
+        y.sq.slot_at(head.into()).meta.load(Ordering::Relaxed)
     );
     assert_eq!(
         x.sq.head.load(Ordering::Relaxed),
@@ -832,7 +853,8 @@ fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modul
     }
     let (ring, _) = crate::wq::views(&buf, 0, SQ_BBS as usize * 8, 511).unwrap();
     let blocks = SqBlocks::new(ring, &wq.shared).expect("the same size");
-    // Past the ring's end, wrapping 32 bits: block and slot both modulo.
+    // Past the ring's end, beyond 32 bits: block and slot both modulo, the
+    // slot's start the full 64-bit position.
     let head = (1u64 << 32) + u64::from(SQ_BBS) * 3 + 5;
     let words: [u64; 8] = std::array::from_fn(|i| 0x1111 * (i as u64 + 1));
     let meta = crate::track::sq_meta(1, 1);
@@ -856,18 +878,22 @@ fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modul
             slot.start.load(Ordering::Relaxed),
             slot.meta.load(Ordering::Relaxed)
         ),
-        (77, head as u32, meta)
+        (77, head, meta)
     );
-    // Its neighbours untouched (their initial starts, `SqTrack::new`).
-    for i in [4, 6] {
-        assert_eq!(wq.shared.sq.slot_at(i).start.load(Ordering::Relaxed), i + 1);
+    // Its neighbours untouched (their initial starts, one lap before 0:
+    // `SqTrack::new`).
+    for i in [4u64, 6] {
+        assert_eq!(
+            wq.shared.sq.slot_at(i).start.load(Ordering::Relaxed),
+            i.wrapping_sub(SQ_BBS.into())
+        );
         assert_eq!(wq.shared.sq.slot_at(i).wr_id.load(Ordering::Relaxed), 0);
     }
 }
 
 /// Retire everything outstanding on `q`'s send queue (as a CQE would).
 fn retire_all(q: &WorkQueues) {
-    let h = q.sq_head();
+    let h = q.shared.sq.head.load(Ordering::Relaxed);
     q.shared.sq.tail.store(h, Ordering::Release);
 }
 
@@ -1026,7 +1052,7 @@ fn poll_send_returns_what_poll_returns_across_wraps_errors_and_hostile_cqes() {
                 v.set_opcode(CqeOpcode::ReqErr.as_raw().into()).unwrap();
             });
         } else {
-            push2(&mut da, &mut db, req(QPN, last, 8));
+            push2(&mut da, &mut db, req_op(WqeOpcode::RdmaRead, QPN, last, 8));
         }
         assert_eq!(ra.poll(&mut wcs, false), 1, "round {round}");
         let c = rb.poll_send().expect("a completion");
@@ -1125,7 +1151,10 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
             read(&a.buf, a.dbrec_word * 8, 8),
             read(&b.buf, b.dbrec_word * 8, 8)
         );
-        let (x, y) = (a.shared.sq.slot_at(head), b.shared.sq.slot_at(head));
+        let (x, y) = (
+            a.shared.sq.slot_at(head.into()),
+            b.shared.sq.slot_at(head.into()),
+        );
         assert_eq!(
             (
                 x.wr_id.load(Ordering::Relaxed),

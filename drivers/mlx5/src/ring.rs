@@ -120,13 +120,19 @@ impl WordRing {
 /// [`BlockCursor::cross`] then moves onto it (at the ring's end: back to
 /// block 0, one lap on). So `cur` is always a block of the ring, whatever
 /// the caller does.
+///
+/// The distance to the stop is kept beside the address, counting down, so
+/// that a step is a subtract whose sign says "stop", and an add: no compare
+/// of the moved address (two read-modify-write instructions and a branch).
 pub(crate) struct BlockCursor {
     ring: WordRing,
     /// The current block: `base + 64 i` for an `i` below the ring's blocks.
     cur: NonNull<[AtomicU64; 8]>,
-    /// The next stop: after `cur`, at most the ring's end (one past its
-    /// last block), `stride` blocks apart from the base.
-    stop: NonNull<[AtomicU64; 8]>,
+    /// Bytes from `cur` to the last block before the next stop, when not
+    /// negative: `cur + left + 64` is the stop, at most the ring's end
+    /// (one past its last block), `stride` blocks apart from the base.
+    /// Negative once a step found the stop, until [`BlockCursor::cross`].
+    left: isize,
     /// The free-running index of block 0 in the current lap.
     lap: u64,
     /// `stride` in bytes.
@@ -148,11 +154,10 @@ impl BlockCursor {
             return None;
         }
         let cur = NonNull::new(ring.block_ptr(0))?;
-        let stop = NonNull::new(cur.as_ptr().wrapping_byte_add(stride_bytes))?;
         Some(BlockCursor {
             ring,
             cur,
-            stop,
+            left: isize::try_from(stride_bytes - 64).ok()?,
             lap: 0,
             stride_bytes,
         })
@@ -167,10 +172,11 @@ impl BlockCursor {
     #[inline(always)]
     pub fn current(&self) -> &[AtomicU64; 8] {
         // SAFETY: `cur` is always a block of the ring (`new` starts it at
-        // block 0; `step` moves it only to an address below `stop`, which
-        // is at most the ring's end; `cross` moves it to `stop` only when
-        // that is below the end, else back to block 0), inside the mapping
-        // `ring` keeps alive; the reference is to atomics (the module docs).
+        // block 0; `step` moves it one block on only when `left` stays ≥ 0,
+        // i.e. to at least one block before the stop, which is at most the
+        // ring's end; `cross` moves it to the stop only when that is below
+        // the end, else back to block 0), inside the mapping `ring` keeps
+        // alive; the reference is to atomics (the module docs).
         unsafe { self.cur.as_ref() }
     }
 
@@ -185,36 +191,44 @@ impl BlockCursor {
     /// and the caller owes [`BlockCursor::cross`].
     #[inline(always)]
     pub fn step(&mut self) -> bool {
-        let next = self.cur.as_ptr().wrapping_byte_add(64);
-        if next == self.stop.as_ptr() {
+        self.left -= 64;
+        if self.left < 0 {
+            // Stays negative however often a caller steps without
+            // crossing.
+            self.left = -1;
             return true;
         }
-        // SAFETY: `next` is one block past `cur` and below `stop`, which is
-        // at most the ring's end: a block of the ring, so not null.
+        // SAFETY: `left` was at least 64: `cur + 64` is at or before the
+        // last block before the stop, which is at most the ring's end: a
+        // block of the ring, in the same allocation as `cur`.
+        let next = unsafe { self.cur.as_ptr().byte_add(64) };
+        // SAFETY: that block's address, so not null.
         self.cur = unsafe { NonNull::new_unchecked(next) };
         false
     }
 
-    /// Onto the stop [`BlockCursor::step`] reached; whether that wrapped
-    /// the ring (back to block 0, the next lap). Cold: once per `stride`
-    /// blocks.
+    /// Onto the next stop ([`BlockCursor::step`] reached it); whether that
+    /// wrapped the ring (back to block 0, the next lap). Cold: once per
+    /// `stride` blocks.
     pub fn cross(&mut self) -> bool {
         let base = self.ring.base.as_ptr().cast::<[AtomicU64; 8]>();
         let end = base.wrapping_byte_add(self.ring.len_bytes());
-        let wrapped = self.stop.as_ptr() == end;
+        let stop = self
+            .cur
+            .as_ptr()
+            .wrapping_byte_add(self.left.max(0).unsigned_abs() + 64);
+        let wrapped = stop >= end;
         let cur = if wrapped {
             self.lap = self.lap.wrapping_add((self.ring.len_bytes() / 64) as u64);
             base
         } else {
-            self.stop.as_ptr()
+            stop
         };
         // (`cur` is block 0 or a stop below the end: a block of the ring.)
-        if let (Some(cur), Some(stop)) = (
-            NonNull::new(cur),
-            NonNull::new(cur.wrapping_byte_add(self.stride_bytes)),
-        ) {
+        if let (Some(cur), Ok(left)) = (NonNull::new(cur), isize::try_from(self.stride_bytes - 64))
+        {
             self.cur = cur;
-            self.stop = stop;
+            self.left = left;
         }
         wrapped
     }

@@ -59,22 +59,38 @@ pub(crate) fn wc_opcode_from_code(code: u32) -> WcOpcode {
 /// One SQ entry's metadata, at the index of its first WQEBB: its size in
 /// WQEBBs and its completion opcode. Nothing that varies per post (the
 /// slot's `start` says where the WQE lies), so a post of a known kind
-/// stores it as one immediate.
+/// stores it as one immediate. (The code in the low byte: the direct poll
+/// shifts the whole word to the completion's code bits, and the size falls
+/// off the top.)
 #[inline(always)]
 pub(crate) const fn sq_meta(wqebbs: u32, wc_code: u32) -> u32 {
-    ((wqebbs & 0xff) << 8) | (wc_code & 0xff)
+    // A code outside `0 ..= 4` (none is recorded: `wc_opcode_code` of a
+    // `SendOp`'s opcode) as 7, so that the code fits [`SendCompletion`]'s
+    // three bits as stored.
+    //
+    // [`SendCompletion`]: crate::SendCompletion
+    let code = if wc_code <= WC_CODE_FETCH_ADD {
+        wc_code
+    } else {
+        7
+    };
+    ((wqebbs & 0xff) << 8) | code
 }
 
 /// One WQEBB's tracking entry: the `wr_id`, the free-running WQEBB position
 /// it was recorded at, and the [`sq_meta`] of the WQE that starts there (one
-/// 16-byte slot, so one index covers all three).
+/// 32-byte slot, so one index covers all three).
 #[derive(Debug, Default)]
+#[repr(C, align(32))]
 pub(crate) struct SqSlot {
     pub wr_id: AtomicU64,
-    /// The producer counter (WQEBBs, free-running) the WQE was posted at:
-    /// a CQE is taken only for the slot's WQE when this lies in the
-    /// outstanding window and its low 16 bits are the CQE's `wqe_counter`.
-    pub start: AtomicU32,
+    /// The producer counter (WQEBBs, free-running, 64 bits: it never
+    /// wraps) the WQE was posted at: a CQE is taken only for the slot's
+    /// WQE when this lies in the outstanding window and its low 16 bits
+    /// are the CQE's `wqe_counter`. (With 32 bits a slot left stale inside
+    /// longer WQEs came back into the window after 2^32 WQEBBs,
+    /// `tests::a_slot_stale_for_2_32_wqebbs_is_refused`.)
+    pub start: AtomicU64,
     pub meta: AtomicU32,
 }
 
@@ -84,7 +100,7 @@ impl SqSlot {
     /// `start` with `Acquire` reads this `wr_id` and `meta`,
     /// [`SqTrack::complete`]).
     #[inline(always)]
-    fn set(&self, start: u32, wr_id: u64, meta: u32) {
+    fn set(&self, start: u64, wr_id: u64, meta: u32) {
         self.wr_id.store(wr_id, Ordering::Relaxed);
         self.meta.store(meta, Ordering::Relaxed);
         self.start.store(start, Ordering::Release);
@@ -94,7 +110,7 @@ impl SqSlot {
 /// The SQ ring and its QP's tracking slots as one: the same number of
 /// blocks as slots, checked when made ([`SqBlocks::new`]), so the byte
 /// offset of a block finds its slot with one shift (64-byte blocks,
-/// 16-byte slots: a quarter of it) and no mask of its own.
+/// 32-byte slots: half of it) and no mask of its own.
 pub(crate) struct SqBlocks {
     ring: WordRing,
     /// `shared.sq`'s first slot.
@@ -110,7 +126,7 @@ unsafe impl Send for SqBlocks {}
 // SAFETY: as `Send`: `&SqBlocks` stores only through atomics.
 unsafe impl Sync for SqBlocks {}
 
-const _: () = assert!(std::mem::size_of::<SqSlot>() == 16);
+const _: () = assert!(std::mem::size_of::<SqSlot>() == 32);
 
 impl SqBlocks {
     /// `ring` with `shared`'s tracking; `None` unless the ring has exactly
@@ -141,15 +157,15 @@ impl SqBlocks {
         self.ring.store_block_at(at, wqe);
         // SAFETY: `at` is a multiple of 64 below the ring's length
         // (`block_at`), which `new` checked is 64 × the slot count (the
-        // slots are set once in `SqTrack::new` and never change): `at / 4`
-        // is a multiple of 16 below 16 × the slot count, the offset of
-        // slot `at / 64` (16-byte slots, asserted above) in the one array
+        // slots are set once in `SqTrack::new` and never change): `at / 2`
+        // is a multiple of 32 below 32 × the slot count, the offset of
+        // slot `at / 64` (32-byte slots, asserted above) in the one array
         // `slots` points at.
-        let p = unsafe { self.slots.as_ptr().byte_add(at.bytes() >> 2) };
+        let p = unsafe { self.slots.as_ptr().byte_add(at.bytes() >> 1) };
         // SAFETY: `p` is that slot, in the array `_shared` keeps alive; a
         // shared reference to atomics.
         let slot = unsafe { &*p };
-        slot.set(head as u32, wr_id, meta);
+        slot.set(head, wr_id, meta);
     }
 }
 
@@ -162,9 +178,11 @@ pub(crate) struct SqTrack {
     /// poster, whose only copy it is (its send count is derived from it);
     /// pollers use its low 32 bits.
     pub head: AtomicU64,
-    /// Consumer in WQEBBs (free-running), published by the poller.
-    pub tail: AtomicU32,
-    mask: u32,
+    /// Consumer in WQEBBs (free-running, 64 bits like the slots'
+    /// `start`), published by the poller; the poster uses its low 32 bits.
+    pub tail: AtomicU64,
+    /// `slots.len() - 1` (64 bits: compared with 64-bit positions).
+    mask: u64,
 }
 
 /// A receive queue's tracking, indexed by WQE.
@@ -186,30 +204,48 @@ impl SqTrack {
     pub fn new(wqebbs: u32) -> SqTrack {
         let n = wqebbs.clamp(1, 1 << 15).next_power_of_two();
         SqTrack {
-            // Slot `i` starts as recorded at `i + 1`: never `i` modulo `n`,
-            // so a counter that maps to a slot no WQE was recorded in is
-            // refused (with `n == 1` nothing maps to it before the first
-            // post, when the window is empty).
             slots: (0..n)
                 .map(|i| SqSlot {
-                    start: AtomicU32::new(i + 1),
+                    start: AtomicU64::new(Self::unused(i.into(), n.into())),
                     ..SqSlot::default()
                 })
                 .collect(),
             head: AtomicU64::new(0),
-            tail: AtomicU32::new(0),
-            mask: n - 1,
+            tail: AtomicU64::new(0),
+            mask: u64::from(n - 1),
+        }
+    }
+
+    /// The position a slot holds before a WQE is recorded in it (`new`,
+    /// [`SqTrack::restart`]): slot `i`'s one lap of `n` before position 0,
+    /// `i − n` (wrapping), so it is `≡ i` modulo `n` like every recorded
+    /// position, and before any `tail`: refused, whatever the counter.
+    fn unused(i: u64, n: u64) -> u64 {
+        i.wrapping_sub(n)
+    }
+
+    /// Back to position 0 (the QP was reset: the device's WQE index starts
+    /// at 0 again): `head`, `tail` and every slot as `new` left them, so
+    /// that no position recorded before the reset is in the window after
+    /// it. (The poster's, with nothing in flight: a CQE of before the reset
+    /// that comes now names a slot that is unused again.)
+    pub fn restart(&self) {
+        let n = self.mask + 1;
+        self.head.store(0, Ordering::Release);
+        self.tail.store(0, Ordering::Release);
+        for (i, slot) in (0..n).zip(self.slots.iter()) {
+            slot.start.store(Self::unused(i, n), Ordering::Release);
         }
     }
 
     /// The number of WQEBBs tracked.
     pub fn wqebbs(&self) -> u32 {
-        self.mask + 1
+        self.mask as u32 + 1
     }
 
     /// The slot of WQEBB `i` (modulo the ring): no bounds check.
     #[inline(always)]
-    fn slot(&self, i: u32) -> &SqSlot {
+    fn slot(&self, i: u64) -> &SqSlot {
         let i = (i & self.mask) as usize;
         // SAFETY: `new` made `slots` exactly `mask + 1` long and both fields
         // are private and never change after, so `i <= mask < slots.len()`.
@@ -218,14 +254,14 @@ impl SqTrack {
 
     /// The slot of WQEBB `i` (modulo the ring), for tests.
     #[cfg(test)]
-    pub fn slot_at(&self, i: u32) -> &SqSlot {
+    pub fn slot_at(&self, i: u64) -> &SqSlot {
         self.slot(i)
     }
 
     /// Record the WQE starting at WQEBB `head` (the poster, before it
     /// publishes `head`).
     #[inline(always)]
-    pub fn record(&self, head: u32, wr_id: u64, meta: u32) {
+    pub fn record(&self, head: u64, wr_id: u64, meta: u32) {
         self.slot(head).set(head, wr_id, meta);
     }
 
@@ -241,16 +277,19 @@ impl SqTrack {
     ///
     /// The slot at `counter` (modulo the ring) says where its WQE was
     /// posted (`start`, free-running). `counter` names an outstanding WQE
-    /// start iff that position is in `tail .. tail + n` (`n` slots: one
-    /// unsigned compare of `start - tail` against `mask`) and its low 16
-    /// bits are `counter` — no load of `head`. Every recorded position is
-    /// below the poster's `head` and at least `head − n` (the ring holds
-    /// `n` WQEBBs), and `tail ≤ head`, so a recorded position in that range
-    /// is outstanding (`tail ≤ start < head`) or a WQE the poster is
-    /// publishing now. Refused: a slot inside a longer WQE or retired
-    /// since (an older position, before `tail`: `start - tail` wraps past
-    /// `mask`), an unused slot (a position `≢` its index, `new`), a
-    /// counter whose high bits differ. The one case the `head` compare
+    /// start iff that position is in `tail .. tail + n` (`n` slots) and its
+    /// low 16 bits are `counter` — no load of `head`, and no compare of
+    /// `start - tail` with `n` either: its sign is enough. A slot's
+    /// position is the start of the WQE now at that slot, or older (the
+    /// slot is inside a longer WQE, or retired, or unused:
+    /// [`SqTrack::unused`]). The poster records only below `tail + n`
+    /// (the ring holds `n` WQEBBs, and `tail` only grows), so a position
+    /// at or after `tail` is in `tail .. tail + n`: outstanding
+    /// (`tail ≤ start < head`) or a WQE the poster is publishing now. An
+    /// older one is before `tail`, and stays before it however long it is
+    /// left (positions are 64 bits and never wrap): `start - tail` is
+    /// negative. Refused: a slot inside a longer WQE or retired since, an
+    /// unused slot, a counter whose high bits differ. The one case the `head` compare
     /// also refused is a CQE for a WQE whose slot is recorded but whose
     /// `head` is not yet published — which no device writes before the
     /// doorbell; a hostile one that guesses it completes a WQE that is
@@ -262,21 +301,21 @@ impl SqTrack {
     #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
         let tail = self.tail.load(Ordering::Relaxed);
-        let slot = self.slot(u32::from(counter));
+        let slot = self.slot(u64::from(counter));
         let start = slot.start.load(Ordering::Acquire);
-        if start.wrapping_sub(tail) > self.mask || start as u16 != counter {
-            return None;
-        }
         let meta = slot.meta.load(Ordering::Relaxed);
         let wr_id = slot.wr_id.load(Ordering::Relaxed);
+        if (start.wrapping_sub(tail) as i64) < 0 || start as u16 != counter {
+            return None;
+        }
         self.tail
-            .store(start.wrapping_add((meta >> 8) & 0xff), Ordering::Release);
+            .store(start + u64::from((meta >> 8) & 0xff), Ordering::Release);
         Some((wr_id, meta & 0xff))
     }
 
     /// The oldest outstanding WQE, retired: for software flushes.
     pub fn pop(&self) -> Option<(u64, u32)> {
-        let head = self.head.load(Ordering::Acquire) as u32;
+        let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Relaxed);
         if head == tail {
             return None;
@@ -289,7 +328,9 @@ impl SqTrack {
     }
 
     pub fn outstanding(&self) -> u32 {
-        (self.head.load(Ordering::Acquire) as u32).wrapping_sub(self.tail.load(Ordering::Acquire))
+        self.head
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.tail.load(Ordering::Acquire)) as u32
     }
 }
 
@@ -384,10 +425,9 @@ mod tests {
     use super::*;
 
     fn post(sq: &SqTrack, wr_id: u64, bbs: u32) -> u16 {
-        let head = sq.head.load(Ordering::Relaxed) as u32;
+        let head = sq.head.load(Ordering::Relaxed);
         sq.record(head, wr_id, sq_meta(bbs, 1));
-        sq.head
-            .store(u64::from(head.wrapping_add(bbs)), Ordering::Release);
+        sq.head.store(head + u64::from(bbs), Ordering::Release);
         head as u16
     }
 
@@ -452,6 +492,51 @@ mod tests {
         assert_eq!(sq.outstanding(), 0);
     }
 
+    /// The 2^16 case above, 2^16 times over: the stale position is 2^32
+    /// WQEBBs behind `tail`, so its low 32 bits equal `tail`'s (a 32-bit
+    /// window took it as outstanding, with its old `wr_id`, and moved
+    /// `tail` past `head`).
+    #[test]
+    fn a_slot_stale_for_2_32_wqebbs_is_refused() {
+        let sq = SqTrack::new(4);
+        post(&sq, 10, 1);
+        post(&sq, 11, 1);
+        assert_eq!(sq.complete(1), Some((11, 1)));
+        sq.head.store(1 << 32, Ordering::Relaxed);
+        sq.tail.store(1 << 32, Ordering::Relaxed);
+        assert_eq!(post(&sq, 12, 2), 0);
+        assert_eq!(sq.slot_at(1).start.load(Ordering::Relaxed), 1, "stale");
+        assert_eq!(sq.complete(1), None);
+        assert_eq!(sq.outstanding(), 2, "nothing retired");
+        assert_eq!(sq.tail.load(Ordering::Relaxed), 1 << 32);
+        assert_eq!(sq.complete(0), Some((12, 1)));
+        assert_eq!(sq.tail.load(Ordering::Relaxed), (1 << 32) + 2);
+        assert_eq!(sq.outstanding(), 0);
+    }
+
+    /// A QP reset starts the positions at 0 again: a slot recorded before
+    /// it (positions 0 ..= 2 here) names no outstanding WQE after it, though
+    /// its position is in the new window's range and its counter matches.
+    #[test]
+    fn slots_recorded_before_a_reset_are_refused_after_it() {
+        let sq = SqTrack::new(8);
+        post(&sq, 1, 1);
+        post(&sq, 2, 1);
+        post(&sq, 3, 1);
+        sq.restart();
+        assert_eq!(sq.outstanding(), 0);
+        for c in 0..=u16::MAX {
+            assert_eq!(sq.complete(c), None, "counter {c:#x}");
+        }
+        assert_eq!(sq.tail.load(Ordering::Relaxed), 0);
+        // Posting after the reset works as on a new queue.
+        post(&sq, 4, 1);
+        post(&sq, 5, 1);
+        assert_eq!(sq.complete(2), None, "position 2 is not posted yet");
+        assert_eq!(sq.complete(1), Some((5, 1)));
+        assert_eq!(sq.outstanding(), 0);
+    }
+
     #[test]
     fn a_slot_no_wqe_was_recorded_in_is_refused() {
         // A 3-WQEBB WQE on a fresh ring: slots 1 and 2 were never written.
@@ -484,10 +569,10 @@ mod tests {
             rng
         };
         for step in 0..200u32 {
-            let head = sq.head.load(Ordering::Relaxed) as u32;
+            let head = sq.head.load(Ordering::Relaxed);
             let tail = sq.tail.load(Ordering::Relaxed);
             let bbs = next() % 3 + 1;
-            if head.wrapping_sub(tail) + bbs <= 8 && next() % 3 != 0 {
+            if head - tail + u64::from(bbs) <= 8 && next() % 3 != 0 {
                 let at = post(&sq, u64::from(step), bbs);
                 starts.push_back(u32::from(at));
             } else if !starts.is_empty() {

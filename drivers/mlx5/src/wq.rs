@@ -509,8 +509,7 @@ impl WorkQueues {
     /// The SQ restarts at 0 (reset): the send count carried over.
     pub fn restart_sq(&mut self) {
         self.sq_extra = self.sq_extra.wrapping_sub(self.sq_head64());
-        self.shared.sq.head.store(0, Ordering::Release);
-        self.shared.sq.tail.store(0, Ordering::Release);
+        self.shared.sq.restart();
         self.sq_limit = 0;
     }
 
@@ -561,7 +560,7 @@ impl WorkQueues {
     #[cold]
     #[inline(never)]
     fn sq_room(&mut self, head: u32) -> Result<(), Refused> {
-        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
         let used = head.wrapping_sub(tail);
         if used >= self.sq_wqebbs {
             return Err(self.queue_full(used));
@@ -777,7 +776,7 @@ impl WorkQueues {
             });
         }
         let p = plan(wr, &self.limits)?;
-        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
         let head = *next as u32;
         let used = head.wrapping_sub(tail);
         if used + p.wqebbs > self.sq_wqebbs {
@@ -825,7 +824,7 @@ impl WorkQueues {
         ring.wqebb = head;
         ring.wqebbs = p.wqebbs;
         self.shared.sq.record(
-            head,
+            *next,
             wr.wr_id,
             sq_meta(p.wqebbs, wc_opcode_code(p.wc_opcode)),
         );
@@ -884,7 +883,7 @@ impl WorkQueues {
     /// `false`, nothing changed, when the SQ is really full.
     #[inline(always)]
     fn move_limit(&mut self, head: u32) -> bool {
-        let tail = self.shared.sq.tail.load(Ordering::Acquire);
+        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
         if head.wrapping_sub(tail) >= self.sq_wqebbs {
             return false;
         }
