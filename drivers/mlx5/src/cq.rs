@@ -28,8 +28,8 @@ use tracing::{debug, warn};
 
 use crate::ring::{BlockCursor, WordCell, WordRing};
 use crate::track::{
-    QpShared, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, WC_CODE_SEND, WC_CODE_WRITE,
-    wc_opcode_code, wc_opcode_from_code,
+    QpShared, SqSlots, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, WC_CODE_SEND,
+    WC_CODE_WRITE, wc_opcode_code, wc_opcode_from_code,
 };
 use crate::wqe::be_pair;
 use crate::{DmaBuffer, Hca, Mlx5Error};
@@ -286,9 +286,10 @@ pub(crate) struct CqRing {
     /// [`CqRing::store_dbrec`].
     arm_half: u64,
     qps: Vec<Attached>,
-    /// `qps`' one QP when it is the only one and completes sends here (a
-    /// placeholder no CQE can name otherwise: `lean_key`).
-    sole: Arc<QpShared>,
+    /// The send tracking of `qps`' one QP when it is the only one and
+    /// completes sends here (a placeholder's, which no CQE can name, as
+    /// `lean_key` says, otherwise).
+    sole: Arc<SqSlots>,
     /// [`SendCompletion`]'s word for `sole` (valid bit and QPN).
     sole_word: NonZeroU64,
     /// `sole`'s QPN.
@@ -699,7 +700,7 @@ impl CqRing {
             arm_sn: 0,
             arm_half: 0,
             qps: Vec::new(),
-            sole: Arc::new(QpShared::placeholder()),
+            sole: QpShared::placeholder().sq.slots().clone(),
             sole_word: SendCompletion::qpn_word(0),
             sole_qpn: Qpn::from_wire(0),
             counters: CqCounters::default(),
@@ -716,13 +717,13 @@ impl CqRing {
     fn refresh_sole(&mut self) {
         match &self.qps[..] {
             [a] if a.send => {
-                self.sole = a.qp.clone();
+                self.sole = a.qp.sq.slots().clone();
                 self.lean_key = (self.lean_key & (W7_LEAN | W7_WQE_OP)) | w7(&cqe64::qpn, a.qp.qpn);
                 self.sole_word = SendCompletion::qpn_word(a.qp.qpn);
                 self.sole_qpn = Qpn::from_wire(a.qp.qpn);
             }
             _ => {
-                self.sole = Arc::new(QpShared::placeholder());
+                self.sole = QpShared::placeholder().sq.slots().clone();
                 self.lean_key = (self.lean_key & (W7_LEAN | W7_WQE_OP)) | NO_SOLE;
                 self.sole_word = SendCompletion::qpn_word(0);
                 self.sole_qpn = Qpn::from_wire(0);
@@ -887,7 +888,7 @@ impl CqRing {
         if last & W7_LEAN_MASK != self.lean_key {
             return None;
         }
-        self.sole.sq.complete(w7_wqe_counter(last))
+        self.sole.complete(w7_wqe_counter(last))
     }
 
     #[inline(always)]

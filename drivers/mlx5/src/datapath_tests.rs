@@ -894,7 +894,7 @@ fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modul
 /// Retire everything outstanding on `q`'s send queue (as a CQE would).
 fn retire_all(q: &WorkQueues) {
     let h = q.shared.sq.head.load(Ordering::Relaxed);
-    q.shared.sq.tail.store(h, Ordering::Release);
+    q.shared.sq.tail().store(h, Ordering::Release);
 }
 
 /// [`retire_all`] on both queues.
@@ -1397,7 +1397,7 @@ fn the_small_write_shortcut_declines_without_writing() {
     }
     assert!(wq.post_small_write(&wr).is_none());
     assert_eq!(wq.sq_head(), SQ_BBS);
-    wq.shared.sq.tail.store(1, Ordering::Release);
+    wq.shared.sq.tail().store(1, Ordering::Release);
     assert!(wq.post_small_write(&wr).is_some());
     assert!(wq.post_small_write(&wr).is_none());
     assert_eq!(wq.sq_head(), SQ_BBS + 1);

@@ -119,9 +119,9 @@ pub(crate) struct SqBlocks {
     _shared: Arc<QpShared>,
 }
 
-// SAFETY: `ring` is `Send + Sync`; `slots` points into the `SqTrack` that
-// `_shared` keeps alive, whose slots are atomics (`Sync`), used only
-// through shared references; nothing is tied to a thread.
+// SAFETY: `ring` is `Send + Sync`; `slots` points into the `SqSlots` that
+// `_shared`'s `SqTrack` keeps alive, whose slots are atomics (`Sync`),
+// used only through shared references; nothing is tied to a thread.
 unsafe impl Send for SqBlocks {}
 // SAFETY: as `Send`: `&SqBlocks` stores only through atomics.
 unsafe impl Sync for SqBlocks {}
@@ -132,7 +132,7 @@ impl SqBlocks {
     /// `ring` with `shared`'s tracking; `None` unless the ring has exactly
     /// as many 64-byte blocks as the tracking has slots.
     pub fn new(ring: WordRing, shared: &Arc<QpShared>) -> Option<SqBlocks> {
-        if ring.len_bytes() != shared.sq.slots.len() * 64 {
+        if ring.len_bytes() != shared.sq.wqebbs() as usize * 64 {
             return None;
         }
         Some(SqBlocks {
@@ -169,20 +169,157 @@ impl SqBlocks {
     }
 }
 
-/// A send queue's tracking, indexed by WQEBB.
+/// A send queue's tracking, indexed by WQEBB: the producer counter, and
+/// the consumer counter with the slots ([`SqSlots`], which the CQs the SQ
+/// completes to hold too).
 #[derive(Debug)]
 pub(crate) struct SqTrack {
-    /// `mask + 1` slots (a power of two): both private, set once in `new`.
-    slots: Box<[SqSlot]>,
+    /// Set once in `new` (a clone of the `Arc` is all that is handed out).
+    slots: Arc<SqSlots>,
     /// Producer in WQEBBs (free-running, 64 bits), published by the
     /// poster, whose only copy it is (its send count is derived from it);
     /// pollers use its low 32 bits.
     pub head: AtomicU64,
+}
+
+/// What a poller of a send queue needs, in one allocation so that one
+/// pointer reaches all of it at fixed offsets (the direct poll loads that
+/// pointer and nothing else before the slot): the consumer counter
+/// (offset 0), the slot mask (8) and `mask + 1` slots (from 32).
+#[repr(C)]
+pub(crate) struct SqSlots {
     /// Consumer in WQEBBs (free-running, 64 bits like the slots'
     /// `start`), published by the poller; the poster uses its low 32 bits.
-    pub tail: AtomicU64,
-    /// `slots.len() - 1` (64 bits: compared with 64-bit positions).
+    tail: AtomicU64,
+    /// `slots.len() - 1`, a power of two less one (64 bits: compared with
+    /// 64-bit positions). Private, set once in `new`, like the length.
     mask: u64,
+    slots: [SqSlot],
+}
+
+impl std::fmt::Debug for SqSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqSlots")
+            .field("tail", &self.tail)
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl SqSlots {
+    /// The allocation of `n` slots: the 16-byte header padded to the
+    /// slots' alignment (one slot's size), then the slots.
+    fn layout(n: usize) -> Option<std::alloc::Layout> {
+        std::alloc::Layout::array::<SqSlot>(n.checked_add(1)?).ok()
+    }
+
+    /// `n` unused slots (a power of two in `1 ..= 2^15`), `tail` 0.
+    fn new(n: u32) -> Arc<SqSlots> {
+        let n = n.clamp(1, 1 << 15).next_power_of_two() as usize;
+        let one = std::alloc::Layout::new::<SqSlot>();
+        // (At most 2^15 + 1 32-byte entries: always a layout.)
+        let layout = Self::layout(n).unwrap_or_else(|| std::alloc::handle_alloc_error(one));
+        // SAFETY: `layout` has a non-zero size.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // `SqSlots`' `repr(C)` layout: its fields in order, `slots` at the
+        // first multiple of its alignment after the 16-byte header, 32
+        // (`tests::slots_lie_where_the_layout_says`). `p` is valid for
+        // `layout.size()` = 32 (n + 1) bytes and aligned to 32.
+        // SAFETY: `tail` at offset 0, in the allocation, aligned.
+        unsafe { p.cast::<AtomicU64>().write(AtomicU64::new(0)) };
+        // SAFETY: `mask` at offset 8, in the allocation, aligned.
+        let mask = unsafe { p.add(8) };
+        // SAFETY: as above.
+        unsafe { mask.cast::<u64>().write(n as u64 - 1) };
+        // SAFETY: slot 0 at offset 32, in the allocation (n ≥ 1).
+        let first = unsafe { p.add(32) }.cast::<SqSlot>();
+        for i in 0..n {
+            // SAFETY: slot `i < n` at 32 + 32 i, in the allocation.
+            let at = unsafe { first.add(i) };
+            let slot = SqSlot {
+                start: AtomicU64::new(Self::unused(i as u64, n as u64)),
+                ..SqSlot::default()
+            };
+            // SAFETY: `at` is in the allocation and aligned to 32.
+            unsafe { at.write(slot) };
+        }
+        // A slice-tailed struct's pointer carries the slice's length.
+        let fat = std::ptr::slice_from_raw_parts_mut(p.cast::<SqSlot>(), n) as *mut SqSlots;
+        // SAFETY: allocated by the global allocator with the layout `Box`
+        // frees it with (`size_of_val` of `n` slots is the same
+        // 32 (n + 1) bytes, align 32), every field initialized above.
+        let boxed = unsafe { Box::from_raw(fat) };
+        Arc::from(boxed)
+    }
+
+    /// The position a slot holds before a WQE is recorded in it (`new`,
+    /// [`SqTrack::restart`]): slot `i`'s one lap of `n` before position 0,
+    /// `i − n` (wrapping), so it is `≡ i` modulo `n` like every recorded
+    /// position, and before any `tail`: refused, whatever the counter.
+    fn unused(i: u64, n: u64) -> u64 {
+        i.wrapping_sub(n)
+    }
+
+    /// The consumer counter.
+    #[inline(always)]
+    pub fn tail(&self) -> &AtomicU64 {
+        &self.tail
+    }
+
+    /// The slot of WQEBB `i` (modulo the ring): no bounds check.
+    #[inline(always)]
+    fn slot(&self, i: u64) -> &SqSlot {
+        let i = (i & self.mask) as usize;
+        // SAFETY: `new` made `slots` exactly `mask + 1` long and both are
+        // private and never change after, so `i <= mask < slots.len()`.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// Retire every WQE up to and including the one whose WQE index is
+    /// `counter` (§10: unsignaled WQEs before it are done too); its
+    /// `(wr_id, completion opcode code)`, or `None` if `counter` names no
+    /// outstanding WQE start.
+    ///
+    /// The slot at `counter` (modulo the ring) says where its WQE was
+    /// posted (`start`, free-running). `counter` names an outstanding WQE
+    /// start iff that position is in `tail .. tail + n` (`n` slots) and its
+    /// low 16 bits are `counter` — no load of `head`, and no compare of
+    /// `start - tail` with `n` either: its sign is enough. A slot's
+    /// position is the start of the WQE now at that slot, or older (the
+    /// slot is inside a longer WQE, or retired, or unused:
+    /// [`SqSlots::unused`]). The poster records only below `tail + n`
+    /// (the ring holds `n` WQEBBs, and `tail` only grows), so a position
+    /// at or after `tail` is in `tail .. tail + n`: outstanding
+    /// (`tail ≤ start < head`) or a WQE the poster is publishing now. An
+    /// older one is before `tail`, and stays before it however long it is
+    /// left (positions are 64 bits and never wrap): `start - tail` is
+    /// negative. Refused: a slot inside a longer WQE or retired since, an
+    /// unused slot, a counter whose high bits differ. The one case the
+    /// `head` compare also refused is a CQE for a WQE whose slot is
+    /// recorded but whose `head` is not yet published — which no device
+    /// writes before the doorbell; a hostile one that guesses it completes
+    /// a WQE that is being posted, with its own `wr_id` and `meta` (`start`
+    /// is stored last, `Release`, and loaded `Acquire`), and `tail` then
+    /// equals the `head` the poster publishes. The poster cannot reuse a
+    /// slot of the window before `tail` passes it, so the retire count,
+    /// `start + WQEBBs - tail`, needs no further check.
+    #[inline(always)]
+    pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
+        let tail = self.tail.load(Ordering::Relaxed);
+        let slot = self.slot(u64::from(counter));
+        let start = slot.start.load(Ordering::Acquire);
+        let meta = slot.meta.load(Ordering::Relaxed);
+        let wr_id = slot.wr_id.load(Ordering::Relaxed);
+        if (start.wrapping_sub(tail) as i64) < 0 || start as u16 != counter {
+            return None;
+        }
+        self.tail
+            .store(start + u64::from((meta >> 8) & 0xff), Ordering::Release);
+        Some((wr_id, meta & 0xff))
+    }
 }
 
 /// A receive queue's tracking, indexed by WQE.
@@ -202,26 +339,21 @@ impl SqTrack {
     /// Tracking for `wqebbs` WQEBBs, rounded up to a power of two in
     /// `1 ..= 2^15` (the SQ's own bounds, `Qp::new`).
     pub fn new(wqebbs: u32) -> SqTrack {
-        let n = wqebbs.clamp(1, 1 << 15).next_power_of_two();
         SqTrack {
-            slots: (0..n)
-                .map(|i| SqSlot {
-                    start: AtomicU64::new(Self::unused(i.into(), n.into())),
-                    ..SqSlot::default()
-                })
-                .collect(),
+            slots: SqSlots::new(wqebbs),
             head: AtomicU64::new(0),
-            tail: AtomicU64::new(0),
-            mask: u64::from(n - 1),
         }
     }
 
-    /// The position a slot holds before a WQE is recorded in it (`new`,
-    /// [`SqTrack::restart`]): slot `i`'s one lap of `n` before position 0,
-    /// `i − n` (wrapping), so it is `≡ i` modulo `n` like every recorded
-    /// position, and before any `tail`: refused, whatever the counter.
-    fn unused(i: u64, n: u64) -> u64 {
-        i.wrapping_sub(n)
+    /// The consumer counter.
+    #[inline(always)]
+    pub fn tail(&self) -> &AtomicU64 {
+        self.slots.tail()
+    }
+
+    /// What a CQ's poller holds of this queue.
+    pub fn slots(&self) -> &Arc<SqSlots> {
+        &self.slots
     }
 
     /// Back to position 0 (the QP was reset: the device's WQE index starts
@@ -230,99 +362,53 @@ impl SqTrack {
     /// it. (The poster's, with nothing in flight: a CQE of before the reset
     /// that comes now names a slot that is unused again.)
     pub fn restart(&self) {
-        let n = self.mask + 1;
+        let n = self.slots.mask + 1;
         self.head.store(0, Ordering::Release);
-        self.tail.store(0, Ordering::Release);
-        for (i, slot) in (0..n).zip(self.slots.iter()) {
-            slot.start.store(Self::unused(i, n), Ordering::Release);
+        self.tail().store(0, Ordering::Release);
+        for (i, slot) in (0..n).zip(self.slots.slots.iter()) {
+            slot.start.store(SqSlots::unused(i, n), Ordering::Release);
         }
     }
 
     /// The number of WQEBBs tracked.
     pub fn wqebbs(&self) -> u32 {
-        self.mask as u32 + 1
-    }
-
-    /// The slot of WQEBB `i` (modulo the ring): no bounds check.
-    #[inline(always)]
-    fn slot(&self, i: u64) -> &SqSlot {
-        let i = (i & self.mask) as usize;
-        // SAFETY: `new` made `slots` exactly `mask + 1` long and both fields
-        // are private and never change after, so `i <= mask < slots.len()`.
-        unsafe { self.slots.get_unchecked(i) }
+        self.slots.mask as u32 + 1
     }
 
     /// The slot of WQEBB `i` (modulo the ring), for tests.
     #[cfg(test)]
     pub fn slot_at(&self, i: u64) -> &SqSlot {
-        self.slot(i)
+        self.slots.slot(i)
     }
 
     /// Record the WQE starting at WQEBB `head` (the poster, before it
     /// publishes `head`).
     #[inline(always)]
     pub fn record(&self, head: u64, wr_id: u64, meta: u32) {
-        self.slot(head).set(head, wr_id, meta);
+        self.slots.slot(head).set(head, wr_id, meta);
     }
 
     /// The first slot (for [`SqBlocks`]).
     fn slots_ptr(&self) -> NonNull<SqSlot> {
-        NonNull::from(&*self.slots).cast::<SqSlot>()
+        NonNull::from(&self.slots.slots).cast::<SqSlot>()
     }
 
-    /// Retire every WQE up to and including the one whose WQE index is
-    /// `counter` (§10: unsignaled WQEs before it are done too); its
-    /// `(wr_id, completion opcode code)`, or `None` if `counter` names no
-    /// outstanding WQE start.
-    ///
-    /// The slot at `counter` (modulo the ring) says where its WQE was
-    /// posted (`start`, free-running). `counter` names an outstanding WQE
-    /// start iff that position is in `tail .. tail + n` (`n` slots) and its
-    /// low 16 bits are `counter` — no load of `head`, and no compare of
-    /// `start - tail` with `n` either: its sign is enough. A slot's
-    /// position is the start of the WQE now at that slot, or older (the
-    /// slot is inside a longer WQE, or retired, or unused:
-    /// [`SqTrack::unused`]). The poster records only below `tail + n`
-    /// (the ring holds `n` WQEBBs, and `tail` only grows), so a position
-    /// at or after `tail` is in `tail .. tail + n`: outstanding
-    /// (`tail ≤ start < head`) or a WQE the poster is publishing now. An
-    /// older one is before `tail`, and stays before it however long it is
-    /// left (positions are 64 bits and never wrap): `start - tail` is
-    /// negative. Refused: a slot inside a longer WQE or retired since, an
-    /// unused slot, a counter whose high bits differ. The one case the `head` compare
-    /// also refused is a CQE for a WQE whose slot is recorded but whose
-    /// `head` is not yet published — which no device writes before the
-    /// doorbell; a hostile one that guesses it completes a WQE that is
-    /// being posted, with its own `wr_id` and `meta` (`start` is stored
-    /// last, `Release`, and loaded `Acquire`), and `tail` then equals the
-    /// `head` the poster publishes. The poster cannot reuse a slot of the
-    /// window before `tail` passes it, so the retire count,
-    /// `start + WQEBBs - tail`, needs no further check.
+    /// [`SqSlots::complete`].
     #[inline(always)]
     pub fn complete(&self, counter: u16) -> Option<(u64, u32)> {
-        let tail = self.tail.load(Ordering::Relaxed);
-        let slot = self.slot(u64::from(counter));
-        let start = slot.start.load(Ordering::Acquire);
-        let meta = slot.meta.load(Ordering::Relaxed);
-        let wr_id = slot.wr_id.load(Ordering::Relaxed);
-        if (start.wrapping_sub(tail) as i64) < 0 || start as u16 != counter {
-            return None;
-        }
-        self.tail
-            .store(start + u64::from((meta >> 8) & 0xff), Ordering::Release);
-        Some((wr_id, meta & 0xff))
+        self.slots.complete(counter)
     }
 
     /// The oldest outstanding WQE, retired: for software flushes.
     pub fn pop(&self) -> Option<(u64, u32)> {
         let head = self.head.load(Ordering::Acquire);
-        let tail = self.tail.load(Ordering::Relaxed);
+        let tail = self.tail().load(Ordering::Relaxed);
         if head == tail {
             return None;
         }
         self.complete(tail as u16).or_else(|| {
             // Inconsistent metadata: drop everything rather than loop.
-            self.tail.store(head, Ordering::Release);
+            self.tail().store(head, Ordering::Release);
             None
         })
     }
@@ -330,7 +416,7 @@ impl SqTrack {
     pub fn outstanding(&self) -> u32 {
         self.head
             .load(Ordering::Acquire)
-            .wrapping_sub(self.tail.load(Ordering::Acquire)) as u32
+            .wrapping_sub(self.tail().load(Ordering::Acquire)) as u32
     }
 }
 
@@ -463,14 +549,14 @@ mod tests {
     fn the_16_bit_index_wraps() {
         let sq = SqTrack::new(4);
         sq.head.store(0xfffe, Ordering::Relaxed);
-        sq.tail.store(0xfffe, Ordering::Relaxed);
+        sq.tail().store(0xfffe, Ordering::Relaxed);
         let a = post(&sq, 10, 1);
         let b = post(&sq, 11, 2);
         assert_eq!((a, b), (0xfffe, 0xffff));
         let c = post(&sq, 12, 1);
         assert_eq!(c, 0x0001);
         assert_eq!(sq.complete(0x0001), Some((12, 1)));
-        assert_eq!(sq.tail.load(Ordering::Relaxed), 0x1_0002);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), 0x1_0002);
     }
 
     #[test]
@@ -484,7 +570,7 @@ mod tests {
         post(&sq, 11, 1);
         assert_eq!(sq.complete(1), Some((11, 1)));
         sq.head.store(0x1_0000, Ordering::Relaxed);
-        sq.tail.store(0x1_0000, Ordering::Relaxed);
+        sq.tail().store(0x1_0000, Ordering::Relaxed);
         assert_eq!(post(&sq, 12, 2), 0);
         assert_eq!(sq.complete(1), None);
         assert_eq!(sq.outstanding(), 2, "nothing retired");
@@ -503,15 +589,39 @@ mod tests {
         post(&sq, 11, 1);
         assert_eq!(sq.complete(1), Some((11, 1)));
         sq.head.store(1 << 32, Ordering::Relaxed);
-        sq.tail.store(1 << 32, Ordering::Relaxed);
+        sq.tail().store(1 << 32, Ordering::Relaxed);
         assert_eq!(post(&sq, 12, 2), 0);
         assert_eq!(sq.slot_at(1).start.load(Ordering::Relaxed), 1, "stale");
         assert_eq!(sq.complete(1), None);
         assert_eq!(sq.outstanding(), 2, "nothing retired");
-        assert_eq!(sq.tail.load(Ordering::Relaxed), 1 << 32);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), 1 << 32);
         assert_eq!(sq.complete(0), Some((12, 1)));
-        assert_eq!(sq.tail.load(Ordering::Relaxed), (1 << 32) + 2);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), (1 << 32) + 2);
         assert_eq!(sq.outstanding(), 0);
+    }
+
+    #[test]
+    fn slots_lie_where_the_layout_says() {
+        for n in [1u32, 2, 8, 1 << 15] {
+            let s = SqSlots::new(n);
+            let base = std::ptr::from_ref(&*s).cast::<u8>();
+            let at = |p: *const u8| p as usize - base as usize;
+            assert_eq!(at(std::ptr::from_ref(&s.tail).cast()), 0);
+            assert_eq!(at(std::ptr::from_ref(&s.mask).cast()), 8);
+            assert_eq!(s.slots.len(), n as usize);
+            assert_eq!(s.mask, u64::from(n) - 1);
+            for (i, slot) in s.slots.iter().enumerate() {
+                assert_eq!(at(std::ptr::from_ref(slot).cast()), 32 + 32 * i);
+                assert_eq!(
+                    slot.start.load(Ordering::Relaxed),
+                    (i as u64).wrapping_sub(u64::from(n))
+                );
+            }
+            assert_eq!(
+                std::mem::size_of_val(&*s),
+                SqSlots::layout(n as usize).map_or(0, |l| l.size())
+            );
+        }
     }
 
     /// A QP reset starts the positions at 0 again: a slot recorded before
@@ -528,7 +638,7 @@ mod tests {
         for c in 0..=u16::MAX {
             assert_eq!(sq.complete(c), None, "counter {c:#x}");
         }
-        assert_eq!(sq.tail.load(Ordering::Relaxed), 0);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), 0);
         // Posting after the reset works as on a new queue.
         post(&sq, 4, 1);
         post(&sq, 5, 1);
@@ -570,7 +680,7 @@ mod tests {
         };
         for step in 0..200u32 {
             let head = sq.head.load(Ordering::Relaxed);
-            let tail = sq.tail.load(Ordering::Relaxed);
+            let tail = sq.tail().load(Ordering::Relaxed);
             let bbs = next() % 3 + 1;
             if head - tail + u64::from(bbs) <= 8 && next() % 3 != 0 {
                 let at = post(&sq, u64::from(step), bbs);
@@ -583,10 +693,10 @@ mod tests {
                 assert!(sq.complete(c).is_some(), "step {step}");
                 starts.drain(..=k);
             }
-            let tail = sq.tail.load(Ordering::Relaxed);
+            let tail = sq.tail().load(Ordering::Relaxed);
             for c in 0..=u16::MAX {
                 let took = sq.complete(c).is_some();
-                sq.tail.store(tail, Ordering::Relaxed);
+                sq.tail().store(tail, Ordering::Relaxed);
                 assert_eq!(
                     took,
                     starts.contains(&u32::from(c)),
@@ -605,7 +715,7 @@ mod tests {
         post(&sq, 1, 1);
         sq.record(1, 42, sq_meta(2, 3));
         assert_eq!(sq.complete(1), Some((42, 3)));
-        assert_eq!(sq.tail.load(Ordering::Relaxed), 3);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), 3);
         sq.head.store(3, Ordering::Release);
         assert_eq!(sq.outstanding(), 0);
         assert_eq!(sq.complete(1), None, "retired: refused again");

@@ -560,7 +560,7 @@ impl WorkQueues {
     #[cold]
     #[inline(never)]
     fn sq_room(&mut self, head: u32) -> Result<(), Refused> {
-        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
+        let tail = self.shared.sq.tail().load(Ordering::Acquire) as u32;
         let used = head.wrapping_sub(tail);
         if used >= self.sq_wqebbs {
             return Err(self.queue_full(used));
@@ -776,7 +776,7 @@ impl WorkQueues {
             });
         }
         let p = plan(wr, &self.limits)?;
-        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
+        let tail = self.shared.sq.tail().load(Ordering::Acquire) as u32;
         let head = *next as u32;
         let used = head.wrapping_sub(tail);
         if used + p.wqebbs > self.sq_wqebbs {
@@ -883,7 +883,7 @@ impl WorkQueues {
     /// `false`, nothing changed, when the SQ is really full.
     #[inline(always)]
     fn move_limit(&mut self, head: u32) -> bool {
-        let tail = self.shared.sq.tail.load(Ordering::Acquire) as u32;
+        let tail = self.shared.sq.tail().load(Ordering::Acquire) as u32;
         if head.wrapping_sub(tail) >= self.sq_wqebbs {
             return false;
         }
