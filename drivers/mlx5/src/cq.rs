@@ -700,7 +700,7 @@ impl CqRing {
             arm_sn: 0,
             arm_half: 0,
             qps: Vec::new(),
-            sole: QpShared::placeholder().sq.slots().clone(),
+            sole: SqSlots::placeholder(),
             sole_word: SendCompletion::qpn_word(0),
             sole_qpn: Qpn::from_wire(0),
             counters: CqCounters::default(),
@@ -723,7 +723,7 @@ impl CqRing {
                 self.sole_qpn = Qpn::from_wire(a.qp.qpn);
             }
             _ => {
-                self.sole = QpShared::placeholder().sq.slots().clone();
+                self.sole = SqSlots::placeholder();
                 self.lean_key = (self.lean_key & (W7_LEAN | W7_WQE_OP)) | NO_SOLE;
                 self.sole_word = SendCompletion::qpn_word(0);
                 self.sole_qpn = Qpn::from_wire(0);

@@ -263,6 +263,12 @@ impl SqSlots {
         i.wrapping_sub(n)
     }
 
+    /// One unused slot, nothing outstanding: what a CQ's lean path holds
+    /// when it has no sole QP (its key then matches no CQE).
+    pub fn placeholder() -> Arc<SqSlots> {
+        Self::new(1)
+    }
+
     /// The consumer counter.
     #[inline(always)]
     pub fn tail(&self) -> &AtomicU64 {
@@ -489,19 +495,6 @@ impl QpShared {
             .store(u32::try_from(limit).unwrap_or(u32::MAX), Ordering::SeqCst);
         if self.flush.load(Ordering::SeqCst) {
             self.gate.store(0, Ordering::SeqCst);
-        }
-    }
-
-    /// A QP no CQE names (QPN outside 24 bits), nothing outstanding: what a
-    /// CQ's lean path points at when it has no sole QP.
-    pub(crate) fn placeholder() -> QpShared {
-        QpShared {
-            qpn: u32::MAX,
-            sq: SqTrack::new(1),
-            rq: RqTrack::new(1),
-            flush: AtomicBool::new(false),
-            gate: AtomicU32::new(0),
-            destroyed: AtomicBool::new(false),
         }
     }
 }
