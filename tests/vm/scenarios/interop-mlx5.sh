@@ -46,7 +46,7 @@ rnic_step() {
         -p "$port" -s "$size" -m 1024 -n "$ITERS" "${peer[@]}" > "$log" 2>&1 < /dev/null || rc=$?
     fi
     [ "$rc" -ne 0 ] && [ ${#peer[@]} -gt 0 ] &&
-      grep -q "Connection refused\|couldn't connect\|No route\|unreachable" "$log" || break
+      not_listening "$log" || break
     sleep 1
   done
   echo "rc=$rc" >> "$log"

@@ -31,7 +31,7 @@ rnic_perf() {
     rc=0
     ip netns exec "$NS" timeout -k 5 90 "$RNICCTL" perf "$t" -d rxe:10.50.0.1 -x 0 -e --stats \
       -p "$port" -s "$size" -m 1024 -n "$ITERS" $EXTRA "$@" > "$log" 2>&1 < /dev/null || rc=$?
-    [ "$rc" -ne 0 ] && [ $# -gt 0 ] && grep -q "couldn't connect" "$log" || break
+    [ "$rc" -ne 0 ] && [ $# -gt 0 ] && not_listening "$log" || break
     sleep 1
   done
   echo "rc=$rc" >> "$log"

@@ -38,7 +38,7 @@ rnic_pp() {
     [ "$PROGRESS" = events ] || ev=
     ip netns exec "$NS" timeout -k 5 60 "$RNIC_RC_PINGPONG" -d rxe:10.50.0.1 -g 0 $ev --stats \
       -p "$port" -s "$size" -m 1024 -n "$ITERS" "$@" > "$log" 2>&1 < /dev/null || rc=$?
-    [ "$rc" -ne 0 ] && [ $# -gt 0 ] && grep -q 'Connection refused\|No route\|unreachable' "$log" || break
+    [ "$rc" -ne 0 ] && [ $# -gt 0 ] && not_listening "$log" || break
     sleep 1
   done
   echo "rc=$rc" >> "$log"

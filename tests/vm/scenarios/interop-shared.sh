@@ -25,7 +25,7 @@ rnic_client() {
     rc=0
     ip netns exec "$NS" timeout -k 5 90 "$RNIC_RC_PINGPONG" -d rxe:10.50.0.1 -g 0 "$@" --stats \
       -p "$port" -s "$SIZE" -m 1024 -n "$ITERS" 10.50.0.2 > "$log" 2>&1 < /dev/null || rc=$?
-    [ "$rc" -ne 0 ] && grep -q 'Connection refused\|No route\|unreachable' "$log" || break
+    [ "$rc" -ne 0 ] && not_listening "$log" || break
     sleep 1
   done
   echo "rc=$rc" >> "$log"
