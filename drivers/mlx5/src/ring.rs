@@ -135,8 +135,9 @@ pub(crate) struct BlockCursor {
     left: isize,
     /// The free-running index of block 0 in the current lap.
     lap: u64,
-    /// `stride` in bytes.
-    stride_bytes: usize,
+    /// `left` at a stop just crossed: `stride` blocks in bytes, less one
+    /// block.
+    full: isize,
 }
 
 // SAFETY: as `WordRing`'s (which it holds): pointers into the mapping the
@@ -154,18 +155,19 @@ impl BlockCursor {
             return None;
         }
         let cur = NonNull::new(ring.block_ptr(0))?;
+        let full = isize::try_from(stride_bytes - 64).ok()?;
         Some(BlockCursor {
             ring,
             cur,
-            left: isize::try_from(stride_bytes - 64).ok()?,
+            left: full,
             lap: 0,
-            stride_bytes,
+            full,
         })
     }
 
     /// Blocks between stops.
     pub fn stride(&self) -> usize {
-        self.stride_bytes / 64
+        (self.full.unsigned_abs() + 64) / 64
     }
 
     /// The current block.
@@ -225,10 +227,9 @@ impl BlockCursor {
             stop
         };
         // (`cur` is block 0 or a stop below the end: a block of the ring.)
-        if let (Some(cur), Ok(left)) = (NonNull::new(cur), isize::try_from(self.stride_bytes - 64))
-        {
+        if let Some(cur) = NonNull::new(cur) {
             self.cur = cur;
-            self.left = left;
+            self.left = self.full;
         }
         wrapped
     }

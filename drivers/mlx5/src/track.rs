@@ -552,45 +552,37 @@ mod tests {
         assert_eq!(sq.tail().load(Ordering::Relaxed), 0x1_0002);
     }
 
-    #[test]
-    fn a_stale_slot_with_the_same_16_bit_index_is_refused() {
-        // Slot 1 last held a WQE at position 1; 2^16 WQEBBs later a 2-WQEBB
-        // WQE covers it (0x10000, 0x10001), so its slot is stale but its
-        // 16-bit index matches a CQE naming 0x0001 — the WQEBB inside the
-        // WQE, which is no WQE start.
+    /// Slot 1 last held a WQE at position 1; `lap` WQEBBs later a 2-WQEBB
+    /// WQE covers it (`lap`, `lap + 1`), so its slot is stale but a CQE
+    /// naming 0x0001 — the WQEBB inside the WQE, which is no WQE start —
+    /// matches its 16-bit index (and, at a lap of 2^32, the low 32 bits of
+    /// its position: a 32-bit window took it as outstanding, with its old
+    /// `wr_id`, and moved `tail` past `head`).
+    fn a_slot_stale_for(lap: u64) {
         let sq = SqTrack::new(4);
         post(&sq, 10, 1);
         post(&sq, 11, 1);
         assert_eq!(sq.complete(1), Some((11, 1)));
-        sq.head.store(0x1_0000, Ordering::Relaxed);
-        sq.tail().store(0x1_0000, Ordering::Relaxed);
-        assert_eq!(post(&sq, 12, 2), 0);
-        assert_eq!(sq.complete(1), None);
-        assert_eq!(sq.outstanding(), 2, "nothing retired");
-        assert_eq!(sq.complete(0), Some((12, 1)));
-        assert_eq!(sq.outstanding(), 0);
-    }
-
-    /// The 2^16 case above, 2^16 times over: the stale position is 2^32
-    /// WQEBBs behind `tail`, so its low 32 bits equal `tail`'s (a 32-bit
-    /// window took it as outstanding, with its old `wr_id`, and moved
-    /// `tail` past `head`).
-    #[test]
-    fn a_slot_stale_for_2_32_wqebbs_is_refused() {
-        let sq = SqTrack::new(4);
-        post(&sq, 10, 1);
-        post(&sq, 11, 1);
-        assert_eq!(sq.complete(1), Some((11, 1)));
-        sq.head.store(1 << 32, Ordering::Relaxed);
-        sq.tail().store(1 << 32, Ordering::Relaxed);
+        sq.head.store(lap, Ordering::Relaxed);
+        sq.tail().store(lap, Ordering::Relaxed);
         assert_eq!(post(&sq, 12, 2), 0);
         assert_eq!(sq.slot_at(1).start.load(Ordering::Relaxed), 1, "stale");
         assert_eq!(sq.complete(1), None);
         assert_eq!(sq.outstanding(), 2, "nothing retired");
-        assert_eq!(sq.tail().load(Ordering::Relaxed), 1 << 32);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), lap);
         assert_eq!(sq.complete(0), Some((12, 1)));
-        assert_eq!(sq.tail().load(Ordering::Relaxed), (1 << 32) + 2);
+        assert_eq!(sq.tail().load(Ordering::Relaxed), lap + 2);
         assert_eq!(sq.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_stale_slot_with_the_same_16_bit_index_is_refused() {
+        a_slot_stale_for(1 << 16);
+    }
+
+    #[test]
+    fn a_slot_stale_for_2_32_wqebbs_is_refused() {
+        a_slot_stale_for(1 << 32);
     }
 
     #[test]
