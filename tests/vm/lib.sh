@@ -78,14 +78,14 @@ vm_wait() {
 }
 
 # guest_ok <role>: the guest script ran to the end and exited 0.
+guest_ok() { grep -q '^HARNESS: script exit 0$' "$SHARE/$1.out" 2>/dev/null; }
+
 # not_listening <log>: the client in <log> failed only because the guest's server was not
 # accepting yet (refused, unreachable, or Rust's "no error set after POLLHUP" when the RST
 # races the poll), so the caller may retry.
 not_listening() {
   grep -q "cannot connect to\|Connection refused\|couldn't connect\|No route\|unreachable" "$1"
 }
-
-guest_ok() { grep -q '^HARNESS: script exit 0$' "$SHARE/$1.out" 2>/dev/null; }
 
 # The interop layout: rnic in host netns $NS on tap $TAP (10.50.0.1/24, IPv6 off so the
 # GID table is the IPv4 GID alone), the guest behind it at 10.50.0.2, RoCEv2 captured

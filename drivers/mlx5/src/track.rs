@@ -328,19 +328,6 @@ impl SqSlots {
     }
 }
 
-/// A receive queue's tracking, indexed by WQE.
-#[derive(Debug)]
-pub(crate) struct RqTrack {
-    pub wrid: Box<[AtomicU64]>,
-    pub head: AtomicU32,
-    pub tail: AtomicU32,
-    pub mask: u32,
-}
-
-fn atomics64(n: usize) -> Box<[AtomicU64]> {
-    (0..n).map(|_| AtomicU64::new(0)).collect()
-}
-
 impl SqTrack {
     /// Tracking for `wqebbs` WQEBBs, rounded up to a power of two in
     /// `1 ..= 2^15` (the SQ's own bounds, `Qp::new`).
@@ -424,6 +411,19 @@ impl SqTrack {
             .load(Ordering::Acquire)
             .wrapping_sub(self.tail().load(Ordering::Acquire)) as u32
     }
+}
+
+/// A receive queue's tracking, indexed by WQE.
+#[derive(Debug)]
+pub(crate) struct RqTrack {
+    pub wrid: Box<[AtomicU64]>,
+    pub head: AtomicU32,
+    pub tail: AtomicU32,
+    pub mask: u32,
+}
+
+fn atomics64(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
 }
 
 impl RqTrack {
