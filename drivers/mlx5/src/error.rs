@@ -149,6 +149,16 @@ pub enum Mlx5Error {
         #[source]
         source: nix::Error,
     },
+    /// A system resource of the driver itself (a thread, an eventfd) could
+    /// not be had.
+    #[error("{what} failed: {source}; check the process's thread and open-file limits")]
+    Io {
+        /// What was being set up.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// The function cannot be reset.
     #[error("{function} does not offer a function-level reset (VFIO_DEVICE_FLAGS_RESET is clear)")]
     ResetUnsupported {
@@ -357,14 +367,41 @@ pub enum Mlx5Error {
     },
     /// The function is in a fatal state (§2): no command is sent any more.
     #[error(
-        "the function is in a fatal state (health syndrome {syndrome:?}, counter stuck:          {counter_stuck}): its QPs are in ERR and their work is flushed; drop every object,          then reset the function and bring it up again"
+        "the function is in a fatal state ({}): its QPs are in ERR and their work is flushed; \
+         drop every object, then reset the function and bring it up again",
+        fatal_cause(syndrome, *counter_stuck, nic_state)
     )]
     DeviceFatal {
         /// The health syndrome, if one is set.
         syndrome: Option<rnic_mlx5_prm::HealthSyndrome>,
         /// The health counter stopped.
         counter_stuck: bool,
+        /// The NIC interface state, when it is what made the function fatal
+        /// (disabled, SW reset: a firmware reset from elsewhere).
+        nic_state: Option<rnic_mlx5_prm::NicState>,
     },
+}
+
+/// Why a function is fatal, in words.
+fn fatal_cause(
+    syndrome: &Option<rnic_mlx5_prm::HealthSyndrome>,
+    counter_stuck: bool,
+    nic_state: &Option<rnic_mlx5_prm::NicState>,
+) -> String {
+    let mut why = Vec::new();
+    if let Some(s) = syndrome {
+        why.push(format!("health syndrome {s} with reset required"));
+    }
+    if let Some(n) = nic_state {
+        why.push(format!("NIC interface {n}"));
+    }
+    if counter_stuck {
+        why.push("health counter stopped".to_string());
+    }
+    if why.is_empty() {
+        why.push("found fatal earlier".to_string());
+    }
+    why.join(", ")
 }
 
 /// What to do about a failed command, per status (mlx5.md §4.3).

@@ -156,8 +156,10 @@ mod error;
 pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod init;
 pub mod memory;
+mod pages;
 pub mod provider;
 pub mod qp;
 pub mod resources;
@@ -183,6 +185,7 @@ pub use cmd::{CmdQueue, CmdQueueOptions};
 pub use cq::{Cq, CqCounters, SendCompletion};
 pub use error::Mlx5Error;
 pub use events::{EventCounters, HealthPoller};
+pub use health::{Fatal, HealthReport, HealthWarning};
 pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
 pub use provider::{Mlx5Ah, Mlx5Cq, Mlx5Domain, Mlx5Mr, Mlx5Pd, Mlx5Provider, Mlx5Qp};

@@ -101,6 +101,36 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> nix::Resul
     }
 }
 
+/// Wait until `a` or `b` is readable or `timeout` passes (clamped to ~65 s);
+/// which of them became readable.
+pub(crate) fn wait_either(
+    a: BorrowedFd<'_>,
+    b: BorrowedFd<'_>,
+    timeout: Duration,
+) -> nix::Result<(bool, bool)> {
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [
+        PollFd::new(a, PollFlags::POLLIN),
+        PollFd::new(b, PollFlags::POLLIN),
+    ];
+    loop {
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) => {
+                let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+                return Ok((ready(&fds[0]), ready(&fds[1])));
+            }
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Add 1 to an eventfd's counter (a notification; a full counter is left
+/// as it is: the reader sees it readable either way).
+pub(crate) fn eventfd_signal(fd: &EventFd) {
+    let _ = fd.write(1);
+}
+
 /// Read (and so reset) an eventfd's counter; `None` when it is zero.
 pub(crate) fn eventfd_take(fd: &EventFd) -> nix::Result<Option<u64>> {
     match fd.read() {
