@@ -1189,7 +1189,10 @@ impl Cq {
         let lo = cq_uar_doorbell::cqn.insert(0, self.core.cqn);
         self.uar
             .write64_be(UAR_CQ_DOORBELL, (u64::from(hi) << 32) | u64::from(lo))
-            .map_err(Mlx5Error::Bar)
+            .map_err(Mlx5Error::Bar)?;
+        // The UAR page may be write-combining (`Hca::uar_wc`): flush.
+        rnic_dma::barrier::wc_flush();
+        Ok(())
     }
 
     /// Wait up to `timeout` for a completion event of this CQ (after

@@ -60,6 +60,11 @@ use crate::{DmaBuffer, Hca, Mlx5Error, Vector, sys};
 /// to a power of two: 256).
 pub const EQ_ENTRIES: u32 = 0x80;
 
+/// The BlueFlame register QPs share when the UAR is write-combining: only
+/// 8-byte doorbells go to it, never a copy (audit row 5); registers below
+/// it are handed out one per QP for BlueFlame.
+pub const SHARED_BF_REG: usize = rnic_mlx5_prm::UAR_NUM_BF_REGS - 1;
+
 /// How often the event thread reads the health buffer (RC: every second,
 /// mlx5_vfio.c:2159-2168; K's health timer likewise).
 pub const HEALTH_PERIOD: Duration = Duration::from_secs(1);
@@ -171,6 +176,9 @@ impl EventQueue {
         if let Err(e) = self.uar.write32_be(off, dw) {
             warn!(%e, "EQ doorbell write failed");
         }
+        // The UAR page may be write-combining (PAT gives every mapping of a
+        // page the type of its first; `Hca::uar_wc`): flush the store.
+        rnic_dma::barrier::wc_flush();
     }
 
     /// Consume every valid EQE and wake whoever it concerns.
@@ -725,9 +733,11 @@ impl Hca {
         HealthPoller { stop, handle }
     }
 
+    /// A BlueFlame register of the UAR page for one QP alone (registers
+    /// below [`SHARED_BF_REG`]); `None` when all are taken.
     pub(crate) fn alloc_bf_reg(&self) -> Option<usize> {
         let mut used = lock(&self.runtime.bf_regs);
-        let free = (0..rnic_mlx5_prm::UAR_NUM_BF_REGS).find(|i| *used & (1 << i) == 0)?;
+        let free = (0..SHARED_BF_REG).find(|i| *used & (1 << i) == 0)?;
         *used |= 1 << free;
         Some(free)
     }

@@ -69,6 +69,10 @@ pub struct HcaOptions {
     pub cmd_timeout: Option<Duration>,
     /// Sent with SET_DRIVER_VERSION (at most 64 bytes are sent).
     pub driver_version: String,
+    /// Use a write-combining mapping of the UAR for BlueFlame copies where
+    /// the transport has one ([`PciFunction::uar_wc`]); `false` rings
+    /// 8-byte doorbells only. Default `true`.
+    pub write_combining: bool,
 }
 
 impl Default for HcaOptions {
@@ -79,6 +83,7 @@ impl Default for HcaOptions {
             fw_init_timeout: None,
             cmd_timeout: None,
             driver_version: format!("rnic,rnic-mlx5,{}", env!("CARGO_PKG_VERSION")),
+            write_combining: true,
         }
     }
 }
@@ -185,6 +190,28 @@ pub struct HcaInfo {
     pub pd: u32,
     /// Pages given.
     pub pages: PageCounts,
+    /// How send doorbells are rung, and why.
+    pub doorbells: DoorbellPath,
+}
+
+/// How send doorbells reach the device (mlx5.md §8; audit rows 4, 5).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoorbellPath {
+    /// BlueFlame copies through a write-combining mapping of the UAR (QPs
+    /// with a register of their own); otherwise 8-byte doorbells only.
+    pub write_combining: bool,
+    /// Which mapping, or why there is no write-combining one.
+    pub why: String,
+}
+
+impl fmt::Display for DoorbellPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.write_combining {
+            write!(f, "BlueFlame through a write-combining mapping ({})", self.why)
+        } else {
+            write!(f, "8-byte doorbells on an uncached mapping ({})", self.why)
+        }
+    }
 }
 
 /// Capability pages as queried (whole QUERY_HCA_CAP outputs).
@@ -212,6 +239,8 @@ pub struct Hca {
     info: HcaInfo,
     caps: Caps,
     done: Done,
+    /// The UAR page mapped write-combining, when the doorbells use it.
+    uar_wc: Option<crate::BlockWindow>,
     // Dropped after the teardown commands ran, before the command queue.
     pub(crate) pages: Arc<Pages>,
     pub(crate) runtime: crate::events::HcaRuntime,
@@ -358,9 +387,11 @@ impl Hca {
                 uar: 0,
                 pd: 0,
                 pages: PageCounts::default(),
+                doorbells: DoorbellPath::default(),
             },
             caps: Caps::default(),
             done: Done::default(),
+            uar_wc: None,
             pages: Arc::new(Pages::new(function.clone(), cmdq.clone())),
             runtime: crate::events::HcaRuntime::new(function.clone()),
             roce: Default::default(),
@@ -382,6 +413,7 @@ impl Hca {
         hca.set_driver_version(&opts.driver_version);
         hca.query_all_caps()?;
         hca.alloc_uar()?;
+        hca.choose_doorbells(opts.write_combining);
         hca.alloc_pd()?;
         hca.fill_info();
         info!(
@@ -799,6 +831,47 @@ impl Hca {
         self.info.uar = uar;
         info!(uar, "ALLOC_UAR");
         Ok(())
+    }
+
+    /// BlueFlame only through a write-combining mapping of the UAR; on an
+    /// uncached one (what kernel VFIO gives) 8-byte doorbells only (K
+    /// ib/wr.c:1025-1049; RC's VFIO provider offers only NC UARs,
+    /// mlx5_vfio.c:2527; audit row 4).
+    fn choose_doorbells(&mut self, wanted: bool) {
+        let (wc, path) = if !wanted {
+            (
+                None,
+                DoorbellPath {
+                    write_combining: false,
+                    why: "write-combining turned off (HcaOptions::write_combining)".into(),
+                },
+            )
+        } else {
+            match self.function.uar_wc(self.info.uar) {
+                Ok(w) => (
+                    Some(w),
+                    DoorbellPath {
+                        write_combining: true,
+                        why: format!("UAR page {} via {}", self.info.uar, self.function.name()),
+                    },
+                ),
+                Err(why) => (
+                    None,
+                    DoorbellPath {
+                        write_combining: false,
+                        why,
+                    },
+                ),
+            }
+        };
+        info!(doorbells = %path, "doorbell path chosen");
+        self.uar_wc = wc;
+        self.info.doorbells = path;
+    }
+
+    /// The UAR page's write-combining mapping, when doorbells use one.
+    pub(crate) fn uar_wc(&self) -> Option<&crate::BlockWindow> {
+        self.uar_wc.as_ref()
     }
 
     fn alloc_pd(&mut self) -> Result<(), Mlx5Error> {

@@ -200,6 +200,10 @@ pub use wqe::{DatagramTemplate, PostFailure, Refused};
 pub const PCI_VENDOR_ID: u16 = 0x00;
 /// PCI config space: device ID (16 bits).
 pub const PCI_DEVICE_ID: u16 = 0x02;
+/// PCI config space: BAR0's low dword (32 bits).
+pub const PCI_BAR0: u16 = 0x10;
+/// BAR bit: prefetchable memory.
+pub const PCI_BAR_PREFETCHABLE: u32 = 0x8;
 /// PCI config space: command register (16 bits).
 pub const PCI_COMMAND: u16 = 0x04;
 /// Command bit: memory-space decoding.
@@ -272,12 +276,17 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
             .map_err(Mlx5Error::Bar)
     }
 
-    /// BAR0 again as a [`BlockWindow`] for 64-byte BlueFlame copies with
-    /// one bounds check per block, where the transport can offer it (it
-    /// owns the mapping); `None` (the default) makes BlueFlame copies use
-    /// [`PciFunction::bar0`]'s checked 8-byte stores.
-    fn bar0_blocks(&self) -> Option<&BlockWindow> {
-        None
+    /// UAR page `index` mapped **write-combining**, for BlueFlame copies
+    /// (mlx5.md §8): a BlueFlame copy only works as one when the CPU
+    /// combines its stores into one PCIe write; through an uncached mapping
+    /// each 8-byte store arrives alone and the device serves the first as a
+    /// doorbell (K core/wc.c; audit row 4). `Err` says why this transport
+    /// has no such mapping — the driver then rings 8-byte doorbells only.
+    /// The default: none (kernel VFIO maps BARs uncached,
+    /// `vfio_pci_core_mmap`: `pgprot_noncached`).
+    fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
+        let _ = index;
+        Err("this transport maps BAR0 uncached only".into())
     }
 
     /// Read `buf.len()` bytes of PCI config space at `offset`.

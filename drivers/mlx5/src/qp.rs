@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
-use crate::ring::Wqebb;
+use crate::ring::{BlockHead, Wqebb};
 use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::wqe::{
@@ -97,16 +97,23 @@ pub struct QpCounters {
 }
 
 struct BlueFlame {
+    /// The register through the uncached mapping: the general path's
+    /// 8-byte doorbells.
     reg: Mmio,
-    /// The same register for block copies, where the transport offers it.
+    /// The register through the write-combining mapping: the general
+    /// path's BlueFlame copies (`combine` QPs only).
     blocks: Option<BlockWindow>,
-    /// Both halves of `blocks`, checked once, when the register is this
-    /// QP's alone (BlueFlame allowed; `WorkQueues::block_pair`); then the
-    /// current half is its [`BlockPair::offset`] and `offset` is unused.
-    /// Otherwise a [`BlockPair::scratch`] that nothing rings through (the
-    /// queues keep the fast paths' gate closed): the fast paths ring
-    /// `fast` with no `Option` test.
+    /// Both halves of the register, checked once (`WorkQueues::block_pair`):
+    /// over the write-combining mapping when `combine` (64-byte copies),
+    /// else over the uncached one (8-byte doorbells); the fast paths ring
+    /// through it with no `Option` test. Without a pair (a register too
+    /// small to halve into blocks) a [`BlockPair::scratch`] that nothing
+    /// rings through (the queues keep the fast paths' gate closed), and the
+    /// current half is `offset`.
     fast: BlockPair,
+    /// BlueFlame copies allowed: a write-combining mapping and a register
+    /// this QP does not share (audit rows 4, 5).
+    combine: bool,
     /// The current half when `fast` is a scratch pair.
     offset: usize,
     half: usize,
@@ -135,26 +142,28 @@ impl BlueFlame {
         }
     }
 
-    /// Copy one 64-byte unit into the register at `offset`: through the
-    /// [`BlockWindow`] (one bounds check, eight volatile stores) where the
-    /// transport offers one, else through the [`Mmio`] with the block
-    /// checked once up front and each store checked again. `false`
-    /// (nothing written) if it does not fit.
+    /// The fast paths' UAR write for one WQEBB: a BlueFlame copy then
+    /// [`wc_flush`] on a write-combining register of this QP's own, else
+    /// the 8-byte doorbell (no flush: an uncached store is not buffered).
+    #[inline(always)]
+    fn ring_fast<H: BlockHead>(&mut self, wqe: &Wqebb<H>) {
+        if self.combine {
+            self.fast.write_next(wqe);
+            wc_flush();
+        } else {
+            self.fast.ring_next(wqe.head.words()[0]);
+        }
+    }
+
+    /// Copy one 64-byte unit into the write-combining register at
+    /// `offset` (one bounds check, eight volatile stores). `false`
+    /// (nothing written) without a write-combining mapping or if it does
+    /// not fit.
     #[inline(always)]
     fn write_block(&self, offset: usize, words: &[u64; 8]) -> bool {
-        if let Some(b) = &self.blocks {
-            return b.write_block(offset, words);
-        }
-        if !offset.is_multiple_of(64) || offset.checked_add(64).is_none_or(|e| e > self.reg.len()) {
-            return false;
-        }
-        for (i, w) in words.iter().enumerate() {
-            // Memory order: the bytes go out as they lie in the WQE.
-            let _ = self
-                .reg
-                .write64(offset + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
-        }
-        true
+        self.blocks
+            .as_ref()
+            .is_some_and(|b| b.write_block(offset, words))
     }
 }
 
@@ -373,22 +382,32 @@ impl Qp {
             }
             None => send_cq.attach(shared.clone(), true, true),
         }
-        let (bf_index, exclusive) = match hca.alloc_bf_reg() {
+        // Audit rows 4, 5: BlueFlame copies only through a write-combining
+        // mapping and only into a register no other QP writes (registers
+        // 0..=2 of the UAR page, one per QP); every other QP rings 8-byte
+        // doorbells — on the uncached mapping any register (qpn % 4), with
+        // write-combining the shared register 3, which never takes a copy.
+        let reg_size = hca.bf_reg_size();
+        let uar_wc = hca.uar_wc();
+        let (bf_index, exclusive) = match uar_wc.and_then(|_| hca.alloc_bf_reg()) {
             Some(i) => (i, Some(i)),
+            None if uar_wc.is_some() => (crate::events::SHARED_BF_REG, None),
             None => ((qpn as usize) % rnic_mlx5_prm::UAR_NUM_BF_REGS, None),
         };
-        let reg_size = hca.bf_reg_size();
+        let combine = exclusive.is_some();
         let uar = hca.function().uar(info.uar)?;
         let reg_at = UAR_BF_REG_0 + bf_index * reg_size;
         let reg = uar.window(reg_at, reg_size).map_err(Mlx5Error::Bar)?;
-        let blocks = hca
-            .function()
-            .bar0_blocks()
-            .and_then(|b| b.window(info.uar as usize * crate::UAR_PAGE_SIZE + reg_at, reg_size));
-        debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, "CREATE_QP");
-        let pair = exclusive
-            .and(blocks.clone())
-            .and_then(|b| BlockPair::new(b, reg_size / 2));
+        let blocks = uar_wc
+            .filter(|_| combine)
+            .and_then(|w| w.window(reg_at, reg_size));
+        debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, combine, "CREATE_QP");
+        let pair_window = if combine {
+            blocks.clone()
+        } else {
+            BlockWindow::from_mmio(&reg)
+        };
+        let pair = pair_window.and_then(|b| BlockPair::new(b, reg_size / 2));
         let block_pair = pair.is_some();
         let sq = SqBlocks::new(sq_ring, &shared)
             .ok_or_else(|| bad("the SQ ring and its tracking differ in size".into()))?;
@@ -401,6 +420,7 @@ impl Qp {
                 reg,
                 fast: pair.unwrap_or_else(BlockPair::scratch),
                 blocks,
+                combine,
                 offset: 0,
                 half: reg_size / 2,
                 exclusive,
@@ -463,8 +483,23 @@ impl Qp {
     pub fn counters(&self) -> QpCounters {
         let mut c = self.wq.counters;
         c.sends = self.wq.sends();
-        c.blueflame = c.blueflame.wrapping_add(c.sends);
+        // Rings the general path did not count: the fast paths', one per
+        // send — BlueFlame copies on a write-combining register of the
+        // QP's own, 8-byte doorbells otherwise.
+        let fast = c.blueflame.wrapping_add(c.sends);
+        if self.bf.combine {
+            c.blueflame = fast;
+        } else {
+            c.blueflame = 0;
+            c.doorbells = c.doorbells.wrapping_add(fast);
+        }
         c
+    }
+
+    /// Whether this QP rings BlueFlame copies (a write-combining mapping
+    /// and a register of its own) rather than 8-byte doorbells.
+    pub fn blueflame(&self) -> bool {
+        self.bf.combine
     }
 
     /// Outstanding (posted, not yet completed) SQ WQEBBs and RQ WQEs.
@@ -716,8 +751,7 @@ impl Qp {
         };
         // `post_small_write` passes only with the gate open, which
         // `block_pair` keeps closed unless `fast` is the register's.
-        self.bf.fast.write_next(&wqe);
-        wc_flush();
+        self.bf.ring_fast(&wqe);
         true
     }
 
@@ -752,7 +786,7 @@ impl Qp {
     fn ring(&mut self, ring: &SendDoorbell, posted: u64) {
         self.wq.counters.blueflame = self.wq.counters.blueflame.wrapping_sub(posted);
         let off = self.bf.offset(self.wq.block_pair);
-        if ring.blueflame() && self.bf.exclusive.is_some() {
+        if ring.blueflame() && self.bf.combine {
             for bb in 0..ring.wqebbs {
                 // A WQEBB is one block of the ring (masked: a WQE that
                 // wraps continues at block 0).
@@ -817,8 +851,7 @@ impl Qp {
                 .write_inline_at(head, wr_id, remote_addr, rkey.get(), data, signaled);
             // The gate is closed unless `fast` is the register's own pair
             // (`WorkQueues::block_pair`).
-            self.bf.fast.write_next(&wqe);
-            wc_flush();
+            self.bf.ring_fast(&wqe);
             return Ok(());
         }
         self.post_write_inline_cold(wr_id, remote_addr, rkey, data, signaled)
@@ -850,8 +883,7 @@ impl Qp {
     #[inline(always)]
     fn ring_wqebb(&mut self, wqe: &Wqebb) {
         if self.wq.block_pair {
-            self.bf.fast.write_next(wqe);
-            wc_flush();
+            self.bf.ring_fast(wqe);
         } else {
             self.ring_unit();
         }

@@ -12,6 +12,16 @@
 //! an `Mmio` cannot turn a volatile store into a message, and two access
 //! paths would make every register access transport-dependent.
 //!
+//! # Write-combining
+//!
+//! A vfio-user BAR is the server's memory, so how a store to it "arrives"
+//! is the server's contract. rnic-mlx5-emu's: a **prefetchable** BAR0
+//! (config space BAR0 bit 3) is a write-combining BAR whose BlueFlame
+//! registers take combined copies (`--bar0 wc`); a non-prefetchable one is
+//! uncached (`--bar0 uc`, the default, as kernel VFIO maps BARs), and a
+//! BlueFlame copy is then served as a doorbell and counted
+//! ([`VfioUserFunction::bar0_prefetchable`], [`crate::PciFunction::uar_wc`]).
+//!
 //! # What the `vfio_user` 0.1.7 client does not check
 //!
 //! - Its `resettable()` is inverted (true when `VFIO_DEVICE_FLAGS_RESET` is
@@ -38,7 +48,10 @@ use vfio_user::Client;
 
 use crate::error::Mlx5Error;
 use crate::memory::{DmaBuffer, IovaSpace, lock, lookup_fd, not_file_backed, split_apertures};
-use crate::{BlockWindow, FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
+use crate::{
+    BlockWindow, FunctionId, PCI_BAR_PREFETCHABLE, PCI_BAR0, PCI_DEVICE_ID, PCI_VENDOR_ID,
+    PciFunction, Vector, sys,
+};
 
 /// The IOVA aperture a vfio-user function offers (there is no IOMMU; the
 /// server resolves IOVAs through its table of DMA_MAPs). Low 1 MiB and the
@@ -125,6 +138,7 @@ pub struct VfioUserFunction {
     id: FunctionId,
     bar0: Mmio,
     bar0_blocks: Option<BlockWindow>,
+    bar0_prefetchable: bool,
     config_size: u64,
     msix_count: u32,
     reset_supported: bool,
@@ -206,6 +220,7 @@ impl VfioUserFunction {
             },
             bar0,
             bar0_blocks,
+            bar0_prefetchable: false,
             config_size,
             msix_count,
             reset_supported,
@@ -217,9 +232,16 @@ impl VfioUserFunction {
             vendor: f.config_read16(PCI_VENDOR_ID)?,
             device: f.config_read16(PCI_DEVICE_ID)?,
         };
+        f.bar0_prefetchable = f.config_read32(PCI_BAR0)? & PCI_BAR_PREFETCHABLE != 0;
         info!(function = %f.name, vendor = f.id.vendor, device = f.id.device, msix = msix_count,
               reset = reset_supported, "connected");
         Ok(f)
+    }
+
+    /// Whether the server offers BAR0 prefetchable, which is its promise of
+    /// a write-combining BAR (module docs).
+    pub fn bar0_prefetchable(&self) -> bool {
+        self.bar0_prefetchable
     }
 
     /// The socket path.
@@ -321,8 +343,21 @@ impl PciFunction for VfioUserFunction {
         &self.bar0
     }
 
-    fn bar0_blocks(&self) -> Option<&BlockWindow> {
-        self.bar0_blocks.as_ref()
+    fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
+        if !self.bar0_prefetchable {
+            return Err(format!(
+                "the vfio-user server offers BAR0 non-prefetchable: an uncached BAR, as kernel \
+                 VFIO maps one (start rnic-mlx5-emu with --bar0 wc for a write-combining one)"
+            ));
+        }
+        let blocks = self
+            .bar0_blocks
+            .as_ref()
+            .ok_or("BAR0's mapping is not 64-byte aligned")?;
+        let at = index as usize * crate::UAR_PAGE_SIZE;
+        blocks
+            .window(at, crate::UAR_PAGE_SIZE)
+            .ok_or_else(|| format!("UAR page {index} lies outside BAR0"))
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error> {
