@@ -71,6 +71,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         rq_mask_words: rq_bytes / 8 - 1,
         rq_head: 0,
         max_recv_sge: 2,
+        recv_terminator: crate::wqe::RECV_TERMINATOR,
         dbrec_word: wq_bytes / 8,
         limits: SendLimits {
             max_sge: 2,

@@ -159,6 +159,28 @@ pub enum Mlx5Error {
         #[source]
         source: io::Error,
     },
+    /// The port is not an Ethernet port, so RoCE cannot be set up on it
+    /// (RC mlx5_vfio.c:2220 enables RoCE only on Ethernet; audit row 9).
+    #[error(
+        "{function}: the port is {port_type}, not Ethernet, so RoCE cannot run on it; set the \
+         port to Ethernet (mlxconfig -d <device> set LINK_TYPE_P1=2, then reset the card) and \
+         bring the function up again"
+    )]
+    PortType {
+        /// The function.
+        function: String,
+        /// What the general capabilities report.
+        port_type: crate::PortType,
+    },
+    /// A GID index beyond the port's GID table (RoCE cap
+    /// `roce_address_table_size`).
+    #[error("GID index {index} is beyond the port's GID table of {size} entries; use 0..{size}")]
+    GidIndex {
+        /// Asked for.
+        index: u16,
+        /// The table's size.
+        size: u32,
+    },
     /// The function cannot be reset.
     #[error("{function} does not offer a function-level reset (VFIO_DEVICE_FLAGS_RESET is clear)")]
     ResetUnsupported {

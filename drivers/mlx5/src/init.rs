@@ -23,9 +23,10 @@ use rnic_mlx5_prm::{
     CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, DeallocUarIn, DeallocUarOut, DisableHcaIn,
     DisableHcaOut, EnableHcaIn, EnableHcaOut, HCA_CAP_OPMOD_CURRENT, HCA_CAP_OPMOD_MAX, InitHcaIn,
     InitHcaOut, PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB, QueryHcaCapIn, QueryHcaCapOut,
-    QueryIssiIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, RegisterHostEndianness, RoceCap,
-    SetDriverVersionIn, SetDriverVersionOut, SetHcaCapIn, SetHcaCapOut, SetIssiIn, SetIssiOut,
-    TeardownHcaIn, TeardownHcaOut, access_reg_op_mod, cap_type, default_timeout_ms, initial_seg,
+    QueryIssiIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, QuerySpecialContextsIn,
+    QuerySpecialContextsOut, RegisterHostEndianness, RoceCap, SetDriverVersionIn,
+    SetDriverVersionOut, SetHcaCapIn, SetHcaCapOut, SetIssiIn, SetIssiOut, TeardownHcaIn,
+    TeardownHcaOut, access_reg_op_mod, cap_type, default_timeout_ms, initial_seg,
     query_hca_cap_out, query_pages_op_mod, register_id, set_hca_cap_in, teardown_profile,
 };
 use tracing::{info, info_span, warn};
@@ -207,7 +208,11 @@ pub struct DoorbellPath {
 impl fmt::Display for DoorbellPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.write_combining {
-            write!(f, "BlueFlame through a write-combining mapping ({})", self.why)
+            write!(
+                f,
+                "BlueFlame through a write-combining mapping ({})",
+                self.why
+            )
         } else {
             write!(f, "8-byte doorbells on an uncached mapping ({})", self.why)
         }
@@ -241,6 +246,8 @@ pub struct Hca {
     done: Done,
     /// The UAR page mapped write-combining, when the doorbells use it.
     uar_wc: Option<crate::BlockWindow>,
+    /// The key that ends a receive scatter list (audit row 21).
+    terminator_lkey: u32,
     // Dropped after the teardown commands ran, before the command queue.
     pub(crate) pages: Arc<Pages>,
     pub(crate) runtime: crate::events::HcaRuntime,
@@ -333,7 +340,11 @@ impl Hca {
             wait_initializing(f, "after the function reset", opts.pre_init_timeout)?;
         }
 
-        // Step 1: interface revision.
+        // Step 2 before step 1 (K core/main.c:1369-1375 waits for the
+        // firmware, then checks the revision in mlx5_cmd_enable; audit row
+        // 18): a function still initializing after the open-time FLR may
+        // not show its revision yet.
+        wait_initializing(f, "before the command queue", opts.pre_init_timeout)?;
         let rev = read_iseg(f, &initial_seg::cmd_interface_rev)?;
         if rev != CMD_INTERFACE_REV {
             return Err(Mlx5Error::CmdifRev {
@@ -342,8 +353,6 @@ impl Hca {
                 expected: CMD_INTERFACE_REV,
             });
         }
-        // Step 2: firmware ready before the command queue is touched (K).
-        wait_initializing(f, "before the command queue", opts.pre_init_timeout)?;
         // Step 3: command queue.
         let cmdq = Arc::new(CmdQueue::new(
             function.clone(),
@@ -392,6 +401,7 @@ impl Hca {
             caps: Caps::default(),
             done: Done::default(),
             uar_wc: None,
+            terminator_lkey: rnic_mlx5_prm::INVALID_LKEY,
             pages: Arc::new(Pages::new(function.clone(), cmdq.clone())),
             runtime: crate::events::HcaRuntime::new(function.clone()),
             roce: Default::default(),
@@ -412,6 +422,7 @@ impl Hca {
         hca.init_hca()?;
         hca.set_driver_version(&opts.driver_version);
         hca.query_all_caps()?;
+        hca.special_contexts()?;
         hca.alloc_uar()?;
         hca.choose_doorbells(opts.write_combining);
         hca.alloc_pd()?;
@@ -665,7 +676,13 @@ impl Hca {
         let mut cmd = input(SetHcaCapIn::<&[u8]>::SIZE_BYTES);
         let from = query_hca_cap_out::cmd_hca_cap.byte_offset();
         let to = set_hca_cap_in::cmd_hca_cap.byte_offset();
-        let len = QueryHcaCapOut::<&[u8]>::SIZE_BYTES - from;
+        // Only the capability structure's own bytes, the rest of the area
+        // zero (K core/main.c:701-702, 831; RC mlx5_vfio.c:1846-1847;
+        // audit row 17): the driver does not echo bytes it does not own.
+        let len = match cap {
+            cap_type::ROCE => RoceCap::<&[u8]>::SIZE_BYTES,
+            _ => CmdHcaCap::<&[u8]>::SIZE_BYTES,
+        };
         let src = current
             .get(from..from + len)
             .ok_or_else(|| Mlx5Error::Prm {
@@ -813,6 +830,36 @@ impl Hca {
             self.caps.roce_max = None;
         }
         Ok(())
+    }
+
+    /// QUERY_SPECIAL_CONTEXTS when the general cap advertises a
+    /// `terminate_scatter_list_mkey` (K ib/wr.c:1269, which then ends receive
+    /// scatter lists with it); otherwise `INVALID_LKEY` (0x100, RC qp.c:3869;
+    /// audit row 21).
+    fn special_contexts(&mut self) -> Result<(), Mlx5Error> {
+        if general_view(&self.caps.general_cur)?.terminate_scatter_list_mkey() == 0 {
+            return Ok(());
+        }
+        let buf = input(QuerySpecialContextsIn::<&[u8]>::SIZE_BYTES);
+        let out = self.cmdq.exec(
+            CmdOpcode::QuerySpecialContexts,
+            0,
+            &buf,
+            QuerySpecialContextsOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        self.terminator_lkey = QuerySpecialContextsOut::new_checked(&out[..])
+            .map_err(prm("QUERY_SPECIAL_CONTEXTS"))?
+            .terminate_scatter_list_mkey();
+        info!(
+            lkey = format_args!("{:#x}", self.terminator_lkey),
+            "receive scatter lists end with the firmware's terminate_scatter_list_mkey"
+        );
+        Ok(())
+    }
+
+    /// The key that ends a receive scatter list shorter than its stride.
+    pub fn terminator_lkey(&self) -> u32 {
+        self.terminator_lkey
     }
 
     // Step 15 (UAR; the EQ is a later layer's).

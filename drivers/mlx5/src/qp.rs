@@ -48,6 +48,11 @@ use crate::wqe::{
 };
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
+/// `qpc.mtu` of a UD QP: 4096 bytes (IB_MTU_4096, the PRM enum's 5).
+const UD_MTU_4096: u32 = 5;
+/// `qpc.log_msg_max` of a UD QP: 2^12, one packet.
+const UD_LOG_MSG_MAX: u32 = 12;
+
 /// How big a QP's queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpOptions {
@@ -267,7 +272,15 @@ impl Qp {
         let caps = hca.general_caps()?;
         let log_max_wq = caps.log_max_qp_sz();
         let log_max_msg = caps.log_max_msg();
-        let ts_format = if caps.sq_ts_format() != 0 {
+        // K inc/qp.h:580-588, ib/qp.c:1310: a RoCE QP's timestamp format
+        // follows the RoCE cap's `qp_ts_format` when RoCE is on, else the
+        // general `sq_ts_format`; nonzero → DEFAULT, else FREE_RUNNING
+        // (audit row 20).
+        let ts_cap = match hca.roce_caps() {
+            Some(r) if caps.roce() != 0 => r.qp_ts_format(),
+            _ => caps.sq_ts_format(),
+        };
+        let ts_format = if ts_cap != 0 {
             TS_FORMAT_DEFAULT
         } else {
             TS_FORMAT_FREE_RUNNING
@@ -401,7 +414,10 @@ impl Qp {
         let blocks = uar_wc
             .filter(|_| combine)
             .and_then(|w| w.window(reg_at, reg_size));
-        debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, combine, "CREATE_QP");
+        debug!(
+            qpn,
+            sq_wqebbs, rq_entries, stride, bf_index, combine, "CREATE_QP"
+        );
         let pair_window = if combine {
             blocks.clone()
         } else {
@@ -441,6 +457,7 @@ impl Qp {
                 rq_mask_words: rq_bytes / 8 - 1,
                 rq_head: 0,
                 max_recv_sge: opts.max_recv_sge as usize,
+                recv_terminator: crate::wqe::recv_terminator(hca.terminator_lkey()),
                 dbrec_word: wq_bytes / 8,
                 limits: SendLimits {
                     max_sge: opts.max_send_sge as usize,
@@ -546,6 +563,12 @@ impl Qp {
         q.set_pd(self.hca.info().pd)?;
         q.set_cqn_snd(self.send_cq.cqn)?;
         q.set_cqn_rcv(self.recv_cq.cqn)?;
+        if self.wq.limits.ud {
+            // K ib/qp.c:4396-4398 sets these on every modify of a UD QP: a
+            // UD message is one packet of at most 4096 bytes (audit row 6).
+            q.set_mtu(UD_MTU_4096)?;
+            q.set_log_msg_max(UD_LOG_MSG_MAX)?;
+        }
         q.primary_address_path_mut()
             .set_vhca_port_num(self.port.into())
     }
@@ -555,6 +578,17 @@ impl Qp {
         self.port = p.port_num.max(1);
         let ud = self.wq.limits.ud;
         let access = p.access;
+        // `atomic_mode` and `rae` only with the atomic capability (K
+        // ib/qp.c:2113-2143; audit row 61): a function without atomics
+        // refuses the modify, so the request is refused here with the fix.
+        let has_atomic = self.hca.general_caps()?.atomic() != 0;
+        if !ud && access.contains(AccessFlags::REMOTE_ATOMIC) && !has_atomic {
+            return Err(Mlx5Error::QpOptions {
+                reason: "this function has no atomic capability (general cap atomic = 0): \
+                         drop REMOTE_ATOMIC from the QP's access flags"
+                    .into(),
+            });
+        }
         let dbr = self.wq.buf.iova().get() + (self.wq.dbrec_word * 8) as u64;
         modify_qp!(
             self,
@@ -571,7 +605,7 @@ impl Qp {
                 } else {
                     q.set_rre(access.contains(AccessFlags::REMOTE_READ) as u32)?;
                     q.set_rwe(access.contains(AccessFlags::REMOTE_WRITE) as u32)?;
-                    let atomic = access.contains(AccessFlags::REMOTE_ATOMIC);
+                    let atomic = access.contains(AccessFlags::REMOTE_ATOMIC) && has_atomic;
                     q.set_rae(atomic as u32)?;
                     if atomic {
                         q.set_atomic_mode(ATOMIC_MODE_IB_COMP)?;
@@ -598,7 +632,11 @@ impl Qp {
         let sport = p
             .udp_sport
             .unwrap_or_else(|| default_udp_sport(self.wq.qpn, dest_qpn.get()));
-        let log_msg_max = self.hca.general_caps()?.log_max_msg();
+        let caps = self.hca.general_caps()?;
+        let log_msg_max = caps.log_max_msg();
+        // Clamped to what the function can hold (K ib/qp.c:4443; audit
+        // row 63): asking for more is refused by the firmware.
+        let log_rra_cap = caps.log_max_ra_res_qp();
         modify_qp!(
             self,
             Init2rtrQpIn,
@@ -614,7 +652,7 @@ impl Qp {
                 q.set_remote_qpn(dest_qpn.get())?;
                 q.set_next_rcv_psn(rq_psn.get())?;
                 q.set_min_rnr_nak(u32::from(p.min_rnr_timer & 0x1f))?;
-                q.set_log_rra_max(ceil_log2(p.max_dest_rd_atomic.into()))?;
+                q.set_log_rra_max(ceil_log2(p.max_dest_rd_atomic.into()).min(log_rra_cap))?;
                 let mut a = q.primary_address_path_mut();
                 a.set_src_addr_index(p.sgid_index.into())?;
                 a.set_rgid_rip(dgid.raw())?;
@@ -638,6 +676,7 @@ impl Qp {
     /// RTR → RTS: send PSN, retries, timeout, outstanding reads/atomics.
     pub fn ready_to_send(&mut self, sq_psn: Psn, p: &RtsParams) -> Result<(), Mlx5Error> {
         let ud = self.wq.limits.ud;
+        let log_sra_cap = self.hca.general_caps()?.log_max_ra_req_qp();
         modify_qp!(
             self,
             Rtr2rtsQpIn,
@@ -651,7 +690,7 @@ impl Qp {
                 }
                 q.set_retry_count((p.retry_cnt & 7).into())?;
                 q.set_rnr_retry((p.rnr_retry & 7).into())?;
-                q.set_log_sra_max(ceil_log2(p.max_rd_atomic.into()))?;
+                q.set_log_sra_max(ceil_log2(p.max_rd_atomic.into()).min(log_sra_cap))?;
                 q.set_log_ack_req_freq(LOG_ACK_REQ_FREQ_DEFAULT)?;
                 q.primary_address_path_mut()
                     .set_ack_timeout((p.timeout & 0x1f).into())?;

@@ -36,6 +36,12 @@ pub(crate) struct RoceState {
 }
 
 impl Hca {
+    /// Entries of the port's GID table: the RoCE cap's
+    /// `roce_address_table_size` (audit row 8); 0 without RoCE.
+    pub fn gid_table_len(&self) -> u32 {
+        self.roce_caps().map_or(0, |r| r.roce_address_table_size())
+    }
+
     /// The function's permanent MAC (QUERY_NIC_VPORT_CONTEXT), once
     /// [`Hca::set_gid`] ran.
     pub fn mac(&self) -> Option<[u8; 6]> {
@@ -98,6 +104,11 @@ impl Hca {
                 SetRoceAddressIn::new_checked(&mut buf[..]).map_err(prm("SET_ROCE_ADDRESS"))?;
             v.set_roce_address_index(index.into())
                 .map_err(prm("SET_ROCE_ADDRESS"))?;
+            // K core/lib/gid.c:145-146: the port, when the function has
+            // several vHCA ports (audit row 15).
+            if self.general_caps()?.num_vhca_ports() > 0 {
+                v.set_vhca_port_num(1).map_err(prm("SET_ROCE_ADDRESS"))?;
+            }
             if *gid != Gid::ZERO {
                 let mut a = v.roce_address_mut();
                 (|| -> Result<(), rnic_mlx5_prm::Error> {
@@ -130,6 +141,19 @@ impl Hca {
     /// The emulator serves RoCE on UDP/4791 at this address. Teardown
     /// clears every entry written and `roce_en`.
     pub fn set_gid(&self, index: u16, ip: IpAddr) -> Result<Gid, Mlx5Error> {
+        // Audit row 9: RoCE only on an Ethernet port (RC mlx5_vfio.c:2220).
+        let info = self.info();
+        if info.port_type != crate::PortType::Ethernet {
+            return Err(Mlx5Error::PortType {
+                function: info.function,
+                port_type: info.port_type,
+            });
+        }
+        // Audit row 8: the table is as large as the RoCE cap says.
+        let size = self.gid_table_len();
+        if u32::from(index) >= size {
+            return Err(Mlx5Error::GidIndex { index, size });
+        }
         let mac = match self.mac() {
             Some(m) => m,
             None => {

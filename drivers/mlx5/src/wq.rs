@@ -18,9 +18,9 @@ use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
 use crate::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
 use crate::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, Refused, RingWriter,
-    SendLimits, atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se,
-    inline_header, plan, push_sges, raddr_words,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, Refused, RingWriter, SendLimits,
+    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan,
+    push_sges, raddr_words,
 };
 use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
 
@@ -428,6 +428,9 @@ pub(crate) struct WorkQueues {
     pub rq_mask_words: usize,
     pub rq_head: u32,
     pub max_recv_sge: usize,
+    /// The slot that ends a receive scatter list shorter than the stride:
+    /// byte_count 0, the terminator key (`Hca::terminator_lkey`), addr 0.
+    pub recv_terminator: [u64; 2],
     pub dbrec_word: usize,
     pub limits: SendLimits,
     pub sig_all: bool,
@@ -1162,12 +1165,14 @@ impl WorkQueues {
         let mut w = RingWriter::new(self.buf.words(), 0, self.rq_mask_words, slot)
             .ok_or(PostFailure::QueueFull { outstanding: used })?;
         let mut n = 0;
-        for s in wr.sg_list {
+        // Zero-length scatter entries are skipped (RC qp.c:3862-3866): a
+        // data segment's byte_count 0 reads as 2 GiB (audit row 12).
+        for s in wr.sg_list.iter().filter(|s| s.length != 0) {
             w.seg(data_words(s.length, s.lkey.get(), s.addr));
             n += 1;
         }
         if n * 2 < self.rq_stride_words {
-            w.seg(RECV_TERMINATOR);
+            w.seg(self.recv_terminator);
         }
         let idx = (self.rq_head & self.shared.rq.mask) as usize;
         if let Some(id) = self.shared.rq.wrid.get(idx) {

@@ -257,7 +257,14 @@ pub const fn data_words(byte_count: u32, lkey: u32, addr: u64) -> [u64; 2] {
 }
 
 /// The receive terminator slot: byte_count 0, lkey `INVALID_LKEY`, addr 0 (§9.4).
-pub const RECV_TERMINATOR: [u64; 2] = [be_pair(0, INVALID_LKEY), 0];
+pub const RECV_TERMINATOR: [u64; 2] = recv_terminator(INVALID_LKEY);
+
+/// A receive terminator slot with key `lkey`: the firmware's
+/// `terminate_scatter_list_mkey` where it advertises one (K ib/wr.c:1269,
+/// QUERY_SPECIAL_CONTEXTS), else `INVALID_LKEY` (RC qp.c:3869; audit row 21).
+pub const fn recv_terminator(lkey: u32) -> [u64; 2] {
+    [be_pair(0, lkey), 0]
+}
 
 /// The two memory words of an atomic segment (§9.3).
 #[inline(always)]
