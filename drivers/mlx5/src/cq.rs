@@ -854,13 +854,16 @@ impl CqRing {
             .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci() as u32 & 0xff_ffff));
     }
 
-    /// One CQE consumed (and counted): `ci` on; at each multiple of the
-    /// capacity `set_ci` stored, and the lean path's owner parity flipped
-    /// when the ring wraps ([`CqRing::crossed`]).
+    /// One CQE consumed (and counted): `ci` on and `set_ci` stored — after
+    /// every CQE, so after every poll batch, as K (ib/cq.c:645) and RC
+    /// (cq.c:159-162) do (audit row 11) — and the lean path's owner parity
+    /// flipped when the ring wraps ([`CqRing::crossed`]).
     #[inline(always)]
     fn advance(&mut self) {
         if self.step() {
             self.crossed();
+        } else {
+            self.store_set_ci();
         }
     }
 
@@ -991,6 +994,7 @@ impl CqRing {
         if self.step() {
             return self.crossed_then(1);
         }
+        self.store_set_ci();
         1
     }
 
@@ -1066,6 +1070,7 @@ impl CqRing {
         if self.step() {
             return self.crossed_then(c);
         }
+        self.store_set_ci();
         c
     }
 
