@@ -72,4 +72,4 @@ pub use rnic_mlx5 as mlx5;
 pub use rnic_roce as roce;
 #[cfg(feature = "rxe")]
 pub use rnic_rxe as rxe;
-pub use spec::{DeviceSpec, Mlx5Target, RxeTarget, SpecError};
+pub use spec::{DeviceSpec, Mlx5SpecOptions, Mlx5Target, RxeTarget, SpecError};

@@ -117,20 +117,24 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         spec: spec.to_owned(),
         source: Box::new(source),
     };
-    let (function, gid): (Arc<dyn PciFunction>, _) = match spec.parse::<DeviceSpec>()? {
+    let (function, gid, options): (Arc<dyn PciFunction>, _, _) = match spec.parse::<DeviceSpec>()? {
         DeviceSpec::Mlx5 {
             target: Mlx5Target::VfioUser(path),
             addr,
+            options,
         } => (
             Arc::new(VfioUserFunction::connect(path).map_err(err)?),
             addr,
+            options,
         ),
         DeviceSpec::Mlx5 {
             target: Mlx5Target::Pci(bdf),
             addr,
+            options,
         } => (
             Arc::new(VfioFunction::open(&bdf, u64::MAX).map_err(err)?),
             addr,
+            options,
         ),
         _ => {
             return Err(OpenError::WrongBackend {
@@ -139,7 +143,13 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
             });
         }
     };
-    let hca = Hca::bring_up(function, HcaOptions::default()).map_err(err)?;
+    let mut opts = HcaOptions::default();
+    opts.neighbours.host_kernel = options.host_neighbours;
+    opts.write_combining = !options.no_write_combining;
+    let hca = Hca::bring_up(function, opts).map_err(err)?;
+    for (ip, mac) in options.neighbours {
+        hca.add_neighbour(ip, mac).map_err(err)?;
+    }
     let provider = Mlx5Provider::new(hca).map_err(err)?;
     if let Some(ip) = gid {
         provider.set_gid(0, ip).map_err(err)?;

@@ -85,7 +85,6 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
             len: 4096,
             buf: data.clone(),
         }],
-        mac: [2, 0, 0, 0, 0, 1],
         counters: QpCounters::default(),
         sq,
         dbrec,

@@ -181,6 +181,20 @@ pub enum Mlx5Error {
         /// The table's size.
         size: u32,
     },
+    /// No destination MAC could be found for a peer (audit row 7): the
+    /// driver never sends to its own MAC or to zeros instead.
+    #[error(
+        "no MAC address for peer {ip} ({why}): add a static neighbour (Hca::add_neighbour, or \
+         `neigh=<ip>/<mac>` in the device spec), pass the peer's dmac, or let the host kernel \
+         resolve it (HcaOptions::neighbours.host_kernel, `neigh=host` in the spec) when the host \
+         has an interface on the port's network"
+    )]
+    NoNeighbour {
+        /// The peer's address.
+        ip: std::net::IpAddr,
+        /// What was tried.
+        why: String,
+    },
     /// The function cannot be reset.
     #[error("{function} does not offer a function-level reset (VFIO_DEVICE_FLAGS_RESET is clear)")]
     ResetUnsupported {

@@ -156,7 +156,6 @@ impl CqRig {
                 len: DATA_BYTES as u64,
                 buf: data.clone(),
             }],
-            mac: [2, 0, 0, 0, 0, 1],
             counters: QpCounters::default(),
             sq,
             dbrec,

@@ -70,6 +70,9 @@ pub struct HcaOptions {
     pub cmd_timeout: Option<Duration>,
     /// Sent with SET_DRIVER_VERSION (at most 64 bytes are sent).
     pub driver_version: String,
+    /// Where peers' MAC addresses may come from besides the caller, the
+    /// function's own GIDs and static entries (`crate::neigh`).
+    pub neighbours: crate::neigh::NeighbourOptions,
     /// Use a write-combining mapping of the UAR for BlueFlame copies where
     /// the transport has one ([`PciFunction::uar_wc`]); `false` rings
     /// 8-byte doorbells only. Default `true`.
@@ -85,6 +88,7 @@ impl Default for HcaOptions {
             cmd_timeout: None,
             driver_version: format!("rnic,rnic-mlx5,{}", env!("CARGO_PKG_VERSION")),
             write_combining: true,
+            neighbours: Default::default(),
         }
     }
 }
@@ -252,6 +256,7 @@ pub struct Hca {
     pub(crate) pages: Arc<Pages>,
     pub(crate) runtime: crate::events::HcaRuntime,
     pub(crate) roce: Mutex<crate::resources::RoceState>,
+    pub(crate) neighbours: crate::neigh::Neighbours,
     cmdq: Arc<CmdQueue>,
     function: Arc<dyn PciFunction>,
     torn_down: bool,
@@ -405,6 +410,7 @@ impl Hca {
             pages: Arc::new(Pages::new(function.clone(), cmdq.clone())),
             runtime: crate::events::HcaRuntime::new(function.clone()),
             roce: Default::default(),
+            neighbours: crate::neigh::Neighbours::new(opts.neighbours, function.host_neighbours()),
             cmdq,
             function,
             torn_down: false,

@@ -159,6 +159,7 @@ pub mod fuzzing;
 pub mod health;
 pub mod init;
 pub mod memory;
+pub mod neigh;
 mod pages;
 pub mod provider;
 pub mod qp;
@@ -186,8 +187,11 @@ pub use cq::{Cq, CqCounters, SendCompletion};
 pub use error::Mlx5Error;
 pub use events::{EventCounters, HealthPoller};
 pub use health::{Fatal, HealthReport, HealthWarning};
-pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};
+pub use init::{
+    DoorbellPath, FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy,
+};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
+pub use neigh::{Neighbour, NeighbourOptions, NeighbourSource};
 pub use provider::{Mlx5Ah, Mlx5Cq, Mlx5Domain, Mlx5Mr, Mlx5Pd, Mlx5Provider, Mlx5Qp};
 pub use qp::{Qp, QpCounters, QpOptions};
 pub use resources::Mkey;
@@ -287,6 +291,15 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
     fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
         let _ = index;
         Err("this transport maps BAR0 uncached only".into())
+    }
+
+    /// Whether the host kernel's neighbour table knows this function's
+    /// peers by default (`crate::neigh`): true where the function's wire is
+    /// the host's own network stack. The default: false (a ConnectX owned
+    /// through VFIO has no netdev, and the host may have no interface on
+    /// its network).
+    fn host_neighbours(&self) -> bool {
+        false
     }
 
     /// Read `buf.len()` bytes of PCI config space at `offset`.

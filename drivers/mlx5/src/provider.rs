@@ -74,7 +74,6 @@ use rnic_core::{
 use rnic_mlx5_prm::QpState as PrmQpState;
 use tracing::warn;
 
-use crate::qp::resolve_dmac;
 use crate::wqe::{DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
 
@@ -225,6 +224,17 @@ fn device_error(e: &Mlx5Error) -> DeviceError {
         Mlx5Error::IovaExhausted { .. } | Mlx5Error::SharedMemory { .. } => DeviceError::new(
             DeviceErrorKind::NoResources,
             "no device-visible memory left for the queue (IOVA space or memfd)",
+        ),
+        Mlx5Error::NoNeighbour { .. } => DeviceError::new(
+            DeviceErrorKind::NotFound,
+            "no MAC address for the peer (the log names it): add a static neighbour \
+             (`neigh=<ip>/<mac>` in the mlx5 spec), pass the peer's dmac, or use `neigh=host` \
+             when the host's kernel can reach the port's network",
+        ),
+        Mlx5Error::PortType { .. } => DeviceError::new(
+            DeviceErrorKind::Unsupported,
+            "the port is not Ethernet: set it to Ethernet with mlxconfig (LINK_TYPE_P1=2) and \
+             reset the card",
         ),
         Mlx5Error::NoEventQueue => DeviceError::new(
             DeviceErrorKind::Unsupported,
@@ -489,6 +499,11 @@ impl Mlx5Qp {
             PostFailure::InlineRegion { .. } => PostError::Device(DeviceError::new(
                 DeviceErrorKind::InvalidArgument,
                 "an inline SGE lies in no region of the QP's protection domain",
+            )),
+            PostFailure::UnresolvedMac { .. } => PostError::Device(DeviceError::new(
+                DeviceErrorKind::NotFound,
+                "a UD destination without a MAC: create an address handle (it resolves the \
+                 neighbour) or give the vector's dmac",
             )),
             PostFailure::Unsupported { .. } => PostError::Device(DeviceError::new(
                 DeviceErrorKind::Unsupported,
@@ -931,9 +946,13 @@ impl Provider for Mlx5Provider {
                 source,
             });
         }
-        // The MAC as the post path resolves it: given, else from a
-        // link-local GID, else the port's own.
-        let dmac = resolve_dmac(&av.dgid, av.dmac, self.hca.mac().unwrap_or([0; 6]));
+        // The peer's MAC, resolved here on the control path (audit row 7).
+        let dmac =
+            self.hca
+                .resolve_neighbour(&av.dgid, av.dmac)
+                .map_err(|e| VerbsError::CreateAh {
+                    source: logged("create_ah", &e),
+                })?;
         let template = DatagramTemplate::new(av, dmac).map_err(|e| {
             warn!(%e, "create_ah: the address vector does not fit a datagram segment");
             VerbsError::CreateAh {

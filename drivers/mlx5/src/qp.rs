@@ -203,20 +203,6 @@ fn ceil_log2(v: u32) -> u32 {
     v.max(1).next_power_of_two().trailing_zeros()
 }
 
-/// The destination MAC: given, else the EUI-64 inverse of a link-local GID,
-/// else `own` (no ARP on a VFIO function, §12: the emulator and loopback
-/// peers ignore it).
-pub fn resolve_dmac(gid: &Gid, given: Option<[u8; 6]>, own: [u8; 6]) -> [u8; 6] {
-    if let Some(m) = given {
-        return m;
-    }
-    let g = gid.raw();
-    if g[0] == 0xfe && g[1] == 0x80 && g[11] == 0xff && g[12] == 0xfe {
-        return [g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]];
-    }
-    own
-}
-
 /// The RoCEv2 UDP source port when none is given: 0xC000 | a hash of the
 /// two QPNs (rxe's range), so flows of different QP pairs spread.
 pub fn default_udp_sport(local: u32, remote: u32) -> u16 {
@@ -466,7 +452,6 @@ impl Qp {
                 },
                 sig_all: opts.sq_sig_all,
                 regions: Vec::new(),
-                mac: hca.mac().unwrap_or([0; 6]),
                 counters: QpCounters::default(),
                 sq,
                 dbrec,
@@ -628,7 +613,13 @@ impl Qp {
         p: &RtrParams,
     ) -> Result<(), Mlx5Error> {
         let ud = self.wq.limits.ud;
-        let dmac = resolve_dmac(&dgid, p.dmac, self.wq.mac);
+        // The peer's MAC, never the function's own as a silent fallback
+        // (audit row 7; `crate::neigh`). UD QPs have no path.
+        let dmac = if ud {
+            [0; 6]
+        } else {
+            self.hca.resolve_neighbour(&dgid, p.dmac)?
+        };
         let sport = p
             .udp_sport
             .unwrap_or_else(|| default_udp_sport(self.wq.qpn, dest_qpn.get()));
@@ -993,17 +984,6 @@ pub fn gid_of(ip: IpAddr) -> Gid {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dmac_resolution() {
-        let own = [2, 0, 0x15, 0xb3, 0x10, 0x17];
-        let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
-        let ll = Gid::link_local_from_mac(mac);
-        assert_eq!(resolve_dmac(&ll, None, own), mac);
-        let v4 = Gid::from_ipv4(std::net::Ipv4Addr::new(127, 0, 0, 2));
-        assert_eq!(resolve_dmac(&v4, None, own), own);
-        assert_eq!(resolve_dmac(&v4, Some(mac), own), mac);
-    }
 
     #[test]
     fn udp_sport_is_in_the_rocev2_dynamic_range() {

@@ -1,7 +1,7 @@
 //! Memory keys (mlx5.md §6) and the port's RoCE addresses (§5.4, §11a
 //! steps 2–3): [`Mkey`], [`Hca::set_gid`].
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,10 +32,15 @@ pub const MTT_PAGE_BYTES: usize = 4096;
 pub(crate) struct RoceState {
     mac: Option<[u8; 6]>,
     roce_enabled: bool,
-    gids: BTreeSet<u16>,
+    gids: BTreeMap<u16, Gid>,
 }
 
 impl Hca {
+    /// Whether `gid` is one of the function's own (set with [`Hca::set_gid`]).
+    pub fn owns_gid(&self, gid: &Gid) -> bool {
+        lock(&self.roce).gids.values().any(|g| g == gid)
+    }
+
     /// Entries of the port's GID table: the RoCE cap's
     /// `roce_address_table_size` (audit row 8); 0 without RoCE.
     pub fn gid_table_len(&self) -> u32 {
@@ -168,7 +173,7 @@ impl Hca {
         }
         let gid = Gid::from_ip(ip);
         self.set_roce_address(index, &gid, mac)?;
-        lock(&self.roce).gids.insert(index);
+        lock(&self.roce).gids.insert(index, gid);
         info!(index, %ip, mac = ?mac, "SET_ROCE_ADDRESS");
         Ok(gid)
     }
@@ -183,7 +188,7 @@ impl Hca {
             )
         };
         let mut first = Ok(());
-        for g in gids {
+        for g in gids.into_keys() {
             if let Err(e) = self.set_roce_address(g, &Gid::ZERO, [0; 6]) {
                 warn!(index = g, %e, "clearing a GID entry failed");
                 if first.is_ok() {

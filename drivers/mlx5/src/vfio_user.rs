@@ -360,6 +360,12 @@ impl PciFunction for VfioUserFunction {
             .ok_or_else(|| format!("UAR page {index} lies outside BAR0"))
     }
 
+    /// rnic-mlx5-emu carries RoCE over the host's UDP sockets: the host
+    /// kernel routes and resolves every frame its port sends.
+    fn host_neighbours(&self) -> bool {
+        true
+    }
+
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error> {
         self.check_config(offset, buf.len())?;
         lock(&self.shared.client)

@@ -69,6 +69,16 @@ pub enum PostFailure {
         /// Its lkey.
         lkey: u32,
     },
+    /// A UD send whose vector names neither a `dmac` nor a link-local GID:
+    /// the post path resolves no neighbours (audit row 7).
+    #[error(
+        "the UD destination {dgid} has no destination MAC: create an address handle (which \
+         resolves the neighbour) or give the vector's dmac"
+    )]
+    UnresolvedMac {
+        /// The destination GID.
+        dgid: rnic_core::Gid,
+    },
     /// The operation does not exist on this QP type (RDMA on UD, …).
     #[error("{op} is not supported on this QP type")]
     Unsupported {
@@ -557,7 +567,10 @@ mod tests {
             },
         ];
         for av in cases {
-            let dmac = crate::qp::resolve_dmac(&av.dgid, av.dmac, own);
+            let dmac = av
+                .dmac
+                .or_else(|| crate::neigh::link_local_mac(&av.dgid))
+                .unwrap_or(own);
             let t = DatagramTemplate::new(&av, dmac).unwrap();
             for (local, remote, qkey) in [(0x11, 0x22, 0x1111_1111), (0xff_ffff, 0xab_cdef, 7)] {
                 let dest = UdDest {
