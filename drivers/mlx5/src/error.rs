@@ -26,6 +26,21 @@ pub enum Mlx5Error {
         #[source]
         source: vfio_user::Error,
     },
+    /// The vfio-user server accepted the connection but did not answer the
+    /// handshake: it is serving another driver (one at a time, as a VFIO
+    /// device opens once).
+    #[error(
+        "the vfio-user device at {path} did not answer within {after:?}: it is serving another \
+         driver (an emulated function, like a VFIO device, has one owner at a time); stop the \
+         other process, start another emulated function (rnicctl emu start --name <n>), or open \
+         the spec once in this process and share it"
+    )]
+    ServerBusy {
+        /// The socket path.
+        path: PathBuf,
+        /// How long the handshake was given.
+        after: std::time::Duration,
+    },
     /// A vfio-user request failed on the socket (the server went away?).
     #[error(
         "vfio-user {op} on {path} failed: the device process closed the connection or broke the \

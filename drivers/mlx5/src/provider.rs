@@ -147,6 +147,21 @@ impl Mlx5Provider {
         Ok(gid)
     }
 
+    /// Make `ip` one of the function's GIDs: its index if it is one already,
+    /// else the lowest free index (for a second user of an opened function).
+    pub fn ensure_gid(&self, ip: IpAddr) -> Result<u16, Mlx5Error> {
+        let gid = Gid::from_ip(ip);
+        let free = {
+            let table = lock(&self.gids);
+            if let Some((&i, _)) = table.iter().find(|(_, g)| **g == gid) {
+                return Ok(i);
+            }
+            (0..=u16::MAX).find(|i| !table.contains_key(i)).unwrap_or(0)
+        };
+        self.set_gid(free, ip)?;
+        Ok(free)
+    }
+
     /// `len` bytes of zeroed device-visible memory of this function, which
     /// `reg_mr` accepts (on the typed and the `dyn` path).
     pub fn alloc_dma(&self, len: usize) -> Result<Arc<DmaBuffer>, Mlx5Error> {

@@ -38,6 +38,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rnic_core::Iova;
 use rnic_dma::iova::X86_MSI_WINDOW;
@@ -168,10 +169,7 @@ impl VfioUserFunction {
         let path = path.as_ref().to_path_buf();
         let _span = tracing::info_span!("vfio_user_connect", path = %path.display()).entered();
         let name = format!("vfio-user:{}", path.display());
-        let mut client = Client::new(&path).map_err(|source| Mlx5Error::Connect {
-            path: path.clone(),
-            source,
-        })?;
+        let mut client = connect_within(&path, CONNECT_TIMEOUT)?;
         let region_err = |index, reason: String| Mlx5Error::Region {
             function: name.clone(),
             index,
@@ -276,6 +274,38 @@ impl VfioUserFunction {
         lock(&self.shared.client)
             .set_irqs(b::VFIO_PCI_MSIX_IRQ_INDEX, flags, start, count, fds)
             .map_err(|e| self.shared.protocol("SET_IRQS (MSI-X)", e))
+    }
+}
+
+/// How long the vfio-user handshake may take: a server serves one driver at
+/// a time and leaves the next waiting in its accept queue.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `Client::new` (connect and negotiate), given up after `timeout` with
+/// [`Mlx5Error::ServerBusy`]: the `vfio_user` client has no timeout of its
+/// own, so the handshake runs on a helper thread, which is left to finish
+/// (and drop its late connection) on its own.
+fn connect_within(path: &Path, timeout: Duration) -> Result<Client, Mlx5Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("vfio-user-connect".into())
+        .spawn(move || {
+            let _ = tx.send(Client::new(&p));
+        })
+        .map_err(|source| Mlx5Error::Io {
+            what: "starting the vfio-user connect thread",
+            source,
+        })?;
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r.map_err(|source| Mlx5Error::Connect {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(_) => Err(Mlx5Error::ServerBusy {
+            path: path.to_path_buf(),
+            after: timeout,
+        }),
     }
 }
 
