@@ -210,6 +210,21 @@ pub enum Mlx5Error {
         /// What was tried.
         why: String,
     },
+    /// The kernel would not let the driver pin or map what the function
+    /// needs (audit row 23).
+    #[error("{function}: {needed} needed, {what} allows {limit}: {fix}")]
+    DmaBudget {
+        /// The function.
+        function: String,
+        /// Which limit.
+        what: &'static str,
+        /// What bring-up or the firmware's request needs (bytes or mappings).
+        needed: u64,
+        /// The limit.
+        limit: u64,
+        /// How to raise it.
+        fix: &'static str,
+    },
     /// The function cannot be reset.
     #[error("{function} does not offer a function-level reset (VFIO_DEVICE_FLAGS_RESET is clear)")]
     ResetUnsupported {

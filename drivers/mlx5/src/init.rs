@@ -326,6 +326,11 @@ impl Hca {
         let _g = span.enter();
         let f = function.as_ref();
 
+        // Audit row 23: what bring-up pins before the firmware asks for
+        // anything must fit the kernel's budget (the firmware's pages are
+        // checked as it asks).
+        f.dma_budget()
+            .check(f.name(), 0, crate::pages::BASE_PIN_BYTES, 0, 16)?;
         // Step 0: memory space (BAR0 reads) and bus mastering.
         f.enable_bus_master()?;
         // Reset first if a previous driver left the function set up (§12).

@@ -160,7 +160,7 @@ pub mod health;
 pub mod init;
 pub mod memory;
 pub mod neigh;
-mod pages;
+pub mod pages;
 pub mod provider;
 pub mod qp;
 pub mod resources;
@@ -291,6 +291,13 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
     fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
         let _ = index;
         Err("this transport maps BAR0 uncached only".into())
+    }
+
+    /// What the kernel lets this transport pin and map for the function
+    /// (audit row 23). The default: no limit (a vfio-user server maps the
+    /// driver's memfds; nothing is pinned on the driver's side).
+    fn dma_budget(&self) -> pages::DmaBudget {
+        pages::DmaBudget::default()
     }
 
     /// Whether the host kernel's neighbour table knows this function's

@@ -39,6 +39,62 @@ pub const RECLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between two reclaim rounds that returned nothing.
 const RECLAIM_RETRY: Duration = Duration::from_millis(10);
 
+/// What the kernel lets a VFIO owner pin and map (audit row 23): every
+/// firmware page, queue and mailbox is pinned through VFIO type1, one DMA
+/// mapping per buffer. `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaBudget {
+    /// `RLIMIT_MEMLOCK` in bytes, unless the process has `CAP_IPC_LOCK`.
+    pub memlock: Option<u64>,
+    /// vfio_iommu_type1's `dma_entry_limit`.
+    pub entries: Option<u64>,
+}
+
+/// Bytes pinned besides the firmware pages (command queue, mailboxes, EQ,
+/// a first CQ and QP): what bring-up needs before the firmware asks.
+pub const BASE_PIN_BYTES: u64 = 1 << 20;
+
+impl DmaBudget {
+    /// Refuse to pin `bytes` more on top of `pinned` (in `buffers` more
+    /// mappings on top of `mapped`) when the budget cannot hold them, with
+    /// the fix.
+    pub fn check(
+        &self,
+        function: &str,
+        pinned: u64,
+        bytes: u64,
+        mapped: u64,
+        buffers: u64,
+    ) -> Result<(), Mlx5Error> {
+        if let Some(limit) = self.memlock
+            && pinned.saturating_add(bytes) > limit
+        {
+            return Err(Mlx5Error::DmaBudget {
+                function: function.into(),
+                what: "RLIMIT_MEMLOCK",
+                needed: pinned.saturating_add(bytes),
+                limit,
+                fix: "run with `ulimit -l unlimited` (limits.conf `memlock unlimited`, systemd \
+                      `LimitMEMLOCK=infinity`) or give the process CAP_IPC_LOCK: every firmware \
+                      page is pinned through VFIO",
+            });
+        }
+        if let Some(limit) = self.entries
+            && mapped.saturating_add(buffers) > limit
+        {
+            return Err(Mlx5Error::DmaBudget {
+                function: function.into(),
+                what: "vfio_iommu_type1 dma_entry_limit",
+                needed: mapped.saturating_add(buffers),
+                limit,
+                fix: "raise it: `echo 262144 > /sys/module/vfio_iommu_type1/parameters/\
+                      dma_entry_limit` (or modprobe vfio_iommu_type1 dma_entry_limit=262144)",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// One DMA buffer of firmware pages and how many of them the firmware holds.
 #[derive(Debug)]
 struct Chunk {
@@ -157,12 +213,33 @@ impl Pages {
         Ok(cmd)
     }
 
+    /// Whether `count` more pages fit the transport's pinning budget (audit
+    /// row 23), checked before any is allocated.
+    pub(crate) fn check_budget(&self, count: usize) -> Result<(), Mlx5Error> {
+        let (held, chunks) = {
+            let pool = lock(&self.pool);
+            (pool.held() as u64, pool.chunks.len() as u64)
+        };
+        self.function.dma_budget().check(
+            self.function.name(),
+            BASE_PIN_BYTES + held * FW_PAGE_BYTES as u64,
+            (count * FW_PAGE_BYTES) as u64,
+            chunks + 16,
+            count.div_ceil(PAGES_PER_COMMAND) as u64,
+        )
+    }
+
     /// Give `count` 4 KiB pages, in DMA buffers of up to
     /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer. When memory
     /// cannot be had the firmware is told so (CANT_GIVE, K
     /// core/pagealloc.c:339-356) before the error returns, so a command it
     /// holds for these pages fails instead of waiting for its timeout.
     pub(crate) fn give(&self, count: usize) -> Result<(), Mlx5Error> {
+        if let Err(e) = self.check_budget(count) {
+            warn!(pages = count, %e, "firmware pages beyond the pinning budget: CANT_GIVE");
+            self.cant_give();
+            return Err(e);
+        }
         let mut left = count;
         while left > 0 {
             let n = left.min(PAGES_PER_COMMAND);
@@ -336,6 +413,26 @@ impl Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_refuses_what_memlock_or_the_mapping_limit_cannot_hold_with_the_fix() {
+        let b = DmaBudget {
+            memlock: Some(64 << 20),
+            entries: Some(100),
+        };
+        b.check("f", 1 << 20, 32 << 20, 10, 64).unwrap();
+        let e = b.check("f", 1 << 20, 64 << 20, 10, 1).unwrap_err();
+        assert!(
+            matches!(e, Mlx5Error::DmaBudget { what: "RLIMIT_MEMLOCK", limit, .. } if limit == 64 << 20),
+            "{e}"
+        );
+        assert!(e.to_string().contains("ulimit -l unlimited"), "{e}");
+        let e = b.check("f", 0, 4096, 99, 2).unwrap_err();
+        assert!(e.to_string().contains("dma_entry_limit"), "{e}");
+        DmaBudget::default()
+            .check("f", u64::MAX / 2, u64::MAX / 2, u64::MAX / 2, 1)
+            .unwrap();
+    }
 
     #[test]
     fn page_pool_frees_a_chunk_when_all_its_pages_are_back() {

@@ -153,3 +153,33 @@ pub(crate) fn page_size() -> usize {
         .and_then(|v| usize::try_from(v).ok())
         .unwrap_or(4096)
 }
+
+/// The soft `RLIMIT_MEMLOCK` in bytes; `None` when unlimited.
+pub(crate) fn memlock_limit() -> Option<u64> {
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft != nix::sys::resource::RLIM_INFINITY => Some(soft),
+        _ => None,
+    }
+}
+
+/// Whether the process has `CAP_IPC_LOCK` in its effective set (then
+/// `RLIMIT_MEMLOCK` does not bind it): bit 14 of `CapEff` in
+/// `/proc/self/status`.
+pub(crate) fn has_cap_ipc_lock() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
+/// vfio_iommu_type1's `dma_entry_limit` (mappings per container; 65535 by
+/// default), when the module is loaded.
+pub(crate) fn vfio_dma_entry_limit() -> Option<u64> {
+    std::fs::read_to_string("/sys/module/vfio_iommu_type1/parameters/dma_entry_limit")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}

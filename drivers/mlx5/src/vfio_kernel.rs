@@ -110,6 +110,15 @@ impl PciFunction for VfioFunction {
         &self.bar0
     }
 
+    /// `RLIMIT_MEMLOCK` (unless the process has `CAP_IPC_LOCK`) and
+    /// vfio_iommu_type1's `dma_entry_limit`.
+    fn dma_budget(&self) -> crate::pages::DmaBudget {
+        crate::pages::DmaBudget {
+            memlock: sys::memlock_limit().filter(|_| !sys::has_cap_ipc_lock()),
+            entries: sys::vfio_dma_entry_limit(),
+        }
+    }
+
     /// Through sysfs `resource0_wc` (`VfioDevice::map_bar_wc`): absent
     /// unless BAR0 is prefetchable (a ConnectX's is); refused under kernel
     /// lockdown or `CONFIG_IO_STRICT_DEVMEM`.
