@@ -373,18 +373,19 @@ mod tests {
     #[test]
     fn mlx5_options_parse_print_and_refuse_with_the_fix() {
         let spec = "mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:0A:00:00:02&wc=off";
-        let DeviceSpec::Mlx5 { addr, options, .. } = spec.parse::<DeviceSpec>().unwrap() else {
+        let DeviceSpec::Mlx5 { addr, options, .. } = spec.parse::<DeviceSpec>().expect("parses")
+        else {
             panic!("an mlx5 spec");
         };
         assert_eq!(addr, Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
         assert_eq!(options.host_neighbours, Some(false));
         assert_eq!(
             options.neighbours,
-            vec![("10.0.0.2".parse().unwrap(), [2, 0, 0x0a, 0, 0, 2])]
+            vec![("10.0.0.2".parse().expect("parses"), [2, 0, 0x0a, 0, 0, 2])]
         );
         assert!(options.no_write_combining);
         assert_eq!(
-            spec.parse::<DeviceSpec>().unwrap().to_string(),
+            spec.parse::<DeviceSpec>().expect("parses").to_string(),
             "mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:0a:00:00:02&wc=off"
         );
         for (bad, says) in [
@@ -394,7 +395,7 @@ mod tests {
             ("mlx5:0000:3b:00.1?nbr=x/02:00:00:00:00:01", "not an IP"),
             ("mlx5:0000:3b:00.1?color=red", "unknown option"),
         ] {
-            let e = bad.parse::<DeviceSpec>().unwrap_err();
+            let e = bad.parse::<DeviceSpec>().expect_err("refused");
             assert!(e.to_string().contains(says), "{bad}: {e}");
         }
     }

@@ -99,8 +99,11 @@ pub(crate) struct Neighbours {
     /// Whether the host kernel may be asked, and for how long.
     host_kernel: bool,
     timeout: Duration,
-    entries: std::sync::Mutex<BTreeMap<IpAddr, (([u8; 6], NeighbourSource), Instant)>>,
+    entries: std::sync::Mutex<BTreeMap<IpAddr, Entry>>,
 }
+
+/// A cached MAC, where it came from, and when.
+type Entry = (([u8; 6], NeighbourSource), Instant);
 
 /// How long an answer of the host kernel is reused without asking again
 /// (its own entries go stale after ~30 s of no traffic; a QP's path is
@@ -188,17 +191,17 @@ impl Hca {
         if let Some(m) = given {
             return Ok(m);
         }
-        if self.owns_gid(gid) {
-            if let Some(own) = self.mac() {
-                return Ok(own);
-            }
+        if self.owns_gid(gid)
+            && let Some(own) = self.mac()
+        {
+            return Ok(own);
         }
         let ip = gid_ip(gid);
         let now = Instant::now();
-        if let Some(((mac, source), at)) = lock(&self.neighbours.entries).get(&ip).copied() {
-            if source == NeighbourSource::Static || now.duration_since(at) < HOST_ENTRY_TTL {
-                return Ok(mac);
-            }
+        if let Some(((mac, source), at)) = lock(&self.neighbours.entries).get(&ip).copied()
+            && (source == NeighbourSource::Static || now.duration_since(at) < HOST_ENTRY_TTL)
+        {
+            return Ok(mac);
         }
         if let Some(mac) = link_local_mac(gid) {
             return Ok(mac);

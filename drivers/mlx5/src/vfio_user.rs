@@ -375,10 +375,11 @@ impl PciFunction for VfioUserFunction {
 
     fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
         if !self.bar0_prefetchable {
-            return Err(format!(
+            return Err(
                 "the vfio-user server offers BAR0 non-prefetchable: an uncached BAR, as kernel \
                  VFIO maps one (start rnic-mlx5-emu with --bar0 wc for a write-combining one)"
-            ));
+                    .into(),
+            );
         }
         let blocks = self
             .bar0_blocks
