@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rnic_core::{AccessFlags, Gid, Lkey, Rkey};
 use rnic_mlx5_prm::{
-    CmdOpcode, CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
-    MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut,
-    QueryNicVportContextIn, QueryNicVportContextOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6,
-    ROCE_VERSION_2, SetRoceAddressIn, SetRoceAddressOut, mkey_access_mode,
+    CmdOpcode, CreateMkeyIn, CreateMkeyOut, DeleteL2TableEntryIn, DeleteL2TableEntryOut,
+    DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND, MTT_READ_ENABLE, MTT_WRITE_ENABLE,
+    ModifyNicVportContextIn, ModifyNicVportContextOut, QueryNicVportContextIn,
+    QueryNicVportContextOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2,
+    SetL2TableEntryIn, SetL2TableEntryOut, SetRoceAddressIn, SetRoceAddressOut, mkey_access_mode,
 };
 use tracing::{debug, info, warn};
 
@@ -33,6 +34,8 @@ pub(crate) struct RoceState {
     mac: Option<[u8; 6]>,
     roce_enabled: bool,
     gids: BTreeMap<u16, Gid>,
+    /// The MPFS L2 table entry holding the function's MAC, when written.
+    mpfs: Option<u32>,
 }
 
 impl Hca {
@@ -170,6 +173,7 @@ impl Hca {
         if !lock(&self.roce).roce_enabled {
             self.set_roce_en(true)?;
             lock(&self.roce).roce_enabled = true;
+            self.mpfs_add(mac)?;
         }
         let gid = Gid::from_ip(ip);
         self.set_roce_address(index, &gid, mac)?;
@@ -178,16 +182,64 @@ impl Hca {
         Ok(gid)
     }
 
+    /// An eswitch manager with an L2 (MPFS) table delivers unicast frames
+    /// only to MACs in it; with no netdev, nobody else adds this function's
+    /// (K core/lib/mpfs.c:98-136, from core/en_fs.c:588; audit row 16).
+    /// Entry 0 of the table, removed at teardown.
+    fn mpfs_add(&self, mac: [u8; 6]) -> Result<(), Mlx5Error> {
+        let caps = self.general_caps()?;
+        if caps.eswitch_manager() == 0 || caps.log_max_l2_table() == 0 {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; SetL2TableEntryIn::<&[u8]>::SIZE_BYTES];
+        let mut word = [0u8; 8];
+        word[2..].copy_from_slice(&mac);
+        SetL2TableEntryIn::new_checked(&mut buf[..])
+            .and_then(|mut v| {
+                v.set_table_index(0)?;
+                v.set_mac_address(u64::from_be_bytes(word))
+            })
+            .map_err(prm("SET_L2_TABLE_ENTRY"))?;
+        self.exec(
+            CmdOpcode::SetL2TableEntry,
+            0,
+            &buf,
+            SetL2TableEntryOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        lock(&self.roce).mpfs = Some(0);
+        info!(mac = ?mac, "MPFS L2 table entry 0 set (eswitch manager)");
+        Ok(())
+    }
+
     /// Clear the GID entries and `roce_en` (teardown, before DEALLOC_PD).
     pub(crate) fn roce_teardown(&self) -> Result<(), Mlx5Error> {
-        let (gids, enabled) = {
+        let (gids, enabled, mpfs) = {
             let mut r = lock(&self.roce);
             (
                 std::mem::take(&mut r.gids),
                 std::mem::take(&mut r.roce_enabled),
+                r.mpfs.take(),
             )
         };
         let mut first = Ok(());
+        if let Some(index) = mpfs {
+            let mut buf = vec![0u8; DeleteL2TableEntryIn::<&[u8]>::SIZE_BYTES];
+            let r = DeleteL2TableEntryIn::new_checked(&mut buf[..])
+                .and_then(|mut v| v.set_table_index(index))
+                .map_err(prm("DELETE_L2_TABLE_ENTRY"))
+                .and_then(|()| {
+                    self.exec(
+                        CmdOpcode::DeleteL2TableEntry,
+                        0,
+                        &buf,
+                        DeleteL2TableEntryOut::<&[u8]>::SIZE_BYTES,
+                    )
+                });
+            if let Err(e) = r {
+                warn!(index, %e, "removing the MPFS L2 table entry failed");
+                first = Err(e);
+            }
+        }
         for g in gids.into_keys() {
             if let Err(e) = self.set_roce_address(g, &Gid::ZERO, [0; 6]) {
                 warn!(index = g, %e, "clearing a GID entry failed");
