@@ -809,15 +809,20 @@ impl Provider for Mlx5Provider {
             source: logged("query_port", &e),
         })?;
         let mtu = path_mtu_for(vport_mtu);
+        // Audit row 8: the link state and the GID table from the device.
+        let up = self.hca.link_up().map_err(|e| VerbsError::QueryPort {
+            port: port_num,
+            source: logged("query_port", &e),
+        })?;
         Ok(PortAttr {
-            state: if info.roce {
+            state: if info.roce && up {
                 PortState::Active
             } else {
                 PortState::Down
             },
             max_mtu: mtu,
             active_mtu: mtu,
-            gid_tbl_len: 256,
+            gid_tbl_len: self.hca.gid_table_len(),
             link_layer: LinkLayer::Ethernet,
             active_width: 4,
             active_speed_mbps: 25_000,

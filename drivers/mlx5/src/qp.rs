@@ -740,15 +740,30 @@ impl Qp {
         Ok(())
     }
 
-    /// The firmware's view of the state (QUERY_QP).
-    pub fn query_state(&self) -> Result<QpState, Mlx5Error> {
+    /// The destination MAC the firmware holds for an RC QP's path
+    /// (QUERY_QP `primary_address_path.rmac`).
+    pub fn query_rmac(&self) -> Result<[u8; 6], Mlx5Error> {
+        let out = self.query()?;
+        let v = QueryQpOut::new_checked(&out[..]).map_err(prm("QUERY_QP"))?;
+        let q = v.qpc();
+        let a = q.primary_address_path();
+        let hi = (a.rmac_47_32() as u16).to_be_bytes();
+        let lo = a.rmac_31_0().to_be_bytes();
+        Ok([hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]])
+    }
+
+    fn query(&self) -> Result<Vec<u8>, Mlx5Error> {
         let mut buf = vec![0u8; QueryQpIn::<&[u8]>::SIZE_BYTES];
         QueryQpIn::new_checked(&mut buf[..])
             .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("QUERY_QP"))?;
-        let out = self
-            .hca
-            .exec(CmdOpcode::QueryQp, 0, &buf, QueryQpOut::<&[u8]>::SIZE_BYTES)?;
+        self.hca
+            .exec(CmdOpcode::QueryQp, 0, &buf, QueryQpOut::<&[u8]>::SIZE_BYTES)
+    }
+
+    /// The firmware's view of the state (QUERY_QP).
+    pub fn query_state(&self) -> Result<QpState, Mlx5Error> {
+        let out = self.query()?;
         let v = QueryQpOut::new_checked(&out[..]).map_err(prm("QUERY_QP"))?;
         Ok(QpState::from_raw(v.qpc().state() as u8))
     }

@@ -12,8 +12,9 @@ use rnic_mlx5_prm::{
     CmdOpcode, CreateMkeyIn, CreateMkeyOut, DeleteL2TableEntryIn, DeleteL2TableEntryOut,
     DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND, MTT_READ_ENABLE, MTT_WRITE_ENABLE,
     ModifyNicVportContextIn, ModifyNicVportContextOut, QueryNicVportContextIn,
-    QueryNicVportContextOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2,
-    SetL2TableEntryIn, SetL2TableEntryOut, SetRoceAddressIn, SetRoceAddressOut, mkey_access_mode,
+    QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut, ROCE_L3_TYPE_IPV4,
+    ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, SetL2TableEntryIn, SetL2TableEntryOut, SetRoceAddressIn,
+    SetRoceAddressOut, mkey_access_mode,
 };
 use tracing::{debug, info, warn};
 
@@ -23,6 +24,9 @@ use crate::{DmaBuffer, Hca, Mlx5Error};
 fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
     move |source| Mlx5Error::Prm { what, source }
 }
+
+/// QUERY_VPORT_STATE `state`: the link is up (K `MLX5_VPORT_STATE_UP`).
+const VPORT_STATE_UP: u32 = 1;
 
 /// Bytes of one MKey translation page (the MTT's `log_page_size` = 12).
 pub const MTT_PAGE_BYTES: usize = 4096;
@@ -73,6 +77,20 @@ impl Hca {
             .map_err(prm("QUERY_NIC_VPORT_CONTEXT"))?;
         let addr = v.nic_vport_context().permanent_address().to_be_bytes();
         Ok([addr[2], addr[3], addr[4], addr[5], addr[6], addr[7]])
+    }
+
+    /// Whether the vport's link is up: QUERY_VPORT_STATE's operational
+    /// `state` (K core/vport.c `mlx5_query_vport_state`; 1 = up; audit row 8).
+    pub fn link_up(&self) -> Result<bool, Mlx5Error> {
+        let buf = vec![0u8; QueryVportStateIn::<&[u8]>::SIZE_BYTES];
+        let out = self.exec(
+            CmdOpcode::QueryVportState,
+            0,
+            &buf,
+            QueryVportStateOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let v = QueryVportStateOut::new_checked(&out[..]).map_err(prm("QUERY_VPORT_STATE"))?;
+        Ok(v.state() == VPORT_STATE_UP)
     }
 
     /// The vport's Ethernet MTU in bytes (`nic_vport_context.mtu`, mlx5.md

@@ -1155,3 +1155,68 @@ fn set_ci_follows_every_poll_and_the_cq_never_overruns() {
     assert_eq!((st.cq_overruns, st.cqes_dropped), (0, 0), "{st:?}");
     assert_eq!(r.peer.bytes(8 * (599 % 512), 8), 599u64.to_le_bytes());
 }
+
+/// Audit row 7: an RC QP's destination MAC is the peer's, never the
+/// function's own as a silent fallback. With the host kernel not asked
+/// (`neigh=static`), a peer nobody resolved is refused at RTR with the
+/// address and the fix, nothing moved; a static entry resolves it, and the
+/// firmware's path holds exactly that MAC. (Main sent such frames to the
+/// function's own MAC.)
+#[test]
+fn an_unresolved_peer_mac_is_refused_at_rtr_and_a_static_entry_is_what_the_path_holds() {
+    let (emu_ip, _) = ip_pair();
+    let (emu, dir) = emulator();
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let mut opts = hca_options();
+    opts.neighbours.host_kernel = Some(false);
+    let mut hca = Hca::bring_up(f, opts).unwrap();
+    hca.enable_events().unwrap();
+    let hca = Arc::new(hca);
+    hca.set_gid(0, emu_ip).unwrap();
+    let own = hca.mac().unwrap();
+    let mut cq = Cq::new(&hca, 256).unwrap();
+    let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default()).unwrap();
+    qp.init(&InitParams::default()).unwrap();
+    let peer: IpAddr = "198.51.100.7".parse().unwrap();
+    let err = qp
+        .ready_to_receive(
+            rnic_core::Qpn::from_wire(0x11),
+            Psn::from_wire(0),
+            v4(peer),
+            &RtrParams::default(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, Mlx5Error::NoNeighbour { ip, .. } if *ip == peer),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("198.51.100.7") && text.contains("add_neighbour"),
+        "{text}"
+    );
+    assert_eq!(qp.query_state().unwrap(), QpState::Init, "nothing moved");
+    let mac = [0x02, 0x5e, 0x10, 0x00, 0x00, 0x07];
+    assert!(
+        hca.add_neighbour(peer, [0x03, 0, 0, 0, 0, 1]).is_err(),
+        "multicast refused"
+    );
+    hca.add_neighbour(peer, mac).unwrap();
+    qp.ready_to_receive(
+        rnic_core::Qpn::from_wire(0x11),
+        Psn::from_wire(0),
+        v4(peer),
+        &RtrParams::default(),
+    )
+    .unwrap();
+    assert_eq!(qp.query_rmac().unwrap(), mac);
+    assert_ne!(qp.query_rmac().unwrap(), own);
+    let listed = hca.neighbours();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].ip, listed[0].mac, listed[0].source),
+        (peer, mac, rnic_mlx5::NeighbourSource::Static)
+    );
+    drop((qp, cq));
+    drop(dir);
+}
