@@ -3,7 +3,8 @@
 #
 #   sudo scripts/test.sh        # on a fresh Debian 12 machine, as root
 #
-# 1. installs the system packages the tests need (QEMU, mmdebstrap, tcpdump, …)
+# 1. installs the system packages the build and tests need (hwloc headers for
+#    rnic-gpu's topology; QEMU, mmdebstrap, tcpdump, … for the VM harness)
 # 2. checks formatting and lints (rustfmt, clippy -D warnings)
 # 3. runs every test: unit, property, golden-vector, capture, loopback,
 #    the long fault-injection simulations (release build), and the QEMU
@@ -17,6 +18,9 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 t0=$(date +%s)
+
+step "system packages for the build (hwloc, udev headers, pkg-config)"
+scripts/install-build-deps.sh
 
 if [ "${RNIC_SKIP_VM:-0}" != 1 ]; then
     step "system packages for the VM harness"

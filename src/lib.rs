@@ -20,6 +20,9 @@
 //! * `mlx5` (`rnic-mlx5`, feature `mlx5`, default): the ConnectX driver;
 //!   `open_mlx5` gives the typed provider (for `alloc_dma`: an mlx5
 //!   function registers only its own DMA buffers);
+//! * `gpu` (`rnic-gpu`, feature `gpu`, off by default): VRAM as a registrable
+//!   region (staged on rxe), copy engines, the CUDA driver probe; feature
+//!   `gpu-topology` adds hwloc topology (needs libhwloc-dev to build);
 //! * [`open`]: a device from a spec string, as a `rnic_core::Context`;
 //!   [`open_with_memory`] adds the [`MemorySource`] its buffers must come
 //!   from (host memory for rxe, the function's DMA buffers for mlx5);
@@ -67,6 +70,8 @@ pub use open::open_mlx5;
 pub use open::{AllocError, MemorySource, OpenError, open, open_with_memory};
 pub use rnic_core as core;
 pub use rnic_dma as dma;
+#[cfg(feature = "gpu")]
+pub use rnic_gpu as gpu;
 #[cfg(feature = "mlx5")]
 pub use rnic_mlx5 as mlx5;
 pub use rnic_roce as roce;

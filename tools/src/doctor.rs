@@ -34,7 +34,12 @@ pub struct Check {
     pub fix: String,
 }
 
-fn check(name: &str, level: Level, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+pub(crate) fn check(
+    name: &str,
+    level: Level,
+    detail: impl Into<String>,
+    fix: impl Into<String>,
+) -> Check {
     Check {
         name: name.into(),
         level,
@@ -222,44 +227,8 @@ pub fn checks() -> Vec<Check> {
         "",
     ));
 
-    // CUDA (no dlopen: look for the files).
-    let nvidia = Path::new("/proc/driver/nvidia").exists();
-    let libdirs = [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib",
-        "/usr/local/cuda/lib64",
-        "/usr/lib/wsl/lib",
-    ];
-    let lib = libdirs.iter().find_map(|d| {
-        std::fs::read_dir(d)
-            .ok()?
-            .filter_map(Result::ok)
-            .find(|e| e.file_name().to_string_lossy().starts_with("libcuda.so"))
-            .map(|e| e.path())
-    });
-    v.push(match (nvidia, lib) {
-        (true, Some(l)) => check(
-            "cuda",
-            Level::Ok,
-            format!("/proc/driver/nvidia and {}", l.display()),
-            "",
-        ),
-        (n, l) => check(
-            "cuda",
-            Level::Warn,
-            format!(
-                "{}{}",
-                if n {
-                    "nvidia driver loaded"
-                } else {
-                    "no /proc/driver/nvidia"
-                },
-                if l.is_some() { "" } else { ", no libcuda.so" }
-            ),
-            "GPU memory features are off; install the NVIDIA driver (libcuda.so) to use them",
-        ),
-    });
+    // GPU: driver, devices, topology, peer-BAR routes.
+    v.extend(crate::doctor_gpu::checks());
 
     // UDP 4791.
     v.push(match UdpSocket::bind(("0.0.0.0", 4791)) {

@@ -109,6 +109,9 @@ pub enum CtlError {
     /// An `emu` command failed.
     #[error(transparent)]
     Emu(#[from] crate::emu::EmuError),
+    /// A topology query failed (hwloc).
+    #[error(transparent)]
+    Topo(#[from] rnic_gpu::topo::TopoError),
     /// `doctor` found failures.
     #[error("{0} check(s) failed; apply the fixes above")]
     DoctorFailed(usize),

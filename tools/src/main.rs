@@ -10,9 +10,11 @@
 //! * `perf <test>` — perftest-compatible bandwidth/latency tests.
 //! * `mlx5 layouts` — the mlx5 PRM layout table (`--json` for tools).
 //! * `emu start|list|stop` — emulated ConnectX functions (rnic-mlx5-emu).
+//! * `topo` — NUMA nodes, NICs, GPUs, how they connect, rnic's pairing (hwloc).
 #![forbid(unsafe_code)]
 
 mod doctor;
+mod doctor_gpu;
 mod emu;
 mod error;
 mod info;
@@ -21,6 +23,7 @@ mod mlx5;
 mod pci;
 mod perf;
 mod stats;
+mod topo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,6 +139,10 @@ enum Cmd {
     /// (default /run/rnic/emu/<name>.sock) that the mlx5 driver opens as
     /// `mlx5:vfio-user:<socket>`.
     Emu(emu::EmuArgs),
+    /// NUMA nodes and distances, NICs and GPUs with their nearest node and
+    /// CPUs, how each NIC reaches each GPU (PIX/PXB/PHB/NODE/SYS, as NCCL
+    /// names them) and the pairing and placement rnic chooses (hwloc).
+    Topo(topo::TopoArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, CtlError> {
@@ -165,6 +172,7 @@ fn run(cli: Cli) -> Result<ExitCode, CtlError> {
         Cmd::Emu(a) => emu::main(&a)
             .map(|()| ExitCode::SUCCESS)
             .map_err(CtlError::from),
+        Cmd::Topo(a) => topo::main(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Mlx5(c) => {
             mlx5::main(&c);
             Ok(ExitCode::SUCCESS)
