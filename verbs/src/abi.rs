@@ -1187,6 +1187,10 @@ pub const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
 pub const IBV_EVENT_QP_FATAL: c_uint = 1;
 /// `IBV_EVENT_PORT_ACTIVE`.
 pub const IBV_EVENT_PORT_ACTIVE: c_uint = 9;
+/// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_uint = 15;
+/// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_uint = 16;
 
 // enum ibv_fork_status
 /// `IBV_FORK_UNNEEDED`.

@@ -137,6 +137,11 @@ pub struct Context {
     /// Objects created on it and not destroyed (`ibv_close_device` keeps
     /// the context while any is left).
     pub children: AtomicUsize,
+    /// QPs attached to an SRQ, by QPN (their addresses): `ibv_poll_cq`
+    /// hands their receive completions to the SRQ emulation.
+    pub srq_qps: parking_lot::RwLock<std::collections::HashMap<u32, usize>>,
+    /// `srq_qps.len()`, read without the lock on every poll.
+    pub srq_qp_count: AtomicUsize,
 }
 
 impl Context {
@@ -227,7 +232,7 @@ fn open(dev: &'static Device) -> Result<Box<Context>, String> {
     c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
     c.ops.post_send = Some(crate::qp::post::post_send);
     c.ops.post_recv = Some(crate::qp::post::post_recv);
-    c.ops.post_srq_recv = Some(crate::unsupported::post_srq_recv);
+    c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
     // SAFETY: the mutex is initialized in place before the context is
     // published (it is never locked by this library, only kept valid for
     // programs that might).
@@ -244,6 +249,8 @@ fn open(dev: &'static Device) -> Result<Box<Context>, String> {
         gids,
         events,
         children: AtomicUsize::new(0),
+        srq_qps: parking_lot::RwLock::new(std::collections::HashMap::new()),
+        srq_qp_count: AtomicUsize::new(0),
     }))
 }
 
@@ -333,6 +340,9 @@ fn device_attr(c: &Context) -> ibv_device_attr {
         AtomicCap::Hca => 1,
         AtomicCap::Glob => 2,
     };
+    d.max_srq = 0x4000;
+    d.max_srq_wr = crate::srq::MAX_SRQ_WR as c_int;
+    d.max_srq_sge = crate::srq::MAX_SRQ_SGE as c_int;
     d.max_pkeys = 1;
     d.local_ca_ack_delay = 15;
     d.phys_port_cnt = a.phys_port_cnt;

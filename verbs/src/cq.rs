@@ -155,16 +155,37 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
                 return -fail(errno_of(&e));
             }
         };
-        for (i, w) in inner.buf[..got].iter().enumerate() {
-            // SAFETY: `wc` has room for `n > done + i` entries.
-            unsafe { wc.wrapping_add(done + i).write(to_ibv(w)) };
+        let srq = q.ctx().srq_qp_count.load(Ordering::Acquire) != 0;
+        for w in &inner.buf[..got] {
+            if srq && w.is_recv() && !srq_completion(q.ctx(), w) {
+                continue;
+            }
+            // SAFETY: `wc` has room for `n > done` entries.
+            unsafe { wc.wrapping_add(done).write(to_ibv(w)) };
+            done += 1;
         }
-        done += got;
         if got < want {
             break;
         }
     }
     c_int::try_from(done).unwrap_or(c_int::MAX)
+}
+
+/// A receive completion of a QP attached to an SRQ goes through the SRQ
+/// emulation first (`crate::srq`); `false` when the application must not
+/// see it (a flushed request, back in the SRQ's pool).
+#[cold]
+fn srq_completion(c: &Context, w: &WorkCompletion) -> bool {
+    let registry = c.srq_qps.read();
+    let Some(&addr) = registry.get(&w.qp_num.get()) else {
+        return true;
+    };
+    // SAFETY: registered QPs are live: `ibv_destroy_qp` unregisters (under
+    // the write lock, so after this read guard is gone) before it frees.
+    let q = unsafe { &*(addr as *const crate::qp::Qp) };
+    let srq = q.inner.lock().srq.srq;
+    // SAFETY: an SRQ outlives its QPs.
+    srq.is_none_or(|s| unsafe { s.as_ref() }.on_completion(q, w))
 }
 
 /// `ibv_context_ops.req_notify_cq`: arm the CQ's next (solicited)

@@ -91,14 +91,14 @@ impl Device {
         c.node_type = IBV_NODE_CA;
         c.transport_type = IBV_TRANSPORT_IB;
         copy_cstr(&mut c.name, &info.name);
-        copy_cstr(&mut c.dev_name, &format!("uverbs{}", info.index));
+        // The kernel's would be `uverbs<N>`; the device's own name cannot
+        // clash with a kernel device's node in /dev/infiniband (UCX checks
+        // that /dev/infiniband/<dev_name> is a character device it can open:
+        // `verbs/install.sh --dev-nodes`, docs/verbs-abi.md).
+        copy_cstr(&mut c.dev_name, &info.name);
         copy_cstr(
             &mut c.dev_path,
-            &format!(
-                "{}/class/infiniband_verbs/uverbs{}",
-                sysfs_root(),
-                info.index
-            ),
+            &format!("{}/class/infiniband_verbs/{}", sysfs_root(), info.name),
         );
         copy_cstr(&mut c.ibdev_path, &ibdev_path(&info.name));
         Device {

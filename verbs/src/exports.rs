@@ -16,7 +16,7 @@
 //! version script to give the versions meaning).
 
 #[cfg(not(test))]
-use crate::{context, cq, device, misc, pd, qp, unsupported};
+use crate::{context, cq, device, misc, pd, qp, srq, unsupported};
 
 // `verbs_allow_disassociate_destroy` (`int`, IBVERBS_PRIVATE_34): whether
 // destroy calls succeed after a device disassociated. rnic devices never
@@ -113,13 +113,13 @@ exports! {
     ibv_create_ah_from_wc "IBVERBS_1.1" default => pd::ibv_create_ah_from_wc;
     ibv_create_cq "IBVERBS_1.1" default => cq::ibv_create_cq;
     ibv_create_qp "IBVERBS_1.1" default => qp::ibv_create_qp;
-    ibv_create_srq "IBVERBS_1.1" default => unsupported::ibv_create_srq;
+    ibv_create_srq "IBVERBS_1.1" default => srq::ibv_create_srq;
     ibv_dealloc_pd "IBVERBS_1.1" default => pd::ibv_dealloc_pd;
     ibv_dereg_mr "IBVERBS_1.1" default => pd::ibv_dereg_mr;
     ibv_destroy_ah "IBVERBS_1.1" default => pd::ibv_destroy_ah;
     ibv_destroy_cq "IBVERBS_1.1" default => cq::ibv_destroy_cq;
     ibv_destroy_qp "IBVERBS_1.1" default => qp::ibv_destroy_qp;
-    ibv_destroy_srq "IBVERBS_1.1" default => unsupported::ibv_destroy_srq;
+    ibv_destroy_srq "IBVERBS_1.1" default => srq::ibv_destroy_srq;
     ibv_detach_mcast "IBVERBS_1.1" default => unsupported::ibv_detach_mcast;
     ibv_dofork_range "IBVERBS_1.1" default => misc::ibv_dofork_range;
     ibv_dontfork_range "IBVERBS_1.1" default => misc::ibv_dontfork_range;
@@ -133,7 +133,7 @@ exports! {
     ibv_get_device_name "IBVERBS_1.1" default => device::ibv_get_device_name;
     ibv_init_ah_from_wc "IBVERBS_1.1" default => pd::ibv_init_ah_from_wc;
     ibv_modify_qp "IBVERBS_1.1" default => qp::ibv_modify_qp;
-    ibv_modify_srq "IBVERBS_1.1" default => unsupported::ibv_modify_srq;
+    ibv_modify_srq "IBVERBS_1.1" default => srq::ibv_modify_srq;
     ibv_node_type_str "IBVERBS_1.1" default => misc::ibv_node_type_str;
     ibv_open_device "IBVERBS_1.1" default => context::ibv_open_device;
     ibv_port_state_str "IBVERBS_1.1" default => misc::ibv_port_state_str;
@@ -142,7 +142,7 @@ exports! {
     ibv_query_pkey "IBVERBS_1.1" default => context::ibv_query_pkey;
     ibv_query_port "IBVERBS_1.1" default => context::ibv_query_port;
     ibv_query_qp "IBVERBS_1.1" default => qp::ibv_query_qp;
-    ibv_query_srq "IBVERBS_1.1" default => unsupported::ibv_query_srq;
+    ibv_query_srq "IBVERBS_1.1" default => srq::ibv_query_srq;
     ibv_rate_to_mbps "IBVERBS_1.1" default => misc::ibv_rate_to_mbps;
     ibv_reg_mr "IBVERBS_1.1" default => pd::ibv_reg_mr;
     ibv_register_driver "IBVERBS_1.1" compat => unsupported::ibv_register_driver;

@@ -20,6 +20,8 @@
 //! * **Devices** ([`device`]): `RNIC_DEVICES=[name=]spec,…`, or every
 //!   interface with an address as `rnic_<netdev>` plus every ConnectX
 //!   function bound to vfio-pci; GIDs as kernel rxe reports them.
+//! * **Shared receive queues** ([`srq`]): emulated on rnic's per-QP receive
+//!   queues (UCX's `rc_verbs` needs them).
 //! * **Objects** ([`context`], [`pd`], [`cq`], [`qp`]): each C object is the
 //!   first field of a `#[repr(C)]` Rust object holding the rnic object it
 //!   stands for, so a C pointer is the Rust object's address. Control-path
@@ -64,6 +66,7 @@ pub mod memory;
 pub mod misc;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 pub mod unsupported;
 
 #[cfg(test)]

@@ -438,7 +438,9 @@ pub fn address_vector(a: &ibv_ah_attr) -> Result<AddressVector, &'static str> {
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
         traffic_class: a.grh.traffic_class,
-        flow_label: a.grh.flow_label,
+        // 20 bits on the wire; the kernel masks the rest (UCX sets all 32
+        // bits: `~path_index`).
+        flow_label: a.grh.flow_label & AddressVector::MAX_FLOW_LABEL,
         udp_sport: None,
         dmac: None,
     })
@@ -599,8 +601,11 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
                 if g[24] == 0xff {
                     return fail_neg(libc::EINVAL);
                 }
-                if g[6] != libc::IPPROTO_UDP as u8 {
-                    // RoCE v1 (next header 0x1b): not something rnic speaks.
+                // Kernel rxe writes an IPv6 header (next header UDP) for
+                // RoCE v2 over IPv6; rnic-rxe's engine writes the IB-style
+                // GRH (next header 0x1B) for every RoCE v2 datagram. Both
+                // mean RoCE v2 here: rnic speaks nothing else.
+                if g[6] != libc::IPPROTO_UDP as u8 && g[6] != 0x1b {
                     return fail_neg(libc::EPROTONOSUPPORT);
                 }
                 a.grh.hop_limit = g[7];

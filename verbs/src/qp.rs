@@ -45,6 +45,8 @@ pub struct QpInner {
     pub bounce: Option<(MemoryRegion, Arc<dyn Memory>)>,
     /// The `ibv_wr_*` requests between `ibv_wr_start` and `ibv_wr_complete`.
     pub builder: Builder,
+    /// Its shared receive queue's requests in its queue, if it has one.
+    pub srq: crate::srq::Attachment,
 }
 
 /// A queue pair. `ibv_qp_ex` comes first (`ibv_qp` is its prefix).
@@ -111,7 +113,7 @@ struct Create {
     pd: *mut ibv_pd,
     send_cq: *mut ibv_cq,
     recv_cq: *mut ibv_cq,
-    srq_given: bool,
+    srq: *mut crate::abi::ibv_srq,
     cap: ibv_qp_cap,
     qp_type: c_uint,
     sq_sig_all: bool,
@@ -125,12 +127,6 @@ fn create(a: &Create) -> Result<(*mut Qp, ibv_qp_cap), (c_int, String)> {
         return Err(err((
             libc::EINVAL,
             "a QP needs a PD, a send CQ and a receive CQ",
-        )));
-    }
-    if a.srq_given {
-        return Err(err((
-            libc::EOPNOTSUPP,
-            "shared receive queues: rnic has none",
         )));
     }
     let qp_type = qp_type_of(a.qp_type).map_err(err)?;
@@ -157,11 +153,25 @@ fn create(a: &Create) -> Result<(*mut Qp, ibv_qp_cap), (c_int, String)> {
             ),
         ));
     }
+    // SAFETY: the caller's live SRQ, when given.
+    let srq = (!a.srq.is_null()).then(|| unsafe { crate::srq::Srq::from_ptr(a.srq) });
+    if let Some(s) = srq
+        // SAFETY: the caller's live SRQ.
+        && !std::ptr::eq(unsafe { (*s.c.get()).context }, c.as_ptr())
+    {
+        return Err(err((libc::EINVAL, "the SRQ belongs to another context")));
+    }
+    // A QP of an SRQ holds up to the SRQ's depth in its own queue (the
+    // emulation hands the SRQ's requests to it: crate::srq).
+    let (max_recv_wr, max_recv_sge) = match srq {
+        Some(s) => (s.max_wr, s.max_sge),
+        None => (a.cap.max_recv_wr.max(1), a.cap.max_recv_sge.max(1)),
+    };
     let caps = QpCaps {
         max_send_wr: a.cap.max_send_wr.max(1),
-        max_recv_wr: a.cap.max_recv_wr.max(1),
+        max_recv_wr,
         max_send_sge: a.cap.max_send_sge.max(1),
-        max_recv_sge: a.cap.max_recv_sge.max(1),
+        max_recv_sge,
         max_inline_data: max_inline,
     };
     let init = QpInitAttr {
@@ -217,6 +227,7 @@ fn create(a: &Create) -> Result<(*mut Qp, ibv_qp_cap), (c_int, String)> {
     b.pd = a.pd;
     b.send_cq = a.send_cq;
     b.recv_cq = a.recv_cq;
+    b.srq = a.srq;
     b.handle = next_handle();
     b.qp_num = qpn;
     b.state = QpState::Reset.as_raw();
@@ -245,9 +256,17 @@ fn create(a: &Create) -> Result<(*mut Qp, ibv_qp_cap), (c_int, String)> {
             qp,
             bounce,
             builder: Builder::with_capacity(&granted),
+            srq: crate::srq::Attachment::new(srq.map(NonNull::from)),
         }),
     });
     let raw = Box::into_raw(obj);
+    if let Some(s) = srq {
+        // SAFETY: just created; lives until ibv_destroy_qp, which detaches.
+        let q = unsafe { &*raw };
+        s.attach(q);
+        c.srq_qps.write().insert(qpn, raw as usize);
+        c.srq_qp_count.fetch_add(1, Ordering::AcqRel);
+    }
     c.adopt();
     p.children.fetch_add(1, Ordering::AcqRel);
     scq.qps.fetch_add(1, Ordering::AcqRel);
@@ -273,7 +292,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         pd,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
-        srq_given: !a.srq.is_null(),
+        srq: a.srq,
         cap: a.cap,
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all != 0,
@@ -351,7 +370,7 @@ pub unsafe extern "C" fn create_qp_ex(
         pd: a.pd,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
-        srq_given: !a.srq.is_null(),
+        srq: a.srq,
         cap: a.cap,
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all != 0,
@@ -475,9 +494,16 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let mut inner = q.inner.lock();
     match inner.qp.modify(&ra, rm) {
         Ok(()) => {
+            let srq = inner.srq.srq;
+            drop(inner);
             if mask & IBV_QP_STATE != 0 {
                 // SAFETY: the QP's own C struct (rdma-core updates it too).
                 unsafe { q.c.with(|x| x.qp_base.state = ra.qp_state.as_raw()) };
+                if let Some(s) = srq {
+                    // SAFETY: an SRQ outlives its QPs (destroy refuses while
+                    // they are attached).
+                    unsafe { s.as_ref() }.state_changed(q, ra.qp_state);
+                }
             }
             0
         }
@@ -554,7 +580,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 qp_context: x.qp_base.qp_context,
                 send_cq: x.qp_base.send_cq,
                 recv_cq: x.qp_base.recv_cq,
-                srq: std::ptr::null_mut(),
+                srq: x.qp_base.srq,
                 cap,
                 qp_type: x.qp_base.qp_type,
                 sq_sig_all,
@@ -579,6 +605,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: leaked by `create`; the caller gives it up now.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
+    let srq = q.inner.lock().srq.srq;
+    if let Some(s) = srq {
+        let c = q.ctx();
+        c.srq_qps.write().remove(&q.qpn);
+        c.srq_qp_count.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: an SRQ outlives its QPs; its requests come back to it.
+        unsafe { s.as_ref() }.detach(&q);
+    }
     // SAFETY: PD, CQs and context outlive their QPs (their destroy calls
     // refuse while this QP is counted).
     unsafe { q.send_cq.as_ref() }

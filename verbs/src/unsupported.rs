@@ -2,8 +2,8 @@
 //! for an unsupported operation: `EOPNOTSUPP` with errno set (NULL for
 //! functions returning objects), never a crash, never a silent success.
 //!
-//! * Shared receive queues, multicast, dma-buf and imported objects, ECE,
-//!   L2 resolution: rnic has none of them (docs/verbs-abi.md says why).
+//! * Multicast, dma-buf and imported objects, ECE, L2 resolution: rnic has
+//!   none of them (docs/verbs-abi.md says why).
 //! * The 33 `@IBVERBS_1.0` compatibility versions: the pre-2007 ABI with
 //!   other structure layouts; no binary built since uses them. `ENOSYS`.
 //! * `IBVERBS_PRIVATE_34`: the provider interface of rdma-core (the
@@ -15,55 +15,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use crate::abi::{
-    ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_mr, ibv_pd, ibv_qp, ibv_recv_wr, ibv_srq,
-};
+use crate::abi::{ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_mr, ibv_pd, ibv_qp};
 use crate::{fail, fail_neg, fail_null};
-
-/// `ibv_context_ops.post_srq_recv`: no SRQ exists.
-///
-/// # Safety
-///
-/// `bad` is NULL or writable.
-pub unsafe extern "C" fn post_srq_recv(
-    srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's output.
-        unsafe { bad.write(wr) };
-    }
-    let _ = srq;
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_create_srq`: rnic has no shared receive queues.
-pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut c_void) -> *mut ibv_srq {
-    let _ = (pd, attr);
-    crate::warn(format_args!(
-        "ibv_create_srq: rnic has no shared receive queues; post receives on each QP"
-    ));
-    fail_null(libc::EOPNOTSUPP)
-}
-
-/// `ibv_modify_srq`.
-pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut c_void, mask: c_int) -> c_int {
-    let _ = (srq, attr, mask);
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_query_srq`.
-pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut c_void) -> c_int {
-    let _ = (srq, attr);
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `ibv_destroy_srq`.
-pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    let _ = srq;
-    fail(libc::EOPNOTSUPP)
-}
 
 /// `ibv_attach_mcast`: no multicast on rnic.
 pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {

@@ -5,7 +5,8 @@
 //! ibv_get_cq_event (and EAGAIN when non-blocking), inline data from
 //! unregistered memory through the ibv_wr_* API, the errors of unsupported
 //! verbs and bad input (EOPNOTSUPP, EFAULT, EINVAL, EBUSY, bad_wr), and that
-//! ibv_dereg_mr revokes remote access to a region a QP still retained.
+//! ibv_dereg_mr revokes remote access to a region a QP still retained,
+//! shared receive queues (order, the limit event, LAST_WQE_REACHED, no flush).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -50,6 +51,7 @@ fn a_c_program_gets_what_libibverbs_promises() {
         "ok send with immediate, completion channel",
         "ok inline data and the ibv_wr_* API",
         "ok errors of unsupported verbs and bad input",
+        "ok shared receive queue",
         "ok deregistration revokes remote access",
         "ok teardown",
     ] {

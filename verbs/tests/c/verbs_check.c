@@ -260,9 +260,9 @@ int main(int argc, char **argv)
 	OK("inline data and the ibv_wr_* API");
 
 	/* Unsupported verbs and bad input: errors, never crashes. */
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 1 << 20, .max_sge = 1 } };
 	errno = 0;
-	CHECK(!ibv_create_srq(pd, &sa) && errno == EOPNOTSUPP, "srq");
+	CHECK(!ibv_create_srq(pd, &sa) && errno == EINVAL, "srq too deep");
 	CHECK(ibv_attach_mcast(qb, &gid, 0) == EOPNOTSUPP, "mcast");
 	CHECK(ibv_resize_cq(cqa, 512) == EOPNOTSUPP, "resize");
 	errno = 0;
@@ -301,6 +301,62 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN, "no async event");
 	OK("errors of unsupported verbs and bad input");
+
+	/* A shared receive queue: its requests are consumed in order by the
+	 * QP attached to it; an armed limit raises SRQ_LIMIT_REACHED; moving
+	 * the QP to ERR raises LAST_WQE_REACHED and flushes nothing into the
+	 * CQ (the SRQ keeps its requests). */
+	struct ibv_srq_init_attr si = { .srq_context = (void *)0x51, .attr = { .max_wr = 16,
+									   .max_sge = 1, .srq_limit = 3 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &si);
+	CHECK(srq && srq->srq_context == (void *)0x51, "create srq");
+	struct ibv_cq *cqs = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr qi = { .send_cq = cqs, .recv_cq = cqs, .srq = srq,
+				       .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 8, .max_send_sge = 1 } };
+	struct ibv_qp *qs = ibv_create_qp(pd, &qi), *qt = make_qp(cqa, 0, 0);
+	CHECK(qs && qt && qs->srq == srq, "srq qp");
+	connect_qp(qs, qt->qp_num, 0x300);
+	connect_qp(qt, qs->qp_num, 0x300);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge g = { .addr = (uintptr_t)(b + 2048 + 64 * i), .length = 64,
+				     .lkey = mb->lkey };
+		struct ibv_recv_wr r = { .wr_id = 100 + i, .sg_list = &g, .num_sge = 1 };
+		CHECK(!ibv_post_srq_recv(srq, &r, &rbad), "post_srq_recv");
+	}
+	for (int i = 0; i < 4; i++) {
+		a[3000 + i] = (char)(0x30 + i);
+		post(qt, IBV_WR_SEND, a + 3000 + i, 1, ma->lkey, 0, 0, 0, 200 + i);
+		wc = wait_wc(cqs);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+		      wc.wr_id == (uint64_t)(100 + i) && wc.qp_num == qs->qp_num &&
+		      b[2048 + 64 * i] == (char)(0x30 + i), "srq recv %d", i);
+		CHECK(wait_wc(cqa).status == IBV_WC_SUCCESS, "send to srq qp");
+	}
+	struct ibv_srq_attr sq;
+	CHECK(!ibv_query_srq(srq, &sq) && sq.max_wr == 16, "query srq");
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge g = { .addr = (uintptr_t)b, .length = 64, .lkey = mb->lkey };
+		struct ibv_recv_wr r = { .wr_id = 300 + i, .sg_list = &g, .num_sge = 1 };
+		CHECK(!ibv_post_srq_recv(srq, &r, &rbad), "repost");
+	}
+	pfd.fd = ctx->async_fd;
+	CHECK(poll(&pfd, 1, 5000) == 1, "srq limit event pending");
+	CHECK(!ibv_get_async_event(ctx, &ae) && ae.event_type == IBV_EVENT_SRQ_LIMIT_REACHED &&
+	      ae.element.srq == srq, "srq limit event %s", ibv_event_type_str(ae.event_type));
+	ibv_ack_async_event(&ae);
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	CHECK(!ibv_modify_qp(qs, &err, IBV_QP_STATE), "srq qp to ERR");
+	CHECK(poll(&pfd, 1, 5000) == 1, "last wqe event pending");
+	CHECK(!ibv_get_async_event(ctx, &ae) && ae.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+	      ae.element.qp == qs, "last wqe event %s", ibv_event_type_str(ae.event_type));
+	ibv_ack_async_event(&ae);
+	usleep(100000);
+	CHECK(ibv_poll_cq(cqs, 1, &wc) == 0, "flushed SRQ requests stay in the SRQ");
+	CHECK(ibv_destroy_srq(srq) == EBUSY, "srq busy");
+	CHECK(!ibv_destroy_qp(qs) && !ibv_destroy_qp(qt) && !ibv_destroy_srq(srq) &&
+	      !ibv_destroy_cq(cqs), "srq teardown");
+	OK("shared receive queue");
 
 	/* Deregistration revokes: a remote write through the old key fails
 	 * and leaves the bytes alone, although qb retained the region. */
