@@ -1135,8 +1135,8 @@ fn interop_rw(netem: Option<&str>) {
     run.finish(c);
 }
 
-/// Builds rnic-vfio's `edu`, `e1000e_msix` and `vfio_open` examples (dev profile, this
-/// test's cargo and target folder); returns their folder.
+/// Builds rnic-vfio's `edu`, `e1000e_msix`, `vfio_open` and `peer_bar` examples (dev
+/// profile, this test's cargo and target folder); returns their folder.
 fn vfio_examples() -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
@@ -1153,6 +1153,8 @@ fn vfio_examples() -> Result<PathBuf, String> {
             "e1000e_msix",
             "--example",
             "vfio_open",
+            "--example",
+            "peer_bar",
         ])
         .arg("--manifest-path")
         .arg(repo().join("Cargo.toml"))
@@ -1163,16 +1165,16 @@ fn vfio_examples() -> Result<PathBuf, String> {
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
     let dir = target.join("debug/examples");
-    let built = ["edu", "e1000e_msix", "vfio_open"].map(|b| dir.join(b).is_file());
+    let built = ["edu", "e1000e_msix", "vfio_open", "peer_bar"].map(|b| dir.join(b).is_file());
     if !status.success() || built.contains(&false) {
         return Err(format!(
             "cargo build -p rnic-vfio --example edu --example e1000e_msix --example vfio_open \
-             failed (log: {})",
+             --example peer_bar failed (log: {})",
             log.display()
         ));
     }
     say(&format!(
-        "vm: built rnic-vfio's edu, e1000e_msix and vfio_open in {:.1}s",
+        "vm: built rnic-vfio's edu, e1000e_msix, vfio_open and peer_bar in {:.1}s",
         t0.elapsed().as_secs_f64()
     ));
     Ok(dir)
@@ -1352,6 +1354,7 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
             format!("error path: no {what} ({needles:?})"),
         );
     }
+    check_peer_bar(&run, out, &mut c);
     let passes = all
         .lines()
         .filter(|l| l.starts_with("CHECK ") && l.contains(": PASS "))
@@ -1359,6 +1362,72 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
     say(&format!("vfio-rust: {passes} CHECK lines PASS"));
     check_leftovers(&run, &mut c);
     run.finish(c);
+}
+
+/// The peer-BAR part of vfio-rust (issue 28): an ivshmem-plain's BAR2 mapped into edu's
+/// IOMMU domain as an rnic-dma `PeerRegion`. edu's DMA lands in the ivshmem's backing file
+/// on the host (pattern A at 0; pattern B at 8 KiB after the ivshmem handles were dropped:
+/// the region holds the BAR), and once the region is dropped the same DMA faults at the
+/// region's IOVA and the file keeps A and B.
+fn check_peer_bar(run: &Run, out: &str, c: &mut Checks) {
+    let check = |name: &str| {
+        let head = format!("CHECK {name}: PASS ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(head.as_str()))
+            .map(str::to_owned)
+    };
+    for (name, needle) in [
+        ("peer-map", "VFIO_IOMMU_MAP_DMA of the PFNMAP mapping"),
+        ("peer-dma", "holds pattern A"),
+        ("peer-teardown-order", "lands (pattern B)"),
+        ("peer-unmapped-fault", "ivshmem keeps A and B"),
+        ("peer-teardown", "mappings left: 0"),
+    ] {
+        match check(name) {
+            Some(d) => c.that(
+                d.contains(needle),
+                format!("CHECK {name}: '{d}' lacks '{needle}'"),
+            ),
+            None => c.that(false, format!("no 'CHECK {name}: PASS' line")),
+        }
+    }
+    c.that(
+        out.lines().any(|l| l == "peer_bar rc=0"),
+        "peer_bar did not pass",
+    );
+    let iova = out
+        .lines()
+        .find_map(|l| l.strip_prefix("PEER IOVA "))
+        .map(str::to_owned);
+    c.that(
+        iova.as_ref().is_some_and(|i| {
+            out.lines()
+                .any(|l| l.contains("DMAR: [DMA Write") && l.contains(&format!("fault addr {i} ")))
+        }),
+        format!("no DMAR write fault at the unmapped peer IOVA {iova:?}"),
+    );
+    let file = std::fs::read(run.dir.join("ivshmem.bin")).unwrap_or_default();
+    let pat = |mul: usize, add: usize| {
+        (0..2048)
+            .map(|i| (i * mul + add) as u8)
+            .collect::<Vec<u8>>()
+    };
+    c.that(
+        file.len() == 1 << 20,
+        format!(
+            "ivshmem backing file is {} bytes, expected 1 MiB",
+            file.len()
+        ),
+    );
+    c.that(
+        file.get(..2048) == Some(&pat(7, 3)[..]),
+        "host file: no pattern A at offset 0 (edu's DMA through the peer region)",
+    );
+    c.that(
+        file.get(8192..8192 + 2048) == Some(&pat(13, 5)[..]),
+        "host file: no pattern B at 8 KiB (DMA after the peer's handles were dropped)",
+    );
+    say("vfio-rust: host file holds edu's DMA into the peer BAR (A at 0, B at 8 KiB)");
 }
 
 /// Builds the `rnicctl` binary (tools/) for a scenario's host side.

@@ -205,6 +205,22 @@ pub enum DmaError {
         source: io::Error,
     },
 
+    /// A peer BAR window that the IOMMU cannot map as asked.
+    #[error(
+        "map a peer BAR window at offset {offset:#x}, {len:#x} bytes, of a {bar_len:#x}-byte BAR: \
+         {reason}"
+    )]
+    PeerWindow {
+        /// Offset in the BAR.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+        /// The BAR mapping's length.
+        bar_len: u64,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// A region access (`read`/`write`/atomic) fell outside the region.
     #[error(
         "access {len} bytes at offset {offset:#x} of a {region_len}-byte region: out of bounds"

@@ -19,6 +19,9 @@
 //!   backend), as one RAII object handed out as `Arc<DmaRegion>`; it
 //!   implements rnic-core's [`Memory`], so providers can register it.
 //! - **[`Mmio`]** for device registers and the named [`barrier`]s.
+//! - **Peer BARs** ([`PeerRegion`]): a window of another PCI device's BAR
+//!   (a GPU's, an ivshmem's) mapped into a domain, unmapped from the device
+//!   before the BAR mapping can go (ownership, not comments).
 //! - **The memory-key table** ([`KeyTable`]): L_Key/R_Key → region, PD,
 //!   access, range; O(1), allocation-free lookups with typed refusals.
 //! - **Observability**: [`RegionStats`] per region and [`registry::snapshot`].
@@ -78,6 +81,7 @@ pub mod mapper;
 pub mod mmio;
 pub mod numa;
 pub mod page;
+pub mod peer;
 mod pin;
 pub mod region;
 pub mod registry;
@@ -95,6 +99,7 @@ pub use mapper::{DmaDomain, IdentityMapper, Mapper, MapperCall, RecordingMapper}
 pub use mmio::Mmio;
 pub use numa::{NodeId, OnMismatch, Placement, PlacementReport};
 pub use page::{PagePolicy, PageSize};
+pub use peer::PeerRegion;
 pub use region::{DmaRegion, DmaRegionBuilder};
 pub use registry::RegionStats;
 pub use rnic_core::{AccessFlags, Iova, Lkey, Memory, PdHandle, Rkey};

@@ -111,6 +111,56 @@ impl Mmio {
         })
     }
 
+    /// The window's base address, raw (for handing to the kernel, e.g. a
+    /// peer BAR's `VFIO_IOMMU_MAP_DMA`): never make a reference from it.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Copy `dst.len()` bytes at `offset` out of the window: aligned 8-byte
+    /// volatile loads where possible, single bytes at the unaligned ends.
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        self.check(offset, dst.len())?;
+        let mut i = 0;
+        while i < dst.len() {
+            let p = self.base.as_ptr().wrapping_add(offset + i);
+            if (p as usize).is_multiple_of(8) && dst.len() - i >= 8 {
+                // SAFETY: in bounds (checked above) and 8-aligned; `new`'s
+                // contract makes the window valid for volatile 8-byte loads.
+                let v = unsafe { p.cast::<u64>().read_volatile() };
+                dst[i..i + 8].copy_from_slice(&v.to_ne_bytes());
+                i += 8;
+            } else {
+                // SAFETY: in bounds; a byte load is always aligned.
+                dst[i] = unsafe { p.read_volatile() };
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy `src` into the window at `offset` (volatile stores, as
+    /// [`Mmio::read_bytes`] loads).
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        self.check(offset, src.len())?;
+        let mut i = 0;
+        while i < src.len() {
+            let p = self.base.as_ptr().wrapping_add(offset + i);
+            if (p as usize).is_multiple_of(8) && src.len() - i >= 8 {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&src[i..i + 8]);
+                // SAFETY: in bounds and 8-aligned, as in read_bytes.
+                unsafe { p.cast::<u64>().write_volatile(u64::from_ne_bytes(w)) };
+                i += 8;
+            } else {
+                // SAFETY: in bounds; a byte store is always aligned.
+                unsafe { p.write_volatile(src[i]) };
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn check(&self, offset: usize, len: usize) -> Result<(), DmaError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),

@@ -55,7 +55,9 @@ pub enum GpuError {
         count: usize,
     },
     /// A device-memory spec (`gpu:0`) that does not parse.
-    #[error("bad GPU memory spec '{spec}': {reason} (expected host, gpu or gpu:<ordinal>)")]
+    #[error(
+        "bad GPU memory spec '{spec}': {reason} (expected host, gpu, gpu:<ordinal> or gpu-emulated)"
+    )]
     BadSpec {
         /// The text given.
         spec: String,

@@ -1,5 +1,6 @@
 //! [`MemorySpec`]: where a buffer lives, as users write it (`host`,
-//! `gpu`, `gpu:1`) on command lines such as `kv_decode --kv-memory gpu:0`.
+//! `gpu`, `gpu:1`, `gpu-emulated`) on command lines such as
+//! `kv_decode --kv-memory gpu:0`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,6 +15,9 @@ pub enum MemorySpec {
     Host,
     /// VRAM of the GPU with this CUDA ordinal.
     Gpu(usize),
+    /// Host memory behind the same staging ring and copy queue as VRAM
+    /// ([`crate::HostEngine`]): the GPU path, testable without a GPU.
+    Emulated,
 }
 
 impl FromStr for MemorySpec {
@@ -27,6 +31,7 @@ impl FromStr for MemorySpec {
         match s.trim() {
             "host" | "cpu" => Ok(MemorySpec::Host),
             "gpu" => Ok(MemorySpec::Gpu(0)),
+            "gpu-emulated" => Ok(MemorySpec::Emulated),
             t => match t.strip_prefix("gpu:") {
                 Some(n) => n
                     .parse()
@@ -43,6 +48,7 @@ impl fmt::Display for MemorySpec {
         match self {
             MemorySpec::Host => f.write_str("host"),
             MemorySpec::Gpu(n) => write!(f, "gpu:{n}"),
+            MemorySpec::Emulated => f.write_str("gpu-emulated"),
         }
     }
 }
@@ -58,16 +64,18 @@ mod tests {
             ("gpu", MemorySpec::Gpu(0)),
             ("gpu:0", MemorySpec::Gpu(0)),
             ("gpu:3", MemorySpec::Gpu(3)),
+            ("gpu-emulated", MemorySpec::Emulated),
         ] {
             assert_eq!(text.parse::<MemorySpec>().unwrap(), spec);
         }
         assert_eq!(MemorySpec::Gpu(2).to_string(), "gpu:2");
+        assert_eq!(MemorySpec::Emulated.to_string(), "gpu-emulated");
         for bad in ["gpu:", "gpu:x", "vram", "gpu:-1", ""] {
             let e = bad.parse::<MemorySpec>().unwrap_err();
             assert!(matches!(e, GpuError::BadSpec { .. }), "{bad:?} gave {e:?}");
             assert!(
                 e.to_string()
-                    .contains("expected host, gpu or gpu:<ordinal>")
+                    .contains("expected host, gpu, gpu:<ordinal> or gpu-emulated")
             );
         }
     }

@@ -1,7 +1,8 @@
 //! `rnicctl doctor`'s GPU section: is there a CUDA driver (probed by
 //! rnic-gpu exactly as every GPU entry point probes it), what each GPU
-//! offers (GPUDirect RDMA, dma-buf), and what hwloc says about NIC↔GPU
-//! placement.
+//! offers (GPUDirect RDMA, dma-buf), what hwloc says about NIC↔GPU
+//! placement, which routes this host offers for a peer BAR in a NIC's IOMMU
+//! domain, and how each provider reaches VRAM.
 
 use rnic_gpu::{Gpu, GpuError};
 
@@ -78,6 +79,37 @@ pub fn checks() -> Vec<Check> {
             v.push(check("cuda", Level::Warn, detail, fix));
         }
     }
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let routes = rnic_vfio::peer_bar_routes(&rnic_vfio::Sysfs::system(), &release);
+    for r in &routes {
+        v.push(check(
+            &format!("peer-bar: {}", r.name),
+            if r.available { Level::Ok } else { Level::Warn },
+            r.why.clone(),
+            if r.available {
+                ""
+            } else {
+                "needed only for a NIC on vfio-pci to reach a peer BAR directly; staging works without"
+            },
+        ));
+    }
+    let type1 = routes.first().is_some_and(|r| r.available);
+    let bar1_cpu = std::path::Path::new("/dev/gdrdrv").exists();
+    v.push(check(
+        "vram-reach",
+        Level::Ok,
+        format!(
+            "rxe: staged through cuMemHostRegister'd hugepages (StagedMemory, always); mlx5: {}",
+            match (type1, bar1_cpu) {
+                (true, true) => "a GPU BAR1 CPU mapping (/dev/gdrdrv) exists and type1 MAP_DMA is open, but rnic does not map BAR1 through gdrdrv yet: register a host DmaRegion and copy (docs/gpu.md)",
+                (true, false) => "type1 MAP_DMA is open but nothing maps the GPU's BAR1 for the CPU (no /dev/gdrdrv): register a host DmaRegion and copy (docs/gpu.md)",
+                _ => "no peer-BAR route (see above): register a host DmaRegion and copy (docs/gpu.md)",
+            }
+        ),
+        "",
+    ));
     v.push(match rnic_gpu::topo::Topology::system() {
         Ok(t) => {
             let (nodes, nics, gpus) = (t.nodes().len(), t.nics().len(), t.gpus().len());

@@ -72,6 +72,13 @@ pub mod iseg {
     pub const LOG_CMDQ_SIZE: u32 = 5;
     /// log2 of the entry stride (64 bytes).
     pub const LOG_CMDQ_STRIDE: u32 = 6;
+    /// `cmdq_addr_l_sz` bits 10:8: the NIC interface state (mlx5.md §2).
+    pub const NIC_STATE_MASK: u32 = 0x7 << 8;
+
+    /// `cmdq_addr_l_sz` value `v` with NIC interface state `state` in bits 10:8.
+    pub const fn with_nic_state(v: u32, state: u8) -> u32 {
+        (v & !NIC_STATE_MASK) | ((state as u32 & 0x7) << 8)
+    }
 }
 
 /// BAR0; see the module docs.

@@ -16,6 +16,10 @@
 //!   `DmaRegion::builder(..).domain(dev.dma_domain(mask))` maps through the
 //!   IOMMU. The iommufd cdev (`/dev/iommu` + `/dev/vfio/devices/vfioX`) is
 //!   detected and reported ([`Backend`]); the container path is the one used.
+//! - **Peer BAR routes** ([`peer_bar_routes`]): whether this host can put a
+//!   peer's BAR into the IOMMU domain by type1 `MAP_DMA` of a PFNMAP mapping
+//!   (rnic-dma's `PeerRegion`) or by VFIO dma-buf + iommufd `MAP_FILE`, and
+//!   what is missing for each.
 //! - **The device** ([`VfioDevice`]): region info, BAR mmap as
 //!   [`rnic_dma::Mmio`] (the `Mmio` owns the mapping), PCI config
 //!   read/write and bus mastering, MSI/MSI-X vectors on eventfds
@@ -64,6 +68,7 @@ mod container;
 mod device;
 mod error;
 pub mod info;
+pub mod routes;
 pub mod sysfs;
 
 #[cfg(not(test))]
@@ -76,6 +81,7 @@ pub use container::{Backend, Container, FALLBACK_APERTURE, VfioMapper, ZERO_PAGE
 pub use device::{Interrupt, PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, VfioDevice};
 pub use error::VfioError;
 pub use info::{DeviceInfo, IommuInfo, IrqInfo, IrqSet, RegionInfo};
+pub use routes::{Route, peer_bar_routes};
 pub use sysfs::{Binding, Sysfs};
 pub use vfio_bindings::bindings::vfio::{
     VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSI_IRQ_INDEX,

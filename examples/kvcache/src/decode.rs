@@ -21,7 +21,7 @@ use rnic::rxe::FaultConfig;
 use crate::KvError;
 use crate::layout::{ChunkPlan, KvGeometry, Msg, SENTINEL, VERSION, check_model, model_fields};
 use crate::model::{Model, ModelConfig};
-use crate::net::{Device, Placement, Rc, accept_within, alloc_buffer};
+use crate::net::{Device, Placement, Rc, accept_within, alloc_kv_region};
 use crate::prefill::Transport;
 use crate::reference::greedy;
 use crate::view::KvRegion;
@@ -39,8 +39,12 @@ pub struct DecodeOptions {
     pub timeout: Duration,
     /// Receive-path faults of the rxe device.
     pub faults: FaultConfig,
-    /// NUMA node for the KV region (`None`: where this thread runs).
+    /// NUMA node for the KV region (`None`: where this thread runs; for
+    /// VRAM, the node of its staging ring, by default the GPU's).
     pub numa_node: Option<u32>,
+    /// Where the KV region lives: host memory, a GPU's VRAM (`gpu:0`), or
+    /// host memory behind the VRAM staging path (`gpu-emulated`).
+    pub kv_memory: rnic::gpu::MemorySpec,
     /// Hash the received cache for the report (reads it once more).
     pub digest: bool,
     /// Progress lines on stderr.
@@ -65,6 +69,7 @@ impl DecodeOptions {
             timeout: Duration::from_secs(30),
             faults: FaultConfig::default(),
             numa_node: None,
+            kv_memory: rnic::gpu::MemorySpec::Host,
             digest: true,
             verbose: false,
             prealloc_positions: 0,
@@ -115,12 +120,20 @@ pub struct DecodeReport {
     pub digest: u64,
     /// The KV region's placement.
     pub placement: Option<Placement>,
+    /// Where the KV region lives (`host`, `gpu:0`, `gpu-emulated`).
+    pub kv_memory: String,
 }
 
 /// Serve one prefill node on `listener`.
 pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, KvError> {
     let cfg = o.model;
     let model = Model::new(cfg)?;
+    // A GPU is opened (and its context held) before anything else: without
+    // one, the run fails here with the driver's fix, not at the first request.
+    let _gpu = match o.kv_memory {
+        rnic::gpu::MemorySpec::Gpu(n) => Some(rnic::gpu::Gpu::open(n)?),
+        _ => None,
+    };
     let prepared = match o.prealloc_positions {
         0 => None,
         cap => Some(Prepared::new(o, cap)?),
@@ -170,13 +183,19 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
             // The device first: an mlx5 function registers only its own memory.
             let g = KvGeometry::new(&cfg, tokens, need);
             let dev = Device::open(&o.device, o.faults)?;
-            let (mem, placement) = dev.alloc_buffer(g.region_len() as usize, o.numa_node)?;
+            let (mem, placement) = alloc_kv_region(
+                o.kv_memory,
+                Some(&dev),
+                g.region_len() as usize,
+                o.numa_node,
+            )?;
             let r = register_on(dev, &mem)?;
             (g, mem, placement, Some(r))
         }
         None => {
             let g = KvGeometry::new(&cfg, tokens, need);
-            let (mem, placement) = alloc_buffer(g.region_len() as usize, o.numa_node);
+            let (mem, placement) =
+                alloc_kv_region(o.kv_memory, None, g.region_len() as usize, o.numa_node)?;
             (g, mem, placement, None)
         }
     };
@@ -287,6 +306,7 @@ pub fn serve(listener: &TcpListener, o: &DecodeOptions) -> Result<DecodeReport, 
         retransmits,
         digest,
         placement: Some(placement),
+        kv_memory: o.kv_memory.to_string(),
     })
 }
 
@@ -327,7 +347,12 @@ impl Prepared {
         let g = KvGeometry::new(&o.model, 0, cap);
         // The device first: an mlx5 function registers only its own memory.
         let dev = Device::open(&o.device, o.faults)?;
-        let (mem, placement) = dev.alloc_buffer(g.region_len() as usize, o.numa_node)?;
+        let (mem, placement) = alloc_kv_region(
+            o.kv_memory,
+            Some(&dev),
+            g.region_len() as usize,
+            o.numa_node,
+        )?;
         let rdma = Some(register_on(dev, &mem)?);
         Ok(Prepared {
             cap,

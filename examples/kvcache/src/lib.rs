@@ -53,6 +53,9 @@ pub mod view;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum KvError {
+    /// The KV region's memory (a GPU) could not be had.
+    #[error("KV memory: {0}")]
+    Gpu(#[from] rnic::gpu::GpuError),
     /// A model or run configuration that cannot work.
     #[error("bad configuration: {reason}")]
     Config {

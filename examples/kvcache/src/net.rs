@@ -154,8 +154,10 @@ impl Device {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// `"dma"` (rnic-dma region: NUMA-verified, hugepages where available),
-    /// `"heap"` (the fallback) or `"device"` (an mlx5 function's own DMA
-    /// memory, the only memory it registers).
+    /// `"heap"` (the fallback), `"device"` (an mlx5 function's own DMA
+    /// memory, the only memory it registers), `"vram"` (a GPU's memory,
+    /// staged; page size, node and pinning are the staging ring's) or
+    /// `"vram-emulated"` (host memory behind the same staging).
     pub kind: &'static str,
     /// Page size in bytes.
     pub page_size: usize,
@@ -163,6 +165,60 @@ pub struct Placement {
     pub node: Option<u32>,
     /// Whether the pages are pinned (mlocked).
     pub pinned: bool,
+}
+
+/// The KV region of `len` bytes in `spec`'s memory: host memory as
+/// [`Device::alloc_buffer`] gives it (or [`alloc_buffer`] without a device),
+/// or a GPU's VRAM staged through a hugepage ring registered with CUDA on
+/// the GPU's node (`node` overrides it), which rxe registers like any memory.
+/// A DMA device (mlx5) cannot reach staged VRAM: that is refused here, with
+/// why.
+pub fn alloc_kv_region(
+    spec: rnic::gpu::MemorySpec,
+    dev: Option<&Device>,
+    len: usize,
+    node: Option<u32>,
+) -> Result<(Arc<dyn Memory>, Placement), KvError> {
+    use rnic::gpu::{Gpu, HostEngine, MemorySpec, StagedMemory, StagingConfig};
+    let config = StagingConfig {
+        node: node.map(NodeId),
+        ..StagingConfig::default()
+    };
+    let placed = |staging: &DmaRegion, kind: &'static str| Placement {
+        kind,
+        page_size: staging.page_size().bytes(),
+        node: staging.stats().node_verified.map(|n| n.0),
+        pinned: staging.stats().pinned,
+    };
+    if spec != MemorySpec::Host
+        && let Some(d) = dev
+        && !matches!(d.memory, rnic::MemorySource::Host)
+    {
+        return Err(KvError::Open {
+            spec: d.spec.clone(),
+            reason: format!(
+                "--kv-memory {spec}: a DMA device reaches VRAM only through a peer-BAR region, \
+                 which rnic does not build for GPUs yet (docs/gpu.md); use an rxe device, or \
+                 --kv-memory host"
+            ),
+        });
+    }
+    match spec {
+        MemorySpec::Host => match dev {
+            Some(d) => d.alloc_buffer(len, node),
+            None => Ok(alloc_buffer(len, node)),
+        },
+        MemorySpec::Gpu(n) => {
+            let mem = Gpu::open(n)?.staged_memory(len.max(8), config)?;
+            let p = placed(&mem.staging(), "vram");
+            Ok((Arc::new(mem), p))
+        }
+        MemorySpec::Emulated => {
+            let mem = StagedMemory::new(&HostEngine::new(), len.max(8), config)?;
+            let p = placed(&mem.staging(), "vram-emulated");
+            Ok((Arc::new(mem), p))
+        }
+    }
 }
 
 /// A registrable buffer of `len` bytes: an rnic-dma region on `node` (or

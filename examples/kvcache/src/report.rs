@@ -169,6 +169,7 @@ impl DecodeReport {
             .int("retransmits", self.retransmits)
             .str("kv_digest", &format!("{:016x}", self.digest))
             .raw("region", &placement_json(self.placement.as_ref()))
+            .str("kv_memory", &self.kv_memory)
             .raw("tokens", &tokens_json(&self.tokens))
             .finish()
     }
@@ -183,13 +184,14 @@ impl DecodeReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "decode[{}]: prompt {} tokens, {} KV positions, {:.2} MiB KV in {} chunks, region: {}",
+            "decode[{}]: prompt {} tokens, {} KV positions, {:.2} MiB KV in {} chunks, region: {} [{}]",
             self.transport,
             self.prompt_tokens,
             self.kv_positions,
             self.kv_bytes as f64 / (1 << 20) as f64,
             self.chunks,
-            placement_text(self.placement.as_ref())
+            placement_text(self.placement.as_ref()),
+            self.kv_memory
         );
         let _ = writeln!(
             s,

@@ -228,3 +228,56 @@ fn decode_node_vanishing_fails_the_prefill() {
         "the transport's retry budget, not the 10 s timeout, ends it"
     );
 }
+
+/// The KV cache into "VRAM" through the GPU staging path (host memory behind
+/// the same staging ring and copy queue, `gpu-emulated`): the same tokens
+/// and KV digest as the reference and as host memory, and the report says
+/// where the cache landed.
+#[test]
+fn kv_into_staged_memory_matches_host_and_reference() {
+    use rnic::gpu::MemorySpec;
+    for prompt in [16, 300] {
+        let mut results = Vec::new();
+        for mem in [MemorySpec::Host, MemorySpec::Emulated] {
+            let (p, mut d) = options(prompt, Transport::Rdma);
+            d.kv_memory = mem;
+            let (_, dr) = run_pair(p, d).unwrap().into_result().unwrap();
+            assert_eq!(dr.kv_memory, mem.to_string());
+            let kind = dr.placement.as_ref().unwrap().kind;
+            assert_eq!(
+                kind,
+                if mem == MemorySpec::Host {
+                    "dma"
+                } else {
+                    "vram-emulated"
+                }
+            );
+            assert!(
+                dr.to_text().contains(&format!("pinned [{mem}]")),
+                "{}",
+                dr.to_text()
+            );
+            assert!(dr.to_json().contains(&format!("\"kv_memory\":\"{mem}\"")));
+            results.push((dr.tokens, dr.digest));
+        }
+        let r = reference::run(&ModelConfig::TINY, prompt, u64::from(prompt), GENERATE).unwrap();
+        assert_eq!(
+            results[0],
+            (r.tokens.clone(), r.digest),
+            "host memory, prompt {prompt}"
+        );
+        assert_eq!(
+            results[1],
+            (r.tokens, r.digest),
+            "staged memory, prompt {prompt}"
+        );
+    }
+}
+
+/// TCP delivery into staged memory goes through `Memory::write` too.
+#[test]
+fn tcp_into_staged_memory_matches_reference() {
+    let (p, mut d) = options(64, Transport::Tcp);
+    d.kv_memory = rnic::gpu::MemorySpec::Emulated;
+    check_against_reference(p, d);
+}

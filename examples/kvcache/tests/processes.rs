@@ -174,3 +174,36 @@ fn two_processes_in_two_network_namespaces() {
         "10.78.0.2",
     );
 }
+
+/// `kv_decode --kv-memory gpu:0` without a CUDA driver (forced with
+/// `RNIC_GPU=off` where one exists) fails at once, before listening, with
+/// the typed no-driver error and its fix; a bad spec is refused by the
+/// argument parser.
+#[test]
+fn kv_decode_on_gpu_without_a_driver_says_how_to_fix_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kv_decode"))
+        .args(["--listen", &free_port().to_string(), "--kv-memory", "gpu:0"])
+        .args(["--accept-timeout", "5", "--quiet"])
+        .env("RNIC_GPU", "off")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("kv_decode: KV memory: no CUDA driver: "),
+        "{err}"
+    );
+    assert!(err.contains("Install the NVIDIA driver"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_kv_decode"))
+        .args(["--kv-memory", "vram"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("expected host, gpu, gpu:<ordinal> or gpu-emulated"),
+        "{err}"
+    );
+}

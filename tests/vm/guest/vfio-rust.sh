@@ -18,6 +18,13 @@ step "edu" timeout 150 "$S/edu" "$BDF"
 echo "edu $BDF driver after: $(drv)"
 echo "DMAR faults: $(dmesg | grep -c 'DMAR: \[DMA')"
 dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -3
+# A peer BAR in edu's IOMMU domain: ivshmem-plain's BAR2 stands in for a GPU's BAR1.
+SHM=$(lspci -D -n -d 1af4:1110 | cut -d' ' -f1 | head -1)
+[ -n "$SHM" ] || { echo "no ivshmem-plain (1af4:1110)"; exit 1; }
+f0=$(dmesg | grep -c 'DMAR: \[DMA')
+step "peer_bar" timeout 120 "$S/peer_bar" "$BDF" "$SHM"
+echo "peer DMAR faults: $(( $(dmesg | grep -c 'DMAR: \[DMA') - f0 ))"
+dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -2
 # MSI-X, reset and restoring a real driver: an e1000e bound to the kernel's e1000e first.
 NIC_BDF=$(lspci -D -n -d 8086:10d3 | cut -d' ' -f1 | head -1)
 [ -n "$NIC_BDF" ] || { echo "no e1000e (8086:10d3)"; exit 1; }

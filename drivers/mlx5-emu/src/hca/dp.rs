@@ -20,6 +20,7 @@ use super::qp::{ENGINE_DEPTH, QpObj, SendMeta};
 use super::wqe::{be32, err_cqe, err_cqe_vendor, parse_segments, req_cqe, resp_cqe};
 use super::{Hca, InjectSide};
 use crate::device::Device;
+use crate::firmware::exec::TERMINATE_SCATTER_KEY;
 
 /// Completions the engine produced during one call.
 #[derive(Debug, Default)]
@@ -79,6 +80,8 @@ impl Hca {
                 gids,
                 stats,
                 default_sport: qp.sport,
+                halted: !dev.serving(),
+                link_up: dev.link_up(),
             };
             let mut io = Io {
                 mem: &mut mem,
@@ -320,13 +323,28 @@ impl Hca {
                 self.wq_fatal(dev, qpn, "RQ WQE unreadable");
                 return;
             }
+            let fw = &dev.options().firmware;
+            // The key that ends the scatter list: QUERY_SPECIAL_CONTEXTS's when the cap
+            // advertises one (then 0x100 is an ordinary key), else MLX5_INVALID_LKEY.
+            let terminator = if fw.terminate_scatter_key {
+                TERMINATE_SCATTER_KEY
+            } else {
+                INVALID_LKEY
+            };
             let mut sges = Vec::new();
             for s in w.chunks_exact(16) {
                 let d = WqeDataSeg::new_unchecked(s);
-                if d.lkey() == INVALID_LKEY {
+                if d.lkey() == terminator {
                     break;
                 }
-                sges.push(Sge::new(d.addr(), d.byte_count(), Lkey(d.lkey())));
+                // byte_count 0 is 2^31 bytes by the data-segment convention (as for sends)
+                // when the check is on; no MKey spans that, so the receive fails its bounds
+                // check (LOCAL_PROT) when a message arrives.
+                let len = match d.byte_count() {
+                    0 if fw.strictness.recv_zero_length => 0x8000_0000,
+                    n => n,
+                };
+                sges.push(Sge::new(d.addr(), len, Lkey(d.lkey())));
             }
             qp.rq_fetched = idx.wrapping_add(1);
             qp.rq_meta.push_back(idx);
@@ -552,6 +570,14 @@ impl Hca {
             return;
         };
         self.stats.rx_packets += 1;
+        if !dev.serving() {
+            self.stats.halted_drops += 1;
+            return;
+        }
+        if !dev.link_up() {
+            self.stats.link_down_drops += 1;
+            return;
+        }
         if !icrc_ok {
             self.stats.rx_bad_icrc += 1;
             return;

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! kv_decode --listen 18600 --device rxe:10.0.0.2
+//! kv_decode --listen 18600 --device rxe:10.0.0.2 --kv-memory gpu:0   # KV cache in VRAM
 //! ```
 
 use std::net::TcpListener;
@@ -40,9 +41,15 @@ struct Args {
     /// allocation and registration in their handshake.
     #[arg(long, default_value_t = 0)]
     prealloc: u32,
-    /// NUMA node for the KV region (default: where this process runs).
+    /// NUMA node for the KV region (default: where this process runs; with
+    /// --kv-memory gpu:N, of the staging ring, by default the GPU's).
     #[arg(long)]
     numa_node: Option<u32>,
+    /// Where the KV cache lands: host, gpu:<ordinal> (VRAM, staged through
+    /// pinned hugepages on rxe; needs the NVIDIA driver), or gpu-emulated
+    /// (host memory behind the same staging path, for testing).
+    #[arg(long, default_value = "host")]
+    kv_memory: rnic::gpu::MemorySpec,
     #[command(flatten)]
     faults: FaultArgs,
     /// Print the report as JSON.
@@ -60,6 +67,7 @@ fn main() -> ExitCode {
     o.accept_timeout = a.accept_timeout;
     o.timeout = a.timeout;
     o.numa_node = a.numa_node;
+    o.kv_memory = a.kv_memory;
     o.prealloc_positions = a.prealloc;
     o.faults = a.faults.config(0);
     o.verbose = !a.quiet;
@@ -72,8 +80,8 @@ fn main() -> ExitCode {
     };
     if !a.quiet {
         eprintln!(
-            "kv_decode: listening on {}:{} (device {})",
-            a.bind, a.listen, a.device
+            "kv_decode: listening on {}:{} (device {}, KV memory {})",
+            a.bind, a.listen, a.device, a.kv_memory
         );
     }
     match serve(&listener, &o) {

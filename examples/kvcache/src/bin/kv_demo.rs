@@ -6,6 +6,7 @@
 //! kv_demo --prompt 1024 --transport both --json       # RDMA and the TCP baseline
 //! kv_demo --prompt 128 --loss 2 --reorder 2           # with injected faults
 //! kv_demo --reference --prompt 128                    # the single-node reference only
+//! kv_demo --prompt 1024 --kv-memory host,gpu:0         # KV into host memory, then VRAM
 //! ```
 
 use std::process::ExitCode;
@@ -62,6 +63,11 @@ struct Args {
     /// (a pre-registered pool of one), instead of per request.
     #[arg(long)]
     prealloc: bool,
+    /// Where the decode node's KV cache lands, one run each, side by side:
+    /// host, gpu:<ordinal> (VRAM, staged on rxe), gpu-emulated (host memory
+    /// behind the same staging path). Comma-separated.
+    #[arg(long, default_value = "host", value_delimiter = ',')]
+    kv_memory: Vec<rnic::gpu::MemorySpec>,
     /// Run only the single-node reference.
     #[arg(long)]
     reference: bool,
@@ -129,7 +135,11 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
     };
     let mut all_ok = true;
     let mut runs = Vec::new();
-    for t in transports {
+    let mut streams = Vec::new();
+    let runs_of = transports
+        .iter()
+        .flat_map(|t| a.kv_memory.iter().map(move |m| (*t, *m)));
+    for (t, mem) in runs_of {
         let (dspec, pspec) = device_pair(&a.device);
         let dspec = a.decode_device.clone().unwrap_or(dspec);
         let pspec = a.prefill_device.clone().unwrap_or(pspec);
@@ -150,6 +160,7 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
         d.accept_timeout = a.timeout;
         d.faults = a.faults.config(2);
         d.verbose = !a.quiet;
+        d.kv_memory = mem;
         if a.prealloc {
             d.prealloc_positions = a.prompt.saturating_add(a.generate);
         }
@@ -160,9 +171,25 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
         if verdict == Some(false) {
             all_ok = false;
         }
+        streams.push(format!(
+            "{} into {}: {:.2} MiB, transfer busy {:.2} ms ({:.3} GB/s), tail after compute {:.2} ms, TTFT {:.2} ms; tokens {}",
+            t.name(),
+            mem,
+            dr.kv_bytes as f64 / f64::from(1u32 << 20),
+            ms(pr.transfer_busy),
+            rnic_kvcache::report::gbps(pr.kv_bytes, pr.transfer_busy),
+            ms(pr.tail),
+            ms(dr.ttft),
+            match verdict {
+                Some(true) => "match the reference",
+                Some(false) => "DIFFER",
+                None => "not verified",
+            }
+        ));
         if a.json {
             let mut j = Json::new()
                 .str("transport", t.name())
+                .str("kv_memory", &mem.to_string())
                 .raw("prefill", &pr.to_json())
                 .raw("decode", &dr.to_json());
             j = match verdict {
@@ -201,6 +228,11 @@ fn run(a: &Args) -> Result<bool, rnic_kvcache::KvError> {
             );
         }
         println!("{}", j.finish());
+    } else if streams.len() > 1 {
+        println!("KV stream, side by side:");
+        for l in &streams {
+            println!("  {l}");
+        }
     }
     Ok(all_ok)
 }
