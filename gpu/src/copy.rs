@@ -146,57 +146,23 @@ impl HostAlloc {
     }
 }
 
-enum Op {
-    ToDevice {
-        dst: Arc<HeapMemory>,
-        dst_off: usize,
-        src: Arc<DmaRegion>,
-        src_off: usize,
-        len: usize,
-    },
-    ToHost {
-        dst: Arc<DmaRegion>,
-        dst_off: usize,
-        src: Arc<HeapMemory>,
-        src_off: usize,
-        len: usize,
-    },
+/// A queued copy: `len` bytes from `src` at `src_off` to `dst` at
+/// `dst_off`; `host` is the registered host buffer it touches.
+struct Op {
+    src: Arc<dyn Memory>,
+    src_off: usize,
+    dst: Arc<dyn Memory>,
+    dst_off: usize,
+    len: usize,
+    host: usize,
 }
 
 impl Op {
     fn run(self) -> Result<(), GpuError> {
-        match self {
-            Op::ToDevice {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => {
-                let mut tmp = vec![0u8; len];
-                src.read(src_off, &mut tmp)?;
-                dst.write(dst_off, &tmp)?;
-            }
-            Op::ToHost {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => {
-                let mut tmp = vec![0u8; len];
-                src.read(src_off, &mut tmp)?;
-                dst.write(dst_off, &tmp)?;
-            }
-        }
+        let mut tmp = vec![0u8; self.len];
+        self.src.read(self.src_off, &mut tmp)?;
+        self.dst.write(self.dst_off, &tmp)?;
         Ok(())
-    }
-
-    fn touches(&self, addr: usize) -> bool {
-        match self {
-            Op::ToDevice { src, .. } => src.as_ptr() as usize == addr,
-            Op::ToHost { dst, .. } => dst.as_ptr() as usize == addr,
-        }
     }
 }
 
@@ -360,7 +326,7 @@ unsafe impl CopyEngine for HostEngine {
             .queue
             .iter()
             .rev()
-            .find(|(_, op)| op.touches(addr))
+            .find(|(_, op)| op.host == addr)
             .map(|(seq, _)| *seq)
         {
             self.run_until(&mut s, last)?;
@@ -390,12 +356,13 @@ unsafe impl CopyEngine for HostEngine {
     ) -> Result<Fence, GpuError> {
         self.check_registered(src, src_off, len)?;
         check_range(MemAccess::Write, dst_off, len, dst.mem.len())?;
-        Ok(self.queue(Op::ToDevice {
-            dst: dst.mem.clone(),
-            dst_off,
+        Ok(self.queue(Op {
             src: src.clone(),
             src_off,
+            dst: dst.mem.clone(),
+            dst_off,
             len,
+            host: src.as_ptr() as usize,
         }))
     }
 
@@ -409,12 +376,13 @@ unsafe impl CopyEngine for HostEngine {
     ) -> Result<Fence, GpuError> {
         self.check_registered(dst, dst_off, len)?;
         check_range(MemAccess::Read, src_off, len, src.mem.len())?;
-        Ok(self.queue(Op::ToHost {
-            dst: dst.clone(),
-            dst_off,
+        Ok(self.queue(Op {
             src: src.mem.clone(),
             src_off,
+            dst: dst.clone(),
+            dst_off,
             len,
+            host: dst.as_ptr() as usize,
         }))
     }
 
