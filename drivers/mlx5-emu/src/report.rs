@@ -81,6 +81,8 @@ impl Reporter {
                     ("cq_overruns", h.cq_overruns),
                     ("link_down_drops", h.link_down_drops),
                     ("halted_drops", h.halted_drops),
+                    ("bf_uncombined", fw.stats().bf_uncombined),
+                    ("bf_interleaved", fw.stats().bf_interleaved),
                 ]
             }),
             faults: self.firmware.as_ref().map(|fw| {

@@ -478,6 +478,41 @@ impl EmuQp {
         (idx, u64::from_be_bytes(first))
     }
 
+    /// [`EmuQp::post`] as a BlueFlame copy: the WQE written and published, then its basic
+    /// blocks copied into UAR register half `half` with 8-byte stores, word 0 first (as
+    /// rdma-core's copy and rnic-mlx5's). Returns the WQE index.
+    pub fn post_bf(
+        &mut self,
+        hw: &Hw,
+        half: usize,
+        op: WqeOpcode,
+        signaled: bool,
+        segs: &[[u8; 16]],
+    ) -> u16 {
+        let (idx, _) = self.prepare(op, signaled, segs);
+        for (k, w) in self.wqe_words(idx, segs.len()).into_iter().enumerate() {
+            hw.uar_write64(half + 8 * k, w);
+        }
+        idx
+    }
+
+    /// The WQE at `idx` of a control segment and `segs` data segments as 8-byte words (its
+    /// basic blocks, as the ring holds them).
+    pub fn wqe_words(&self, idx: u16, segs: usize) -> Vec<u64> {
+        let bbs = (1 + segs).div_ceil(4);
+        let mut out = Vec::new();
+        for k in 0..bbs {
+            let slot = (usize::from(idx) + k) & ((1 << LOG_SQ) - 1);
+            let mut bb = [0u8; 64];
+            self.wq.read(SQ_OFF + slot * 64, &mut bb).unwrap();
+            out.extend(
+                bb.chunks(8)
+                    .map(|c| u64::from_be_bytes(c.try_into().unwrap())),
+            );
+        }
+        out
+    }
+
     /// Write a send WQE at the producer index into the ring only: neither the producer
     /// nor the doorbell record moves. Returns its index.
     pub fn write_wqe(&mut self, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> u16 {
