@@ -27,6 +27,9 @@ if [ "${RNIC_SKIP_VM:-0}" != 1 ]; then
     tests/vm/install-host.sh
 fi
 
+step "system packages for the libibverbs drop-in's tests (rdma-core's, perftest, UCX)"
+verbs/tests/install-deps.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -165,6 +165,22 @@ impl PeerRegion {
     }
 }
 
+impl PeerRegion {
+    /// A read-modify-write of the aligned word at `offset` under the lock:
+    /// `f` maps the old value to the new one (`None`: leave it); returns the
+    /// old value.
+    fn rmw(&self, offset: usize, f: impl FnOnce(u64) -> Option<u64>) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        let err = |_| oob(MemAccess::Atomic, offset, 8, self.len);
+        let _one = self.rmw.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.bar.read64(offset).map_err(err)?;
+        if let Some(new) = f(old) {
+            self.bar.write64(offset, new).map_err(err)?;
+        }
+        Ok(old)
+    }
+}
+
 fn oob(access: MemAccess, offset: usize, len: usize, region_len: usize) -> MemoryError {
     MemoryError::OutOfRange {
         access,
@@ -207,31 +223,11 @@ impl Memory for PeerRegion {
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
-        check_atomic(offset, self.len)?;
-        let _one = self.rmw.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = self
-            .bar
-            .read64(offset)
-            .map_err(|_| oob(MemAccess::Atomic, offset, 8, self.len))?;
-        if old == compare {
-            self.bar
-                .write64(offset, swap)
-                .map_err(|_| oob(MemAccess::Atomic, offset, 8, self.len))?;
-        }
-        Ok(old)
+        self.rmw(offset, |old| (old == compare).then_some(swap))
     }
 
     fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
-        check_atomic(offset, self.len)?;
-        let _one = self.rmw.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = self
-            .bar
-            .read64(offset)
-            .map_err(|_| oob(MemAccess::Atomic, offset, 8, self.len))?;
-        self.bar
-            .write64(offset, old.wrapping_add(add))
-            .map_err(|_| oob(MemAccess::Atomic, offset, 8, self.len))?;
-        Ok(old)
+        self.rmw(offset, |old| Some(old.wrapping_add(add)))
     }
 
     /// The IOVA, when mapped through a non-identity mapper.

@@ -131,6 +131,55 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The host buffers registered with an engine, by start address and length.
+#[derive(Debug, Default)]
+pub(crate) struct Registrations(Mutex<Vec<(usize, usize)>>);
+
+impl Registrations {
+    /// Record `region`; `false` when it was already registered.
+    pub(crate) fn add(&self, region: &DmaRegion) -> bool {
+        let addr = region.as_ptr() as usize;
+        let mut r = lock(&self.0);
+        if r.iter().any(|(a, _)| *a == addr) {
+            return false;
+        }
+        r.push((addr, region.len()));
+        true
+    }
+
+    /// Forget `region`; `false` when it was not registered.
+    pub(crate) fn remove(&self, region: &DmaRegion) -> bool {
+        let addr = region.as_ptr() as usize;
+        let mut r = lock(&self.0);
+        let before = r.len();
+        r.retain(|(a, _)| *a != addr);
+        r.len() != before
+    }
+
+    /// `[off, off + len)` of `region` is a registered host range of engine
+    /// `engine` (named for the error).
+    pub(crate) fn check(
+        &self,
+        engine: impl FnOnce() -> String,
+        region: &DmaRegion,
+        off: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let addr = region.as_ptr() as usize;
+        let found = lock(&self.0)
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map(|&(_, l)| l);
+        match found {
+            Some(rlen) => Ok(check_range(MemAccess::Read, off, len, rlen)?),
+            None => Err(GpuError::NotRegistered {
+                engine: engine(),
+                addr,
+            }),
+        }
+    }
+}
+
 /// A [`HostEngine`] allocation: host memory standing in for VRAM.
 #[derive(Clone, Debug)]
 pub struct HostAlloc {
@@ -146,57 +195,23 @@ impl HostAlloc {
     }
 }
 
-enum Op {
-    ToDevice {
-        dst: Arc<HeapMemory>,
-        dst_off: usize,
-        src: Arc<DmaRegion>,
-        src_off: usize,
-        len: usize,
-    },
-    ToHost {
-        dst: Arc<DmaRegion>,
-        dst_off: usize,
-        src: Arc<HeapMemory>,
-        src_off: usize,
-        len: usize,
-    },
+/// A queued copy: `len` bytes from `src` at `src_off` to `dst` at
+/// `dst_off`; `host` is the registered host buffer it touches.
+struct Op {
+    src: Arc<dyn Memory>,
+    src_off: usize,
+    dst: Arc<dyn Memory>,
+    dst_off: usize,
+    len: usize,
+    host: usize,
 }
 
 impl Op {
     fn run(self) -> Result<(), GpuError> {
-        match self {
-            Op::ToDevice {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => {
-                let mut tmp = vec![0u8; len];
-                src.read(src_off, &mut tmp)?;
-                dst.write(dst_off, &tmp)?;
-            }
-            Op::ToHost {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => {
-                let mut tmp = vec![0u8; len];
-                src.read(src_off, &mut tmp)?;
-                dst.write(dst_off, &tmp)?;
-            }
-        }
+        let mut tmp = vec![0u8; self.len];
+        self.src.read(self.src_off, &mut tmp)?;
+        self.dst.write(self.dst_off, &tmp)?;
         Ok(())
-    }
-
-    fn touches(&self, addr: usize) -> bool {
-        match self {
-            Op::ToDevice { src, .. } => src.as_ptr() as usize == addr,
-            Op::ToHost { dst, .. } => dst.as_ptr() as usize == addr,
-        }
     }
 }
 
@@ -205,8 +220,6 @@ struct HostState {
     queue: VecDeque<(u64, Op)>,
     next: u64,
     done: u64,
-    /// Registered staging buffers: (start, len).
-    registered: Vec<(usize, usize)>,
     next_alloc: u64,
     /// Copies queued so far (for tests and reports).
     queued: u64,
@@ -215,6 +228,7 @@ struct HostState {
 /// The host-memory copy engine; see the module docs.
 pub struct HostEngine {
     state: Mutex<HostState>,
+    registered: Registrations,
     log: EngineLog,
 }
 
@@ -238,6 +252,7 @@ impl HostEngine {
                 next: 1,
                 ..HostState::default()
             }),
+            registered: Registrations::default(),
             log,
         })
     }
@@ -279,18 +294,6 @@ impl HostEngine {
         s.queued += 1;
         s.queue.push_back((seq, op));
         Fence(seq)
-    }
-
-    fn check_registered(&self, region: &DmaRegion, off: usize, len: usize) -> Result<(), GpuError> {
-        let addr = region.as_ptr() as usize;
-        let s = lock(&self.state);
-        match s.registered.iter().find(|(a, _)| *a == addr) {
-            Some(&(_, rlen)) => Ok(check_range(MemAccess::Read, off, len, rlen)?),
-            None => Err(GpuError::NotRegistered {
-                engine: "host engine".into(),
-                addr,
-            }),
-        }
     }
 }
 
@@ -338,16 +341,12 @@ unsafe impl CopyEngine for HostEngine {
     }
 
     fn register_host(&self, region: &DmaRegion) -> Result<(), GpuError> {
-        let addr = region.as_ptr() as usize;
-        let mut s = lock(&self.state);
-        if s.registered.iter().any(|(a, _)| *a == addr) {
+        if !self.registered.add(region) {
             return Err(GpuError::Unsupported {
                 what: "registering a host buffer twice",
                 why: "the range is already registered (register each staging buffer once)".into(),
             });
         }
-        s.registered.push((addr, region.len()));
-        drop(s);
         self.log
             .push(format!("register host buffer ({} bytes)", region.len()));
         Ok(())
@@ -360,16 +359,13 @@ unsafe impl CopyEngine for HostEngine {
             .queue
             .iter()
             .rev()
-            .find(|(_, op)| op.touches(addr))
+            .find(|(_, op)| op.host == addr)
             .map(|(seq, _)| *seq)
         {
             self.run_until(&mut s, last)?;
         }
-        let before = s.registered.len();
-        s.registered.retain(|(a, _)| *a != addr);
-        let found = s.registered.len() != before;
         drop(s);
-        if !found {
+        if !self.registered.remove(region) {
             return Err(GpuError::NotRegistered {
                 engine: "host engine".into(),
                 addr,
@@ -388,14 +384,16 @@ unsafe impl CopyEngine for HostEngine {
         src_off: usize,
         len: usize,
     ) -> Result<Fence, GpuError> {
-        self.check_registered(src, src_off, len)?;
+        self.registered
+            .check(|| "host engine".into(), src, src_off, len)?;
         check_range(MemAccess::Write, dst_off, len, dst.mem.len())?;
-        Ok(self.queue(Op::ToDevice {
-            dst: dst.mem.clone(),
-            dst_off,
+        Ok(self.queue(Op {
             src: src.clone(),
             src_off,
+            dst: dst.mem.clone(),
+            dst_off,
             len,
+            host: src.as_ptr() as usize,
         }))
     }
 
@@ -407,14 +405,16 @@ unsafe impl CopyEngine for HostEngine {
         src_off: usize,
         len: usize,
     ) -> Result<Fence, GpuError> {
-        self.check_registered(dst, dst_off, len)?;
+        self.registered
+            .check(|| "host engine".into(), dst, dst_off, len)?;
         check_range(MemAccess::Read, src_off, len, src.mem.len())?;
-        Ok(self.queue(Op::ToHost {
-            dst: dst.clone(),
-            dst_off,
+        Ok(self.queue(Op {
             src: src.mem.clone(),
             src_off,
+            dst: dst.clone(),
+            dst_off,
             len,
+            host: dst.as_ptr() as usize,
         }))
     }
 

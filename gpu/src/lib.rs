@@ -21,7 +21,7 @@
 //!   ring registered with the engine (`cuMemHostRegister`) on the GPU's NUMA
 //!   node; a write returns after its bytes are in VRAM, a read returns what
 //!   VRAM holds, so `pd.reg_mr(vram, ..)` on rnic-rxe keeps RDMA's ordering.
-//! - **Copy tiers** (`tiers`): pageable, pinned and hugepage-registered
+//! - **Copy tiers** ([`tiers`]): pageable, pinned and hugepage-registered
 //!   host↔device copies, 4 KiB … 1 GiB, and CPU access to a BAR mapping.
 //! - **Topology** ([`topo`], feature `topology`, on hwloc): nearest NUMA
 //!   node and CPUs of a NIC or GPU by PCI address, the NCCL-style relation
@@ -72,7 +72,7 @@ mod error;
 pub mod placement;
 mod spec;
 mod staged;
-
+pub mod tiers;
 #[cfg(feature = "topology")]
 pub mod topo;
 

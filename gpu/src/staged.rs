@@ -321,6 +321,25 @@ impl<E: CopyEngine> StagedMemory<E> {
     }
 }
 
+impl<E: CopyEngine> StagedMemory<E> {
+    /// A read-modify-write of the aligned device word at `offset` under the
+    /// ring's lock: `f` maps the old value to the new one (`None`: leave
+    /// it); returns the old value.
+    fn rmw(&self, offset: usize, f: impl FnOnce(u64) -> Option<u64>) -> Result<u64, MemoryError> {
+        check_atomic(offset, self.len)?;
+        let err = |e| to_mem(MemAccess::Atomic, offset, 8, self.len, e);
+        let mut r = lock(&self.ring);
+        let mut old = [0u8; 8];
+        self.read_locked(&mut r, offset, &mut old).map_err(err)?;
+        let old = u64::from_ne_bytes(old);
+        if let Some(new) = f(old) {
+            self.write_locked(&mut r, offset, &new.to_ne_bytes())
+                .map_err(err)?;
+        }
+        Ok(old)
+    }
+}
+
 impl<E: CopyEngine> fmt::Debug for StagedMemory<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StagedMemory")
@@ -382,28 +401,10 @@ impl<E: CopyEngine> Memory for StagedMemory<E> {
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
-        check_atomic(offset, self.len)?;
-        let mut r = lock(&self.ring);
-        let mut old = [0u8; 8];
-        self.read_locked(&mut r, offset, &mut old)
-            .map_err(|e| to_mem(MemAccess::Atomic, offset, 8, self.len, e))?;
-        let old = u64::from_ne_bytes(old);
-        if old == compare {
-            self.write_locked(&mut r, offset, &swap.to_ne_bytes())
-                .map_err(|e| to_mem(MemAccess::Atomic, offset, 8, self.len, e))?;
-        }
-        Ok(old)
+        self.rmw(offset, |old| (old == compare).then_some(swap))
     }
 
     fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
-        check_atomic(offset, self.len)?;
-        let mut r = lock(&self.ring);
-        let mut old = [0u8; 8];
-        self.read_locked(&mut r, offset, &mut old)
-            .map_err(|e| to_mem(MemAccess::Atomic, offset, 8, self.len, e))?;
-        let old = u64::from_ne_bytes(old);
-        self.write_locked(&mut r, offset, &old.wrapping_add(add).to_ne_bytes())
-            .map_err(|e| to_mem(MemAccess::Atomic, offset, 8, self.len, e))?;
-        Ok(old)
+        self.rmw(offset, |old| Some(old.wrapping_add(add)))
     }
 }

@@ -223,9 +223,11 @@ enum EmuCmd {
     /// Requests: `state`, `fail-next <OPCODE> <STATUS> <syndrome>`,
     /// `swallow-next [<OPCODE>]`, `delay-next [<OPCODE>] <ms>`,
     /// `error-cqe <qpn|any> <SYNDROME> [vendor]`, `error-cqe-recv …`,
-    /// `health <SYNDROME>`, `health-stop`,
-    /// `pages <+N|-N>`, `clear`, `help` (docs/mlx5-emu.md, "Control
-    /// socket"). Exits nonzero when the emulator refuses it.
+    /// `health <SYNDROME> [rfr]`, `health-warn <SYNDROME>`, `health-stop`,
+    /// `nic-state disabled|sw-reset`, `link up|down`, `pages <+N|-N>`,
+    /// `take-zero <N>`, `rewrite-reply tokens|blocks|entry|all`, `clear`,
+    /// `help` (docs/mlx5-emu.md, "Control socket"). Exits nonzero when the
+    /// emulator refuses it.
     Fault {
         /// The emulator.
         name: String,

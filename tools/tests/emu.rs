@@ -353,11 +353,23 @@ fn fault_forwards_one_request_and_prints_the_reply() {
         out.trim(),
         "{\"ok\":true,\"request\":\"fail-next\",\"opcode\":\"0x800\",\"status\":\"0x08\",\"syndrome\":\"0x1234\"}"
     );
+    // Issue 26's requests: the port's link, a health warning.
+    let out = ok(&rnicctl(&dir, &["fault", "f", "link", "down"]));
+    assert_eq!(
+        out.trim(),
+        "{\"ok\":true,\"request\":\"link\",\"up\":false,\"changed\":true,\"event\":false}"
+    );
+    let out = ok(&rnicctl(&dir, &["fault", "f", "health-warn", "0x10"]));
+    assert!(out.contains("\"rfr\":false"), "{out}");
     let state: Value =
         serde_json::from_str(ok(&rnicctl(&dir, &["fault", "f", "state"])).trim()).unwrap();
     assert_eq!(state["ok"], true);
     assert_eq!(state["state"]["accounting"]["pages_held"], 0);
     assert_eq!(state["state"]["running"], true);
+    assert_eq!(
+        state["state"]["strictness"]["ud-mtu"], false,
+        "the legacy set by default"
+    );
     // A refusal: the reply on stdout, the reason on stderr, exit 1.
     let o = rnicctl(&dir, &["fault", "f", "pages", "8"]);
     assert!(!o.status.success());

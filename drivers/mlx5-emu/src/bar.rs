@@ -72,6 +72,13 @@ pub mod iseg {
     pub const LOG_CMDQ_SIZE: u32 = 5;
     /// log2 of the entry stride (64 bytes).
     pub const LOG_CMDQ_STRIDE: u32 = 6;
+    /// `cmdq_addr_l_sz` bits 10:8: the NIC interface state (mlx5.md §2).
+    pub const NIC_STATE_MASK: u32 = 0x7 << 8;
+
+    /// `cmdq_addr_l_sz` value `v` with NIC interface state `state` in bits 10:8.
+    pub const fn with_nic_state(v: u32, state: u8) -> u32 {
+        (v & !NIC_STATE_MASK) | ((state as u32 & 0x7) << 8)
+    }
 }
 
 /// BAR0; see the module docs.
@@ -199,6 +206,13 @@ impl Bar {
     pub fn swap32_be(&self, offset: u64, value: u32) -> u32 {
         self.u32_at(offset)
             .map_or(0, |w| u32::from_be(w.swap(value.to_be(), Ordering::AcqRel)))
+    }
+
+    /// Atomically replace the big-endian qword with `value`; the old value (0 outside the
+    /// BAR).
+    pub fn swap64_be(&self, offset: u64, value: u64) -> u64 {
+        self.u64_at(offset)
+            .map_or(0, |w| u64::from_be(w.swap(value.to_be(), Ordering::AcqRel)))
     }
 
     /// Replace the big-endian dword with `new` if it is `current`.

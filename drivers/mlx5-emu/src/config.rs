@@ -1,10 +1,11 @@
 //! PCI config space of the emulated function (256 bytes, type-0 header):
-//! IDs, class, command register, BAR0 as a 64-bit prefetchable memory BAR
-//! with working size probing, and a capability list holding MSI-X whose
+//! IDs, class, command register, BAR0 as a 64-bit memory BAR — prefetchable
+//! or not as [`Bar0Mapping`] says — with working size probing, and a capability list holding MSI-X whose
 //! table and PBA lie in BAR0. Writes go through a per-byte write mask, so
 //! read-only fields stay read-only whatever the driver writes.
 
 use crate::bar::{BAR0_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, MSIX_VECTORS};
+use crate::device::Bar0Mapping;
 
 /// Size of the config region.
 pub const CONFIG_SIZE: usize = 256;
@@ -55,8 +56,12 @@ pub const COMMAND_MEMORY: u16 = 1 << 1;
 pub const COMMAND_MASTER: u16 = 1 << 2;
 /// Status register: capabilities list present.
 pub const STATUS_CAP_LIST: u16 = 1 << 4;
-/// BAR flags: memory, 64-bit (type 0b10), prefetchable.
-pub const BAR0_FLAGS: u32 = 0b1100;
+/// BAR flags of a write-combining BAR0: memory, 64-bit (type 0b10), prefetchable.
+pub const BAR0_FLAGS_WC: u32 = 0b1100;
+/// BAR flags of an uncached BAR0: memory, 64-bit (type 0b10), not prefetchable.
+pub const BAR0_FLAGS_UC: u32 = 0b0100;
+/// The prefetchable bit of a memory BAR.
+pub const BAR_PREFETCHABLE: u32 = 0b1000;
 /// MSI-X capability ID.
 pub const CAP_ID_MSIX: u8 = 0x11;
 /// MSI-X message control: enable.
@@ -73,13 +78,13 @@ pub struct ConfigSpace {
 
 impl Default for ConfigSpace {
     fn default() -> ConfigSpace {
-        ConfigSpace::power_on()
+        ConfigSpace::power_on(Bar0Mapping::Uc)
     }
 }
 
 impl ConfigSpace {
-    /// The power-on contents.
-    pub fn power_on() -> ConfigSpace {
+    /// The power-on contents, BAR0 advertised for `bar0` (prefetchable when write-combining).
+    pub fn power_on(bar0: Bar0Mapping) -> ConfigSpace {
         let mut c = ConfigSpace {
             bytes: [0; CONFIG_SIZE],
             wmask: [0; CONFIG_SIZE],
@@ -90,7 +95,13 @@ impl ConfigSpace {
         c.bytes[reg::REVISION] = 0;
         c.bytes[reg::CLASS..reg::CLASS + 3].copy_from_slice(&CLASS_CODE.to_le_bytes()[..3]);
         c.bytes[reg::HEADER_TYPE] = 0;
-        c.put32(reg::BAR0, BAR0_FLAGS);
+        c.put32(
+            reg::BAR0,
+            match bar0 {
+                Bar0Mapping::Uc => BAR0_FLAGS_UC,
+                Bar0Mapping::Wc => BAR0_FLAGS_WC,
+            },
+        );
         c.put32(reg::BAR1, 0);
         c.put16(reg::SUBSYSTEM_VENDOR, VENDOR_ID);
         c.put16(reg::SUBSYSTEM_ID, SUBSYSTEM_ID);
@@ -181,7 +192,7 @@ mod tests {
 
     #[test]
     fn ids_class_and_read_only_fields() {
-        let mut c = ConfigSpace::power_on();
+        let mut c = ConfigSpace::default();
         assert_eq!(r32(&c, 0), 0x1017_15b3);
         assert_eq!(r32(&c, 0x08) >> 8, 0x02_0000);
         c.write(0, &[0, 0, 0, 0]);
@@ -192,19 +203,27 @@ mod tests {
     }
 
     #[test]
-    fn bar0_sizing_reports_32_mib_64_bit_prefetchable() {
-        let mut c = ConfigSpace::power_on();
-        c.write(0x10, &u32::MAX.to_le_bytes());
-        c.write(0x14, &u32::MAX.to_le_bytes());
-        let lo = r32(&c, 0x10);
-        assert_eq!(lo & 0xf, 0b1100);
-        assert_eq!(!(lo & !0xf) + 1, 32 << 20);
-        assert_eq!(r32(&c, 0x14), u32::MAX);
+    fn bar0_sizing_reports_32_mib_64_bit_prefetchable_only_when_write_combining() {
+        for (mapping, flags) in [(Bar0Mapping::Wc, 0b1100), (Bar0Mapping::Uc, 0b0100)] {
+            let mut c = ConfigSpace::power_on(mapping);
+            assert_eq!(r32(&c, 0x10) & 0xf, flags, "{mapping:?} before sizing");
+            c.write(0x10, &u32::MAX.to_le_bytes());
+            c.write(0x14, &u32::MAX.to_le_bytes());
+            let lo = r32(&c, 0x10);
+            assert_eq!(lo & 0xf, flags, "{mapping:?}: the flags are read-only");
+            assert_eq!(!(lo & !0xf) + 1, 32 << 20);
+            assert_eq!(r32(&c, 0x14), u32::MAX);
+        }
+        assert_eq!(
+            r32(&ConfigSpace::default(), 0x10) & BAR_PREFETCHABLE,
+            0,
+            "UC by default"
+        );
     }
 
     #[test]
     fn msix_capability_points_into_bar0() {
-        let mut c = ConfigSpace::power_on();
+        let mut c = ConfigSpace::default();
         assert_ne!(c.read16(reg::STATUS) & STATUS_CAP_LIST, 0);
         let cap = c.bytes[reg::CAP_PTR] as u64;
         let mut hdr = [0u8; 2];

@@ -25,13 +25,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rnic_mlx5_prm::{CmdOpcode, CmdStatus, CqeSyndrome, HealthSyndrome};
+use rnic_mlx5_prm::{CmdOpcode, CmdStatus, CqeSyndrome, HealthSyndrome, NicState};
 
 use crate::device::Device;
+use crate::firmware::cmdq::ReplyRewrite;
 use crate::firmware::{Faults, MAX_DELAY};
 use crate::hca::{CqeInjection, InjectSide};
 use crate::report::{Reporter, json_str};
 use crate::server::{Disconnect, Emulator};
+
+/// The refusal of a request that needs a device when the firmware has none attached.
+const NO_DEVICE: &str = "no device is attached to the firmware: nothing to act on";
 
 /// The longest request line accepted (longer ones are refused, the rest of
 /// the line skipped).
@@ -45,9 +49,14 @@ pub const HELP: &[&str] = &[
     "delay-next [<OPCODE_NAME|0xNNN>] <ms>",
     "error-cqe <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
     "error-cqe-recv <qpn|any> <SYNDROME_NAME|0xNN> [vendor_syndrome]",
-    "health <SYNDROME|0xNN>",
+    "health <SYNDROME|0xNN> [rfr]",
+    "health-warn <SYNDROME|0xNN>",
     "health-stop",
+    "nic-state <disabled|sw-reset>",
+    "link <up|down>",
     "pages <+N|-N>",
+    "take-zero <N>",
+    "rewrite-reply <tokens|blocks|entry|all>...",
     "clear",
     "help",
 ];
@@ -78,12 +87,26 @@ pub enum Request {
     /// [`Faults::error_cqe`]: that QP's next send (`error-cqe`) or receive
     /// (`error-cqe-recv`) completion is an error CQE.
     ErrorCqe(CqeInjection),
-    /// [`Faults::fatal`]: a fatal health syndrome, the counter stops.
-    Health(HealthSyndrome),
+    /// [`Faults::health`]: a health syndrome, fatal (`rfr`: `health`) or a warning
+    /// (`health-warn`).
+    Health {
+        /// The syndrome.
+        syndrome: HealthSyndrome,
+        /// Reset firmware required: fatal.
+        rfr: bool,
+    },
     /// [`Device::stop_health_counter`]: the counter stops, no syndrome.
     HealthStop,
+    /// [`Faults::nic_state`]: the NIC interface state goes disabled or SW reset.
+    NicState(NicState),
+    /// [`Faults::set_link`]: the port's link up (`true`) or down.
+    Link(bool),
     /// [`Faults::request_pages`]: a PAGE_REQUEST of `n` (< 0: reclaim).
     Pages(i32),
+    /// [`Faults::take_zero`]: the next `n` MANAGE_PAGES takes return nothing.
+    TakeZero(u32),
+    /// [`Faults::rewrite_next_reply`]: the next reply's headers rewritten.
+    RewriteReply(ReplyRewrite),
     /// [`Faults::clear`]: drop pending fail/swallow/delay/error-CQE hooks.
     Clear,
     /// The list of requests.
@@ -106,9 +129,14 @@ impl Request {
                 side: InjectSide::Recv,
                 ..
             }) => "error-cqe-recv",
-            Request::Health(_) => "health",
+            Request::Health { rfr: true, .. } => "health",
+            Request::Health { rfr: false, .. } => "health-warn",
             Request::HealthStop => "health-stop",
+            Request::NicState(_) => "nic-state",
+            Request::Link(_) => "link",
             Request::Pages(_) => "pages",
+            Request::TakeZero(_) => "take-zero",
+            Request::RewriteReply(_) => "rewrite-reply",
             Request::Clear => "clear",
             Request::Help => "help",
         }
@@ -341,8 +369,78 @@ pub fn parse(line: &str) -> Result<Request, String> {
         "error-cqe" => error_cqe(keyword, InjectSide::Send, args),
         "error-cqe-recv" => error_cqe(keyword, InjectSide::Recv, args),
         "health" => {
+            arity(1..=2)?;
+            if args.get(1).is_some_and(|a| !a.eq_ignore_ascii_case("rfr")) {
+                return Err(format!(
+                    "health {} {}: the optional word is `rfr` (fatal, the default); for a \
+                     syndrome without rfr type `health-warn {}`",
+                    args[0], args[1], args[0]
+                ));
+            }
+            Ok(Request::Health {
+                syndrome: health(args[0])?,
+                rfr: true,
+            })
+        }
+        "health-warn" => {
             arity(1..=1)?;
-            health(args[0]).map(Request::Health)
+            Ok(Request::Health {
+                syndrome: health(args[0])?,
+                rfr: false,
+            })
+        }
+        "nic-state" => {
+            arity(1..=1)?;
+            match args[0].to_ascii_lowercase().as_str() {
+                "disabled" => Ok(Request::NicState(NicState::Disabled)),
+                "sw-reset" | "sw_reset" => Ok(Request::NicState(NicState::SwReset)),
+                other => Err(format!(
+                    "nic-state {other:?}: type `disabled` (1) or `sw-reset` (7); a function \
+                     reset returns it to full driver"
+                )),
+            }
+        }
+        "link" => {
+            arity(1..=1)?;
+            match args[0].to_ascii_lowercase().as_str() {
+                "up" => Ok(Request::Link(true)),
+                "down" => Ok(Request::Link(false)),
+                other => Err(format!("link {other:?}: type `up` or `down`")),
+            }
+        }
+        "take-zero" => {
+            arity(1..=1)?;
+            number(args[0])
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Request::TakeZero)
+                .ok_or_else(|| format!("take-zero {:?}: type a count, 0..=4294967295", args[0]))
+        }
+        "rewrite-reply" => {
+            if args.is_empty() {
+                return Err(usage(keyword));
+            }
+            let mut how = ReplyRewrite::default();
+            for a in args {
+                match a.to_ascii_lowercase().as_str() {
+                    "tokens" => how.mailbox_tokens = true,
+                    "blocks" => how.block_numbers = true,
+                    "entry" => how.entry_token = true,
+                    "all" => {
+                        how = ReplyRewrite {
+                            mailbox_tokens: true,
+                            block_numbers: true,
+                            entry_token: true,
+                        };
+                    }
+                    other => {
+                        return Err(format!(
+                            "rewrite-reply {other:?}: type `tokens` (output-block tokens), \
+                             `blocks` (block numbers), `entry` (the entry's token) or `all`"
+                        ));
+                    }
+                }
+            }
+            Ok(Request::RewriteReply(how))
         }
         "pages" => {
             arity(1..=1)?;
@@ -471,14 +569,38 @@ impl Controller {
                     i.syndrome, i.vendor
                 ))
             }
-            Request::Health(synd) => {
-                if !self.faults()?.fatal(synd) {
-                    return Err(
-                        "no device is attached to the firmware: nothing to declare fatal"
-                            .to_owned(),
-                    );
+            Request::Health { syndrome, rfr } => {
+                if !self.faults()?.health(syndrome, rfr) {
+                    return Err(NO_DEVICE.to_owned());
                 }
-                Ok(format!("{head},\"syndrome\":\"{:#04x}\"}}", synd.as_raw()))
+                Ok(format!(
+                    "{head},\"syndrome\":\"{:#04x}\",\"rfr\":{rfr}}}",
+                    syndrome.as_raw()
+                ))
+            }
+            Request::NicState(state) => {
+                if !self.faults()?.nic_state(state) {
+                    return Err(NO_DEVICE.to_owned());
+                }
+                Ok(format!("{head},\"nic_state\":{}}}", state.as_raw()))
+            }
+            Request::Link(up) => {
+                let changed = self.device.link_up() != up;
+                let event = self.faults()?.set_link(up);
+                Ok(format!(
+                    "{head},\"up\":{up},\"changed\":{changed},\"event\":{event}}}"
+                ))
+            }
+            Request::TakeZero(n) => {
+                self.faults()?.take_zero(n);
+                Ok(format!("{head},\"count\":{n}}}"))
+            }
+            Request::RewriteReply(how) => {
+                self.faults()?.rewrite_next_reply(how);
+                Ok(format!(
+                    "{head},\"tokens\":{},\"blocks\":{},\"entry\":{}}}",
+                    how.mailbox_tokens, how.block_numbers, how.entry_token
+                ))
             }
             Request::HealthStop => {
                 self.device.stop_health_counter();
@@ -676,13 +798,47 @@ mod tests {
             parse("swallow-next 0x7ff"),
             Ok(Request::SwallowNext(Some(CmdOpcode::from_raw(0x7ff))))
         );
+        let health = |syndrome, rfr| Ok(Request::Health { syndrome, rfr });
+        assert_eq!(parse("health 0x08"), health(HealthSyndrome::HwFatal, true));
         assert_eq!(
-            parse("health 0x08"),
-            Ok(Request::Health(HealthSyndrome::HwFatal))
+            parse("health 0x08 RFR"),
+            health(HealthSyndrome::HwFatal, true)
         );
         assert_eq!(
             parse("health firmware_internal_error"),
-            Ok(Request::Health(HealthSyndrome::FwInternal))
+            health(HealthSyndrome::FwInternal, true)
+        );
+        assert_eq!(
+            parse("health-warn high_temperature"),
+            health(HealthSyndrome::HighTemp, false)
+        );
+        assert_eq!(parse("health-warn 0x10").unwrap().keyword(), "health-warn");
+        assert_eq!(
+            parse("nic-state disabled"),
+            Ok(Request::NicState(NicState::Disabled))
+        );
+        assert_eq!(
+            parse("nic-state SW-RESET"),
+            Ok(Request::NicState(NicState::SwReset))
+        );
+        assert_eq!(parse("link down"), Ok(Request::Link(false)));
+        assert_eq!(parse("link Up"), Ok(Request::Link(true)));
+        assert_eq!(parse("take-zero 3"), Ok(Request::TakeZero(3)));
+        assert_eq!(
+            parse("rewrite-reply tokens blocks"),
+            Ok(Request::RewriteReply(ReplyRewrite {
+                mailbox_tokens: true,
+                block_numbers: true,
+                entry_token: false
+            }))
+        );
+        assert_eq!(
+            parse("rewrite-reply all"),
+            Ok(Request::RewriteReply(ReplyRewrite {
+                mailbox_tokens: true,
+                block_numbers: true,
+                entry_token: true
+            }))
         );
         assert_eq!(
             parse("delay-next 250"),
@@ -777,6 +933,18 @@ mod tests {
         refused("error-cqe 1 SUNBURN", "unknown CQE syndrome \"SUNBURN\"");
         refused("error-cqe 1 0x13 0x100", "vendor syndrome");
         refused("health", "usage: health <SYNDROME");
+        refused("health 0x08 now", "type `health-warn 0x08`");
+        refused("health 0x08 rfr x", "usage: health <SYNDROME");
+        refused("health-warn", "usage: health-warn <SYNDROME");
+        refused("health-warn 0", "not fatal");
+        refused("nic-state", "usage: nic-state <disabled|sw-reset>");
+        refused("nic-state full", "type `disabled` (1) or `sw-reset` (7)");
+        refused("link", "usage: link <up|down>");
+        refused("link sideways", "type `up` or `down`");
+        refused("take-zero", "usage: take-zero <N>");
+        refused("take-zero -1", "type a count");
+        refused("rewrite-reply", "usage: rewrite-reply <tokens");
+        refused("rewrite-reply tokens nope", "rewrite-reply \"nope\"");
         refused("health 0", "not fatal");
         refused("health 0x100", "does not fit 8 bits");
         refused("health sunburn", "unknown health syndrome");
@@ -806,8 +974,13 @@ mod tests {
             "error-cqe",
             "error-cqe-recv",
             "health",
+            "health-warn",
             "health-stop",
+            "nic-state",
+            "link",
             "pages",
+            "take-zero",
+            "rewrite-reply",
             "clear",
             "help",
         ] {

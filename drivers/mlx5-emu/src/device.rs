@@ -19,11 +19,11 @@
 //! power-on, so it moves at tick granularity). A driver that sees the counter
 //! stop for several of its polls declares the device dead (mlx5.md §2).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use rnic_mlx5_prm::{health_buffer, initial_seg};
+use rnic_mlx5_prm::{NicState, health_buffer, initial_seg};
 use tracing::info;
 
 use crate::bar::MSIX_VECTORS;
@@ -37,6 +37,19 @@ use crate::firmware::FirmwareOptions;
 use crate::irq::{IrqError, Msix, Signal};
 use crate::watch::DoorbellHandler;
 
+/// How BAR0 is to be mapped, as config space advertises it (BAR0's prefetchable bit).
+///
+/// The contract with the driver: a prefetchable BAR0 may be mapped write-combining (the
+/// BlueFlame registers then take whole WQEs), a non-prefetchable one is uncached, as kernel
+/// VFIO maps every BAR (`pgprot_noncached`), and takes 8-byte doorbells only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bar0Mapping {
+    /// Uncached: a non-prefetchable 64-bit memory BAR (the default: what kernel VFIO gives).
+    Uc,
+    /// Write-combining: a prefetchable 64-bit memory BAR.
+    Wc,
+}
+
 /// How the emulated function behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -48,6 +61,8 @@ pub struct Options {
     pub fw: FwRev,
     /// What the firmware ([`crate::firmware::Firmware`]) asks for and reports.
     pub firmware: FirmwareOptions,
+    /// BAR0 caching as advertised in config space (default uncached).
+    pub bar0: Bar0Mapping,
 }
 
 impl Default for Options {
@@ -57,6 +72,7 @@ impl Default for Options {
             health_period: Duration::from_millis(50),
             fw: FwRev::default(),
             firmware: FirmwareOptions::default(),
+            bar0: Bar0Mapping::Uc,
         }
     }
 }
@@ -103,6 +119,12 @@ pub struct Device {
     quiesce: RwLock<()>,
     epoch: AtomicU64,
     health_stopped: AtomicBool,
+    /// A fatal health syndrome (with `rfr`) was declared: commands and the data path stop.
+    fatal: AtomicBool,
+    /// The NIC interface state the firmware publishes in `cmdq_addr_l_sz` bits 10:8.
+    nic_state: AtomicU8,
+    /// The port's link (survives function resets: it is the cable, not the function).
+    link: AtomicBool,
     uars: Mutex<Vec<u32>>,
     uar_gen: AtomicU64,
     handler: Mutex<Box<dyn DoorbellHandler>>,
@@ -124,7 +146,7 @@ impl Device {
         let now = Instant::now();
         let dev = Device {
             bar: Bar::new(BAR0_SIZE)?,
-            config: Mutex::new(ConfigSpace::power_on()),
+            config: Mutex::new(ConfigSpace::power_on(options.bar0)),
             dma: DmaSpace::new(),
             msix: Msix::new(MSIX_VECTORS),
             stats: DeviceStats::default(),
@@ -137,11 +159,14 @@ impl Device {
             quiesce: RwLock::new(()),
             epoch: AtomicU64::new(0),
             health_stopped: AtomicBool::new(false),
+            fatal: AtomicBool::new(false),
+            nic_state: AtomicU8::new(NicState::FullDriver.as_raw()),
+            link: AtomicBool::new(options.firmware.link_up),
             uars: Mutex::new(Vec::new()),
             uar_gen: AtomicU64::new(0),
             handler: Mutex::new(handler),
         };
-        write_power_on(&dev.bar, options.fw);
+        dev.power_on_segment();
         dev.stats.resets.fetch_add(1, Ordering::Relaxed);
         Ok(dev)
     }
@@ -267,22 +292,94 @@ impl Device {
         self.health_stopped.store(true, Ordering::Release);
     }
 
-    /// A fatal error: health buffer `synd` and the `health_syndrome` byte of
-    /// `health_counter` become `synd`, and the counter stops. Serialized with the health
-    /// tick (both hold the boot lock), so neither write is lost. A reset clears it.
+    /// A fatal error (mlx5.md §2: `rfr && synd`): health buffer `synd` and the
+    /// `health_syndrome` byte of `health_counter` become `synd`, `rfr` is set, the counter
+    /// stops, and [`Device::is_fatal`] holds (the firmware stops serving commands and the data
+    /// path). Serialized with the health tick (both hold the boot lock), so neither write is
+    /// lost. A reset clears it.
     pub fn declare_fatal(&self, synd: u8) {
         let _boot = lock(&self.boot);
         self.stop_health_counter();
+        self.fatal.store(true, Ordering::Release);
+        self.write_syndrome(synd, true);
+    }
+
+    /// A syndrome without `rfr` (a warning the firmware reports, not a fatal state): health
+    /// buffer `synd` and the `health_syndrome` byte are set, `rfr` stays clear, the counter
+    /// keeps ticking and the function keeps working. A reset clears it.
+    pub fn report_syndrome(&self, synd: u8) {
+        let _boot = lock(&self.boot);
+        self.write_syndrome(synd, false);
+    }
+
+    fn write_syndrome(&self, synd: u8, rfr: bool) {
         let raw = u32::from(synd);
-        let at =
-            (initial_seg::health_buffer.byte_offset() + health_buffer::synd.dword_offset()) as u64;
+        let base = initial_seg::health_buffer.byte_offset();
+        let at = (base + health_buffer::synd.dword_offset()) as u64;
         self.bar
             .write32_be(at, health_buffer::synd.insert(self.bar.read32_be(at), raw));
+        let at = (base + health_buffer::rfr.dword_offset()) as u64;
+        self.bar.write32_be(
+            at,
+            health_buffer::rfr.insert(self.bar.read32_be(at), u32::from(rfr)),
+        );
         let hc = initial_seg::health_syndrome.dword_offset() as u64;
         self.bar.write32_be(
             hc,
             initial_seg::health_syndrome.insert(self.bar.read32_be(hc), raw),
         );
+    }
+
+    /// Whether a fatal syndrome (with `rfr`) was declared since the last reset.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::Acquire)
+    }
+
+    /// Publish NIC interface state `state` in `cmdq_addr_l_sz` bits 10:8 (mlx5.md §2: the
+    /// drivers read `(val >> 8) & 7`). Any state but full-driver stops the function (commands
+    /// and data path) until a reset, which returns it to full driver. The watcher keeps the
+    /// bits through driver writes of the register.
+    pub fn set_nic_state(&self, state: NicState) {
+        self.nic_state.store(state.as_raw(), Ordering::Release);
+        loop {
+            let cur = self.bar.read32_be(iseg::CMDQ_ADDR_L_SZ);
+            let new = iseg::with_nic_state(cur, state.as_raw());
+            if cur == new || self.bar.cas32_be(iseg::CMDQ_ADDR_L_SZ, cur, new) {
+                return;
+            }
+        }
+    }
+
+    /// The NIC interface state the firmware publishes (full driver unless a fault set it).
+    pub fn nic_state(&self) -> NicState {
+        NicState::from_raw(self.nic_state.load(Ordering::Acquire))
+    }
+
+    /// Whether the function serves commands and the data path: no fatal syndrome and the NIC
+    /// interface in full-driver state.
+    pub fn serving(&self) -> bool {
+        !self.is_fatal() && self.nic_state() == NicState::FullDriver
+    }
+
+    /// Whether the port's link is up (QUERY_VPORT_STATE, PTYS; RoCE packets flow only then).
+    pub fn link_up(&self) -> bool {
+        self.link.load(Ordering::Acquire)
+    }
+
+    /// Set the port's link; whether it changed. The link is the cable's, so a function reset
+    /// keeps it.
+    pub fn set_link(&self, up: bool) -> bool {
+        self.link.swap(up, Ordering::AcqRel) != up
+    }
+
+    /// The init segment at power-on; `cmd_interface_rev` reads 0 until `initializing` clears
+    /// when [`crate::Strictness::cmdif_rev`] is on.
+    fn power_on_segment(&self) {
+        write_power_on(&self.bar, self.options.fw);
+        if self.options.firmware.strictness.cmdif_rev {
+            let v = self.bar.read32_be(iseg::CMDIF_REV_FW_SUB);
+            self.bar.write32_be(iseg::CMDIF_REV_FW_SUB, v & 0xffff);
+        }
     }
 
     /// Whether the health counter was stopped.
@@ -308,8 +405,8 @@ impl Device {
         {
             let _q = self.quiesce.write().unwrap_or_else(PoisonError::into_inner);
             self.bar.zero()?;
-            write_power_on(&self.bar, self.options.fw);
-            *lock(&self.config) = ConfigSpace::power_on();
+            self.power_on_segment();
+            *lock(&self.config) = ConfigSpace::power_on(self.options.bar0);
             let now = Instant::now();
             *lock(&self.boot) = Boot {
                 powered_on: now,
@@ -318,6 +415,9 @@ impl Device {
             };
             lock(&self.uars).clear();
             self.health_stopped.store(false, Ordering::Release);
+            self.fatal.store(false, Ordering::Release);
+            self.nic_state
+                .store(NicState::FullDriver.as_raw(), Ordering::Release);
             self.uar_gen.fetch_add(1, Ordering::Release);
             self.epoch.fetch_add(1, Ordering::AcqRel);
             self.stats.resets.fetch_add(1, Ordering::Relaxed);
@@ -344,6 +444,12 @@ impl Device {
         let mut boot = lock(&self.boot);
         let now = Instant::now();
         if !boot.ready && now >= boot.ready_at {
+            // The revision first: a driver that sees `initializing` clear reads a valid one.
+            let v = self.bar.read32_be(iseg::CMDIF_REV_FW_SUB);
+            self.bar.write32_be(
+                iseg::CMDIF_REV_FW_SUB,
+                (iseg::CMDIF_REV << 16) | (v & 0xffff),
+            );
             let v = self.bar.read32_be(iseg::INITIALIZING);
             self.bar
                 .write32_be(iseg::INITIALIZING, v & !iseg::INITIALIZING_BIT);

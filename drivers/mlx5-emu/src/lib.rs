@@ -13,7 +13,8 @@
 //! # What it owns
 //!
 //! - **Config space** ([`config`]): IDs, class 0x020000, command register,
-//!   BAR0 as a 64-bit prefetchable 32 MiB memory BAR (size probing works),
+//!   BAR0 as a 64-bit 32 MiB memory BAR, prefetchable only when advertised as
+//!   write-combining ([`Bar0Mapping`]; size probing works),
 //!   an MSI-X capability (64 vectors) whose table and PBA lie in BAR0.
 //! - **BAR0** ([`bar`]): a size-sealed memfd, offered to the client as one
 //!   sparse-mmap area covering all of it, so doorbell writes land in shared
@@ -88,11 +89,12 @@ mod temp;
 pub mod watch;
 
 pub use bar::{BAR0_SIZE, FwRev};
-pub use device::{Device, DeviceStats, Options};
+pub use device::{Bar0Mapping, Device, DeviceStats, Options};
 pub use dma::{DmaFault, FaultKind};
 pub use error::EmuError;
 pub use firmware::{
-    Accounting, Faults, Firmware, FirmwareHandle, FirmwareOptions, FirmwareStats, Phase,
+    Accounting, Faults, Firmware, FirmwareHandle, FirmwareOptions, FirmwareStats, Phase, PortSpeed,
+    PortType, Strictness,
 };
 pub use hca::HcaStats;
 pub use irq::Signal;

@@ -5,11 +5,15 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use nix::sys::signal::{SigSet, Signal};
 use rnic_mlx5_emu::control::{ControlListener, Controller};
+use rnic_mlx5_emu::firmware::strict::CHECKS;
 use rnic_mlx5_emu::report::{Reporter, StateReport};
-use rnic_mlx5_emu::{AfterDisconnect, Disconnect, Emulator, FirmwareOptions, Options};
+use rnic_mlx5_emu::{
+    AfterDisconnect, Bar0Mapping, Disconnect, Emulator, FirmwareOptions, Options, PortSpeed,
+    PortType, Strictness,
+};
 
 /// An emulated ConnectX-5 (mlx5, PCI 15b3:1017) function served over a
 /// vfio-user UNIX socket, for running the rnic mlx5 driver without hardware.
@@ -64,11 +68,98 @@ struct Args {
     /// Serve a control socket at PATH (a UNIX stream socket): one request a
     /// line (`state`, `fail-next OPCODE STATUS SYNDROME`, `swallow-next`,
     /// `delay-next [OPCODE] MS`, `error-cqe QPN|any SYNDROME [VENDOR]`,
-    /// `error-cqe-recv …`, `health SYNDROME`, `health-stop`, `pages +N|-N`,
-    /// `clear`, `help`),
+    /// `error-cqe-recv …`, `health SYNDROME [rfr]`, `health-warn SYNDROME`,
+    /// `health-stop`, `nic-state disabled|sw-reset`, `link up|down`,
+    /// `pages +N|-N`, `take-zero N`, `rewrite-reply …`, `clear`, `help`),
     /// one JSON line a reply. Removed at exit.
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
+    /// Turn on every check of issue 26 (the audit's rows; docs/mlx5-emu.md
+    /// "Issue 26"): object creation charged firmware pages with the command
+    /// held until its page request is answered, BlueFlame bodies judged
+    /// (uncombined on a uc BAR0, interleaved writes), UD MTU, zero-length receive
+    /// segments, fatal EQ overrun, SET_HCA_CAP payload, cmd_interface_rev while
+    /// initializing, CREATE_CQ pas length. Without it the emulator behaves as
+    /// before them (for now the default).
+    #[arg(long)]
+    strict: bool,
+    /// Turn off the named checks (comma-separated), after --strict:
+    /// page-requests, blueflame, ud-mtu, recv-zero-length, eq-overrun,
+    /// cap-payload, cmdif-rev, cq-pas.
+    #[arg(long, value_name = "CHECK,…")]
+    lenient: Option<String>,
+    /// Firmware pages each CQ, QP and MKey costs while the page-requests check
+    /// is on (0: none).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    object_pages: u32,
+    /// How config space advertises BAR0: `uc` a non-prefetchable BAR (as
+    /// kernel VFIO maps it: 8-byte doorbells only), `wc` a prefetchable one
+    /// (a write-combining mapping takes BlueFlame copies).
+    #[arg(long, value_enum, default_value_t = Bar0Arg::Uc)]
+    bar0: Bar0Arg,
+    /// The port's link layer (general cap port_type): `ib` refuses RoCE setup.
+    #[arg(long, value_enum, default_value_t = PortTypeArg::Eth)]
+    port_type: PortTypeArg,
+    /// The port speed PTYS reports, in Gb/s: 10, 25, 40, 50 or 100.
+    #[arg(long, value_name = "GBPS", default_value_t = 100, value_parser = parse_speed)]
+    port_speed: u32,
+    /// General cap num_vhca_ports: when nonzero SET/QUERY_ROCE_ADDRESS must
+    /// name a port 1..=N in vhca_port_num.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    num_vhca_ports: u8,
+    /// Advertise cap terminate_scatter_list_mkey: QUERY_SPECIAL_CONTEXTS names
+    /// the key that ends a receive scatter list (0x100 becomes an ordinary key).
+    #[arg(long)]
+    terminate_scatter_key: bool,
+    /// Clear general cap `atomic`: RST2INIT with rae or atomic_mode is refused.
+    #[arg(long)]
+    no_atomic: bool,
+    /// RoCE cap qp_ts_format: which QP ts_format CREATE_QP accepts (default
+    /// is always accepted).
+    #[arg(long, value_enum, default_value_t = TsFormatArg::FreeRunning)]
+    roce_qp_ts_format: TsFormatArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Bar0Arg {
+    Uc,
+    Wc,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PortTypeArg {
+    Eth,
+    Ib,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TsFormatArg {
+    /// Free-running only (cap 0).
+    FreeRunning,
+    /// Real-time only (cap 1).
+    RealTime,
+    /// Both (cap 2).
+    Both,
+}
+
+fn parse_speed(s: &str) -> Result<u32, String> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|g| PortSpeed::from_gbps(*g).is_some())
+        .ok_or_else(|| format!("{s:?} is not a port speed: type 10, 25, 40, 50 or 100"))
+}
+
+/// The strictness `--strict` / `--lenient` select (the default set without either).
+fn strictness(args: &Args) -> Result<Strictness, String> {
+    let base = if args.strict {
+        Strictness::strict()
+    } else {
+        Strictness::default()
+    };
+    match &args.lenient {
+        None => Ok(base),
+        Some(list) => base.lenient(list),
+    }
 }
 
 /// What the main thread is told.
@@ -110,13 +201,49 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    let strictness = match strictness(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rnic-mlx5-emu: --lenient: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let on: Vec<&str> = strictness
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| n)
+        .collect();
+    tracing::info!(
+        checks = %if on.is_empty() { "none (legacy)".to_owned() } else { on.join(",") },
+        of = CHECKS.len(),
+        "strictness"
+    );
     let options = Options {
         boot_delay: Duration::from_millis(args.boot_delay_ms),
         health_period: Duration::from_millis(args.health_period_ms.max(1)),
         firmware: FirmwareOptions {
             boot_pages: args.boot_pages,
             init_pages: args.init_pages,
+            strictness,
+            object_pages: args.object_pages,
+            port_type: match args.port_type {
+                PortTypeArg::Eth => PortType::Eth,
+                PortTypeArg::Ib => PortType::Ib,
+            },
+            port_speed: PortSpeed::from_gbps(args.port_speed).unwrap_or(PortSpeed::G100),
+            num_vhca_ports: args.num_vhca_ports,
+            terminate_scatter_key: args.terminate_scatter_key,
+            atomic: !args.no_atomic,
+            roce_qp_ts_format: match args.roce_qp_ts_format {
+                TsFormatArg::FreeRunning => 0,
+                TsFormatArg::RealTime => 1,
+                TsFormatArg::Both => 2,
+            },
             ..FirmwareOptions::default()
+        },
+        bar0: match args.bar0 {
+            Bar0Arg::Uc => Bar0Mapping::Uc,
+            Bar0Arg::Wc => Bar0Mapping::Wc,
         },
         ..Options::default()
     };

@@ -11,7 +11,8 @@
 //!  "hca":{"dma_faults":0,"wqe_errors":0,"tx_packets":10,"rx_packets":10,"cqes":10,
 //!         "injected_error_cqes":0},
 //!  "faults":{"injected":0,"swallowed":0,"delayed":1,"late_pending":0,"late_dropped":0,
-//!            "ignored_busy":0}}
+//!            "ignored_busy":0,…},
+//!  "strictness":{"page-requests":false,"blueflame":false,…}}
 //! ```
 //!
 //! `accounting` is what the function holds when the file was written (after
@@ -69,26 +70,38 @@ impl Reporter {
             ],
             hca: self.firmware.as_ref().map(|fw| {
                 let h = fw.hca_stats();
-                [
+                vec![
                     ("dma_faults", h.dma_faults),
                     ("wqe_errors", h.wqe_errors),
                     ("tx_packets", h.tx_packets),
                     ("rx_packets", h.rx_packets),
                     ("cqes", h.cqes),
                     ("injected_error_cqes", h.injected_error_cqes),
+                    ("eq_overruns", h.eq_overruns),
+                    ("cq_overruns", h.cq_overruns),
+                    ("link_down_drops", h.link_down_drops),
+                    ("halted_drops", h.halted_drops),
+                    ("bf_uncombined", fw.stats().bf_uncombined),
+                    ("bf_interleaved", fw.stats().bf_interleaved),
                 ]
             }),
             faults: self.firmware.as_ref().map(|fw| {
                 let f = fw.stats();
-                [
+                vec![
                     ("injected", f.injected),
                     ("swallowed", f.swallowed),
                     ("delayed", f.delayed),
                     ("late_pending", fw.late_pending() as u64),
                     ("late_dropped", f.late_dropped),
                     ("ignored_busy", f.ignored_busy),
+                    ("ignored_dead", f.ignored_dead),
+                    ("ignored_nic_state", f.ignored_nic_state),
                 ]
             }),
+            strictness: self
+                .firmware
+                .as_ref()
+                .map(|_| self.dev.options().firmware.strictness.iter().collect()),
         }
     }
 }
@@ -111,10 +124,13 @@ pub struct StateReport {
     /// Device counters: resets, command doorbells, UAR doorbells, contained panics.
     pub device: [(&'static str, u64); 4],
     /// HCA counters (`None` without the firmware).
-    pub hca: Option<[(&'static str, u64); 6]>,
+    pub hca: Option<Vec<(&'static str, u64)>>,
     /// Fault-hook counters: commands failed, swallowed, delayed, delayed ones still pending
-    /// and dropped by a reset, rings of a busy slot (`None` without the firmware).
-    pub faults: Option<[(&'static str, u64); 6]>,
+    /// and dropped by a reset, rings of a busy slot, rings ignored by a stopped function
+    /// (`None` without the firmware).
+    pub faults: Option<Vec<(&'static str, u64)>>,
+    /// Which checks of [`crate::Strictness`] are on (`None` without the firmware).
+    pub strictness: Option<Vec<(&'static str, bool)>>,
 }
 
 impl StateReport {
@@ -150,6 +166,20 @@ impl StateReport {
         match &self.faults {
             None => o.push_str("null"),
             Some(f) => push_counters(&mut o, f),
+        }
+        o.push_str(",\"strictness\":");
+        match &self.strictness {
+            None => o.push_str("null"),
+            Some(s) => {
+                o.push('{');
+                for (i, (k, on)) in s.iter().enumerate() {
+                    if i > 0 {
+                        o.push(',');
+                    }
+                    let _ = write!(o, "\"{k}\":{on}");
+                }
+                o.push('}');
+            }
         }
         o.push('}');
         o
@@ -261,6 +291,7 @@ mod tests {
             device: [("resets", 2), ("a", 0), ("b", 0), ("c", 0)],
             hca: None,
             faults: None,
+            strictness: Some(vec![("page-requests", true), ("cq-pas", false)]),
         };
         assert_eq!(
             r.to_json(),
@@ -269,7 +300,7 @@ mod tests {
              {\"phase\":\"initialized\",\"pages_held\":48,\"uars\":1,\"pds\":1,\"tds\":0,\
              \"eqs\":1,\"cqs\":2,\"qps\":1,\"mkeys\":1,\"gids\":1,\"dma_mappings\":9,\
              \"clean\":false}},\"device\":{\"resets\":2,\"a\":0,\"b\":0,\"c\":0},\"hca\":null,\
-             \"faults\":null}"
+             \"faults\":null,\"strictness\":{\"page-requests\":true,\"cq-pas\":false}}"
         );
     }
 }

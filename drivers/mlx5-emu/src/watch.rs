@@ -19,8 +19,9 @@
 //! - `cmdq_addr_h`/`cmdq_addr_l_sz` are *state*: the watcher compares them
 //!   with a shadow copy and reports changes.
 //! - After the driver writes `cmdq_addr_l_sz`, the watcher restores its low
-//!   byte to the read-only queue geometry (log size / log stride), as the
-//!   hardware register reads back.
+//!   byte to the read-only queue geometry (log size / log stride) and bits
+//!   10:8 to the firmware's NIC interface state, as the hardware register
+//!   reads back.
 //!
 //! # Cost while idle
 //!
@@ -170,7 +171,10 @@ impl Watcher {
         }
         let l = bar.read32_be(iseg::CMDQ_ADDR_L_SZ);
         if l != self.cmdq_l {
-            let fixed = (l & !0xff) | CMDQ_SIZES;
+            // The geometry byte is read-only, and bits 10:8 are the firmware's NIC interface
+            // state (full driver unless a fault hook set another): both read back as the
+            // firmware has them whatever the driver wrote.
+            let fixed = iseg::with_nic_state((l & !0xff) | CMDQ_SIZES, dev.nic_state().as_raw());
             // If the driver wrote again meanwhile the CAS fails; the next
             // scan sees that write.
             let restored = l == fixed || bar.cas32_be(iseg::CMDQ_ADDR_L_SZ, l, fixed);

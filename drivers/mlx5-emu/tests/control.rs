@@ -19,12 +19,17 @@ use rnic_mlx5_prm::{CmdOpcode, CmdStatus, HealthSyndrome};
 const BIN: &str = env!("CARGO_BIN_EXE_rnic-mlx5-emu");
 
 fn start(socket: &Path, control: &Path) -> Child {
+    start_with(socket, control, &[])
+}
+
+fn start_with(socket: &Path, control: &Path, extra: &[&str]) -> Child {
     let child = Command::new(BIN)
         .arg("--socket")
         .arg(socket)
         .arg("--control")
         .arg(control)
         .args(["--boot-delay-ms", "5", "--health-period-ms", "10"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -190,7 +195,7 @@ fn faults_injected_through_the_control_socket_reach_the_driver() {
     assert!(hca.check_health().is_ok());
     assert_eq!(
         ctl.ok("health 0x08"),
-        "{\"ok\":true,\"request\":\"health\",\"syndrome\":\"0x08\"}"
+        "{\"ok\":true,\"request\":\"health\",\"syndrome\":\"0x08\",\"rfr\":true}"
     );
     match hca.check_health() {
         Err(Mlx5Error::DeviceFatal {
@@ -276,6 +281,93 @@ fn delay_and_error_cqe_hooks_through_the_control_socket() {
     hca.shutdown().unwrap();
     drop(ctl);
 
+    let mut child = reap.0.take().unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// Issue 26 from the command line and the control socket: `--strict --lenient` as the state
+/// report lists them, an unknown check refused at start, and the new requests' replies and
+/// effects on BAR0 as a driver reads it (NIC interface state, health buffer).
+#[test]
+fn strictness_flags_and_issue_26_requests() {
+    let out = Command::new(BIN)
+        .args(["--socket", "/nonexistent/x.sock", "--lenient", "sunburn"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown check \"sunburn\""), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, control) = (dir.path().join("emu.sock"), dir.path().join("emu.ctl"));
+    let mut reap = Reap(Some(start_with(
+        &socket,
+        &control,
+        &[
+            "--strict",
+            "--lenient",
+            "cap-payload,cq-pas",
+            "--port-speed",
+            "25",
+        ],
+    )));
+    let mut ctl = Ctl::connect(&control);
+    let state = ctl.ok("state");
+    assert!(
+        state.contains(
+            "\"strictness\":{\"page-requests\":true,\"blueflame\":true,\"ud-mtu\":true,\"recv-zero-length\":true,\"eq-overrun\":true,\
+             \"cap-payload\":false,\"cmdif-rev\":true,\"cq-pas\":false}"
+        ),
+        "{state}"
+    );
+    let help = ctl.ok("help");
+    for line in [
+        "health <SYNDROME|0xNN> [rfr]",
+        "health-warn <SYNDROME|0xNN>",
+        "nic-state <disabled|sw-reset>",
+        "link <up|down>",
+        "take-zero <N>",
+    ] {
+        assert!(help.contains(&format!("\"{line}\"")), "{line}: {help}");
+    }
+    assert_eq!(
+        ctl.ok("link down"),
+        "{\"ok\":true,\"request\":\"link\",\"up\":false,\"changed\":true,\"event\":false}"
+    );
+    assert!(ctl.ok("link down").contains("\"changed\":false"));
+    assert_eq!(
+        ctl.ok("take-zero 2"),
+        "{\"ok\":true,\"request\":\"take-zero\",\"count\":2}"
+    );
+    assert_eq!(
+        ctl.ok("rewrite-reply tokens entry"),
+        "{\"ok\":true,\"request\":\"rewrite-reply\",\"tokens\":true,\"blocks\":false,\"entry\":true}"
+    );
+    assert_eq!(
+        ctl.ok("health-warn high_temperature"),
+        "{\"ok\":true,\"request\":\"health-warn\",\"syndrome\":\"0x10\",\"rfr\":false}"
+    );
+    assert_eq!(
+        ctl.ok("nic-state sw-reset"),
+        "{\"ok\":true,\"request\":\"nic-state\",\"nic_state\":7}"
+    );
+    // What a driver reads: NIC state 7 in cmdq_addr_l_sz, synd 0x10 without rfr.
+    let f = VfioUserFunction::connect(&socket).unwrap();
+    let bar = f.bar0();
+    let l = bar
+        .read32_be(rnic_mlx5_prm::init_seg_offset::CMDQ_ADDR_L_SZ)
+        .unwrap();
+    assert_eq!((l >> 8) & 7, 7, "{l:#x}");
+    let synd = bar.read32_be(0x23c).unwrap();
+    assert_eq!(
+        synd & 0x00ff_0000,
+        0x10 << 16,
+        "synd byte at 0x23d: {synd:#x}"
+    );
+    assert_eq!(bar.read32_be(0x238).unwrap() >> 31, 0, "rfr clear");
+    drop(f);
+    drop(ctl);
     let mut child = reap.0.take().unwrap();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     assert!(child.wait().unwrap().success());

@@ -678,6 +678,14 @@ pub mod register_id {
     pub const DTOR: u32 = 0xc00e;
 }
 
+/// PTYS `proto_mask` bits (K `MLX5_PTYS_IB` / `MLX5_PTYS_EN`).
+pub mod ptys_proto {
+    /// `proto_mask` bit 0: InfiniBand fields.
+    pub const IB: u32 = 1 << 0;
+    /// `proto_mask` bit 2: Ethernet fields (K `MLX5_PTYS_EN`).
+    pub const ETH: u32 = 1 << 2;
+}
+
 /// QUERY_VPORT_STATE `op_mod` (mlx5.md §5.4).
 pub mod vport_state_op_mod {
     /// vNIC vport.

@@ -162,6 +162,7 @@ pub const ALL_LAYOUTS: &[&StructLayout] = &[
     &access_register_in::LAYOUT,
     &access_register_out::LAYOUT,
     &register_host_endianness::LAYOUT,
+    &ptys_reg::LAYOUT,
     &query_special_contexts_in::LAYOUT,
     &query_special_contexts_out::LAYOUT,
     &set_l2_table_entry_in::LAYOUT,

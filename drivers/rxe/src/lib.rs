@@ -92,7 +92,7 @@ mod tx;
 pub use device::Progress;
 pub use error::RxeError;
 pub use fault::FaultConfig;
-pub use gid::{Target, active_mtu, qp_udp_sport, rc_udp_sport};
+pub use gid::{LocalAddr, Target, active_mtu, qp_udp_sport, rc_udp_sport, resolve as resolve_gids};
 pub use provider::{RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
 pub use qpns::QpnRange;
 pub use share::{MemberInfo, share_from_env};

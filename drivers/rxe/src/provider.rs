@@ -684,6 +684,22 @@ impl QpOps for RxeQp {
         }
         let mut e = self.q.lock();
         let now = sh.now();
+        // A UD QP sends datagrams of up to the port's MTU, as kernel rxe's
+        // (its `get_mtu` takes the port's for UD; UD has no path MTU
+        // attribute to set): the engine is given it when the QP is set up.
+        let ud_mtu;
+        let (attr, mask) = if e.qp_type == rnic_core::QpType::Ud
+            && mask.contains(QpAttrMask::STATE)
+            && attr.qp_state == QpState::Init
+        {
+            ud_mtu = QpAttr {
+                path_mtu: sh.active_mtu,
+                ..*attr
+            };
+            (&ud_mtu, mask | QpAttrMask::PATH_MTU)
+        } else {
+            (attr, mask)
+        };
         let r = run_engine(sh, &mut e, |q, io| {
             let r = q.modify(attr, mask, io.cq);
             if r.is_ok() {

@@ -215,6 +215,11 @@ const KNOWN: &[(CmdOpcode, usize, usize)] = {
             p::query_qp_in::SIZE_BYTES,
             p::query_qp_out::SIZE_BYTES,
         ),
+        (
+            CmdOpcode::QuerySpecialContexts,
+            p::query_special_contexts_in::SIZE_BYTES,
+            p::query_special_contexts_out::SIZE_BYTES,
+        ),
     ]
 };
 

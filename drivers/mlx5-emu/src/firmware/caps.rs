@@ -8,11 +8,12 @@
 //! in the settable fields listed here, and each settable field must not exceed its max value.
 
 use rnic_mlx5_prm::{
-    CmdHcaCap, FieldLayout, PORT_TYPE_ETH, ROCE_VERSION_1_CAP, ROCE_VERSION_2_CAP, cmd_hca_cap,
-    get_bits, roce_cap, set_bits,
+    CmdHcaCap, FieldLayout, PORT_TYPE_ETH, PORT_TYPE_IB, ROCE_VERSION_1_CAP, ROCE_VERSION_2_CAP,
+    cmd_hca_cap, get_bits, roce_cap, set_bits,
 };
 
 use super::syndrome;
+use super::{FirmwareOptions, PortType};
 
 /// Bytes of a capability page as QUERY_HCA_CAP returns it (mlx5.md §5.2: out len 0x1010,
 /// capability page at 0x10).
@@ -138,9 +139,13 @@ fn fill(page: &mut [u8], sets: &[(FieldLayout, u32)]) {
     }
 }
 
-fn general_page(max: bool) -> Vec<u8> {
+fn general_page(max: bool, o: &FirmwareOptions) -> Vec<u8> {
     let mut page = vec![0u8; CAP_PAGE_BYTES];
     let settable = |v: u32| if max { v } else { 0 };
+    let port_type = match o.port_type {
+        PortType::Eth => PORT_TYPE_ETH,
+        PortType::Ib => PORT_TYPE_IB,
+    };
     let sets = [
         (cmd_hca_cap::log_max_srq_sz, 15),
         (cmd_hca_cap::log_max_qp_sz, 15),
@@ -159,7 +164,7 @@ fn general_page(max: bool) -> Vec<u8> {
         (cmd_hca_cap::cache_line_128byte, settable(1)),
         (cmd_hca_cap::gid_table_size, 256),
         (cmd_hca_cap::pkey_table_size, 0),
-        (cmd_hca_cap::port_type, PORT_TYPE_ETH),
+        (cmd_hca_cap::port_type, port_type),
         (cmd_hca_cap::num_ports, 1),
         (cmd_hca_cap::log_max_msg, 30),
         (cmd_hca_cap::max_tc, 8),
@@ -168,7 +173,7 @@ fn general_page(max: bool) -> Vec<u8> {
         (cmd_hca_cap::cmdif_checksum, 0),
         (cmd_hca_cap::eth_net_offloads, 1),
         (cmd_hca_cap::roce, 1),
-        (cmd_hca_cap::atomic, 1),
+        (cmd_hca_cap::atomic, u32::from(o.atomic)),
         (cmd_hca_cap::cq_oi, 1),
         (cmd_hca_cap::cq_resize, 1),
         (cmd_hca_cap::cq_moderation, 1),
@@ -198,15 +203,22 @@ fn general_page(max: bool) -> Vec<u8> {
         (cmd_hca_cap::sq_ts_format, 0),
         (cmd_hca_cap::rq_ts_format, 0),
         (cmd_hca_cap::log_uar_page_sz, 0),
-        (cmd_hca_cap::num_vhca_ports, 0),
+        // Current as well as max: the firmware reports the ports already (a driver that
+        // copies current keeps them).
+        (cmd_hca_cap::num_vhca_ports, u32::from(o.num_vhca_ports)),
+        (
+            cmd_hca_cap::terminate_scatter_list_mkey,
+            u32::from(o.terminate_scatter_key),
+        ),
     ];
     fill(&mut page, &sets);
     page
 }
 
-fn roce_page(max: bool) -> Vec<u8> {
+fn roce_page(max: bool, o: &FirmwareOptions) -> Vec<u8> {
     let mut page = vec![0u8; CAP_PAGE_BYTES];
     let sets = [
+        (roce_cap::qp_ts_format, o.roce_qp_ts_format),
         (roce_cap::sw_r_roce_src_udp_port, u32::from(max)),
         (roce_cap::l3_type, 0x7),
         (
@@ -223,26 +235,31 @@ fn roce_page(max: bool) -> Vec<u8> {
 }
 
 impl Default for Caps {
-    /// The power-on capabilities.
+    /// The power-on capabilities of a default firmware.
     fn default() -> Caps {
+        Caps::new(&FirmwareOptions::default())
+    }
+}
+
+impl Caps {
+    /// The power-on capabilities of a firmware configured with `o`.
+    pub fn new(o: &FirmwareOptions) -> Caps {
         Caps {
             general: CapPair {
-                max: general_page(true),
-                current: general_page(false),
+                max: general_page(true, o),
+                current: general_page(false, o),
                 settable: GENERAL_SETTABLE,
                 declared: cmd_hca_cap::LAYOUT.fields,
             },
             roce: CapPair {
-                max: roce_page(true),
-                current: roce_page(false),
+                max: roce_page(true, o),
+                current: roce_page(false, o),
                 settable: ROCE_SETTABLE,
                 declared: roce_cap::LAYOUT.fields,
             },
         }
     }
-}
 
-impl Caps {
     /// The current general capabilities as a view.
     pub fn general(&self) -> CmdHcaCap<&[u8]> {
         CmdHcaCap::new_unchecked(&self.general.current[..])

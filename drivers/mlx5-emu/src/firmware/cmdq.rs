@@ -211,14 +211,63 @@ pub fn finish(dev: &Device, entry_iova: u64, status: DeliveryStatus) {
     }
 }
 
+/// Which reply fields a fault hook rewrites ([`crate::Faults::rewrite_next_reply`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyRewrite {
+    /// Each output block's `token` becomes the command's token XOR 0xff.
+    pub mailbox_tokens: bool,
+    /// Each output block's `block_number` becomes its index + 1.
+    pub block_numbers: bool,
+    /// The entry's `token` becomes the command's token XOR 0xff.
+    pub entry_token: bool,
+}
+
 /// Deliver `output` (at least 16 bytes; bytes past `outlen` are not sent): the output
-/// mailboxes' data areas (their headers stay as the driver wrote them), then the 16 inline
-/// output bytes of the entry, then the status byte. A DMA fault on the way is a delivery
-/// `FwInternalErr`.
-pub fn complete(dev: &Device, cmd: &Command, output: &[u8]) -> DeliveryStatus {
-    let status = deliver(dev, cmd, output);
+/// mailboxes' data areas (their headers stay as the driver wrote them unless `rewrite` says
+/// otherwise), then the 16 inline output bytes of the entry, then the status byte. A DMA fault
+/// on the way is a delivery `FwInternalErr`.
+pub fn complete(
+    dev: &Device,
+    cmd: &Command,
+    output: &[u8],
+    rewrite: Option<ReplyRewrite>,
+) -> DeliveryStatus {
+    let mut status = deliver(dev, cmd, output);
+    if let Some(how) = rewrite
+        && status == DeliveryStatus::Ok
+        && !rewrite_headers(dev, cmd, how)
+    {
+        status = DeliveryStatus::FwInternalErr;
+    }
     finish(dev, cmd.entry_iova, status);
     status
+}
+
+/// Write the reply fields `how` names (before the status byte); `false` on a DMA fault.
+fn rewrite_headers(dev: &Device, cmd: &Command, how: ReplyRewrite) -> bool {
+    let other = cmd.token ^ 0xff;
+    for (k, &block) in cmd.out_blocks.iter().enumerate() {
+        if how.block_numbers {
+            let at = block + cmd_if_box::block_number.byte_offset() as u64;
+            // Block numbers are 32-bit big-endian; k < 2049 (1 MiB of 512-byte blocks).
+            if dev.dma_write(at, &(k as u32 + 1).to_be_bytes()).is_err() {
+                return false;
+            }
+        }
+        if how.mailbox_tokens {
+            let at = block + cmd_if_box::token.byte_offset() as u64;
+            if dev.dma_write(at, &[other]).is_err() {
+                return false;
+            }
+        }
+    }
+    if how.entry_token {
+        let at = cmd.entry_iova + cmd_queue_entry::token.byte_offset() as u64;
+        if dev.dma_write(at, &[other]).is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 fn deliver(dev: &Device, cmd: &Command, output: &[u8]) -> DeliveryStatus {

@@ -12,18 +12,19 @@ use std::sync::{Arc, Mutex, Weak};
 use rnic_mlx5_prm::{
     AccessRegisterIn, AllocPdOut, AllocTransportDomainOut, AllocUarOut, CmdOpcode, CmdStatus,
     DeallocPdIn, DeallocTransportDomainIn, DeallocUarIn, EnableHcaIn, ManagePagesIn,
-    ManagePagesOut, MboxIn, ModifyNicVportContextIn, QueryHcaCapIn, QueryIssiOut,
+    ManagePagesOut, MboxIn, ModifyNicVportContextIn, PtysReg, QueryHcaCapIn, QueryIssiOut,
     QueryNicVportContextIn, QueryNicVportContextOut, QueryPagesIn, QueryPagesOut,
-    QueryVportStateIn, QueryVportStateOut, RegisterHostEndianness, SetDriverVersionIn, SetHcaCapIn,
-    SetIssiIn, TeardownHcaIn, access_reg_op_mod, access_register_in, cap_type, get_bits,
-    manage_pages_in, manage_pages_op_mod, modify_nic_vport_context_in,
-    modify_nic_vport_field_select, query_hca_cap_out, query_pages_op_mod, register_host_endianness,
-    register_id, set_hca_cap_in, teardown_profile, vport_state_op_mod,
+    QuerySpecialContextsOut, QueryVportStateIn, QueryVportStateOut, RegisterHostEndianness,
+    SetDriverVersionIn, SetHcaCapIn, SetIssiIn, TeardownHcaIn, access_reg_op_mod,
+    access_register_in, cap_type, cmd_hca_cap, get_bits, manage_pages_in, manage_pages_op_mod,
+    modify_nic_vport_context_in, modify_nic_vport_field_select, ptys_proto, ptys_reg,
+    query_hca_cap_out, query_pages_op_mod, register_host_endianness, register_id, roce_cap,
+    set_hca_cap_in, teardown_profile, vport_state_op_mod,
 };
 
-use super::FirmwareOptions;
 use super::caps::{CAP_PAGE_BYTES, Caps};
 use super::syndrome as syn;
+use super::{FirmwareOptions, PortType};
 use crate::bar::{FIRST_NON_UAR_PAGE, INIT_SEGMENT_PAGES, UAR_PAGE};
 use crate::device::Device;
 use crate::hca::{Ctx, Hca, lock};
@@ -187,6 +188,11 @@ fn spec(op: CmdOpcode) -> Option<(usize, usize, Needs)> {
             p::modify_nic_vport_context_out::SIZE_BYTES,
             Needs::Initialized,
         ),
+        CmdOpcode::QuerySpecialContexts => (
+            p::query_special_contexts_in::SIZE_BYTES,
+            p::query_special_contexts_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
         _ => {
             let (i, o) = crate::hca::spec(op)?;
             (i, o, Needs::Initialized)
@@ -202,6 +208,14 @@ pub const FIRST_UAR: u32 = INIT_SEGMENT_PAGES;
 pub const MIN_MTU: u32 = 68;
 /// Highest MTU MODIFY_NIC_VPORT_CONTEXT accepts (ConnectX-5's largest).
 pub const MAX_MTU: u32 = 9978;
+/// The key QUERY_SPECIAL_CONTEXTS names as `terminate_scatter_list_mkey` when
+/// [`FirmwareOptions::terminate_scatter_key`] is on: MKey index 0 (never handed out) with key
+/// byte 0x5e — the firmware's choice (the real value is not public).
+pub const TERMINATE_SCATTER_KEY: u32 = 0x5e;
+/// What QUERY_HCA_CAP returns past the capability structure while
+/// [`super::Strictness::cap_payload`] is on (the stricter reading of "reserved": a driver must
+/// not send back bytes it does not own).
+pub const CAP_TAIL_PATTERN: u8 = 0xa5;
 
 /// The firmware's state; see the module docs.
 #[derive(Clone, Debug)]
@@ -223,6 +237,45 @@ pub struct State {
     pub(crate) hca: Arc<Mutex<Hca>>,
     /// Pages the firmware wants beyond boot + init at run time (PAGE_REQUEST events).
     pub(crate) run_pages: i64,
+    /// Commands held until their pages arrive (row 1), oldest first.
+    pub(crate) parked: Vec<Parked>,
+    /// Pages asked for by PAGE_REQUESTs for parked commands and not yet given.
+    pub(crate) asked: u64,
+}
+
+/// A command held for firmware pages ([`super::Strictness::page_requests`]): its slot stays
+/// hardware-owned; the firmware re-reads the entry and its mailboxes when it runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Parked {
+    /// The command slot.
+    pub(crate) slot: u32,
+    /// The opcode fetched at the doorbell.
+    pub(crate) opcode: u16,
+    /// The pages its object costs.
+    pub(crate) charge: u64,
+}
+
+/// What [`State::page_gate`] decided for a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Execute it now.
+    Run,
+    /// Hold it (its charge); post a PAGE_REQUEST of `ask` pages when `ask` > 0.
+    Park {
+        /// Pages the object costs.
+        charge: u64,
+        /// Pages to ask for now.
+        ask: u64,
+    },
+}
+
+/// Bytes of capability type `t`'s structure (the rest of its 4 KiB area is reserved).
+fn cap_struct_bytes(t: u32) -> usize {
+    if t == cap_type::ROCE {
+        roce_cap::SIZE_BYTES
+    } else {
+        cmd_hca_cap::SIZE_BYTES
+    }
 }
 
 fn lowest_free(set: &BTreeSet<u32>, from: u32, below: u64) -> Option<u32> {
@@ -239,7 +292,7 @@ impl State {
             phase: Phase::Disabled,
             issi: 0,
             issi_set: false,
-            caps: Caps::default(),
+            caps: Caps::new(&options),
             pages: BTreeSet::new(),
             host_endianness: None,
             driver_version: None,
@@ -250,6 +303,8 @@ impl State {
             mtu: u32::from(options.mtu),
             hca: Hca::new_shared(Weak::new()),
             run_pages: 0,
+            parked: Vec::new(),
+            asked: 0,
         }
     }
 
@@ -260,10 +315,36 @@ impl State {
         s
     }
 
-    /// The pages the firmware keeps while initialized: boot + init + run-time demand.
+    /// The pages every initialized function keeps: boot + init.
+    fn base_pages(&self) -> u64 {
+        u64::from(self.options.boot_pages) + u64::from(self.options.init_pages)
+    }
+
+    /// The pages the live CQs, QPs and MKeys are charged (0 unless the `page-requests`
+    /// check is on).
+    fn object_charge(&self) -> u64 {
+        if !self.options.strictness.page_requests {
+            return 0;
+        }
+        let l = lock(&self.hca).live();
+        u64::from(self.options.object_pages) * (l.cqs + l.qps + l.mkeys) as u64
+    }
+
+    /// The pages the parked commands wait for.
+    fn parked_charge(&self) -> u64 {
+        self.parked.iter().map(|p| p.charge).sum()
+    }
+
+    /// The pages the firmware runs on while initialized: boot + init + run-time demand +
+    /// the objects' charge (without parked commands).
+    fn committed(&self) -> u64 {
+        (self.base_pages() + self.object_charge()).saturating_add_signed(self.run_pages)
+    }
+
+    /// The pages the firmware keeps while initialized: what it runs on and what parked
+    /// commands wait for.
     fn keep_initialized(&self) -> u64 {
-        let base = u64::from(self.options.boot_pages) + u64::from(self.options.init_pages);
-        base.saturating_add_signed(self.run_pages)
+        self.committed() + self.parked_charge()
     }
 
     /// QUERY_PAGES(regular): what the run-time demand still lacks (> 0) or leaves over (< 0).
@@ -275,11 +356,55 @@ impl State {
     }
 
     /// The firmware wants `n` pages more than it holds now (or `-n` fewer; never fewer than
-    /// boot + init): the target QUERY_PAGES(regular) then reports against.
+    /// what it runs on without run-time demand): the target QUERY_PAGES(regular) then
+    /// reports against.
     pub(crate) fn request_pages(&mut self, n: i32) {
-        let base = i64::from(self.options.boot_pages) + i64::from(self.options.init_pages);
-        let target = (self.held() as i64 + i64::from(n)).max(base);
-        self.run_pages = target - base;
+        let floor = (self.base_pages() + self.object_charge() + self.parked_charge()) as i64;
+        let target = (self.held() as i64 + i64::from(n)).max(floor);
+        self.run_pages = target - floor;
+    }
+
+    /// Row 1: whether command `op` runs now or waits for pages. A CQ, QP or MKey creation
+    /// costs `object_pages` while the `page-requests` check is on; when the pages held do not
+    /// cover what the firmware runs on, what parked commands wait for and this charge, and an
+    /// EQ subscribes to page requests (else the firmware cannot ask, and runs it as before),
+    /// it parks and asks for what it has not asked for yet. Commands the common checks would
+    /// refuse (uid, lengths, not initialized) run, to be refused.
+    pub(crate) fn page_gate(&self, op: CmdOpcode, input: &[u8], outlen: usize) -> Gate {
+        let creates = matches!(
+            op,
+            CmdOpcode::CreateCq | CmdOpcode::CreateQp | CmdOpcode::CreateMkey
+        );
+        let charge = u64::from(self.options.object_pages);
+        if !creates || !self.options.strictness.page_requests || charge == 0 {
+            return Gate::Run;
+        }
+        let Some((inlen_min, outlen_min, _)) = spec(op) else {
+            return Gate::Run;
+        };
+        if self.phase != Phase::Initialized
+            || MboxIn::new_unchecked(input).uid() != 0
+            || input.len() < inlen_min
+            || outlen < outlen_min
+        {
+            return Gate::Run;
+        }
+        let need = self.keep_initialized() + charge;
+        if self.held() >= need || !lock(&self.hca).subscribes(rnic_mlx5_prm::EventType::PageRequest)
+        {
+            return Gate::Run;
+        }
+        let missing = need - self.held();
+        Gate::Park {
+            charge,
+            ask: missing.saturating_sub(self.asked),
+        }
+    }
+
+    /// The oldest parked command, if the pages held now cover it.
+    pub(crate) fn runnable(&self) -> Option<Parked> {
+        let head = *self.parked.first()?;
+        (self.held() >= self.committed() + head.charge).then_some(head)
     }
 
     fn held(&self) -> u64 {
@@ -356,7 +481,7 @@ impl State {
             CmdOpcode::ManagePages => self.manage_pages(dev, input, outlen, out),
             CmdOpcode::QueryHcaCap => self.query_hca_cap(input, out),
             CmdOpcode::SetHcaCap => self.set_hca_cap(input),
-            CmdOpcode::AccessReg => self.access_reg(input, outlen, out),
+            CmdOpcode::AccessReg => self.access_reg(dev, input, outlen, out),
             CmdOpcode::SetDriverVersion => {
                 let v = SetDriverVersionIn::new_unchecked(input);
                 let s = v.driver_version();
@@ -469,7 +594,7 @@ impl State {
                 }
                 let mut o = QueryVportStateOut::new_unchecked(out);
                 let _ = o.set_admin_state(1);
-                let _ = o.set_state(u32::from(self.options.link_up));
+                let _ = o.set_state(u32::from(dev.link_up()));
                 Ok(())
             }
             CmdOpcode::QueryNicVportContext => {
@@ -488,6 +613,17 @@ impl State {
                 Ok(())
             }
             CmdOpcode::ModifyNicVportContext => self.modify_nic_vport(input),
+            CmdOpcode::QuerySpecialContexts => {
+                let mut o = QuerySpecialContextsOut::new_unchecked(out);
+                // Only the terminator is offered (caps resd_lkey, null_mkey, dump_fill_mkey 0).
+                let key = if self.options.terminate_scatter_key {
+                    TERMINATE_SCATTER_KEY
+                } else {
+                    0
+                };
+                let _ = o.set_terminate_scatter_list_mkey(key);
+                Ok(())
+            }
             op if crate::hca::spec(op).is_some() => {
                 let mut hca = lock(&self.hca);
                 let ctx = Ctx {
@@ -596,6 +732,7 @@ impl State {
                         return param(syn::PAGE_NOT_MAPPED);
                     }
                 }
+                self.asked = self.asked.saturating_sub(n as u64);
                 self.pages.extend(new);
                 Ok(())
             }
@@ -657,6 +794,9 @@ impl State {
         let at = query_hca_cap_out::cmd_hca_cap.byte_offset();
         if let Some(dst) = out.get_mut(at..at + CAP_PAGE_BYTES) {
             dst.copy_from_slice(page);
+            if self.options.strictness.cap_payload {
+                dst[cap_struct_bytes(t)..].fill(CAP_TAIL_PATTERN);
+            }
         }
         Ok(())
     }
@@ -677,6 +817,19 @@ impl State {
         }
         let at = set_hca_cap_in::cmd_hca_cap.byte_offset();
         let page = input.get(at..).unwrap_or(&[]);
+        if self.options.strictness.cap_payload
+            && page
+                .iter()
+                .take(CAP_PAGE_BYTES)
+                .skip(cap_struct_bytes(t))
+                .any(|&b| b != 0)
+        {
+            tracing::info!(
+                cap_type = t,
+                "SET_HCA_CAP refused: bytes past the capability structure are not zero"
+            );
+            return param(syn::CAP_PAYLOAD);
+        }
         let pair = if t == cap_type::ROCE {
             &mut self.caps.roce
         } else {
@@ -691,15 +844,19 @@ impl State {
         })
     }
 
-    fn access_reg(&mut self, input: &[u8], outlen: usize, out: &mut [u8]) -> Outcome {
+    fn access_reg(&mut self, dev: &Device, input: &[u8], outlen: usize, out: &mut [u8]) -> Outcome {
         let v = AccessRegisterIn::new_unchecked(input);
-        if v.register_id() != register_id::HOST_ENDIANNESS {
+        let id = v.register_id();
+        if id != register_id::HOST_ENDIANNESS && id != register_id::PTYS {
             return param(syn::REGISTER_UNSUPPORTED);
         }
         if self.boot_missing() > 0 {
             return refuse(CmdStatus::BadSysState, syn::CAP_WITHOUT_BOOT_PAGES);
         }
         let data_at = access_register_in::register_data.byte_offset();
+        if id == register_id::PTYS {
+            return self.ptys(dev, v.op_mod(), input, outlen, out);
+        }
         let size = register_host_endianness::SIZE_BYTES;
         match v.op_mod() {
             access_reg_op_mod::WRITE => {
@@ -723,6 +880,48 @@ impl State {
         }
     }
 
+    /// ACCESS_REG PTYS (0x5004) read: the port's one Ethernet link mode as capability and
+    /// admin, and as oper while the link is up (0 while down).
+    fn ptys(
+        &self,
+        dev: &Device,
+        op_mod: u32,
+        input: &[u8],
+        outlen: usize,
+        out: &mut [u8],
+    ) -> Outcome {
+        let data_at = access_register_in::register_data.byte_offset();
+        let size = ptys_reg::SIZE_BYTES;
+        match op_mod {
+            access_reg_op_mod::READ => {}
+            access_reg_op_mod::WRITE => return param(syn::REGISTER_READ_ONLY),
+            _ => return param(syn::REGISTER_OP_MOD),
+        }
+        let Some(data) = input.get(data_at..data_at + size) else {
+            return refuse(CmdStatus::BadInpLen, syn::REGISTER_LENGTH);
+        };
+        if outlen < data_at + size {
+            return refuse(CmdStatus::BadOutpLen, syn::REGISTER_LENGTH);
+        }
+        let req = PtysReg::new_unchecked(data);
+        if req.local_port() != 1 {
+            return param(syn::REGISTER_PORT);
+        }
+        if self.options.port_type != PortType::Eth || req.proto_mask() != ptys_proto::ETH {
+            return param(syn::REGISTER_PROTO);
+        }
+        let mode = self.options.port_speed.eth_proto_bit();
+        if let Some(dst) = out.get_mut(data_at..data_at + size) {
+            let mut o = PtysReg::new_unchecked(dst);
+            let _ = o.set_local_port(1);
+            let _ = o.set_proto_mask(ptys_proto::ETH);
+            let _ = o.set_eth_proto_capability(mode);
+            let _ = o.set_eth_proto_admin(mode);
+            let _ = o.set_eth_proto_oper(if dev.link_up() { mode } else { 0 });
+        }
+        Ok(())
+    }
+
     fn modify_nic_vport(&mut self, input: &[u8]) -> Outcome {
         let v = ModifyNicVportContextIn::new_unchecked(input);
         if v.other_vport() != 0 || v.vport_number() != 0 {
@@ -738,6 +937,9 @@ impl State {
         let ctx = v.nic_vport_context();
         if select & mtu != 0 && !(MIN_MTU..=MAX_MTU).contains(&ctx.mtu()) {
             return param(syn::VPORT_MTU);
+        }
+        if select & roce != 0 && ctx.roce_en() == 1 && self.options.port_type == PortType::Ib {
+            return param(syn::ROCE_ON_IB_PORT);
         }
         if select & roce != 0 {
             self.roce_en = ctx.roce_en() == 1;

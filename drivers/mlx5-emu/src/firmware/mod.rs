@@ -31,9 +31,11 @@
 //! lock. A [`FirmwareHandle`] takes only the state, fault or stats locks, never the handler
 //! lock, so test threads can inspect the firmware while it runs.
 
+pub mod bf;
 pub mod caps;
 pub mod cmdq;
 pub mod exec;
+pub mod strict;
 pub mod syndrome;
 
 use std::collections::BTreeMap;
@@ -41,13 +43,78 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use rnic_mlx5_prm::{CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxOut, initial_seg};
+use rnic_mlx5_prm::{
+    CmdOpcode, CmdStatus, DeliveryStatus, HealthSyndrome, MboxIn, MboxOut, initial_seg,
+    manage_pages_op_mod,
+};
 
 use crate::bar::iseg;
 use crate::device::Device;
 use crate::watch::DoorbellHandler;
 
 pub use exec::{Phase, Refusal, State};
+pub use strict::Strictness;
+
+/// The port's link layer (general cap `port_type`, mlx5.md §5.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortType {
+    /// Ethernet (`port_type` 1): RoCE.
+    Eth,
+    /// InfiniBand (`port_type` 0): a VPI port in IB mode; RoCE setup is refused.
+    Ib,
+}
+
+/// The port speed PTYS reports (one Ethernet link mode of K `enum mlx5e_link_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortSpeed {
+    /// 10GBASE-CR (link mode bit 12).
+    G10,
+    /// 25GBASE-CR (bit 27).
+    G25,
+    /// 40GBASE-CR4 (bit 6).
+    G40,
+    /// 50GBASE-CR2 (bit 30).
+    G50,
+    /// 100GBASE-CR4 (bit 20).
+    G100,
+}
+
+impl PortSpeed {
+    /// The speed in Gb/s.
+    pub fn gbps(self) -> u32 {
+        match self {
+            PortSpeed::G10 => 10,
+            PortSpeed::G25 => 25,
+            PortSpeed::G40 => 40,
+            PortSpeed::G50 => 50,
+            PortSpeed::G100 => 100,
+        }
+    }
+
+    /// The speed of `gbps` Gb/s, if one of the five.
+    pub fn from_gbps(gbps: u32) -> Option<PortSpeed> {
+        [
+            PortSpeed::G10,
+            PortSpeed::G25,
+            PortSpeed::G40,
+            PortSpeed::G50,
+            PortSpeed::G100,
+        ]
+        .into_iter()
+        .find(|s| s.gbps() == gbps)
+    }
+
+    /// Its bit in PTYS `eth_proto_capability` / `_admin` / `_oper` (K `MLX5E_PROT_MASK`).
+    pub fn eth_proto_bit(self) -> u32 {
+        1 << match self {
+            PortSpeed::G10 => 12,
+            PortSpeed::G25 => 27,
+            PortSpeed::G40 => 6,
+            PortSpeed::G50 => 30,
+            PortSpeed::G100 => 20,
+        }
+    }
+}
 
 /// What the firmware is configured with (part of [`crate::Options`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +130,29 @@ pub struct FirmwareOptions {
     /// The vport MTU at power-on (default 9000, a jumbo-frame port: RoCE path MTU 4096 needs
     /// 4096 + 96 bytes; the emulator's datagrams go over loopback, MTU 65536).
     pub mtu: u16,
-    /// Whether the port reports link up (QUERY_VPORT_STATE `state`).
+    /// Whether the port's link is up when the emulator starts (QUERY_VPORT_STATE `state`;
+    /// [`Faults::set_link`] changes it at run time).
     pub link_up: bool,
+    /// Which of issue 26's checks are on (default [`Strictness::legacy`] for now).
+    pub strictness: Strictness,
+    /// Firmware pages one CQ, QP or MKey costs while [`Strictness::page_requests`] is on
+    /// (default 1; 0 charges nothing).
+    pub object_pages: u32,
+    /// The port's link layer (default Ethernet).
+    pub port_type: PortType,
+    /// The speed PTYS reports (default 100 Gb/s).
+    pub port_speed: PortSpeed,
+    /// General cap `num_vhca_ports` (default 0): when nonzero, SET/QUERY_ROCE_ADDRESS must
+    /// name a port 1..=n in `vhca_port_num`.
+    pub num_vhca_ports: u8,
+    /// Advertise cap `terminate_scatter_list_mkey` (default off): QUERY_SPECIAL_CONTEXTS then
+    /// names the key that ends a receive scatter list, and 0x100 is an ordinary key.
+    pub terminate_scatter_key: bool,
+    /// General cap `atomic` (default on). Off: RST2INIT with `rae` or `atomic_mode` is refused.
+    pub atomic: bool,
+    /// RoCE cap `qp_ts_format` (default 0: free-running only; 1 real-time only; 2 both).
+    /// CREATE_QP's `ts_format` must be one it allows.
+    pub roce_qp_ts_format: u32,
 }
 
 impl Default for FirmwareOptions {
@@ -76,6 +164,14 @@ impl Default for FirmwareOptions {
             mac: [0x02, 0x00, 0x15, 0xb3, 0x10, 0x17],
             mtu: 9000,
             link_up: true,
+            strictness: Strictness::default(),
+            object_pages: 1,
+            port_type: PortType::Eth,
+            port_speed: PortSpeed::G100,
+            num_vhca_ports: 0,
+            terminate_scatter_key: false,
+            atomic: true,
+            roce_qp_ts_format: 0,
         }
     }
 }
@@ -99,6 +195,8 @@ pub struct FirmwareStats {
     pub ignored_bad_slot: u64,
     /// Rings after a fatal health syndrome (ignored).
     pub ignored_dead: u64,
+    /// Rings while the NIC interface state was disabled or SW reset (ignored).
+    pub ignored_nic_state: u64,
     /// Commands swallowed by [`Faults::swallow_next`].
     pub swallowed: u64,
     /// Commands failed by [`Faults::fail_next`].
@@ -112,6 +210,23 @@ pub struct FirmwareStats {
     pub ignored_busy: u64,
     /// Command completion EQEs posted.
     pub command_events: u64,
+    /// MANAGE_PAGES takes answered with 0 entries by [`Faults::take_zero`].
+    pub take_zeroed: u64,
+    /// Replies whose mailbox headers or entry token [`Faults::rewrite_next_reply`] rewrote.
+    pub rewritten_replies: u64,
+    /// Commands held until their page request was answered ([`Strictness::page_requests`]).
+    pub parked: u64,
+    /// PAGE_REQUEST EQEs posted for parked commands.
+    pub parked_page_requests: u64,
+    /// Parked commands failed (NO_RES `PAGES_CANT_GIVE`) by a MANAGE_PAGES op_mod 0.
+    pub cant_give: u64,
+    /// Parked commands a reset dropped (never executed, never completed).
+    pub parked_dropped: u64,
+    /// Send doorbells whose BlueFlame half held a body on a BAR0 advertised uncached
+    /// (`blueflame` check): served as 8-byte doorbells.
+    pub bf_uncombined: u64,
+    /// Send doorbells whose BlueFlame body held bytes of another write (`blueflame` check).
+    pub bf_interleaved: u64,
 }
 
 impl FirmwareStats {
@@ -190,7 +305,10 @@ struct FaultPlan {
     fail: Vec<Injection>,
     swallow: Vec<Option<CmdOpcode>>,
     delay: Vec<(Option<CmdOpcode>, Duration)>,
-    dead: bool,
+    /// MANAGE_PAGES takes still to answer with 0 entries ([`Faults::take_zero`]).
+    take_zero: u32,
+    /// Replies still to rewrite ([`Faults::rewrite_next_reply`]).
+    rewrite: Vec<cmdq::ReplyRewrite>,
 }
 
 /// A command whose completion [`Faults::delay_next`] delayed: fetched, waiting to execute.
@@ -211,6 +329,7 @@ struct Shared {
     stats: Mutex<FirmwareStats>,
     device: Mutex<Weak<Device>>,
     late: Mutex<Vec<Late>>,
+    bf: Mutex<bf::BfJudge>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -266,6 +385,7 @@ impl Firmware {
                 stats: Mutex::new(FirmwareStats::default()),
                 device: Mutex::new(Weak::new()),
                 late: Mutex::new(Vec::new()),
+                bf: Mutex::new(bf::BfJudge::default()),
             }),
         }
     }
@@ -363,6 +483,29 @@ impl FirmwareHandle {
         lock(&self.shared.late).len()
     }
 
+    /// What the watcher runs after each scan of BAR0: [`FirmwareHandle::deliver_late`], and
+    /// the judging of BlueFlame bodies ([`bf`], the `blueflame` check). The events it handled.
+    pub fn after_scan(&self, dev: &Device) -> usize {
+        let late = self.deliver_late(dev);
+        if !dev.options().firmware.strictness.blueflame {
+            return late;
+        }
+        let uc = dev.options().bar0 == crate::device::Bar0Mapping::Uc;
+        let v = {
+            let mut j = lock(&self.shared.bf);
+            if j.is_idle() {
+                return late;
+            }
+            j.judge(dev.bar(), uc)
+        };
+        if v != bf::Verdicts::default() {
+            let mut st = lock(&self.shared.stats);
+            st.bf_uncombined += v.uncombined;
+            st.bf_interleaved += v.interleaved;
+        }
+        late
+    }
+
     /// Execute and complete the delayed commands whose delay has ended ([`Faults::delay_next`]);
     /// how many completed. The emulator's watcher thread calls it after each scan of BAR0
     /// (so a delay ends within the watcher's longest sleep, 1 ms, of its deadline); an
@@ -391,7 +534,7 @@ impl FirmwareHandle {
         let mut done = 0;
         let epoch = dev.epoch();
         for l in due {
-            if l.epoch != epoch || lock(&sh.faults).dead {
+            if l.epoch != epoch || !dev.serving() {
                 lock(&sh.stats).late_dropped += 1;
                 tracing::info!(
                     slot = l.cmd.slot,
@@ -400,7 +543,7 @@ impl FirmwareHandle {
                 continue;
             }
             tracing::info!(slot = l.cmd.slot, op = %CmdOpcode::from_raw(l.cmd.opcode), "delayed command executes now");
-            finish(sh, dev, &l.cmd);
+            dispatch(sh, dev, &l.cmd);
             done += 1;
         }
         done
@@ -461,17 +604,59 @@ impl Faults {
         true
     }
 
-    /// Declare a fatal error: health buffer `synd` (and the `health_syndrome` byte of
-    /// `health_counter`) = `synd`, the health counter stops, and commands are no longer
-    /// served (rings are ignored). A function reset clears it. Needs an attached device.
+    /// Declare a fatal error: [`Faults::health`] with `rfr`.
     pub fn fatal(&self, synd: HealthSyndrome) -> bool {
+        self.health(synd, true)
+    }
+
+    /// Report health syndrome `synd` (mlx5.md §2): health buffer `synd` and the
+    /// `health_syndrome` byte of `health_counter` = `synd`. With `rfr` ("reset firmware
+    /// required") it is fatal: `rfr` is set, the health counter stops, and commands and the
+    /// data path are no longer served (rings, doorbells and packets are ignored and counted).
+    /// Without, it is a warning: `rfr` stays clear, the counter keeps ticking and the function
+    /// keeps working. A function reset clears either. `false` without an attached device.
+    pub fn health(&self, synd: HealthSyndrome, rfr: bool) -> bool {
         let Some(dev) = lock(&self.shared.device).upgrade() else {
             return false;
         };
-        lock(&self.shared.faults).dead = true;
-        dev.declare_fatal(synd.as_raw());
-        tracing::warn!(syndrome = %synd, "fatal health syndrome declared (fault hook)");
+        if rfr {
+            dev.declare_fatal(synd.as_raw());
+            tracing::warn!(syndrome = %synd, "fatal health syndrome declared, rfr (fault hook)");
+        } else {
+            dev.report_syndrome(synd.as_raw());
+            tracing::warn!(syndrome = %synd, "health syndrome reported without rfr (fault hook)");
+        }
         true
+    }
+
+    /// Publish NIC interface state `state` (disabled or SW reset, mlx5.md §2) in
+    /// `cmdq_addr_l_sz` bits 10:8, as a firmware reset initiated elsewhere shows up: the
+    /// function stops serving commands and the data path until a function reset. `false`
+    /// without an attached device.
+    pub fn nic_state(&self, state: rnic_mlx5_prm::NicState) -> bool {
+        let Some(dev) = lock(&self.shared.device).upgrade() else {
+            return false;
+        };
+        dev.set_nic_state(state);
+        tracing::warn!(%state, "NIC interface state set (fault hook)");
+        true
+    }
+
+    /// Set the port's link up or down: QUERY_VPORT_STATE and PTYS report it, a change posts
+    /// a PORT_CHANGE EQE (sub_type active 4 / down 1, port 1) on the EQ that asks for port
+    /// changes, and while it is down no RoCE packet is sent or received (dropped, counted in
+    /// [`crate::HcaStats::link_down_drops`]). The link survives function resets. Whether an EQ
+    /// took the event (`false` also when nothing changed or no device is attached).
+    pub fn set_link(&self, up: bool) -> bool {
+        let Some(dev) = lock(&self.shared.device).upgrade() else {
+            return false;
+        };
+        if !dev.set_link(up) {
+            return false;
+        }
+        tracing::info!(up, "port link changed (fault hook)");
+        let s = lock(&self.shared.state);
+        crate::hca::lock(&s.hca).port_change_event(&dev, up)
     }
 
     /// The firmware wants `n` more pages (`n` < 0: wants to return `-n`) at run time: a
@@ -488,14 +673,33 @@ impl Faults {
         crate::hca::lock(&s.hca).page_request_event(&dev, n)
     }
 
-    /// Drop every pending hook: fail, swallow, delay, error CQE (a declared fatal error stays
-    /// until reset; a command already being delayed still completes).
+    /// The next `n` MANAGE_PAGES take (op_mod 2) commands complete OK with
+    /// `output_num_entries` 0 and nothing returned, whatever the firmware holds (a transient
+    /// "nothing to give back now"; K keeps asking until its reclaim timeout, row 10), then
+    /// takes behave normally again. Replaces an earlier count.
+    pub fn take_zero(&self, n: u32) {
+        lock(&self.shared.faults).take_zero = n;
+    }
+
+    /// The next command's reply is written with its output-mailbox headers and/or entry token
+    /// changed as `how` says (real firmware might; the kernel checks none of them, row 14):
+    /// each output block's `token` becomes the command's token XOR 0xff, its `block_number`
+    /// k + 1, the entry's `token` the token XOR 0xff. Queued; each applies to one command.
+    pub fn rewrite_next_reply(&self, how: cmdq::ReplyRewrite) {
+        lock(&self.shared.faults).rewrite.push(how);
+    }
+
+    /// Drop every pending hook: fail, swallow, delay, take-zero, reply rewrites, error CQE (a
+    /// declared fatal error stays until reset; a command already being delayed still
+    /// completes).
     pub fn clear(&self) {
         {
             let mut f = lock(&self.shared.faults);
             f.fail.clear();
             f.swallow.clear();
             f.delay.clear();
+            f.take_zero = 0;
+            f.rewrite.clear();
         }
         let s = lock(&self.shared.state);
         crate::hca::lock(&s.hca).clear_injections();
@@ -538,9 +742,11 @@ impl Firmware {
             cmdq::Fetch::Ready(cmd) => cmd,
         };
         let op = CmdOpcode::from_raw(cmd.opcode);
-        if lock(&sh.late).iter().any(|l| l.cmd.slot == slot) {
+        let busy = lock(&sh.late).iter().any(|l| l.cmd.slot == slot)
+            || lock(&sh.state).parked.iter().any(|p| p.slot == slot);
+        if busy {
             lock(&sh.stats).ignored_busy += 1;
-            tracing::warn!(slot, %op, "ring of a slot whose delayed command still executes: ignored");
+            tracing::warn!(slot, %op, "ring of a slot whose command still executes: ignored");
             return;
         }
         {
@@ -565,7 +771,120 @@ impl Firmware {
                 return;
             }
         }
-        finish(sh, dev, &cmd);
+        dispatch(sh, dev, &cmd);
+    }
+}
+
+/// Run a fetched command — or park it until its pages arrive (row 1) — then run the parked
+/// commands the pages now cover, or fail them all after a CANT_GIVE.
+fn dispatch(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
+    let op = CmdOpcode::from_raw(cmd.opcode);
+    let injected = lock(&sh.faults).fail.iter().any(|i| i.opcode == op);
+    if !injected {
+        let mut s = lock(&sh.state);
+        if let exec::Gate::Park { charge, ask } = s.page_gate(op, &cmd.input, cmd.outlen) {
+            s.parked.push(exec::Parked {
+                slot: cmd.slot,
+                opcode: cmd.opcode,
+                charge,
+            });
+            let posted = ask > 0 && {
+                s.asked += ask;
+                let n = i32::try_from(ask).unwrap_or(i32::MAX);
+                crate::hca::lock(&s.hca).page_request_event(dev, n)
+            };
+            drop(s);
+            let mut st = lock(&sh.stats);
+            st.parked += 1;
+            st.parked_page_requests += u64::from(posted);
+            tracing::info!(
+                slot = cmd.slot,
+                %op,
+                charge,
+                ask,
+                "command held until its pages arrive (PAGE_REQUEST)"
+            );
+            return;
+        }
+    }
+    finish(sh, dev, cmd);
+    let cant_give = op == CmdOpcode::ManagePages
+        && MboxIn::new_unchecked(&cmd.input[..]).op_mod() == manage_pages_op_mod::ALLOC_FAIL;
+    if cant_give {
+        fail_parked(sh, dev);
+    }
+    resume_parked(sh, dev);
+}
+
+/// Re-read the entry of parked slot `slot` (the driver must leave a hardware-owned entry and
+/// its mailboxes alone) for executing or failing it now.
+fn refetch(sh: &Shared, dev: &Device, p: exec::Parked) -> Option<cmdq::Command> {
+    let base = cmdq_base(dev)?;
+    match cmdq::fetch(dev, base, iseg::LOG_CMDQ_STRIDE, p.slot) {
+        cmdq::Fetch::Ready(cmd) if cmd.opcode == p.opcode => Some(cmd),
+        cmdq::Fetch::Ready(cmd) => {
+            tracing::warn!(
+                slot = p.slot,
+                parked = %CmdOpcode::from_raw(p.opcode),
+                now = %CmdOpcode::from_raw(cmd.opcode),
+                "a parked entry changed under the firmware: running what it holds now"
+            );
+            Some(cmd)
+        }
+        cmdq::Fetch::Refused { entry_iova, status } => {
+            tracing::warn!(slot = p.slot, %status, "a parked entry's mailboxes changed: refused");
+            cmdq::finish(dev, entry_iova, status);
+            *lock(&sh.stats)
+                .delivery_errors
+                .entry(status.as_raw())
+                .or_default() += 1;
+            None
+        }
+        cmdq::Fetch::Ignored(why) => {
+            tracing::warn!(slot = p.slot, ?why, "a parked entry is gone: dropped");
+            lock(&sh.stats).parked_dropped += 1;
+            None
+        }
+    }
+}
+
+/// Run the parked commands, oldest first, while the pages held cover them.
+fn resume_parked(sh: &Shared, dev: &Device) {
+    while dev.serving() {
+        let next = {
+            let mut s = lock(&sh.state);
+            let Some(p) = s.runnable() else { return };
+            s.parked.remove(0);
+            p
+        };
+        tracing::info!(slot = next.slot, "pages arrived: the held command runs");
+        if let Some(cmd) = refetch(sh, dev, next) {
+            finish(sh, dev, &cmd);
+        }
+    }
+}
+
+/// CANT_GIVE: every parked command completes NO_RES (`PAGES_CANT_GIVE`), not executed.
+fn fail_parked(sh: &Shared, dev: &Device) {
+    let parked = {
+        let mut s = lock(&sh.state);
+        s.asked = 0;
+        std::mem::take(&mut s.parked)
+    };
+    for p in parked {
+        lock(&sh.stats).cant_give += 1;
+        tracing::info!(
+            slot = p.slot,
+            "the driver cannot give pages: the held command fails"
+        );
+        if let Some(cmd) = refetch(sh, dev, p) {
+            let out = vec![0u8; cmd.outlen.max(rnic_mlx5_prm::CMD_INLINE_BYTES)];
+            let refusal = Refusal {
+                status: CmdStatus::NoRes,
+                syndrome: syndrome::PAGES_CANT_GIVE,
+            };
+            complete(sh, dev, &cmd, out, Err(refusal), None);
+        }
     }
 }
 
@@ -574,12 +893,22 @@ impl Firmware {
 fn finish(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
     let slot = cmd.slot;
     let op = CmdOpcode::from_raw(cmd.opcode);
-    let injected = {
+    let is_take = op == CmdOpcode::ManagePages
+        && rnic_mlx5_prm::MboxIn::new_unchecked(&cmd.input[..]).op_mod()
+            == rnic_mlx5_prm::manage_pages_op_mod::TAKE;
+    let (injected, zero_take, rewrite) = {
         let mut f = lock(&sh.faults);
-        f.fail
+        let injected = f
+            .fail
             .iter()
             .position(|i| i.opcode == op)
-            .map(|i| f.fail.remove(i))
+            .map(|i| f.fail.remove(i));
+        let zero_take = injected.is_none() && is_take && f.take_zero > 0;
+        if zero_take {
+            f.take_zero -= 1;
+        }
+        let rewrite = (!f.rewrite.is_empty()).then(|| f.rewrite.remove(0));
+        (injected, zero_take, rewrite)
     };
     let mut out = vec![0u8; cmd.outlen.max(rnic_mlx5_prm::CMD_INLINE_BYTES)];
     let result = match injected {
@@ -590,8 +919,29 @@ fn finish(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
                 syndrome: i.syndrome,
             })
         }
+        // Completed OK with output_num_entries 0 (the zeroed output), nothing taken.
+        None if zero_take => {
+            lock(&sh.stats).take_zeroed += 1;
+            tracing::info!(slot, "MANAGE_PAGES take answered with 0 pages (fault hook)");
+            Ok(())
+        }
         None => lock(&sh.state).execute(dev, op, &cmd.input, cmd.outlen, &mut out),
     };
+    complete(sh, dev, cmd, out, result, rewrite);
+}
+
+/// Deliver `result` of `cmd` (its output `out` when OK), its ownership and completion EQE,
+/// and count it.
+fn complete(
+    sh: &Shared,
+    dev: &Device,
+    cmd: &cmdq::Command,
+    mut out: Vec<u8>,
+    result: Result<(), Refusal>,
+    rewrite: Option<cmdq::ReplyRewrite>,
+) {
+    let slot = cmd.slot;
+    let op = CmdOpcode::from_raw(cmd.opcode);
     if let Err(r) = result {
         out.fill(0);
         let mut o = MboxOut::new_unchecked(&mut out[..]);
@@ -601,7 +951,11 @@ fn finish(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
     } else {
         tracing::debug!(slot, %op, "command ok");
     }
-    let delivery = cmdq::complete(dev, cmd, &out);
+    if rewrite.is_some() {
+        lock(&sh.stats).rewritten_replies += 1;
+        tracing::info!(slot, ?rewrite, "reply headers rewritten (fault hook)");
+    }
+    let delivery = cmdq::complete(dev, cmd, &out, rewrite);
     // Events mode: a command completion EQE on the EQ that asks for them.
     {
         let s = lock(&sh.state);
@@ -624,8 +978,12 @@ fn finish(sh: &Shared, dev: &Device, cmd: &cmdq::Command) {
 
 impl DoorbellHandler for Firmware {
     fn command_doorbell(&mut self, dev: &Device, bits: u32) {
-        if lock(&self.shared.faults).dead {
+        if dev.is_fatal() {
             lock(&self.shared.stats).ignored_dead += u64::from(bits.count_ones());
+            return;
+        }
+        if !dev.serving() {
+            lock(&self.shared.stats).ignored_nic_state += u64::from(bits.count_ones());
             return;
         }
         let slots = 1u32 << iseg::LOG_CMDQ_SIZE;
@@ -647,6 +1005,24 @@ impl DoorbellHandler for Firmware {
 
     fn uar_doorbell(&mut self, dev: &Device, page: u32, offset: u32, value: u64) {
         let hca = lock(&self.shared.state).hca.clone();
+        let judge = dev.options().firmware.strictness.blueflame
+            && (0x800..0x1000).contains(&offset)
+            && dev.serving();
+        if judge {
+            // Rows 4, 5: what the half holds besides the doorbell (see `bf`).
+            let expected = crate::hca::lock(&hca).bf_expected(dev, page, value);
+            let uc = dev.options().bar0 == crate::device::Bar0Mapping::Uc;
+            let qpn = (value as u32) >> 8;
+            let index = (value >> 40) as u16;
+            let v = lock(&self.shared.bf).observe(
+                dev.bar(),
+                (page, offset),
+                (qpn, index),
+                expected,
+                uc,
+            );
+            lock(&self.shared.stats).bf_uncombined += v.uncombined;
+        }
         crate::hca::lock(&hca).uar_doorbell(dev, page, offset, value);
     }
 
@@ -662,9 +1038,14 @@ impl DoorbellHandler for Firmware {
         let dev = lock(&self.shared.device).clone();
         let mut s = lock(&self.shared.state);
         let options = s.options;
+        let parked = s.parked.len();
         *s = State::attached(options, dev);
         drop(s);
-        lock(&self.shared.faults).dead = false;
+        if parked > 0 {
+            lock(&self.shared.stats).parked_dropped += parked as u64;
+            tracing::info!(parked, "commands held for pages dropped by the reset");
+        }
+        lock(&self.shared.bf).clear();
         let dropped = std::mem::take(&mut *lock(&self.shared.late)).len();
         if dropped > 0 {
             lock(&self.shared.stats).late_dropped += dropped as u64;

@@ -75,6 +75,9 @@ syndromes! {
     PAGE_NOT_MAPPED = 0x0e00_2007 => "MANAGE_PAGES give: page not DMA-mapped read/write",
     /// More pages than the firmware accepts in total.
     PAGES_LIMIT = 0x0e00_2008 => "MANAGE_PAGES give: more than max_pages held",
+    /// The command waited for pages (a PAGE_REQUEST) and the driver answered MANAGE_PAGES
+    /// op_mod 0 (cannot give).
+    PAGES_CANT_GIVE = 0x0e00_2009 => "the command waited for the pages of a PAGE_REQUEST and the driver answered MANAGE_PAGES CANT_GIVE",
 
     /// QUERY_HCA_CAP / SET_HCA_CAP of a capability type this firmware does not have.
     CAP_TYPE_UNSUPPORTED = 0x0e00_3001 => "QUERY/SET_HCA_CAP: capability type not supported (general 0, RoCE 4)",
@@ -86,13 +89,21 @@ syndromes! {
     CAP_ABOVE_MAX = 0x0e00_3004 => "SET_HCA_CAP: a field above its maximum (QUERY_HCA_CAP op_mod max)",
     /// SET_HCA_CAP with the current bit (op_mod bit 0) set.
     CAP_SET_OP_MOD = 0x0e00_3005 => "SET_HCA_CAP: op_mod bit 0 must be 0",
+    /// SET_HCA_CAP with nonzero bytes past the capability structure's own size.
+    CAP_PAYLOAD = 0x0e00_3006 => "SET_HCA_CAP: bytes of the capability area past the structure (cmd_hca_cap/roce_cap, 0x100 bytes) must be zero",
 
     /// ACCESS_REG of a register this firmware does not implement.
-    REGISTER_UNSUPPORTED = 0x0e00_4001 => "ACCESS_REG: register not supported (only HOST_ENDIANNESS 0x7004)",
+    REGISTER_UNSUPPORTED = 0x0e00_4001 => "ACCESS_REG: register not supported (only HOST_ENDIANNESS 0x7004 and PTYS 0x5004)",
     /// ACCESS_REG `op_mod` neither write (0) nor read (1).
     REGISTER_OP_MOD = 0x0e00_4002 => "ACCESS_REG: op_mod must be 0 (write) or 1 (read)",
     /// ACCESS_REG: the register data does not fit `inlen`/`outlen`.
     REGISTER_LENGTH = 0x0e00_4003 => "ACCESS_REG: inlen/outlen shorter than 0x10 + register size",
+    /// ACCESS_REG PTYS of a port other than 1.
+    REGISTER_PORT = 0x0e00_4004 => "ACCESS_REG PTYS: local_port must be 1 (one port)",
+    /// ACCESS_REG PTYS asking for other than the Ethernet fields on an Ethernet port.
+    REGISTER_PROTO = 0x0e00_4005 => "ACCESS_REG PTYS: proto_mask must be Ethernet (bit 2) on this port",
+    /// ACCESS_REG write of a register the emulator only reads.
+    REGISTER_READ_ONLY = 0x0e00_4006 => "ACCESS_REG: PTYS is read-only here (op_mod 1)",
 
     /// DEALLOC_UAR of an index that is not a UAR page.
     UAR_INDEX = 0x0e00_5001 => "DEALLOC_UAR: index is not a UAR page",
@@ -117,13 +128,15 @@ syndromes! {
     VPORT_FIELD_UNSUPPORTED = 0x0e00_6003 => "MODIFY_NIC_VPORT_CONTEXT: field_select other than roce_en/mtu",
     /// MODIFY_NIC_VPORT_CONTEXT with an MTU out of range.
     VPORT_MTU = 0x0e00_6004 => "MODIFY_NIC_VPORT_CONTEXT: mtu outside 68..=9978",
+    /// RoCE setup on an InfiniBand port.
+    ROCE_ON_IB_PORT = 0x0e00_6005 => "MODIFY_NIC_VPORT_CONTEXT roce_en / SET_ROCE_ADDRESS: the port is InfiniBand (cap port_type 0); RoCE needs it in Ethernet mode",
     /// DEALLOC_PD / DEALLOC_UAR while an object still uses it.
     RESOURCE_IN_USE = 0x0e00_5008 => "DEALLOC_PD/DEALLOC_UAR: an MKey, EQ, CQ or QP still uses it",
 
     /// GID table index at or above gid_table_size.
     GID_INDEX = 0x0e00_7001 => "SET/QUERY_ROCE_ADDRESS: roce_address_index >= gid_table_size (256)",
     /// vhca_port_num nonzero while num_vhca_ports is 0.
-    GID_PORT = 0x0e00_7002 => "SET/QUERY_ROCE_ADDRESS: vhca_port_num must be 0 (num_vhca_ports is 0)",
+    GID_PORT = 0x0e00_7002 => "SET/QUERY_ROCE_ADDRESS: vhca_port_num must be 0 when num_vhca_ports is 0, else 1..=num_vhca_ports",
     /// A RoCE version other than 2.
     GID_VERSION = 0x0e00_7003 => "SET_ROCE_ADDRESS: roce_version must be 2 (RoCE v1 is not emulated)",
     /// l3 type does not match the address (IPv4-mapped for IPv4).
@@ -166,6 +179,8 @@ syndromes! {
     CQ_NOT_FOUND = 0x0e00_9004 => "DESTROY_CQ/CREATE_QP: no such CQ",
     /// A QP still reports to the CQ.
     CQ_IN_USE = 0x0e00_9005 => "DESTROY_CQ: a QP still names this CQ",
+    /// CREATE_CQ whose inlen lists more pas[] entries than the ring has pages.
+    CQ_PAS_LENGTH = 0x0e00_9006 => "CREATE_CQ: pas[] (inlen) lists more pages than the CQ ring has",
 
     /// No free MKey index.
     MKEY_EXHAUSTED = 0x0e00_a001 => "CREATE_MKEY: 2^log_max_mkey MKeys exist",
@@ -198,6 +213,14 @@ syndromes! {
     QP_MEMORY = 0x0e00_b009 => "CREATE_QP/CQ/EQ/MKEY: the firmware's object memory (256 MiB: transport rings, page lists, MTTs) is spent",
     /// Transition illegal from the current state.
     QP_STATE = 0x0e00_b008 => "QP transition not legal from the QP's current state",
+    /// A UD QP modified without a valid MTU.
+    UD_MTU = 0x0e00_b00a => "UD QP modify: mtu must be 1..=5 (256..4096) on every transition",
+    /// A UD QP modified with log_msg_max above the cap.
+    UD_MSG_MAX = 0x0e00_b00b => "UD QP modify: log_msg_max above the cap log_max_msg",
+    /// Atomics asked of a device without the atomic capability.
+    QP_ATOMIC = 0x0e00_b00c => "QP modify: rae or atomic_mode set but the device has no atomic capability (cap atomic 0)",
+    /// ts_format the RoCE cap does not allow.
+    QP_TS_FORMAT = 0x0e00_b00d => "CREATE_QP: ts_format not allowed by the RoCE cap qp_ts_format (0 free-running only, 1 real-time only, 2 both)",
 }
 
 /// The description of `syndrome`, if it is one of ours.

@@ -20,6 +20,7 @@ use super::qp::{ENGINE_DEPTH, QpObj, SendMeta};
 use super::wqe::{be32, err_cqe, err_cqe_vendor, parse_segments, req_cqe, resp_cqe};
 use super::{Hca, InjectSide};
 use crate::device::Device;
+use crate::firmware::exec::TERMINATE_SCATTER_KEY;
 
 /// Completions the engine produced during one call.
 #[derive(Debug, Default)]
@@ -79,6 +80,8 @@ impl Hca {
                 gids,
                 stats,
                 default_sport: qp.sport,
+                halted: !dev.serving(),
+                link_up: dev.link_up(),
             };
             let mut io = Io {
                 mem: &mut mem,
@@ -233,6 +236,36 @@ impl Hca {
         self.sweep_page(dev, page, qpn);
     }
 
+    /// The bytes of the WQE a send doorbell `value` on UAR page `page` names, as the SQ ring
+    /// holds them (its basic blocks, at most a BlueFlame half's 256 bytes); `None` when the
+    /// doorbell names no QP of the page or the ring cannot be read.
+    pub(crate) fn bf_expected(&self, dev: &Device, page: u32, value: u64) -> Option<Vec<u8>> {
+        let qp = self.qps.get(&((value as u32) >> 8))?;
+        if qp.uar != page || qp.no_sq {
+            return None;
+        }
+        let ring = qp.wq.as_ref()?;
+        let nbb = 1u32 << qp.log_sq;
+        let index = (value >> 40) as u16;
+        let bb = |i: u16| qp.sq_offset + u64::from(u32::from(i) & (nbb - 1)) * 64;
+        let mut ctrl = [0u8; 16];
+        if !ring.read(dev, bb(index), &mut ctrl) {
+            return None;
+        }
+        let wqebbs = WqeCtrlSeg::new_unchecked(&ctrl[..])
+            .ds()
+            .div_ceil(4)
+            .clamp(1, 4);
+        let mut w = vec![0u8; wqebbs as usize * 64];
+        for k in 0..wqebbs as usize {
+            let i = index.wrapping_add(k as u16);
+            if !ring.read(dev, bb(i), &mut w[k * 64..k * 64 + 64]) {
+                return None;
+            }
+        }
+        Some(w)
+    }
+
     /// Serve every QP of UAR page `page` (but `except`, just served) whose doorbell record's
     /// send counter is ahead of the WQEs fetched: the QPs whose doorbell may have been
     /// overwritten on a shared register (see [`Hca::sq_doorbell`]).
@@ -320,13 +353,28 @@ impl Hca {
                 self.wq_fatal(dev, qpn, "RQ WQE unreadable");
                 return;
             }
+            let fw = &dev.options().firmware;
+            // The key that ends the scatter list: QUERY_SPECIAL_CONTEXTS's when the cap
+            // advertises one (then 0x100 is an ordinary key), else MLX5_INVALID_LKEY.
+            let terminator = if fw.terminate_scatter_key {
+                TERMINATE_SCATTER_KEY
+            } else {
+                INVALID_LKEY
+            };
             let mut sges = Vec::new();
             for s in w.chunks_exact(16) {
                 let d = WqeDataSeg::new_unchecked(s);
-                if d.lkey() == INVALID_LKEY {
+                if d.lkey() == terminator {
                     break;
                 }
-                sges.push(Sge::new(d.addr(), d.byte_count(), Lkey(d.lkey())));
+                // byte_count 0 is 2^31 bytes by the data-segment convention (as for sends)
+                // when the check is on; no MKey spans that, so the receive fails its bounds
+                // check (LOCAL_PROT) when a message arrives.
+                let len = match d.byte_count() {
+                    0 if fw.strictness.recv_zero_length => 0x8000_0000,
+                    n => n,
+                };
+                sges.push(Sge::new(d.addr(), len, Lkey(d.lkey())));
             }
             qp.rq_fetched = idx.wrapping_add(1);
             qp.rq_meta.push_back(idx);
@@ -552,6 +600,14 @@ impl Hca {
             return;
         };
         self.stats.rx_packets += 1;
+        if !dev.serving() {
+            self.stats.halted_drops += 1;
+            return;
+        }
+        if !dev.link_up() {
+            self.stats.link_down_drops += 1;
+            return;
+        }
         if !icrc_ok {
             self.stats.rx_bad_icrc += 1;
             return;

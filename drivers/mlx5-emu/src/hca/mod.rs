@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use rnic_core::Gid;
 use rnic_mlx5_prm::{
-    CmdOpcode, CmdStatus, EventType, QueryQpIn, QueryRoceAddressIn, QueryRoceAddressOut,
-    ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, RoceAddrLayout, SetRoceAddressIn,
-    rst2init_qp_in, set_roce_address_in,
+    CmdOpcode, CmdStatus, EventType, PORT_TYPE_ETH, PortChangeSubtype, QueryQpIn,
+    QueryRoceAddressIn, QueryRoceAddressOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2,
+    RoceAddrLayout, SetRoceAddressIn, rst2init_qp_in, set_roce_address_in,
 };
 
 pub use port::{GID_TABLE, ROCE_PORT};
@@ -46,6 +46,16 @@ pub(crate) fn refuse(status: CmdStatus, syndrome: u32) -> Outcome {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether `port` is a valid `vhca_port_num` for SET/QUERY_ROCE_ADDRESS: 0 when the cap
+/// `num_vhca_ports` is 0 (the port is implied), else 1..=num_vhca_ports (K lib/gid.c sets it
+/// exactly then).
+fn vhca_port_ok(ctx: &Ctx<'_>, port: u32) -> bool {
+    match ctx.caps.general().num_vhca_ports() {
+        0 => port == 0,
+        n => (1..=n).contains(&port),
+    }
 }
 
 /// What commands need from the firmware state.
@@ -102,6 +112,11 @@ pub struct HcaStats {
     pub rx_dropped: u64,
     /// Socket receive errors.
     pub rx_errors: u64,
+    /// RoCE packets dropped because the port's link was down (sent or received).
+    pub link_down_drops: u64,
+    /// UAR doorbells and packets ignored because the function stopped (a fatal syndrome, or
+    /// the NIC interface state disabled / SW reset).
+    pub halted_drops: u64,
 }
 
 /// Which completions of a QP an injected error CQE replaces.
@@ -358,7 +373,7 @@ impl Hca {
                 if idx >= GID_TABLE {
                     return refuse(CmdStatus::BadParam, syn::GID_INDEX);
                 }
-                if v.vhca_port_num() != 0 {
+                if !vhca_port_ok(ctx, v.vhca_port_num()) {
                     return refuse(CmdStatus::BadParam, syn::GID_PORT);
                 }
                 if let Some(e) = self.gids.get(idx).copied().flatten() {
@@ -372,7 +387,7 @@ impl Hca {
             }
             CmdOpcode::CreateEq => self.q.create_eq(dev, ctx, input, out),
             CmdOpcode::DestroyEq => self.q.destroy_eq(input),
-            CmdOpcode::CreateCq => self.q.create_cq(ctx, input, out),
+            CmdOpcode::CreateCq => self.q.create_cq(dev, ctx, input, out),
             CmdOpcode::DestroyCq => {
                 let qps = &self.qps;
                 self.q.destroy_cq(input, |cqn| {
@@ -445,6 +460,9 @@ impl Hca {
                 roce.r_roce_max_src_udp_port(),
             ),
             log_max_ra: (general.log_max_ra_req_qp(), general.log_max_ra_res_qp()),
+            log_max_msg: general.log_max_msg(),
+            atomic: general.atomic() == 1,
+            ud_strict: dev.options().firmware.strictness.ud_mtu,
         };
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return refuse(CmdStatus::BadRes, syn::QP_NOT_FOUND);
@@ -472,10 +490,13 @@ impl Hca {
     fn set_roce_address(&mut self, ctx: &Ctx<'_>, input: &[u8]) -> Outcome {
         let v = SetRoceAddressIn::new_unchecked(input);
         let idx = v.roce_address_index() as usize;
+        if ctx.caps.general().port_type() != PORT_TYPE_ETH {
+            return refuse(CmdStatus::BadParam, syn::ROCE_ON_IB_PORT);
+        }
         if idx >= GID_TABLE {
             return refuse(CmdStatus::BadParam, syn::GID_INDEX);
         }
-        if v.vhca_port_num() != 0 {
+        if !vhca_port_ok(ctx, v.vhca_port_num()) {
             return refuse(CmdStatus::BadParam, syn::GID_PORT);
         }
         let at = set_roce_address_in::roce_address.byte_offset();
@@ -546,8 +567,12 @@ impl Hca {
         Ok(())
     }
 
-    /// A UAR doorbell of page `page`.
+    /// A UAR doorbell of page `page` (ignored while the function is stopped).
     pub(crate) fn uar_doorbell(&mut self, dev: &Device, page: u32, offset: u32, value: u64) {
+        if !dev.serving() {
+            self.stats.halted_drops += 1;
+            return;
+        }
         match offset {
             0x020 => self.q.cq_doorbell(dev, page, value, &mut self.stats),
             0x040 => self.q.eq_doorbell(dev, page, value, true, &mut self.stats),
@@ -563,6 +588,31 @@ impl Hca {
         let mut data = [0u8; 28];
         data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
         self.q.event(dev, EventType::Cmd, 0, &data, &mut self.stats)
+    }
+
+    /// Port change EQE (type 0x09) for port 1: sub_type active (4) when `up`, down (1) when
+    /// not; `false` when no EQ asks for port changes.
+    pub(crate) fn port_change_event(&mut self, dev: &Device, up: bool) -> bool {
+        let mut data = [0u8; 28];
+        // port_state_change_event.port_num: bits 7:4 of EQE + 0x28 (data byte 8).
+        data[8] = 1 << 4;
+        let sub = if up {
+            PortChangeSubtype::Active
+        } else {
+            PortChangeSubtype::Down
+        };
+        self.q.event(
+            dev,
+            EventType::PortChange,
+            sub.as_raw(),
+            &data,
+            &mut self.stats,
+        )
+    }
+
+    /// Whether an EQ asks for events of type `t`.
+    pub(crate) fn subscribes(&self, t: EventType) -> bool {
+        self.q.subscribes(t)
     }
 
     /// Page request EQE (type 0x0b): `num_pages` > 0 give, < 0 reclaim.

@@ -439,6 +439,10 @@ pub(crate) struct Sink<'a> {
     pub(crate) stats: &'a mut HcaStats,
     /// UDP source port when the address vector leaves it open.
     pub(crate) default_sport: u16,
+    /// The function stopped (fatal syndrome, NIC interface down): nothing leaves.
+    pub(crate) halted: bool,
+    /// The port's link: nothing leaves while it is down.
+    pub(crate) link_up: bool,
 }
 
 impl PacketSink for Sink<'_> {
@@ -450,6 +454,14 @@ impl PacketSink for Sink<'_> {
     }
 
     fn commit(&mut self, len: usize, dest: &PacketDest) {
+        if self.halted {
+            self.stats.halted_drops += 1;
+            return;
+        }
+        if !self.link_up {
+            self.stats.link_down_drops += 1;
+            return;
+        }
         let Some(src) = self
             .gids
             .get(usize::from(dest.av.sgid_index))

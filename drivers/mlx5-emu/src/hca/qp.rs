@@ -12,7 +12,8 @@ use rnic_core::{
 };
 use rnic_mlx5_prm::{
     Ads, CmdStatus, CreateQpIn, CreateQpOut, QP_PM_STATE_MIGRATED, QpServiceType, QpState, Qpc,
-    QueryQpOut, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_SIZE, TS_FORMAT_REAL_TIME, create_qp_in,
+    QueryQpOut, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_SIZE, TS_FORMAT_DEFAULT, TS_FORMAT_FREE_RUNNING,
+    TS_FORMAT_REAL_TIME, create_qp_in,
 };
 use rnic_roce::transport::{Qp as Engine, QpConfig};
 
@@ -97,6 +98,9 @@ pub(crate) struct QpObj {
     pub(crate) src: Option<(u8, IpAddr)>,
     pub(crate) sport: u16,
     pub(crate) log_msg_max: u32,
+    /// A UD QP's MTU in bytes, as its last modify set it (sends above it are a length error
+    /// while [`crate::Strictness::ud_mtu`] is on).
+    pub(crate) ud_mtu: Option<u32>,
     pub(crate) q_key: u32,
     /// Bytes of [`ENGINE_BUDGET`] this QP holds.
     pub(crate) cost: usize,
@@ -142,13 +146,16 @@ pub(crate) fn create(
     if c.pm_state() != QP_PM_STATE_MIGRATED
         || v.wq_umem_valid() != 0
         || c.dbr_umem_valid() != 0
-        || c.ts_format() >= TS_FORMAT_REAL_TIME
+        || c.ts_format() > TS_FORMAT_REAL_TIME
         || c.cs_req() != 0
         || c.cs_res() != 0
         || v.input_qpn() != 0
         || v.qpc_ext() != 0
     {
         return Err(err(CmdStatus::BadParam, syn::QP_CONTEXT));
+    }
+    if !ts_format_allowed(ctx.caps.roce().qp_ts_format(), c.ts_format()) {
+        return Err(err(CmdStatus::BadParam, syn::QP_TS_FORMAT));
     }
     if !ctx.pds.contains(&c.pd()) {
         return Err(err(CmdStatus::BadRes, syn::MKEY_PD));
@@ -269,9 +276,23 @@ pub(crate) fn create(
         // firmware's choice, like the RC hash); RC sets its own at INIT2RTR.
         sport: 0xc000 | (qpn & 0x3fff) as u16,
         log_msg_max: caps.log_max_msg(),
+        ud_mtu: None,
         q_key: 0,
         cost,
     })
+}
+
+/// Whether QP `ts_format` (0 free-running, 1 default, 2 real-time) is one RoCE cap
+/// `qp_ts_format` (0 free-running only, 1 real-time only, 2 both; K `get_ts_format`) allows.
+/// DEFAULT means whatever the device runs, so it is always allowed; the cap's reserved value 3
+/// is read as free-running only.
+fn ts_format_allowed(cap: u32, ts: u32) -> bool {
+    match ts {
+        TS_FORMAT_DEFAULT => true,
+        TS_FORMAT_FREE_RUNNING => cap != 1,
+        TS_FORMAT_REAL_TIME => cap == 1 || cap == 2,
+        _ => false,
+    }
 }
 
 /// The transitions this firmware executes.
@@ -325,6 +346,12 @@ pub(crate) struct PathCtx<'a> {
     pub(crate) sw_sport: bool,
     pub(crate) sport_range: (u32, u32),
     pub(crate) log_max_ra: (u32, u32),
+    /// Cap `log_max_msg`.
+    pub(crate) log_max_msg: u32,
+    /// Cap `atomic`.
+    pub(crate) atomic: bool,
+    /// [`crate::Strictness::ud_mtu`].
+    pub(crate) ud_strict: bool,
 }
 
 impl QpObj {
@@ -347,6 +374,29 @@ impl QpObj {
         let mut attr = QpAttr::default();
         let mut mask = QpAttrMask::STATE;
         use rnic_mlx5_prm::{ads as a, qp_optpar as o, qpc as q};
+        let carries_qpc = !matches!(t, Transition::ToErr | Transition::ToRst);
+        // Row 6 (K ib/qp.c sets them on every modify of a UD QP): a valid MTU and a message
+        // size within the cap, or the modify is refused.
+        let mut ud_mtu = None;
+        if self.ud && carries_qpc && pc.ud_strict {
+            let Some(mtu) = mtu_of(c.mtu()) else {
+                return bad(syn::UD_MTU);
+            };
+            if c.log_msg_max() > pc.log_max_msg {
+                return bad(syn::UD_MSG_MAX);
+            }
+            ud_mtu = Some(mtu);
+        }
+        // Without the atomic cap, remote atomics cannot be enabled: RST2INIT always reads
+        // `rae`/`atomic_mode`, the other transitions when they re-read the access bits.
+        let reads_access = t == Transition::Rst2Init
+            || (matches!(
+                t,
+                Transition::Init2Rtr | Transition::Init2Init | Transition::Rts2Rts
+            ) && opt & o::RAE != 0);
+        if !pc.atomic && reads_access && (c.rae() != 0 || c.atomic_mode() != 0) {
+            return bad(syn::QP_ATOMIC);
+        }
         let stored = &mut self.qpc;
         match t {
             Transition::Rst2Init => {
@@ -563,11 +613,24 @@ impl QpObj {
             Transition::ToErr => attr.qp_state = Vs::Err,
             Transition::ToRst => attr.qp_state = Vs::Reset,
         }
+        // A UD QP's MTU bounds its datagrams in the engine too (without the check the engine
+        // keeps its default, 1024).
+        if let Some(m) = ud_mtu {
+            attr.path_mtu = m;
+            mask |= QpAttrMask::PATH_MTU;
+        }
         if let Err(e) = self.engine.modify(&attr, mask, cq) {
             tracing::info!(%e, "QP transition refused by the transport engine");
             return bad(syn::QP_ATTR);
         }
         self.state = mlx5_state(attr.qp_state);
+        if let Some(m) = ud_mtu {
+            self.ud_mtu = Some(m.bytes());
+            self.log_msg_max = c.log_msg_max();
+            for f in [q::mtu, q::log_msg_max] {
+                copy_bits(&mut self.qpc, qpc_in, f);
+            }
+        }
         if t == Transition::ToRst {
             self.sq_fetched = 0;
             self.rq_fetched = 0;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use rnic_mlx5_prm::{
     CQE_BYTES, CmdStatus, CreateCqIn, CreateCqOut, CreateEqIn, CreateEqOut, DestroyCqIn,
-    DestroyEqIn, EQE_BYTES, Eqe, EventType, cqe_size, create_cq_in, create_eq_in,
+    DestroyEqIn, EQE_BYTES, Eqe, EventType, HealthSyndrome, cqe_size, create_cq_in, create_eq_in,
 };
 
 use super::{Ctx, HcaStats, Outcome, refuse};
@@ -21,7 +21,7 @@ const MASK24: u32 = 0xff_ffff;
 /// A ring of 64-byte entries in the driver's pages.
 #[derive(Clone, Debug)]
 pub(crate) struct Ring {
-    pages: Vec<u64>,
+    pub(crate) pages: Vec<u64>,
     log_page: u32,
     pub(crate) log_size: u32,
 }
@@ -166,10 +166,20 @@ impl Eq {
         if (self.pi.wrapping_sub(self.ci) & MASK24) >= self.ring.entries() && !self.oi {
             self.overrun = true;
             stats.eq_overruns += 1;
-            tracing::warn!(
-                vector = self.vector,
-                "EQ overrun: consumer index not advanced; no more EQEs"
-            );
+            if dev.options().firmware.strictness.eq_overrun_fatal {
+                // As firmware reports it (mlx5.md §2: health syndrome 0x0c "async EQ
+                // overrun"), with rfr: the function stops.
+                tracing::error!(
+                    vector = self.vector,
+                    "EQ overrun: consumer index not advanced; fatal health syndrome 0x0c"
+                );
+                dev.declare_fatal(HealthSyndrome::AsyncEqOverrun.as_raw());
+            } else {
+                tracing::warn!(
+                    vector = self.vector,
+                    "EQ overrun: consumer index not advanced; no more EQEs"
+                );
+            }
             return;
         }
         let mut e = [0u8; EQE_BYTES];
@@ -236,6 +246,8 @@ pub(crate) struct Cq {
     /// Armed: `Some(solicited_only)`.
     armed: Option<bool>,
     pub(crate) error: bool,
+    /// `cqc.oi` (overrun ignore): no overrun check, CQEs overwrite.
+    oi: bool,
 }
 
 impl Cq {
@@ -260,7 +272,7 @@ impl Cq {
             return Err(CqFull::Error);
         }
         let ci = u32::from_be_bytes(d) & MASK24;
-        if (self.pi.wrapping_sub(ci) & MASK24) >= self.ring.entries() {
+        if !self.oi && (self.pi.wrapping_sub(ci) & MASK24) >= self.ring.entries() {
             self.error = true;
             stats.cq_overruns += 1;
             tracing::warn!(
@@ -395,7 +407,13 @@ impl Queues {
     }
 
     /// CREATE_CQ (mlx5.md §7.2).
-    pub(crate) fn create_cq(&mut self, ctx: &Ctx<'_>, input: &[u8], out: &mut [u8]) -> Outcome {
+    pub(crate) fn create_cq(
+        &mut self,
+        dev: &Device,
+        ctx: &Ctx<'_>,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Outcome {
         let v = CreateCqIn::new_unchecked(input);
         let c = v.cq_context();
         if c.status() != 0
@@ -421,9 +439,10 @@ impl Queues {
         if !c.dbr_addr().is_multiple_of(8) {
             return refuse(CmdStatus::BadParam, syn::DBR_ALIGN);
         }
+        let pas_at = create_cq_in::pas.byte_offset();
         let ring = match Ring::parse(
             input,
-            create_cq_in::pas.byte_offset(),
+            pas_at,
             c.log_cq_size(),
             6,
             c.log_page_size(),
@@ -432,6 +451,13 @@ impl Queues {
             Ok(r) => r,
             Err(s) => return refuse(CmdStatus::BadParam, s),
         };
+        // The stricter reading of `inlen` (K passes exactly the ring's pages): a list longer
+        // than the ring is refused rather than its tail ignored.
+        if dev.options().firmware.strictness.cq_pas
+            && input.len().saturating_sub(pas_at) / 8 > ring.pages.len()
+        {
+            return refuse(CmdStatus::BadParam, syn::CQ_PAS_LENGTH);
+        }
         let limit = 1u64 << caps.log_max_cq();
         let Some(cqn) = (1u32..)
             .take_while(|&n| u64::from(n) < limit)
@@ -449,6 +475,7 @@ impl Queues {
                 pi: 0,
                 armed: None,
                 error: false,
+                oi: c.oi() == 1,
             },
         );
         let _ = CreateCqOut::new_unchecked(out).set_cqn(cqn);
@@ -467,6 +494,11 @@ impl Queues {
         }
         self.cqs.remove(&cqn);
         Ok(())
+    }
+
+    /// Whether an EQ asks for events of type `t`.
+    pub(crate) fn subscribes(&self, t: EventType) -> bool {
+        self.eqs.values().any(|e| e.wants(t))
     }
 
     /// Post an event of type `t` on every EQ that asks for it (async events) — the first

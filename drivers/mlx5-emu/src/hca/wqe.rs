@@ -165,6 +165,11 @@ pub(crate) fn parse_segments(
     if len > 1u64 << qp.log_msg_max {
         return Err(len_err);
     }
+    // A UD message fits one packet: above the QP's MTU it is a local length error (set only
+    // while the ud-mtu check is on).
+    if qp.ud && qp.ud_mtu.is_some_and(|m| len > u64::from(m)) {
+        return Err(len_err);
+    }
     let rd_atomic = matches!(
         op,
         WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa

@@ -47,6 +47,11 @@ pub fn ip_pair() -> (IpAddr, IpAddr) {
 }
 
 pub fn give(r: &Rig, pages: &[u64]) {
+    r.ok(&give_cmd(pages), OUT);
+}
+
+/// MANAGE_PAGES give of `pages`.
+pub fn give_cmd(pages: &[u64]) -> Vec<u8> {
     let mut c = cmd(
         CmdOpcode::ManagePages,
         manage_pages_op_mod::GIVE,
@@ -57,7 +62,7 @@ pub fn give(r: &Rig, pages: &[u64]) {
     for (i, p) in pages.iter().enumerate() {
         v.set_pas(i, *p).unwrap();
     }
-    r.ok(&c, OUT);
+    c
 }
 
 pub fn query_pages(r: &Rig, op_mod: u32) -> i32 {
@@ -67,21 +72,41 @@ pub fn query_pages(r: &Rig, op_mod: u32) -> i32 {
 
 /// The function up to INIT_HCA with RoCE on, the RoCE source-port cap enabled, a UAR and
 /// a PD, and four MSI-X vectors.
+///
+/// Fields drop in declaration order: buffers and vectors before the rig, whose client then
+/// disconnects before its emulator stops (a connected client costs a 2 s shutdown wait).
 pub struct Hw {
-    pub r: Rig,
     pub pages: Arc<DmaBuffer>,
     pub uar: u32,
     pub pd: u32,
     pub vectors: Vec<Vector>,
     pub bufs: Vec<Arc<DmaBuffer>>,
+    pub r: Rig,
 }
 
 impl Hw {
     pub fn new() -> Hw {
-        let r = Rig::with(Options {
+        Hw::with(Options {
             boot_delay: Duration::from_millis(1),
             ..Options::default()
-        });
+        })
+    }
+
+    /// [`Hw::new`] on a firmware configured with `options`. With the `page-requests` check
+    /// on, 16 spare pages are given after INIT_HCA, so the rig's objects are charged without
+    /// page requests (`Hw::with_spares(options, 0)` for a rig that gives none).
+    pub fn with(options: Options) -> Hw {
+        let spares = if options.firmware.strictness.page_requests {
+            16
+        } else {
+            0
+        };
+        Hw::with_spares(options, spares)
+    }
+
+    /// [`Hw::with`] giving `spares` pages beyond boot + init after INIT_HCA.
+    pub fn with_spares(options: Options, spares: usize) -> Hw {
+        let r = Rig::with(options);
         r.ok(&cmd(CmdOpcode::EnableHca, 0, 0x10), OUT);
         let mut c = cmd(CmdOpcode::SetIssi, 0, 0x10);
         SetIssiIn::new_unchecked(&mut c[..])
@@ -98,12 +123,17 @@ impl Hw {
         RoceCap::new_unchecked(&mut roce[..])
             .set_sw_r_roce_src_udp_port(1)
             .unwrap();
+        // The structure only (0x100 bytes), the rest of the area zero, as K and RC send it.
         let mut set = cmd(CmdOpcode::SetHcaCap, cap_type::ROCE << 1, 0x1010);
-        set[0x10..].copy_from_slice(&roce[..0x1000]);
+        set[0x10..0x110].copy_from_slice(&roce[..0x100]);
         r.ok(&set, OUT);
         let init = query_pages(&r, query_pages_op_mod::INIT) as usize;
         give(&r, &(boot..boot + init).map(addr).collect::<Vec<_>>());
         r.ok(&cmd(CmdOpcode::InitHca, 0, 0x20), OUT);
+        let given = boot + init;
+        if spares > 0 {
+            give(&r, &(given..given + spares).map(addr).collect::<Vec<_>>());
+        }
         let mut m = cmd(CmdOpcode::ModifyNicVportContext, 0, 0x200);
         let mut v = ModifyNicVportContextIn::new_unchecked(&mut m[..]);
         v.field_select_mut().set_roce_en(1).unwrap();
@@ -182,6 +212,11 @@ impl Hw {
 
     /// CREATE_CQ of 64 CQEs on `eqn`: (cqn, ring, doorbell record).
     pub fn cq(&mut self, eqn: u32) -> Cq {
+        self.cq_with(eqn, false)
+    }
+
+    /// [`Hw::cq`] with `cqc.oi` (overrun ignore) as given.
+    pub fn cq_with(&mut self, eqn: u32, oi: bool) -> Cq {
         let ring = self.buf(4096);
         for i in 0..64 {
             ring.write(i * 64 + 63, &[0xf0]).unwrap();
@@ -194,6 +229,7 @@ impl Hw {
         x.set_uar_page(self.uar).unwrap();
         x.set_c_eqn_or_apu_element(eqn).unwrap();
         x.set_dbr_addr(dbr.iova().0).unwrap();
+        x.set_oi(u32::from(oi)).unwrap();
         v.set_pas(0, ring.iova().0).unwrap();
         let out = self.r.ok(&c, OUT);
         Cq {
@@ -314,6 +350,17 @@ pub const SQ_OFF: usize = (1 << LOG_RQ) * RQ_STRIDE;
 
 impl EmuQp {
     pub fn create(hw: &mut Hw, cq: &Cq, st: QpServiceType) -> EmuQp {
+        EmuQp::try_create(hw, cq, st, |_| {}).expect("CREATE_QP")
+    }
+
+    /// CREATE_QP with `tweak` applied to the context; the QP, or the command's (status,
+    /// syndrome).
+    pub fn try_create(
+        hw: &mut Hw,
+        cq: &Cq,
+        st: QpServiceType,
+        tweak: impl FnOnce(&mut rnic_mlx5_prm::Qpc<&mut [u8]>),
+    ) -> Result<EmuQp, (u8, u32)> {
         let wq = hw.buf(2 * 4096);
         let dbr = hw.buf(4096);
         let mut c = cmd(CmdOpcode::CreateQp, 0, 0x110 + 16);
@@ -330,16 +377,20 @@ impl EmuQp {
         q.set_cqn_rcv(cq.cqn).unwrap();
         q.set_dbr_addr(dbr.iova().0).unwrap();
         q.set_user_index(0x77).unwrap();
+        tweak(&mut q);
         v.set_pas(0, wq.iova().0).unwrap();
         v.set_pas(1, wq.iova().0 + 4096).unwrap();
-        let out = hw.r.ok(&c, OUT);
-        EmuQp {
+        let out = hw.r.exec(&c, OUT).out();
+        if status(&out) != (0, 0) {
+            return Err(status(&out));
+        }
+        Ok(EmuQp {
             qpn: CreateQpOut::new_unchecked(&out[..]).qpn(),
             wq,
             dbr,
             sq_pi: 0,
             rq_pi: 0,
-        }
+        })
     }
 
     pub fn modify(
@@ -427,6 +478,41 @@ impl EmuQp {
         (idx, u64::from_be_bytes(first))
     }
 
+    /// [`EmuQp::post`] as a BlueFlame copy: the WQE written and published, then its basic
+    /// blocks copied into UAR register half `half` with 8-byte stores, word 0 first (as
+    /// rdma-core's copy and rnic-mlx5's). Returns the WQE index.
+    pub fn post_bf(
+        &mut self,
+        hw: &Hw,
+        half: usize,
+        op: WqeOpcode,
+        signaled: bool,
+        segs: &[[u8; 16]],
+    ) -> u16 {
+        let (idx, _) = self.prepare(op, signaled, segs);
+        for (k, w) in self.wqe_words(idx, segs.len()).into_iter().enumerate() {
+            hw.uar_write64(half + 8 * k, w);
+        }
+        idx
+    }
+
+    /// The WQE at `idx` of a control segment and `segs` data segments as 8-byte words (its
+    /// basic blocks, as the ring holds them).
+    pub fn wqe_words(&self, idx: u16, segs: usize) -> Vec<u64> {
+        let bbs = (1 + segs).div_ceil(4);
+        let mut out = Vec::new();
+        for k in 0..bbs {
+            let slot = (usize::from(idx) + k) & ((1 << LOG_SQ) - 1);
+            let mut bb = [0u8; 64];
+            self.wq.read(SQ_OFF + slot * 64, &mut bb).unwrap();
+            out.extend(
+                bb.chunks(8)
+                    .map(|c| u64::from_be_bytes(c.try_into().unwrap())),
+            );
+        }
+        out
+    }
+
     /// Write a send WQE at the producer index into the ring only: neither the producer
     /// nor the doorbell record moves. Returns its index.
     pub fn write_wqe(&mut self, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> u16 {
@@ -448,10 +534,16 @@ impl EmuQp {
 
     /// Post one receive WQE (one data segment + terminator).
     pub fn post_recv(&mut self, addr: u64, len: u32, lkey: u32) -> u16 {
+        self.post_recv_segs(&[data_seg(len, lkey, addr), data_seg(0, 0x100, 0)])
+    }
+
+    /// Post one receive WQE of exactly these (at most two) data segments.
+    pub fn post_recv_segs(&mut self, segs: &[[u8; 16]]) -> u16 {
         let idx = self.rq_pi;
         let mut w = [0u8; RQ_STRIDE];
-        w[..16].copy_from_slice(&data_seg(len, lkey, addr));
-        w[16..32].copy_from_slice(&data_seg(0, 0x100, 0));
+        for (i, s) in segs.iter().enumerate() {
+            w[16 * i..16 * i + 16].copy_from_slice(s);
+        }
         let slot = usize::from(idx) & ((1 << LOG_RQ) - 1);
         self.wq.write(slot * RQ_STRIDE, &w).unwrap();
         self.rq_pi = self.rq_pi.wrapping_add(1);
@@ -611,8 +703,9 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 pub const VA: u64 = 0x7f00_0000_1000;
 
 /// Everything up to a connected RC pair: (hw, cq, comp EQ ring, qp, peer, data buffer, lkey).
+///
+/// `hw` is declared last so it drops last (see [`Hw`]).
 pub struct Pair {
-    pub hw: Hw,
     pub aeq: (u32, Arc<DmaBuffer>),
     pub cq: Cq,
     pub ceq: (u32, Arc<DmaBuffer>),
@@ -621,11 +714,20 @@ pub struct Pair {
     pub data: Arc<DmaBuffer>,
     pub lkey: u32,
     pub emu_ip: IpAddr,
+    pub hw: Hw,
 }
 
 pub fn pair() -> Pair {
+    pair_with(Options {
+        boot_delay: Duration::from_millis(1),
+        ..Options::default()
+    })
+}
+
+/// [`pair`] on a firmware configured with `options`.
+pub fn pair_with(options: Options) -> Pair {
     let (emu_ip, peer_ip) = ip_pair();
-    let mut hw = Hw::new();
+    let mut hw = Hw::with(options);
     assert_eq!(hw.set_gid(0, emu_ip), (0, 0));
     assert_eq!(hw.r.fw().bound_addresses(), vec![emu_ip]);
     let async_mask = (1u64 << EventType::PageRequest.as_raw())

@@ -81,12 +81,15 @@ pub struct Tweak {
 }
 
 /// The test rig: an emulator with firmware, and a connected client.
+///
+/// Fields drop in declaration order: the client's buffers and connection before the emulator,
+/// so its shutdown does not wait for a connected client (2 s).
 pub struct Rig {
-    pub emu: Emulator,
-    pub f: VfioUserFunction,
     pub cmdq: Arc<DmaBuffer>,
     pub inbox: Arc<DmaBuffer>,
     pub outbox: Arc<DmaBuffer>,
+    pub f: VfioUserFunction,
+    pub emu: Emulator,
     pub token: u8,
     _dir: tempfile::TempDir,
     pub path: PathBuf,
@@ -257,17 +260,38 @@ impl Rig {
 
     /// Write the command (mailboxes, then the entry) and ring the doorbell for `slot`.
     pub fn post(&self, slot: usize, input: &[u8], outlen: usize, tweak: Tweak) {
+        self.post_in(slot, input, outlen, tweak, (&self.inbox, &self.outbox));
+    }
+
+    /// A pair of mailbox chains of its own, for a command posted while another is outstanding
+    /// (`post_in`/`wait_in`): as K and RC, each slot its own mailboxes.
+    pub fn boxes(&self) -> (Arc<DmaBuffer>, Arc<DmaBuffer>) {
+        (
+            self.f.alloc_dma(BLOCKS * MAILBOX_ALIGN).unwrap(),
+            self.f.alloc_dma(BLOCKS * MAILBOX_ALIGN).unwrap(),
+        )
+    }
+
+    /// [`Rig::post`] with the input and output mailboxes of `boxes`.
+    pub fn post_in(
+        &self,
+        slot: usize,
+        input: &[u8],
+        outlen: usize,
+        tweak: Tweak,
+        (inbox, outbox): (&DmaBuffer, &DmaBuffer),
+    ) {
         let (nin, nout) = (blocks(input.len()), blocks(outlen));
         assert!(nin <= BLOCKS && nout <= BLOCKS, "test mailboxes too small");
         let token = tweak.token.unwrap_or(self.token);
         self.write_chain(
-            &self.inbox,
+            inbox,
             input.get(CMD_INLINE_BYTES..).unwrap_or(&[]),
             nin,
             (&tweak, token),
             true,
         );
-        self.write_chain(&self.outbox, &[], nout, (&tweak, token), false);
+        self.write_chain(outbox, &[], nout, (&tweak, token), false);
 
         let mut raw = [0u8; 64];
         let mut e = CmdQueueEntry::new_unchecked(&mut raw[..]);
@@ -278,10 +302,10 @@ impl Rig {
         let n = input.len().min(16);
         inline[..n].copy_from_slice(&input[..n]);
         e.set_command_input_inline_data(&inline).unwrap();
-        let (h, l) = split_ptr(tweak.in_ptr.unwrap_or(self.inbox.iova().0));
+        let (h, l) = split_ptr(tweak.in_ptr.unwrap_or(inbox.iova().0));
         e.set_input_mailbox_pointer_63_32(h).unwrap();
         e.set_input_mailbox_pointer_31_9(l).unwrap();
-        let (h, l) = split_ptr(self.outbox.iova().0);
+        let (h, l) = split_ptr(outbox.iova().0);
         e.set_output_mailbox_pointer_63_32(h).unwrap();
         e.set_output_mailbox_pointer_31_9(l).unwrap();
         e.set_output_length(outlen as u32).unwrap();
@@ -299,6 +323,11 @@ impl Rig {
     /// Poll entry `slot` until software owns it again (or `wait` passes), then collect the
     /// output.
     pub fn wait(&self, slot: usize, outlen: usize, wait: Duration) -> Reply {
+        self.wait_in(slot, outlen, wait, &self.outbox)
+    }
+
+    /// [`Rig::wait`] reading the output mailboxes `outbox`.
+    pub fn wait_in(&self, slot: usize, outlen: usize, wait: Duration, outbox: &DmaBuffer) -> Reply {
         let deadline = Instant::now() + wait;
         loop {
             let e = self.entry(slot);
@@ -310,7 +339,7 @@ impl Rig {
                 let mut out = vec![0u8; outlen.max(16)];
                 out[..16].copy_from_slice(v.command_output_inline_data());
                 for k in 0..blocks(outlen) {
-                    let b = Self::block(&self.outbox, k);
+                    let b = Self::block(outbox, k);
                     let from = 16 + k * MAILBOX_DATA_BYTES;
                     let to = (from + MAILBOX_DATA_BYTES).min(outlen);
                     let data = cmd_if_box::mailbox_data.byte_offset();

@@ -266,6 +266,36 @@ prm_struct! {
 }
 
 prm_struct! {
+    /// The PTYS register (0x5004, mlx5.md §5.2): port type and speed. Read with `local_port` and
+    /// `proto_mask` (bit 2 Ethernet, bit 0 InfiniBand) set; the Ethernet fields carry one bit per
+    /// link mode (K `enum mlx5e_link_mode`).
+    pub struct PtysReg, mod ptys_reg = "ptys_reg", size_bits: 0x200, source: Source::Ifc;
+    {
+        an_disable_admin, set_an_disable_admin: u32 [0x1, 1];
+        an_disable_cap, set_an_disable_cap: u32 [0x2, 1];
+        local_port, set_local_port: u32 [0x8, 8];
+        plane_ind, set_plane_ind: u32 [0x18, 4];
+        proto_mask, set_proto_mask: u32 [0x1d, 3];
+        an_status, set_an_status: u32 [0x20, 4];
+        data_rate_oper, set_data_rate_oper: u32 [0x30, 16];
+        ext_eth_proto_capability, set_ext_eth_proto_capability: u32 [0x40, 32];
+        eth_proto_capability, set_eth_proto_capability: u32 [0x60, 32];
+        ib_link_width_capability, set_ib_link_width_capability: u32 [0x80, 16];
+        ib_proto_capability, set_ib_proto_capability: u32 [0x90, 16];
+        ext_eth_proto_admin, set_ext_eth_proto_admin: u32 [0xa0, 32];
+        eth_proto_admin, set_eth_proto_admin: u32 [0xc0, 32];
+        ib_link_width_admin, set_ib_link_width_admin: u32 [0xe0, 16];
+        ib_proto_admin, set_ib_proto_admin: u32 [0xf0, 16];
+        ext_eth_proto_oper, set_ext_eth_proto_oper: u32 [0x100, 32];
+        eth_proto_oper, set_eth_proto_oper: u32 [0x120, 32];
+        ib_link_width_oper, set_ib_link_width_oper: u32 [0x140, 16];
+        ib_proto_oper, set_ib_proto_oper: u32 [0x150, 16];
+        connector_type, set_connector_type: u32 [0x17c, 4];
+        eth_proto_lp_advertise, set_eth_proto_lp_advertise: u32 [0x180, 32];
+    }
+}
+
+prm_struct! {
     /// QUERY_SPECIAL_CONTEXTS (0x203) input.
     pub struct QuerySpecialContextsIn, mod query_special_contexts_in = "query_special_contexts_in", size_bits: 0x80, source: Source::Ifc;
     {

@@ -18,6 +18,7 @@ prm_struct! {
         log_max_eq_sz, set_log_max_eq_sz: u32 [0xe0, 8];
         relaxed_ordering_write, set_relaxed_ordering_write: u32 [0xe8, 1];
         log_max_mkey, set_log_max_mkey: u32 [0xea, 6];
+        terminate_scatter_list_mkey, set_terminate_scatter_list_mkey: u32 [0xf6, 1];
         fast_teardown, set_fast_teardown: u32 [0xfb, 1];
         log_max_eq, set_log_max_eq: u32 [0xfc, 4];
         max_indirection, set_max_indirection: u32 [0x100, 8];

@@ -1,0 +1,125 @@
+//! UCX (Debian's `ucx-utils` 1.13, unmodified) over the drop-in:
+//! `ucx_perftest` `tag_lat` and `tag_bw` between two processes with
+//! `UCX_TLS=rc_verbs,ud_verbs` (UCX needs an auxiliary transport for wireup;
+//! the data lanes are rc_verbs, which the test checks in UCX's own log line)
+//! and with `UCX_TLS=ud_verbs`, beside UCX over TCP in the same run.
+//!
+//! What UCX needed from the drop-in (docs/verbs-abi.md, "UCX"): a character
+//! device at `/dev/infiniband/<dev_name>` (created here, as `verbs/install.sh
+//! --dev-nodes` does), shared receive queues (rc_verbs), the QP's
+//! `IBV_EVENT_QP_LAST_WQE_REACHED` when it moves to ERR, 32-bit flow labels
+//! masked to 20 bits, UD datagrams up to the port MTU.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Pair, port, require, run_pair, verbs_cmd};
+
+/// `/dev/infiniband/rnic_lo`, which UCX stats before it uses the device.
+fn dev_node() {
+    let node = Path::new("/dev/infiniband/rnic_lo");
+    if node.exists() {
+        return;
+    }
+    let root = nix::unistd::Uid::effective().is_root();
+    assert!(
+        root,
+        "UCX needs /dev/infiniband/rnic_lo: run verbs/install.sh --dev-nodes as root"
+    );
+    std::fs::create_dir_all("/dev/infiniband").unwrap();
+    // Another test binary may race us here; either link is the same.
+    let _ = std::os::unix::fs::symlink("/dev/null", node);
+    assert!(node.exists());
+}
+
+/// A `ucx_perftest` pair over `tls` running `test` with `extra` options.
+fn ucx(tls: &str, devices: &str, test: &str, extra: &[&str], base: u16) -> Pair {
+    require("ucx_perftest", "ucx-utils");
+    dev_node();
+    let p = port(base).to_string();
+    let cmd = |client: bool| {
+        let mut c = verbs_cmd("ucx_perftest");
+        c.env("UCX_TLS", tls)
+            .env("UCX_NET_DEVICES", devices)
+            .env("UCX_LOG_LEVEL", "info")
+            .env("RNIC_VERBS_QUIET", "1")
+            .args(["-p", &p]);
+        if client {
+            c.args(["127.0.0.1", "-t", test]).args(extra);
+        }
+        c
+    };
+    run_pair(cmd(false), cmd(true), port(base), Duration::from_secs(120))
+}
+
+/// The client's `Final:` line: iterations, then the figures.
+fn final_line(p: &Pair) -> Vec<f64> {
+    let (_, c) = p.stdout();
+    let line = c
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("no Final line:\n{}", p.all()));
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect()
+}
+
+/// Both sides ran `iters` iterations on `lane`, with positive figures.
+fn check(p: &Pair, iters: f64, lane: &str) {
+    assert!(p.ok(), "{}", p.all());
+    let f = final_line(p);
+    assert_eq!(f.first().copied(), Some(iters), "{}", p.all());
+    assert!(
+        f[1..].iter().all(|v| *v >= 0.0) && f[1..].iter().any(|v| *v > 0.0),
+        "{}",
+        p.all()
+    );
+    let all = p.all();
+    assert!(all.contains(lane), "UCX did not select {lane}:\n{all}");
+}
+
+#[test]
+fn ucx_perftest_over_rc_verbs() {
+    let lat = ucx(
+        "rc_verbs,ud_verbs",
+        "rnic_lo:1",
+        "tag_lat",
+        &["-n", "1000"],
+        21_000,
+    );
+    check(&lat, 1000.0, "tag(rc_verbs/rnic_lo:1)");
+    let bw = ucx(
+        "rc_verbs,ud_verbs",
+        "rnic_lo:1",
+        "tag_bw",
+        &["-n", "200", "-s", "65536"],
+        21_001,
+    );
+    check(&bw, 200.0, "rc_verbs/rnic_lo:1");
+}
+
+#[test]
+fn ucx_perftest_over_ud_verbs() {
+    let lat = ucx("ud_verbs", "rnic_lo:1", "tag_lat", &["-n", "1000"], 21_002);
+    check(&lat, 1000.0, "tag(ud_verbs/rnic_lo:1)");
+    let bw = ucx(
+        "ud_verbs",
+        "rnic_lo:1",
+        "tag_bw",
+        &["-n", "200", "-s", "65536"],
+        21_003,
+    );
+    check(&bw, 200.0, "ud_verbs/rnic_lo:1");
+}
+
+#[test]
+fn ucx_perftest_over_tcp_in_the_same_run() {
+    let lat = ucx("tcp", "lo", "tag_lat", &["-n", "1000"], 21_004);
+    check(&lat, 1000.0, "tag(tcp/lo)");
+    let bw = ucx("tcp", "lo", "tag_bw", &["-n", "200", "-s", "65536"], 21_005);
+    check(&bw, 200.0, "tcp/lo");
+}
