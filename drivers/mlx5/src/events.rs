@@ -365,21 +365,16 @@ fn serve_pages(eq: &EventQueue, pages: &Pages, want: i64) {
         pages.cant_give();
     } else if want > 0 {
         let n = want as usize;
-        match pages.give(n) {
+        match pages.give(n, true) {
             Ok(()) => {
                 count(&|c| c.pages_given += n as u64);
                 info!(pages = n, "PAGE_REQUEST served: pages given");
             }
             Err(e) => {
-                let alloc = matches!(
-                    e,
-                    Mlx5Error::SharedMemory { .. }
-                        | Mlx5Error::DmaMap { .. }
-                        | Mlx5Error::IovaExhausted { .. }
-                );
+                let told = !matches!(e, Mlx5Error::CommandTimeout { .. });
                 count(&|c| {
                     c.page_errors += 1;
-                    c.cant_give += u64::from(alloc);
+                    c.cant_give += u64::from(told);
                 });
                 error!(pages = n, %e, "PAGE_REQUEST could not be served");
             }

@@ -620,7 +620,7 @@ impl Hca {
                 ),
             });
         }
-        self.pages.give(num as usize)?;
+        self.pages.give(num as usize, false)?;
         Ok(num as u64)
     }
 

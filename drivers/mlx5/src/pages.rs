@@ -230,27 +230,29 @@ impl Pages {
     }
 
     /// Give `count` 4 KiB pages, in DMA buffers of up to
-    /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer. When memory
-    /// cannot be had the firmware is told so (CANT_GIVE, K
-    /// core/pagealloc.c:339-356) before the error returns, so a command it
-    /// holds for these pages fails instead of waiting for its timeout.
-    pub(crate) fn give(&self, count: usize) -> Result<(), Mlx5Error> {
-        if let Err(e) = self.check_budget(count) {
-            warn!(pages = count, %e, "firmware pages beyond the pinning budget: CANT_GIVE");
-            self.cant_give();
-            return Err(e);
+    /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer. For a
+    /// run-time request (`notify_fail`), a failure — memory that cannot be
+    /// had, the budget, or the firmware refusing the give — is also told to
+    /// the firmware (CANT_GIVE, K core/pagealloc.c:339-356, 389), so a
+    /// command it holds for these pages fails instead of waiting for its
+    /// timeout (audit row 1).
+    pub(crate) fn give(&self, count: usize, notify_fail: bool) -> Result<(), Mlx5Error> {
+        let r = self.give_all(count);
+        if let Err(e) = &r {
+            warn!(pages = count, %e, notify_fail, "firmware pages could not be given");
+            if notify_fail && !matches!(e, Mlx5Error::CommandTimeout { .. }) {
+                self.cant_give();
+            }
         }
+        r
+    }
+
+    fn give_all(&self, count: usize) -> Result<(), Mlx5Error> {
+        self.check_budget(count)?;
         let mut left = count;
         while left > 0 {
             let n = left.min(PAGES_PER_COMMAND);
-            let buf = match self.function.alloc_dma(n * FW_PAGE_BYTES) {
-                Ok(b) => b,
-                Err(e) => {
-                    warn!(pages = n, %e, "no memory for firmware pages: telling the firmware (CANT_GIVE)");
-                    self.cant_give();
-                    return Err(e);
-                }
-            };
+            let buf = self.function.alloc_dma(n * FW_PAGE_BYTES)?;
             let base = buf.iova().get();
             let mut cmd = self.command(n)?;
             cmd.resize(ManagePagesIn::<&[u8]>::SIZE_BYTES + 8 * n, 0);

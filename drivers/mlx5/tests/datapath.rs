@@ -20,7 +20,7 @@ use rnic_mlx5::{
     Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, Refused,
     VfioUserFunction,
 };
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5_emu::{Bar0Mapping, Emulator, Options};
 use rnic_mlx5_prm::{HealthSyndrome, QpState};
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
@@ -117,6 +117,20 @@ impl Peer {
         self.mem.read(off, &mut v).unwrap();
         v
     }
+
+    /// Another RC QP of the peer, on its PD and CQ, in RST.
+    fn another_rc(&self) -> QueuePair {
+        let caps = QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        self._pd
+            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(QpType::Rc, caps))
+            .unwrap()
+    }
 }
 
 /// Emulator, driver objects and a connected RC pair.
@@ -145,7 +159,16 @@ fn hca_options() -> HcaOptions {
 }
 
 fn up() -> (Emulator, tempfile::TempDir, Arc<Hca>) {
-    let (emu, dir) = emulator();
+    up_with(Bar0Mapping::Uc)
+}
+
+/// An emulated function whose BAR0 is `bar0` (the default emulator's is
+/// uncached, as kernel VFIO maps one), brought up with its event queue.
+fn up_with(bar0: Bar0Mapping) -> (Emulator, tempfile::TempDir, Arc<Hca>) {
+    let (emu, dir) = common::emulator_with(Options {
+        bar0,
+        ..Options::default()
+    });
     let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
     let mut hca = Hca::bring_up(f, hca_options()).unwrap();
     hca.enable_events().unwrap();
@@ -160,8 +183,13 @@ fn rig() -> Rig {
 /// [`rig`], with `holders` QPs made first (unconnected, each on a CQ of its
 /// own): the first ones take the function's exclusive BlueFlame registers.
 fn rig_after(holders: usize) -> Rig {
+    rig_with(Bar0Mapping::Uc, holders)
+}
+
+/// [`rig_after`] on an emulated BAR0 of `bar0`.
+fn rig_with(bar0: Bar0Mapping, holders: usize) -> Rig {
     let (emu_ip, peer_ip) = ip_pair();
-    let (emu, dir, hca) = up();
+    let (emu, dir, hca) = up_with(bar0);
     let gid = hca.set_gid(0, emu_ip).unwrap();
     assert_eq!(gid, v4(emu_ip));
     let holders = (0..holders)
@@ -328,7 +356,10 @@ fn rc_write_read_send_write_imm_and_atomics_byte_exact() {
     r.qp.post_send(&[w]).unwrap();
     assert_eq!(r.wait(1)[0].status, WcStatus::Success);
     assert_eq!(r.peer.bytes(5000, 8), b"8 bytes!");
-    assert!(r.qp.counters().blueflame >= 1);
+    // An uncached BAR0 (kernel VFIO's mapping): an 8-byte doorbell, never a
+    // BlueFlame copy (audit row 4).
+    assert_eq!(r.qp.counters().blueflame, 0);
+    assert!(r.qp.counters().doorbells >= 1);
 
     // READ 2048 bytes of the peer.
     let remote = pattern(2048, 11);
@@ -1046,10 +1077,11 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
 
 #[test]
 fn a_qp_sharing_its_blueflame_register_posts_through_the_doorbell_on_every_path() {
-    // Every exclusive register taken first: the QP shares one, so it has no
-    // block pair and its fast-path gate stays closed; the direct and the
-    // generic posts both go the checked way and ring the 8-byte doorbell.
-    let mut r = rig_after(rnic_mlx5_prm::UAR_NUM_BF_REGS);
+    // Write-combining BAR0, every register of its own taken first: the QP
+    // shares register 3, which never takes a BlueFlame copy (audit row 5);
+    // the direct and the generic posts both ring the 8-byte doorbell.
+    let mut r = rig_with(Bar0Mapping::Wc, rnic_mlx5::events::SHARED_BF_REG);
+    assert!(!r.qp.blueflame());
     let raddr = r.peer.mr.addr();
     let rkey = r.peer.mr.rkey();
     let before = r.qp.counters();
@@ -1093,7 +1125,8 @@ fn the_direct_fast_path_writes_inline_and_polls_send_completions() {
     assert_eq!(r.peer.bytes(6000, 8), b"8 bytes!");
     assert_eq!(r.peer.bytes(6008, 28), long);
     assert_eq!(r.qp.outstanding(), (0, 0));
-    assert_eq!(r.qp.counters().blueflame, bf + 2);
+    // Uncached BAR0: the fast path rings 8-byte doorbells (audit row 4).
+    assert_eq!(r.qp.counters().blueflame, bf);
     // A fast WRITE and a generic one complete alike through `poll`.
     r.qp.post_write_inline(22, raddr + 6100, rkey, &[7u8; 3], true)
         .unwrap();
@@ -1219,4 +1252,108 @@ fn an_unresolved_peer_mac_is_refused_at_rtr_and_a_static_entry_is_what_the_path_
     );
     drop((qp, cq));
     drop(dir);
+}
+
+/// Audit rows 4, 5 against the strict emulator's BlueFlame check. On an
+/// uncached BAR0 (what kernel VFIO gives) the driver rings only 8-byte
+/// doorbells: the emulator finds no BlueFlame body behind any of them
+/// (`bf_uncombined` 0; main's driver copied every small WQE). On a
+/// write-combining BAR0, five QPs posting from five threads at once — three
+/// with registers of their own (copies), two sharing register 3 (doorbells
+/// only) — never interleave two writers' bytes in one register
+/// (`bf_interleaved` 0), and every WRITE lands.
+#[test]
+fn blueflame_only_through_write_combining_and_never_into_a_shared_register() {
+    for bar0 in [Bar0Mapping::Uc, Bar0Mapping::Wc] {
+        let (emu_ip, peer_ip) = ip_pair();
+        let (emu, dir, hca) = up_with(bar0);
+        assert_eq!(
+            hca.info().doorbells.write_combining,
+            bar0 == Bar0Mapping::Wc,
+            "{}",
+            hca.info().doorbells
+        );
+        hca.set_gid(0, emu_ip).unwrap();
+        let peer = Peer::new(peer_ip);
+        let raddr = peer.mr.addr();
+        let rkey = peer.mr.rkey();
+        let init = InitParams {
+            access: ALL,
+            ..InitParams::default()
+        };
+        let mut ends = Vec::new();
+        let mut peer_qps = Vec::new();
+        for k in 0..5u32 {
+            let mut cq = Cq::new(&hca, 256).unwrap();
+            let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default()).unwrap();
+            let mut pqp = peer.another_rc();
+            qp.connect(
+                &init,
+                pqp.qpn(),
+                v4(peer_ip),
+                Psn::from_wire(0),
+                Psn::from_wire(0),
+                &RtrParams::default(),
+                &RtsParams::default(),
+            )
+            .unwrap();
+            pqp.to_init(&init).unwrap();
+            pqp.to_rtr(
+                qp.qpn(),
+                Psn::from_wire(0),
+                v4(emu_ip),
+                &RtrParams::default(),
+            )
+            .unwrap();
+            pqp.to_rts(Psn::from_wire(0), &RtsParams::default())
+                .unwrap();
+            peer_qps.push(pqp);
+            assert_eq!(
+                qp.blueflame(),
+                bar0 == Bar0Mapping::Wc && k < 3,
+                "QP {k} on {bar0:?}"
+            );
+            ends.push((qp, cq, k));
+        }
+        let threads: Vec<_> = ends
+            .into_iter()
+            .map(|(mut qp, mut cq, k)| {
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let at = raddr + u64::from(k) * 4096 + 8 * (i % 256);
+                        qp.post_write_inline(i, at, rkey, &(i ^ u64::from(k)).to_le_bytes(), true)
+                            .unwrap();
+                        let t = Instant::now();
+                        loop {
+                            if let Some(c) = cq.poll_send() {
+                                assert_eq!((c.wr_id(), c.status()), (i, WcStatus::Success));
+                                break;
+                            }
+                            assert!(t.elapsed() < Duration::from_secs(10), "QP {k} post {i}");
+                        }
+                    }
+                    (qp, cq)
+                })
+            })
+            .collect();
+        let ends: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for k in 0..5u64 {
+            let i = 199u64;
+            assert_eq!(
+                peer.bytes((k * 4096 + 8 * (i % 256)) as usize, 8),
+                (i ^ k).to_le_bytes(),
+                "QP {k}'s last WRITE on {bar0:?}"
+            );
+        }
+        let st = emu.firmware().unwrap().stats();
+        assert_eq!(
+            (st.bf_uncombined, st.bf_interleaved),
+            (0, 0),
+            "{bar0:?}: {st:?}"
+        );
+        drop(ends);
+        drop(hca);
+        drop(peer_qps);
+        drop((emu, dir, peer));
+    }
 }
