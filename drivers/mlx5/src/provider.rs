@@ -72,7 +72,7 @@ use rnic_core::{
     WorkCompletion,
 };
 use rnic_mlx5_prm::QpState as PrmQpState;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::wqe::{DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
@@ -814,6 +814,16 @@ impl Provider for Mlx5Provider {
             port: port_num,
             source: logged("query_port", &e),
         })?;
+        // PTYS when the firmware answers it; a function that refuses the
+        // register (a VF may) keeps the old report of 4 × 25 Gb/s.
+        let (lanes, lane_mbps) = match self.hca.link_speed() {
+            Ok(Some(mode)) => mode,
+            Ok(None) => (1, 0),
+            Err(e) => {
+                debug!(%e, "PTYS unreadable: reporting 4 x 25 Gb/s");
+                (4, 25_000)
+            }
+        };
         Ok(PortAttr {
             state: if info.roce && up {
                 PortState::Active
@@ -824,8 +834,8 @@ impl Provider for Mlx5Provider {
             active_mtu: mtu,
             gid_tbl_len: self.hca.gid_table_len(),
             link_layer: LinkLayer::Ethernet,
-            active_width: 4,
-            active_speed_mbps: 25_000,
+            active_width: lanes,
+            active_speed_mbps: lane_mbps,
             max_msg_sz: 1u32.checked_shl(info.log_max_msg).unwrap_or(u32::MAX),
         })
     }

@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rnic_core::{AccessFlags, Gid, Lkey, Rkey};
 use rnic_mlx5_prm::{
-    CmdOpcode, CreateMkeyIn, CreateMkeyOut, DeleteL2TableEntryIn, DeleteL2TableEntryOut,
-    DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND, MTT_READ_ENABLE, MTT_WRITE_ENABLE,
-    ModifyNicVportContextIn, ModifyNicVportContextOut, QueryNicVportContextIn,
-    QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut, ROCE_L3_TYPE_IPV4,
-    ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, SetL2TableEntryIn, SetL2TableEntryOut, SetRoceAddressIn,
-    SetRoceAddressOut, mkey_access_mode,
+    AccessRegisterIn, AccessRegisterOut, CmdOpcode, CreateMkeyIn, CreateMkeyOut,
+    DeleteL2TableEntryIn, DeleteL2TableEntryOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
+    MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut, PtysReg,
+    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
+    ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, SetL2TableEntryIn, SetL2TableEntryOut,
+    SetRoceAddressIn, SetRoceAddressOut, access_reg_op_mod, mkey_access_mode, ptys_proto,
+    register_id,
 };
 use tracing::{debug, info, warn};
 
@@ -27,6 +28,47 @@ fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
 
 /// QUERY_VPORT_STATE `state`: the link is up (K `MLX5_VPORT_STATE_UP`).
 const VPORT_STATE_UP: u32 = 1;
+
+/// (lanes, Mb/s per lane) of the lowest legacy Ethernet link mode bit set
+/// in a PTYS `eth_proto_*` word (K en_ethtool.c `mlx5e_ptys2ethtool`'s
+/// table: bit → mode).
+pub fn eth_link_mode(bits: u32) -> Option<(u8, u32)> {
+    const MODES: [(u32, u8, u32); 26] = [
+        (0, 1, 1_000),   // 1000BASE-CX-SGMII
+        (1, 1, 1_000),   // 1000BASE-KX
+        (2, 4, 2_500),   // 10GBASE-CX4
+        (3, 4, 2_500),   // 10GBASE-KX4
+        (4, 1, 10_000),  // 10GBASE-KR
+        (5, 2, 10_000),  // 20GBASE-KR2
+        (6, 4, 10_000),  // 40GBASE-CR4
+        (7, 4, 10_000),  // 40GBASE-KR4
+        (8, 4, 14_000),  // 56GBASE-R4
+        (12, 1, 10_000), // 10GBASE-CR
+        (13, 1, 10_000), // 10GBASE-SR
+        (14, 1, 10_000), // 10GBASE-ER
+        (15, 4, 10_000), // 40GBASE-SR4
+        (16, 4, 10_000), // 40GBASE-LR4
+        (18, 2, 25_000), // 50GBASE-SR2
+        (20, 4, 25_000), // 100GBASE-CR4
+        (21, 4, 25_000), // 100GBASE-SR4
+        (22, 4, 25_000), // 100GBASE-KR4
+        (23, 4, 25_000), // 100GBASE-LR4
+        (24, 1, 100),    // 100BASE-TX
+        (25, 1, 1_000),  // 1000BASE-T
+        (26, 1, 10_000), // 10GBASE-T
+        (27, 1, 25_000), // 25GBASE-CR
+        (28, 1, 25_000), // 25GBASE-KR
+        (29, 1, 25_000), // 25GBASE-SR
+        (30, 2, 25_000), // 50GBASE-CR2
+    ];
+    if bits & (1 << 31) != 0 {
+        return Some((2, 25_000)); // 50GBASE-KR2
+    }
+    MODES
+        .iter()
+        .find(|(bit, ..)| bits & (1 << bit) != 0)
+        .map(|&(_, lanes, mbps)| (lanes, mbps))
+}
 
 /// Bytes of one MKey translation page (the MTT's `log_page_size` = 12).
 pub const MTT_PAGE_BYTES: usize = 4096;
@@ -91,6 +133,40 @@ impl Hca {
         )?;
         let v = QueryVportStateOut::new_checked(&out[..]).map_err(prm("QUERY_VPORT_STATE"))?;
         Ok(v.state() == VPORT_STATE_UP)
+    }
+
+    /// The port's operating lanes and per-lane rate (Mb/s) from the PTYS
+    /// register's `eth_proto_oper` (ACCESS_REG 0x5004 read, Ethernet
+    /// protocols; the legacy link modes K's mlx5e maps in
+    /// `mlx5e_ptys2ethtool`); `None` when the link is down or the mode is
+    /// not one of them (audit row 8).
+    pub fn link_speed(&self) -> Result<Option<(u8, u32)>, Mlx5Error> {
+        let head = AccessRegisterIn::<&[u8]>::SIZE_BYTES;
+        let reg_len = PtysReg::<&[u8]>::SIZE_BYTES;
+        let mut cmd = vec![0u8; head + reg_len];
+        AccessRegisterIn::new_checked(&mut cmd[..])
+            .and_then(|mut v| {
+                v.set_register_id(register_id::PTYS)?;
+                v.set_argument(0)
+            })
+            .map_err(prm("ACCESS_REG PTYS"))?;
+        PtysReg::new_checked(&mut cmd[head..])
+            .and_then(|mut r| {
+                r.set_local_port(1)?;
+                r.set_proto_mask(ptys_proto::ETH)
+            })
+            .map_err(prm("ACCESS_REG PTYS"))?;
+        let out = self.exec(
+            CmdOpcode::AccessReg,
+            access_reg_op_mod::READ as u16,
+            &cmd,
+            AccessRegisterOut::<&[u8]>::SIZE_BYTES + reg_len,
+        )?;
+        let at = AccessRegisterOut::<&[u8]>::SIZE_BYTES;
+        let oper = PtysReg::new_checked(out.get(at..).unwrap_or(&[]))
+            .map_err(prm("ACCESS_REG PTYS"))?
+            .eth_proto_oper();
+        Ok(eth_link_mode(oper))
     }
 
     /// The vport's Ethernet MTU in bytes (`nic_vport_context.mtu`, mlx5.md
@@ -455,5 +531,20 @@ mod tests {
     fn mtt_entries_are_page_iovas_with_read_and_write() {
         let e: Vec<u64> = mtt_entries(0x10_0000, 8192 + 1).collect();
         assert_eq!(e, vec![0x10_0003, 0x10_1003, 0x10_2003]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptys_link_modes_give_lanes_and_lane_rate() {
+        assert_eq!(eth_link_mode(1 << 20), Some((4, 25_000)), "100GBASE-CR4");
+        assert_eq!(eth_link_mode(1 << 27), Some((1, 25_000)), "25GBASE-CR");
+        assert_eq!(eth_link_mode(1 << 6), Some((4, 10_000)), "40GBASE-CR4");
+        assert_eq!(eth_link_mode(1 << 31), Some((2, 25_000)), "50GBASE-KR2");
+        assert_eq!(eth_link_mode(0), None, "link down");
+        assert_eq!(eth_link_mode(1 << 9), None, "a reserved bit");
     }
 }

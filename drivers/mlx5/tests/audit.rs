@@ -662,3 +662,26 @@ fn row_61_63_atomics_need_the_cap_and_ra_depths_are_clamped() {
     .unwrap();
     assert_eq!(qp.query_state().unwrap(), QpState::Rts);
 }
+
+/// Row 8 through the verbs layer: `query_port` reports the link's state and
+/// its speed from PTYS (main: Active and 4 × 25 Gb/s whatever the port did).
+#[test]
+fn row_08_query_port_reports_the_link_and_its_speed() {
+    let (emu, _dir) = emulator_with(options(FirmwareOptions {
+        port_speed: rnic_mlx5_emu::PortSpeed::G25,
+        ..FirmwareOptions::default()
+    }));
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let hca = Hca::bring_up(f, hca_options()).unwrap();
+    let provider = rnic_mlx5::Mlx5Provider::new(hca).unwrap();
+    provider.set_gid(0, "127.0.0.29".parse().unwrap()).unwrap();
+    let ctx = rnic_mlx5::Mlx5Provider::context(&provider);
+    let p = ctx.query_port(1).unwrap();
+    assert_eq!(p.state, rnic_core::PortState::Active);
+    assert_eq!((p.active_width, p.active_speed_mbps), (1, 25_000));
+    assert_eq!(p.gid_tbl_len, 256);
+    assert!(emu.firmware().unwrap().faults().set_link(false));
+    let p = ctx.query_port(1).unwrap();
+    assert_eq!(p.state, rnic_core::PortState::Down);
+    assert_eq!(p.bandwidth_mbps(), 0);
+}
