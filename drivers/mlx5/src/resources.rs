@@ -532,11 +532,6 @@ mod tests {
         let e: Vec<u64> = mtt_entries(0x10_0000, 8192 + 1).collect();
         assert_eq!(e, vec![0x10_0003, 0x10_1003, 0x10_2003]);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     #[test]
     fn ptys_link_modes_give_lanes_and_lane_rate() {
