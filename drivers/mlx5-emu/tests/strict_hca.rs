@@ -8,27 +8,7 @@ mod common;
 use common::hw::*;
 use common::{Reply, Tweak};
 use rnic_mlx5_emu::firmware::exec::TERMINATE_SCATTER_KEY;
-use rnic_mlx5_emu::{FirmwareOptions, Strictness};
 use rnic_mlx5_prm::{HealthSyndrome, NicState, health_buffer, init_seg_offset};
-
-fn options(strictness: Strictness, firmware: FirmwareOptions) -> Options {
-    Options {
-        boot_delay: Duration::from_millis(1),
-        firmware: FirmwareOptions {
-            strictness,
-            ..firmware
-        },
-        ..Options::default()
-    }
-}
-
-fn strict() -> Options {
-    options(Strictness::strict(), FirmwareOptions::default())
-}
-
-fn legacy() -> Options {
-    options(Strictness::legacy(), FirmwareOptions::default())
-}
 
 fn param(s: u32) -> (u8, u32) {
     (CmdStatus::BadParam.as_raw(), s)
@@ -285,15 +265,10 @@ fn cqes_of_a_destroyed_qp_still_count_towards_a_cq_overrun() {
     assert_eq!(p.hw.r.fw().hca_stats().cq_overruns, 0, "full, not overrun");
     b.post(&p.hw, WqeOpcode::Nop, true, &[]);
     wait_for("the overrun", &p.hw, |s| s.cq_overruns == 1);
-    let mut e = [0u8; 64];
-    let found = (0..128).any(|i| {
-        p.aeq.1.read(i * 64, &mut e).unwrap();
-        let v = Eqe::new_unchecked(&e[..]);
-        v.event_type() == u32::from(EventType::CqError.as_raw())
-            && v.cq_error().cqn() == p.cq.cqn
-            && v.cq_error().syndrome() == 1
-    });
-    assert!(found, "CQ error EQE (overrun) on the async EQ");
+    assert!(
+        cq_error_seen(&p.aeq.1, p.cq.cqn),
+        "CQ error EQE (overrun) on the async EQ"
+    );
     // The driver polls everything now: the CQ stays in error, the next CQE is dropped.
     for _ in 0..64 {
         p.cq.expect();

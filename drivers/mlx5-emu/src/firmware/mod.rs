@@ -20,8 +20,14 @@
 //!   syndrome, swallow the next command (never completed), delay the next command's completion
 //!   ([`Faults::delay_next`]: executed and completed when the delay ends, by the watcher thread,
 //!   while other slots, the data path and the health counter go on), turn the next completion
-//!   of a QP into an error CQE ([`Faults::error_cqe`]), declare a fatal health syndrome
-//!   (health counter stops, commands are no longer served).
+//!   of a QP into an error CQE ([`Faults::error_cqe`]), report a health syndrome with or
+//!   without `rfr` ([`Faults::health`]), set the NIC interface state ([`Faults::nic_state`]) or
+//!   the port's link ([`Faults::set_link`]), answer MANAGE_PAGES takes with nothing
+//!   ([`Faults::take_zero`]), rewrite a reply's headers ([`Faults::rewrite_next_reply`]).
+//! - **Strictness** ([`Strictness`], issue 26): one switch per check the audit asked for —
+//!   commands held until their page request is answered (row 1), BlueFlame bodies judged
+//!   ([`bf`]), UD MTU, zero-length receive segments, fatal EQ overrun, SET_HCA_CAP payload,
+//!   `cmd_interface_rev` while initializing, CREATE_CQ `pas[]` length.
 //! - **Accounting** ([`FirmwareHandle::accounting`], [`FirmwareHandle::stats`]): pages held,
 //!   live UARs/PDs/TDs, DMA mappings; commands by opcode, errors by status, delivery errors.
 //!
