@@ -131,6 +131,55 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The host buffers registered with an engine, by start address and length.
+#[derive(Debug, Default)]
+pub(crate) struct Registrations(Mutex<Vec<(usize, usize)>>);
+
+impl Registrations {
+    /// Record `region`; `false` when it was already registered.
+    pub(crate) fn add(&self, region: &DmaRegion) -> bool {
+        let addr = region.as_ptr() as usize;
+        let mut r = lock(&self.0);
+        if r.iter().any(|(a, _)| *a == addr) {
+            return false;
+        }
+        r.push((addr, region.len()));
+        true
+    }
+
+    /// Forget `region`; `false` when it was not registered.
+    pub(crate) fn remove(&self, region: &DmaRegion) -> bool {
+        let addr = region.as_ptr() as usize;
+        let mut r = lock(&self.0);
+        let before = r.len();
+        r.retain(|(a, _)| *a != addr);
+        r.len() != before
+    }
+
+    /// `[off, off + len)` of `region` is a registered host range of engine
+    /// `engine` (named for the error).
+    pub(crate) fn check(
+        &self,
+        engine: impl FnOnce() -> String,
+        region: &DmaRegion,
+        off: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let addr = region.as_ptr() as usize;
+        let found = lock(&self.0)
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map(|&(_, l)| l);
+        match found {
+            Some(rlen) => Ok(check_range(MemAccess::Read, off, len, rlen)?),
+            None => Err(GpuError::NotRegistered {
+                engine: engine(),
+                addr,
+            }),
+        }
+    }
+}
+
 /// A [`HostEngine`] allocation: host memory standing in for VRAM.
 #[derive(Clone, Debug)]
 pub struct HostAlloc {
@@ -171,8 +220,6 @@ struct HostState {
     queue: VecDeque<(u64, Op)>,
     next: u64,
     done: u64,
-    /// Registered staging buffers: (start, len).
-    registered: Vec<(usize, usize)>,
     next_alloc: u64,
     /// Copies queued so far (for tests and reports).
     queued: u64,
@@ -181,6 +228,7 @@ struct HostState {
 /// The host-memory copy engine; see the module docs.
 pub struct HostEngine {
     state: Mutex<HostState>,
+    registered: Registrations,
     log: EngineLog,
 }
 
@@ -204,6 +252,7 @@ impl HostEngine {
                 next: 1,
                 ..HostState::default()
             }),
+            registered: Registrations::default(),
             log,
         })
     }
@@ -245,18 +294,6 @@ impl HostEngine {
         s.queued += 1;
         s.queue.push_back((seq, op));
         Fence(seq)
-    }
-
-    fn check_registered(&self, region: &DmaRegion, off: usize, len: usize) -> Result<(), GpuError> {
-        let addr = region.as_ptr() as usize;
-        let s = lock(&self.state);
-        match s.registered.iter().find(|(a, _)| *a == addr) {
-            Some(&(_, rlen)) => Ok(check_range(MemAccess::Read, off, len, rlen)?),
-            None => Err(GpuError::NotRegistered {
-                engine: "host engine".into(),
-                addr,
-            }),
-        }
     }
 }
 
@@ -304,16 +341,12 @@ unsafe impl CopyEngine for HostEngine {
     }
 
     fn register_host(&self, region: &DmaRegion) -> Result<(), GpuError> {
-        let addr = region.as_ptr() as usize;
-        let mut s = lock(&self.state);
-        if s.registered.iter().any(|(a, _)| *a == addr) {
+        if !self.registered.add(region) {
             return Err(GpuError::Unsupported {
                 what: "registering a host buffer twice",
                 why: "the range is already registered (register each staging buffer once)".into(),
             });
         }
-        s.registered.push((addr, region.len()));
-        drop(s);
         self.log
             .push(format!("register host buffer ({} bytes)", region.len()));
         Ok(())
@@ -331,11 +364,8 @@ unsafe impl CopyEngine for HostEngine {
         {
             self.run_until(&mut s, last)?;
         }
-        let before = s.registered.len();
-        s.registered.retain(|(a, _)| *a != addr);
-        let found = s.registered.len() != before;
         drop(s);
-        if !found {
+        if !self.registered.remove(region) {
             return Err(GpuError::NotRegistered {
                 engine: "host engine".into(),
                 addr,
@@ -354,7 +384,8 @@ unsafe impl CopyEngine for HostEngine {
         src_off: usize,
         len: usize,
     ) -> Result<Fence, GpuError> {
-        self.check_registered(src, src_off, len)?;
+        self.registered
+            .check(|| "host engine".into(), src, src_off, len)?;
         check_range(MemAccess::Write, dst_off, len, dst.mem.len())?;
         Ok(self.queue(Op {
             src: src.clone(),
@@ -374,7 +405,8 @@ unsafe impl CopyEngine for HostEngine {
         src_off: usize,
         len: usize,
     ) -> Result<Fence, GpuError> {
-        self.check_registered(dst, dst_off, len)?;
+        self.registered
+            .check(|| "host engine".into(), dst, dst_off, len)?;
         check_range(MemAccess::Read, src_off, len, src.mem.len())?;
         Ok(self.queue(Op {
             src: src.mem.clone(),

@@ -28,7 +28,7 @@ use rnic_core::memory::check_range;
 use rnic_dma::{DmaRegion, NodeId};
 use tracing::{debug, error, info_span};
 
-use crate::copy::{CopyEngine, Fence};
+use crate::copy::{CopyEngine, Fence, Registrations};
 use crate::driver::driver;
 use crate::error::GpuError;
 use crate::staged::{StagedMemory, StagingConfig};
@@ -232,6 +232,7 @@ impl Gpu {
                 next: 1,
                 ..Queue::default()
             }),
+            registered: Registrations::default(),
         }))
     }
 
@@ -366,8 +367,6 @@ struct Queue {
     /// alive until the copy is known done).
     inflight: VecDeque<(u64, CudaEvent, Arc<DmaRegion>)>,
     spare: Vec<CudaEvent>,
-    /// Registered host buffers: (start, len).
-    registered: Vec<(usize, usize)>,
 }
 
 /// [`CopyEngine`] over one CUDA stream of a [`Gpu`]; a fence is an event
@@ -376,6 +375,7 @@ pub struct CudaEngine {
     gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     q: Mutex<Queue>,
+    registered: Registrations,
 }
 
 impl fmt::Debug for CudaEngine {
@@ -398,14 +398,12 @@ impl CudaEngine {
     }
 
     fn check_registered(&self, region: &DmaRegion, off: usize, len: usize) -> Result<(), GpuError> {
-        let addr = region.as_ptr() as usize;
-        match lock(&self.q).registered.iter().find(|(a, _)| *a == addr) {
-            Some(&(_, rlen)) => Ok(check_range(MemAccess::Read, off, len, rlen)?),
-            None => Err(GpuError::NotRegistered {
-                engine: format!("GPU {}", self.gpu.info.ordinal),
-                addr,
-            }),
-        }
+        self.registered.check(
+            || format!("GPU {}", self.gpu.info.ordinal),
+            region,
+            off,
+            len,
+        )
     }
 
     /// Record a fence after the last queued copy, keeping `keep` alive.
@@ -489,9 +487,7 @@ unsafe impl CopyEngine for CudaEngine {
                 e,
             )
         })?;
-        lock(&self.q)
-            .registered
-            .push((region.as_ptr() as usize, region.len()));
+        self.registered.add(region);
         Ok(())
     }
 
@@ -502,8 +498,7 @@ unsafe impl CopyEngine for CudaEngine {
         unsafe { sys::cuMemHostUnregister(region.as_ptr().cast::<c_void>()) }
             .result()
             .map_err(|e| GpuError::cuda("cuMemHostUnregister", e))?;
-        let addr = region.as_ptr() as usize;
-        lock(&self.q).registered.retain(|(a, _)| *a != addr);
+        self.registered.remove(region);
         Ok(())
     }
 

@@ -208,6 +208,13 @@ impl Bar {
             .map_or(0, |w| u32::from_be(w.swap(value.to_be(), Ordering::AcqRel)))
     }
 
+    /// Atomically replace the big-endian qword with `value`; the old value (0 outside the
+    /// BAR).
+    pub fn swap64_be(&self, offset: u64, value: u64) -> u64 {
+        self.u64_at(offset)
+            .map_or(0, |w| u64::from_be(w.swap(value.to_be(), Ordering::AcqRel)))
+    }
+
     /// Replace the big-endian dword with `new` if it is `current`.
     pub fn cas32_be(&self, offset: u64, current: u32, new: u32) -> bool {
         self.u32_at(offset).is_some_and(|w| {

@@ -76,15 +76,16 @@ struct Args {
     control: Option<PathBuf>,
     /// Turn on every check of issue 26 (the audit's rows; docs/mlx5-emu.md
     /// "Issue 26"): object creation charged firmware pages with the command
-    /// held until its page request is answered, UD MTU, zero-length receive
+    /// held until its page request is answered, BlueFlame bodies judged
+    /// (uncombined on a uc BAR0, interleaved writes), UD MTU, zero-length receive
     /// segments, fatal EQ overrun, SET_HCA_CAP payload, cmd_interface_rev while
     /// initializing, CREATE_CQ pas length. Without it the emulator behaves as
     /// before them (for now the default).
     #[arg(long)]
     strict: bool,
     /// Turn off the named checks (comma-separated), after --strict:
-    /// page-requests, ud-mtu, recv-zero-length, eq-overrun, cap-payload,
-    /// cmdif-rev, cq-pas.
+    /// page-requests, blueflame, ud-mtu, recv-zero-length, eq-overrun,
+    /// cap-payload, cmdif-rev, cq-pas.
     #[arg(long, value_name = "CHECK,…")]
     lenient: Option<String>,
     /// Firmware pages each CQ, QP and MKey costs while the page-requests check

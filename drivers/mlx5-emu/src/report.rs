@@ -81,6 +81,8 @@ impl Reporter {
                     ("cq_overruns", h.cq_overruns),
                     ("link_down_drops", h.link_down_drops),
                     ("halted_drops", h.halted_drops),
+                    ("bf_uncombined", fw.stats().bf_uncombined),
+                    ("bf_interleaved", fw.stats().bf_interleaved),
                 ]
             }),
             faults: self.firmware.as_ref().map(|fw| {
@@ -168,16 +170,7 @@ impl StateReport {
         o.push_str(",\"strictness\":");
         match &self.strictness {
             None => o.push_str("null"),
-            Some(s) => {
-                o.push('{');
-                for (i, (k, on)) in s.iter().enumerate() {
-                    if i > 0 {
-                        o.push(',');
-                    }
-                    let _ = write!(o, "\"{k}\":{on}");
-                }
-                o.push('}');
-            }
+            Some(s) => push_counters(&mut o, s),
         }
         o.push('}');
         o
@@ -227,7 +220,8 @@ fn push_accounting(o: &mut String, a: Option<&Accounting>) {
     );
 }
 
-fn push_counters(o: &mut String, c: &[(&'static str, u64)]) {
+/// `{"name":value,…}` (numbers or booleans).
+fn push_counters<T: std::fmt::Display>(o: &mut String, c: &[(&'static str, T)]) {
     o.push('{');
     for (i, (k, v)) in c.iter().enumerate() {
         if i > 0 {

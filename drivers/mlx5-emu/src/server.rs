@@ -536,15 +536,16 @@ fn serve(server: &Server, dev: &Arc<Device>, stop: &AtomicBool, shared: &Shared)
     }
 }
 
-/// The watcher thread: BAR0 scans, and the firmware's delayed command completions
-/// ([`FirmwareHandle::deliver_late`]) as their delays end.
+/// The watcher thread: BAR0 scans, then the firmware's work after each
+/// ([`FirmwareHandle::after_scan`]: delayed command completions as their delays end,
+/// BlueFlame bodies judged).
 fn watch(dev: &Device, stop: &AtomicBool, fw: Option<&FirmwareHandle>) {
     let mut w = Watcher::default();
     let mut pace = Backoff::new();
     while !stop.load(Ordering::Acquire) {
         let events = {
             let _q = dev.quiesced();
-            w.scan(dev) + fw.map_or(0, |f| f.deliver_late(dev))
+            w.scan(dev) + fw.map_or(0, |f| f.after_scan(dev))
         };
         let sleep = pace.next(events);
         if sleep.is_zero() {

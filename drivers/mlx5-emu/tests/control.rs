@@ -316,7 +316,7 @@ fn strictness_flags_and_issue_26_requests() {
     let state = ctl.ok("state");
     assert!(
         state.contains(
-            "\"strictness\":{\"page-requests\":true,\"ud-mtu\":true,\"recv-zero-length\":true,\"eq-overrun\":true,\
+            "\"strictness\":{\"page-requests\":true,\"blueflame\":true,\"ud-mtu\":true,\"recv-zero-length\":true,\"eq-overrun\":true,\
              \"cap-payload\":false,\"cmdif-rev\":true,\"cq-pas\":false}"
         ),
         "{state}"

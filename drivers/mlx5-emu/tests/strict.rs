@@ -10,48 +10,15 @@ use common::hw::*;
 use common::{Reply, Tweak};
 use rnic_mlx5_emu::firmware::cmdq::ReplyRewrite;
 use rnic_mlx5_emu::firmware::exec::{CAP_TAIL_PATTERN, TERMINATE_SCATTER_KEY};
-use rnic_mlx5_emu::{Emulator, FirmwareOptions, PortSpeed, PortType, Strictness};
+use rnic_mlx5_emu::{Emulator, PortSpeed, PortType};
 use rnic_mlx5_prm::{
     AccessRegisterIn, CmdHcaCap, CmdQueueEntry, HealthSyndrome, NicState, PtysReg,
     QuerySpecialContextsOut, QueryVportStateOut, SetRoceAddressIn, access_reg_op_mod,
     access_register_in, health_buffer, init_seg_offset, initial_seg, ptys_proto, register_id,
 };
 
-fn options(strictness: Strictness, firmware: FirmwareOptions) -> Options {
-    Options {
-        boot_delay: Duration::from_millis(1),
-        firmware: FirmwareOptions {
-            strictness,
-            ..firmware
-        },
-        ..Options::default()
-    }
-}
-
-fn strict() -> Options {
-    options(Strictness::strict(), FirmwareOptions::default())
-}
-
-fn legacy() -> Options {
-    options(Strictness::legacy(), FirmwareOptions::default())
-}
-
 fn st(s: CmdStatus) -> u8 {
     s.as_raw()
-}
-
-/// ENABLE_HCA, SET_ISSI 1 and the boot pages: capabilities may be queried and set.
-fn boot(r: &Rig) -> Arc<DmaBuffer> {
-    r.ok(&cmd(CmdOpcode::EnableHca, 0, 0x10), OUT);
-    let mut c = cmd(CmdOpcode::SetIssi, 0, 0x10);
-    SetIssiIn::new_unchecked(&mut c[..])
-        .set_current_issi(1)
-        .unwrap();
-    r.ok(&c, OUT);
-    let pages = r.f.alloc_dma(64 * 4096).unwrap();
-    let n = query_pages(r, query_pages_op_mod::BOOT) as usize;
-    give(r, &(0..n).map(|i| pages.iter_page(i)).collect::<Vec<_>>());
-    pages
 }
 
 fn query_cap(r: &Rig, t: u32, current: bool) -> Vec<u8> {
@@ -275,28 +242,28 @@ fn ptys_and_vport_state_follow_the_link() {
     assert_eq!(ptys(&hw.r).2, g25);
 
     let at = access_register_in::register_data.byte_offset();
-    let refused = |c: &[u8], outlen, want| assert_eq!(hw.r.err(c, outlen), want);
+    let (rd, wr, eth) = (
+        access_reg_op_mod::READ,
+        access_reg_op_mod::WRITE,
+        ptys_proto::ETH,
+    );
     let param = |s| (st(CmdStatus::BadParam), s);
-    refused(
-        &ptys_cmd(access_reg_op_mod::READ, 2, ptys_proto::ETH),
-        at + 0x40,
-        param(syn::REGISTER_PORT),
-    );
-    refused(
-        &ptys_cmd(access_reg_op_mod::READ, 1, ptys_proto::IB),
-        at + 0x40,
-        param(syn::REGISTER_PROTO),
-    );
-    refused(
-        &ptys_cmd(access_reg_op_mod::WRITE, 1, ptys_proto::ETH),
-        at + 0x40,
-        param(syn::REGISTER_READ_ONLY),
-    );
-    refused(
-        &ptys_cmd(access_reg_op_mod::READ, 1, ptys_proto::ETH),
-        at + 0x20,
-        (st(CmdStatus::BadOutpLen), syn::REGISTER_LENGTH),
-    );
+    for ((op_mod, port, proto), outlen, want) in [
+        ((rd, 2, eth), at + 0x40, param(syn::REGISTER_PORT)),
+        (
+            (rd, 1, ptys_proto::IB),
+            at + 0x40,
+            param(syn::REGISTER_PROTO),
+        ),
+        ((wr, 1, eth), at + 0x40, param(syn::REGISTER_READ_ONLY)),
+        (
+            (rd, 1, eth),
+            at + 0x20,
+            (st(CmdStatus::BadOutpLen), syn::REGISTER_LENGTH),
+        ),
+    ] {
+        assert_eq!(hw.r.err(&ptys_cmd(op_mod, port, proto), outlen), want);
+    }
     assert_eq!(PortSpeed::G100.eth_proto_bit(), 1 << 20, "100GBASE_CR4");
 }
 

@@ -8,27 +8,7 @@ mod common;
 use common::hw::*;
 use common::{Reply, Tweak};
 use rnic_mlx5_emu::firmware::exec::TERMINATE_SCATTER_KEY;
-use rnic_mlx5_emu::{FirmwareOptions, Strictness};
 use rnic_mlx5_prm::{HealthSyndrome, NicState, health_buffer, init_seg_offset};
-
-fn options(strictness: Strictness, firmware: FirmwareOptions) -> Options {
-    Options {
-        boot_delay: Duration::from_millis(1),
-        firmware: FirmwareOptions {
-            strictness,
-            ..firmware
-        },
-        ..Options::default()
-    }
-}
-
-fn strict() -> Options {
-    options(Strictness::strict(), FirmwareOptions::default())
-}
-
-fn legacy() -> Options {
-    options(Strictness::legacy(), FirmwareOptions::default())
-}
 
 fn param(s: u32) -> (u8, u32) {
     (CmdStatus::BadParam.as_raw(), s)
@@ -285,15 +265,10 @@ fn cqes_of_a_destroyed_qp_still_count_towards_a_cq_overrun() {
     assert_eq!(p.hw.r.fw().hca_stats().cq_overruns, 0, "full, not overrun");
     b.post(&p.hw, WqeOpcode::Nop, true, &[]);
     wait_for("the overrun", &p.hw, |s| s.cq_overruns == 1);
-    let mut e = [0u8; 64];
-    let found = (0..128).any(|i| {
-        p.aeq.1.read(i * 64, &mut e).unwrap();
-        let v = Eqe::new_unchecked(&e[..]);
-        v.event_type() == u32::from(EventType::CqError.as_raw())
-            && v.cq_error().cqn() == p.cq.cqn
-            && v.cq_error().syndrome() == 1
-    });
-    assert!(found, "CQ error EQE (overrun) on the async EQ");
+    assert!(
+        cq_error_seen(&p.aeq.1, p.cq.cqn),
+        "CQ error EQE (overrun) on the async EQ"
+    );
     // The driver polls everything now: the CQ stays in error, the next CQE is dropped.
     for _ in 0..64 {
         p.cq.expect();
@@ -486,4 +461,139 @@ fn create_qp_ts_format_follows_the_roce_cap() {
             assert_eq!(r.err(), Some(param(syn::QP_CONTEXT)));
         }
     }
+}
+
+/// A WRITE of 64 bytes from the data buffer to the peer's, as a BlueFlame copy into `half`.
+fn bf_write(p: &mut Pair, half: usize, seed: u8) -> u16 {
+    p.data.write(0, &pattern(64, seed)).unwrap();
+    let (addr, rkey, lkey) = (p.peer.mr.addr(), p.peer.mr.rkey().0, p.lkey);
+    p.qp.post_bf(
+        &p.hw,
+        half,
+        WqeOpcode::RdmaWrite,
+        true,
+        &[raddr_seg(addr, rkey), data_seg(64, lkey, VA)],
+    )
+}
+
+fn bf_stats(hw: &Hw) -> (u64, u64) {
+    let s = hw.r.fw().stats();
+    (s.bf_uncombined, s.bf_interleaved)
+}
+
+/// Row 4: with `blueflame` on a BAR0 advertised uncached (the default `--bar0 uc`) a BlueFlame
+/// copy is served as an 8-byte doorbell — the WQE is read from the ring — and counted
+/// `bf_uncombined`; the body is cleared after the firmware looked. 100 copies alternating the
+/// halves, 25 at a time as fast as the test writes them: every WRITE lands, none is judged interleaved (a
+/// correct writer never is). With `--bar0 wc` the same copies are not counted. Legacy: the
+/// body is not looked at (not counted, not cleared).
+#[test]
+fn blueflame_copies_on_an_uncached_bar0_are_counted_and_served_as_doorbells() {
+    let mut p = pair_with(strict());
+    let idx = bf_write(&mut p, 0x800, 1);
+    let c = p.cq.expect();
+    assert_eq!(
+        (opcode(&c), Cqe64::new_unchecked(&c[..]).wqe_counter()),
+        (CqeOpcode::Req, u32::from(idx))
+    );
+    assert_eq!(p.peer.bytes(0, 64), pattern(64, 1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bf_stats(&p.hw).0 == 0 {
+        assert!(Instant::now() < deadline, "not counted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let uar = p.hw.r.f.uar(p.hw.uar).unwrap();
+    assert_eq!(uar.read64_be(0x808).unwrap(), 0, "the body is cleared");
+    // Four rounds of 25 (the SQ holds 64 WQEBBs), each written back to back.
+    for round in 0..4u16 {
+        for i in 0..25u16 {
+            let half = if (round * 25 + i) % 2 == 0 {
+                0x900
+            } else {
+                0x800
+            };
+            bf_write(&mut p, half, i as u8);
+        }
+        for _ in 0..25 {
+            assert_eq!(opcode(&p.cq.expect()), CqeOpcode::Req);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(60));
+    let (uncombined, interleaved) = bf_stats(&p.hw);
+    assert!(uncombined >= 2, "{uncombined}");
+    assert_eq!(interleaved, 0, "a correct writer is never interleaved");
+
+    let mut p = pair_with(Options {
+        bar0: rnic_mlx5_emu::Bar0Mapping::Wc,
+        ..strict()
+    });
+    bf_write(&mut p, 0x800, 2);
+    assert_eq!(opcode(&p.cq.expect()), CqeOpcode::Req);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        bf_stats(&p.hw),
+        (0, 0),
+        "write-combining: a copy is expected"
+    );
+
+    let mut p = pair_with(legacy());
+    bf_write(&mut p, 0x800, 3);
+    assert_eq!(opcode(&p.cq.expect()), CqeOpcode::Req);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(bf_stats(&p.hw), (0, 0));
+    let uar = p.hw.r.f.uar(p.hw.uar).unwrap();
+    assert_ne!(uar.read64_be(0x808).unwrap(), 0, "legacy: the body stays");
+}
+
+/// Row 5: two QPs' writes interleaved in one register half — QP A's copy starts (word 0 is
+/// served), QP B's 8-byte doorbell lands in the same half, then the rest of A's copy — leave
+/// B's doorbell with a body that is not B's WQE: `bf_interleaved`. Both WQEs still run (read
+/// from the ring).
+#[test]
+fn interleaved_writes_to_one_register_are_an_error() {
+    let mut p = pair_with(strict());
+    let cq = Cq {
+        cqn: p.cq.cqn,
+        ring: p.cq.ring.clone(),
+        dbr: p.cq.dbr.clone(),
+        ci: 0,
+    };
+    let mut b = rts_qp(&mut p, &cq);
+    // A: the WQE published, only word 0 of its copy written.
+    p.data.write(0, &pattern(64, 7)).unwrap();
+    let (addr, rkey, lkey) = (p.peer.mr.addr(), p.peer.mr.rkey().0, p.lkey);
+    let segs = [raddr_seg(addr, rkey), data_seg(64, lkey, VA)];
+    let (ia, bell) = p.qp.prepare(WqeOpcode::RdmaWrite, true, &segs);
+    let words = p.qp.wqe_words(ia, segs.len());
+    assert_eq!(words[0], bell);
+    p.hw.uar_write64(0x800, bell);
+    let c = p.cq.expect();
+    assert_eq!(Cqe64::new_unchecked(&c[..]).wqe_counter(), u32::from(ia));
+    // B rings the same half.
+    let (ib, bell_b) = b.prepare(WqeOpcode::Nop, true, &[]);
+    p.hw.uar_write64(0x800, bell_b);
+    let c = p.cq.expect();
+    assert_eq!(
+        (
+            Cqe64::new_unchecked(&c[..]).qpn(),
+            Cqe64::new_unchecked(&c[..]).wqe_counter()
+        ),
+        (b.qpn, u32::from(ib))
+    );
+    // The rest of A's copy.
+    for (k, w) in words.iter().enumerate().skip(1) {
+        p.hw.uar_write64(0x800 + 8 * k, *w);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bf_stats(&p.hw).1 == 0 {
+        assert!(Instant::now() < deadline, "not judged");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(bf_stats(&p.hw).1, 1);
+    assert_eq!(
+        p.peer.bytes(0, 64),
+        pattern(64, 7),
+        "A's WRITE ran from the ring"
+    );
 }

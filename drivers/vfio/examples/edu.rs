@@ -19,7 +19,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rnic_core::{Memory, PciAddr};
 use rnic_dma::numa::online_nodes;
@@ -27,15 +27,12 @@ use rnic_dma::{DmaDomain, DmaRegion, Mmio, NodeId, PagePolicy, PageSize};
 use rnic_vfio::{Interrupt, Sysfs, VfioDevice};
 
 const EDU_ID: u32 = 0x0100_00ed;
-const DMA_MASK: u64 = (1 << 28) - 1;
-const EDU_BUF: u64 = 0x4_0000;
-const LEN: usize = 2048;
-const CMD_START: u64 = 1;
-const CMD_TO_RAM: u64 = 2;
 const CMD_IRQ: u64 = 4;
 const IRQ_DMA: u32 = 0x100;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "edu_common/mod.rs"]
+mod edu_common;
+use edu_common::{CMD_TO_RAM, DMA_MASK, EDU_BUF, LEN, Res, dma};
 
 struct Report {
     failed: bool,
@@ -69,22 +66,6 @@ impl Report {
             }
         }
     }
-}
-
-/// Run one edu DMA and wait for the engine to finish (up to 10 s).
-fn dma(bar: &Mmio, src: u64, dst: u64, len: usize, cmd: u64) -> Res<Duration> {
-    let t0 = Instant::now();
-    bar.write64(0x80, src)?;
-    bar.write64(0x88, dst)?;
-    bar.write64(0x90, len as u64)?;
-    bar.write64(0x98, CMD_START | cmd)?;
-    while bar.read64(0x98)? & CMD_START != 0 {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err("edu DMA did not complete within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(t0.elapsed())
 }
 
 /// Wait for the completion MSI and acknowledge it; (eventfd count, status).

@@ -23,22 +23,17 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rnic_core::{Memory, PciAddr};
 use rnic_dma::{DmaRegion, Mmio, PagePolicy, PageSize, PeerRegion};
 use rnic_vfio::{Sysfs, VfioDevice};
 
-const DMA_MASK: u64 = (1 << 28) - 1;
-const EDU_BUF: u64 = 0x4_0000;
-/// QEMU 7.2's edu aborts on a transfer ending at its buffer's end: 2 KiB.
-const LEN: usize = 2048;
 const WINDOW: usize = 64 << 10;
 const SECOND: usize = 8192;
-const CMD_START: u64 = 1;
-const CMD_TO_RAM: u64 = 2;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "edu_common/mod.rs"]
+mod edu_common;
+use edu_common::{CMD_TO_RAM, DMA_MASK, EDU_BUF, LEN, Res, dma};
 
 /// The three patterns (the host harness recomputes them).
 fn pattern(which: u8, i: usize) -> u8 {
@@ -63,27 +58,12 @@ impl Report {
     }
 }
 
-fn dma(bar: &Mmio, src: u64, dst: u64, len: usize, cmd: u64) -> Res<()> {
-    let t0 = Instant::now();
-    bar.write64(0x80, src)?;
-    bar.write64(0x88, dst)?;
-    bar.write64(0x90, len as u64)?;
-    bar.write64(0x98, CMD_START | cmd)?;
-    while bar.read64(0x98)? & CMD_START != 0 {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err("edu DMA did not complete within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(())
-}
-
 /// Load edu's buffer with `which` (RAM → edu), then DMA it to `iova`.
 fn edu_to(edu: &Mmio, ram: &DmaRegion, which: u8, iova: u64) -> Res<()> {
     let data: Vec<u8> = (0..LEN).map(|i| pattern(which, i)).collect();
     ram.write(0, &data)?;
     dma(edu, ram.iova().0, EDU_BUF, LEN, 0)?;
-    dma(edu, EDU_BUF, iova, LEN, CMD_TO_RAM)
+    dma(edu, EDU_BUF, iova, LEN, CMD_TO_RAM).map(drop)
 }
 
 fn is(bytes: &[u8], which: u8) -> bool {

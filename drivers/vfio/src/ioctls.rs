@@ -87,6 +87,94 @@ ioctl_readwrite_bad!(
     b::vfio_iommu_type1_dma_unmap
 );
 
+// The VFIO device cdev (Linux 6.6+) and the dma-buf feature (6.19+).
+ioctl_readwrite_bad!(
+    vfio_device_feature_raw,
+    request_code_none!(T, BASE + 17),
+    b::vfio_device_feature
+);
+ioctl_readwrite_bad!(
+    vfio_device_bind_iommufd,
+    request_code_none!(T, BASE + 18),
+    b::vfio_device_bind_iommufd
+);
+ioctl_readwrite_bad!(
+    vfio_device_attach_iommufd_pt,
+    request_code_none!(T, BASE + 19),
+    b::vfio_device_attach_iommufd_pt
+);
+
+/// iommufd's ioctl type (`IOMMUFD_TYPE`, `<linux/iommufd.h>`); the commands
+/// are `_IO(IOMMUFD_TYPE, IOMMUFD_CMD_*)` with `IOMMUFD_CMD_BASE` = 0x80.
+const IOMMUFD: u8 = b';';
+
+/// `struct iommu_destroy`.
+#[repr(C)]
+pub(crate) struct IommuDestroy {
+    size: u32,
+    id: u32,
+}
+
+/// `struct iommu_ioas_alloc`.
+#[repr(C)]
+pub(crate) struct IommuIoasAlloc {
+    size: u32,
+    flags: u32,
+    out_ioas_id: u32,
+}
+
+/// `struct iommu_ioas_map_file` (40 bytes).
+#[repr(C)]
+pub(crate) struct IommuIoasMapFile {
+    size: u32,
+    flags: u32,
+    ioas_id: u32,
+    fd: i32,
+    start: u64,
+    length: u64,
+    iova: u64,
+}
+
+/// `struct iommu_ioas_unmap` (24 bytes).
+#[repr(C)]
+pub(crate) struct IommuIoasUnmap {
+    size: u32,
+    ioas_id: u32,
+    iova: u64,
+    length: u64,
+}
+
+const _: () = {
+    assert!(size_of::<IommuDestroy>() == 8);
+    assert!(size_of::<IommuIoasAlloc>() == 12);
+    assert!(size_of::<IommuIoasMapFile>() == 40);
+    assert!(size_of::<IommuIoasUnmap>() == 24);
+};
+
+ioctl_write_ptr_bad!(
+    iommu_destroy_raw,
+    request_code_none!(IOMMUFD, 0x80),
+    IommuDestroy
+);
+ioctl_readwrite_bad!(
+    iommu_ioas_alloc_raw,
+    request_code_none!(IOMMUFD, 0x81),
+    IommuIoasAlloc
+);
+ioctl_readwrite_bad!(
+    iommu_ioas_unmap_raw,
+    request_code_none!(IOMMUFD, 0x86),
+    IommuIoasUnmap
+);
+ioctl_readwrite_bad!(
+    iommu_ioas_map_file_raw,
+    request_code_none!(IOMMUFD, 0x8f),
+    IommuIoasMapFile
+);
+
+/// `IOMMU_IOAS_MAP_FIXED_IOVA | WRITEABLE | READABLE`.
+const MAP_FIXED_RW: u32 = 0b111;
+
 fn io(e: Errno) -> io::Error {
     io::Error::from(e)
 }
@@ -297,6 +385,143 @@ pub(crate) fn iommu_unmap_dma(container: BorrowedFd<'_>, iova: u64, size: u64) -
     // no dirty bitmap is requested, so nothing past it is touched.
     unsafe { vfio_iommu_unmap_dma(container.as_raw_fd(), &mut unmap) }.map_err(io)?;
     Ok(unmap.size)
+}
+
+/// `IOMMU_IOAS_ALLOC` on an iommufd: a new IO address space's id.
+pub(crate) fn iommu_ioas_alloc(iommufd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut a = IommuIoasAlloc {
+        size: size_of::<IommuIoasAlloc>() as u32,
+        flags: 0,
+        out_ioas_id: 0,
+    };
+    // SAFETY: `a` is a valid, writable iommu_ioas_alloc whose size field is
+    // its size; the kernel writes only out_ioas_id.
+    unsafe { iommu_ioas_alloc_raw(iommufd.as_raw_fd(), &mut a) }.map_err(io)?;
+    Ok(a.out_ioas_id)
+}
+
+/// `IOMMU_DESTROY` of object `id` (an IOAS).
+pub(crate) fn iommu_destroy(iommufd: BorrowedFd<'_>, id: u32) -> io::Result<()> {
+    let d = IommuDestroy {
+        size: size_of::<IommuDestroy>() as u32,
+        id,
+    };
+    // SAFETY: `d` is a valid iommu_destroy the kernel only reads.
+    unsafe { iommu_destroy_raw(iommufd.as_raw_fd(), &d) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `IOMMU_IOAS_MAP_FILE`: map `[start, start + length)` of `file` (a memfd,
+/// or since 6.19 a VFIO-exported dma-buf) at the fixed `iova`, read/write.
+/// The kernel holds its own reference to the file while mapped.
+pub(crate) fn iommu_ioas_map_file(
+    iommufd: BorrowedFd<'_>,
+    ioas: u32,
+    file: BorrowedFd<'_>,
+    start: u64,
+    length: u64,
+    iova: u64,
+) -> io::Result<()> {
+    let mut m = IommuIoasMapFile {
+        size: size_of::<IommuIoasMapFile>() as u32,
+        flags: MAP_FIXED_RW,
+        ioas_id: ioas,
+        fd: file.as_raw_fd(),
+        start,
+        length,
+        iova,
+    };
+    // SAFETY: `m` is a valid iommu_ioas_map_file whose size field is its
+    // size; the memory mapped is the file's, pinned by the kernel itself.
+    unsafe { iommu_ioas_map_file_raw(iommufd.as_raw_fd(), &mut m) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `IOMMU_IOAS_UNMAP` of `[iova, iova + length)`: the bytes unmapped.
+pub(crate) fn iommu_ioas_unmap(
+    iommufd: BorrowedFd<'_>,
+    ioas: u32,
+    iova: u64,
+    length: u64,
+) -> io::Result<u64> {
+    let mut u = IommuIoasUnmap {
+        size: size_of::<IommuIoasUnmap>() as u32,
+        ioas_id: ioas,
+        iova,
+        length,
+    };
+    // SAFETY: `u` is valid and writable; the kernel writes back `length`.
+    unsafe { iommu_ioas_unmap_raw(iommufd.as_raw_fd(), &mut u) }.map_err(io)?;
+    Ok(u.length)
+}
+
+/// `VFIO_DEVICE_BIND_IOMMUFD` on a device cdev: the device's id in the iommufd.
+pub(crate) fn device_bind_iommufd(dev: BorrowedFd<'_>, iommufd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut bind = b::vfio_device_bind_iommufd {
+        argsz: size_of::<b::vfio_device_bind_iommufd>() as u32,
+        iommufd: iommufd.as_raw_fd(),
+        ..Default::default()
+    };
+    // SAFETY: `bind` is a valid, writable struct whose argsz is its size; no
+    // token is passed (token_uuid_ptr 0).
+    unsafe { vfio_device_bind_iommufd(dev.as_raw_fd(), &mut bind) }.map_err(io)?;
+    Ok(bind.out_devid)
+}
+
+/// `VFIO_DEVICE_ATTACH_IOMMUFD_PT`: attach the bound device to IOAS `pt_id`.
+pub(crate) fn device_attach_pt(dev: BorrowedFd<'_>, pt_id: u32) -> io::Result<()> {
+    let mut at = b::vfio_device_attach_iommufd_pt {
+        argsz: size_of::<b::vfio_device_attach_iommufd_pt>() as u32,
+        pt_id,
+        ..Default::default()
+    };
+    // SAFETY: `at` is a valid, writable struct whose argsz is its size.
+    unsafe { vfio_device_attach_iommufd_pt(dev.as_raw_fd(), &mut at) }
+        .map(drop)
+        .map_err(io)
+}
+
+/// `VFIO_DEVICE_FEATURE(GET | DMA_BUF)`: export `[offset, offset + length)`
+/// of region `index` (a BAR) as a dma-buf (one range).
+pub(crate) fn device_export_dmabuf(
+    dev: BorrowedFd<'_>,
+    index: u32,
+    offset: u64,
+    length: u64,
+) -> io::Result<OwnedFd> {
+    // vfio_device_feature (8) + vfio_device_feature_dma_buf (16) + one
+    // vfio_region_dma_range (16), in 8-byte words for alignment.
+    let mut bytes = [0u8; 40];
+    let fields: [(usize, &[u8]); 8] = [
+        (0, &40u32.to_ne_bytes()), // argsz
+        (
+            4,
+            &(b::VFIO_DEVICE_FEATURE_GET | b::VFIO_DEVICE_FEATURE_DMA_BUF).to_ne_bytes(),
+        ),
+        (8, &index.to_ne_bytes()), // region_index
+        (12, &((libc::O_RDWR | libc::O_CLOEXEC) as u32).to_ne_bytes()), // open_flags
+        (16, &0u32.to_ne_bytes()), // flags
+        (20, &1u32.to_ne_bytes()), // nr_ranges
+        (24, &offset.to_ne_bytes()),
+        (32, &length.to_ne_bytes()),
+    ];
+    for (at, f) in fields {
+        bytes[at..at + f.len()].copy_from_slice(f);
+    }
+    let mut w = [0u64; 5];
+    for (word, chunk) in w.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b8 = [0u8; 8];
+        b8.copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(b8);
+    }
+    // SAFETY: `w` is 40 writable, 8-aligned bytes laid out as the feature
+    // header, its DMA_BUF payload and one range, with argsz 40.
+    let fd =
+        unsafe { vfio_device_feature_raw(dev.as_raw_fd(), w.as_mut_ptr().cast()) }.map_err(io)?;
+    // SAFETY: on success the ioctl returned a new dma-buf fd nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `pread` of exactly `buf.len()` bytes at `offset` of a device fd.

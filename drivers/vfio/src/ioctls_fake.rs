@@ -23,11 +23,46 @@ pub(crate) enum Call {
     GetDeviceFd(String),
     SetIrqs(Vec<u32>),
     Reset,
-    Map { vaddr: usize, iova: u64, size: u64 },
-    Unmap { iova: u64, size: u64 },
-    Write { offset: u64, bytes: Vec<u8> },
-    Mmap { offset: u64, len: usize },
-    Munmap { len: usize },
+    Map {
+        vaddr: usize,
+        iova: u64,
+        size: u64,
+    },
+    Unmap {
+        iova: u64,
+        size: u64,
+    },
+    Write {
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+    Mmap {
+        offset: u64,
+        len: usize,
+    },
+    Munmap {
+        len: usize,
+    },
+    IoasAlloc,
+    Destroy(u32),
+    BindIommufd,
+    AttachPt(u32),
+    ExportDmabuf {
+        index: u32,
+        offset: u64,
+        length: u64,
+    },
+    MapFile {
+        ioas: u32,
+        start: u64,
+        length: u64,
+        iova: u64,
+    },
+    IoasUnmap {
+        ioas: u32,
+        iova: u64,
+        length: u64,
+    },
 }
 
 /// What the scripted kernel answers.
@@ -48,6 +83,10 @@ pub(crate) struct Script {
     pub(crate) memlock: u64,
     /// The device file (regions at their offsets).
     pub(crate) file: Vec<u8>,
+    /// errno for the dma-buf export (a kernel before 6.19: ENOTTY).
+    pub(crate) dmabuf_errno: Option<i32>,
+    /// errno for IOMMU_IOAS_MAP_FILE (a non-VFIO dma-buf: EOPNOTSUPP).
+    pub(crate) map_file_errno: Option<i32>,
 }
 
 impl Default for Script {
@@ -101,6 +140,8 @@ impl Default for Script {
             unmap_short: None,
             memlock: 64 << 10,
             file: vec![0; 9 << 12],
+            dmabuf_errno: None,
+            map_file_errno: None,
         }
     }
 }
@@ -230,6 +271,73 @@ pub(crate) unsafe fn iommu_map_dma(
 pub(crate) fn iommu_unmap_dma(_: BorrowedFd<'_>, iova: u64, size: u64) -> io::Result<u64> {
     log(Call::Unmap { iova, size });
     Ok(with(|s| s.unmap_short).unwrap_or(size))
+}
+
+pub(crate) fn iommu_ioas_alloc(_: BorrowedFd<'_>) -> io::Result<u32> {
+    log(Call::IoasAlloc);
+    Ok(7)
+}
+
+pub(crate) fn iommu_destroy(_: BorrowedFd<'_>, id: u32) -> io::Result<()> {
+    log(Call::Destroy(id));
+    Ok(())
+}
+
+pub(crate) fn iommu_ioas_map_file(
+    _: BorrowedFd<'_>,
+    ioas: u32,
+    _file: BorrowedFd<'_>,
+    start: u64,
+    length: u64,
+    iova: u64,
+) -> io::Result<()> {
+    log(Call::MapFile {
+        ioas,
+        start,
+        length,
+        iova,
+    });
+    match with(|s| s.map_file_errno) {
+        Some(e) => Err(io::Error::from_raw_os_error(e)),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn iommu_ioas_unmap(
+    _: BorrowedFd<'_>,
+    ioas: u32,
+    iova: u64,
+    length: u64,
+) -> io::Result<u64> {
+    log(Call::IoasUnmap { ioas, iova, length });
+    Ok(length)
+}
+
+pub(crate) fn device_bind_iommufd(_: BorrowedFd<'_>, _: BorrowedFd<'_>) -> io::Result<u32> {
+    log(Call::BindIommufd);
+    Ok(3)
+}
+
+pub(crate) fn device_attach_pt(_: BorrowedFd<'_>, pt_id: u32) -> io::Result<()> {
+    log(Call::AttachPt(pt_id));
+    Ok(())
+}
+
+pub(crate) fn device_export_dmabuf(
+    _: BorrowedFd<'_>,
+    index: u32,
+    offset: u64,
+    length: u64,
+) -> io::Result<OwnedFd> {
+    log(Call::ExportDmabuf {
+        index,
+        offset,
+        length,
+    });
+    match with(|s| s.dmabuf_errno) {
+        Some(e) => Err(io::Error::from_raw_os_error(e)),
+        None => null_fd(),
+    }
 }
 
 pub(crate) fn region_read(_: BorrowedFd<'_>, offset: u64, buf: &mut [u8]) -> io::Result<()> {

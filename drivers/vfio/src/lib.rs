@@ -19,7 +19,9 @@
 //! - **Peer BAR routes** ([`peer_bar_routes`]): whether this host can put a
 //!   peer's BAR into the IOMMU domain by type1 `MAP_DMA` of a PFNMAP mapping
 //!   (rnic-dma's `PeerRegion`) or by VFIO dma-buf + iommufd `MAP_FILE`, and
-//!   what is missing for each.
+//!   what is missing for each; the iommufd/cdev path itself ([`Iommufd`],
+//!   [`CdevDevice`], [`FileMapping`]: BAR → dma-buf → `IOMMU_IOAS_MAP_FILE`),
+//!   tested on the scripted fake (no kernel here has it).
 //! - **The device** ([`VfioDevice`]): region info, BAR mmap as
 //!   [`rnic_dma::Mmio`] (the `Mmio` owns the mapping), PCI config
 //!   read/write and bus mastering, MSI/MSI-X vectors on eventfds
@@ -68,6 +70,7 @@ mod container;
 mod device;
 mod error;
 pub mod info;
+mod iommufd;
 pub mod routes;
 pub mod sysfs;
 
@@ -81,6 +84,7 @@ pub use container::{Backend, Container, FALLBACK_APERTURE, VfioMapper, ZERO_PAGE
 pub use device::{Interrupt, PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, VfioDevice};
 pub use error::VfioError;
 pub use info::{DeviceInfo, IommuInfo, IrqInfo, IrqSet, RegionInfo};
+pub use iommufd::{CdevDevice, FileMapping, Iommufd};
 pub use routes::{Route, peer_bar_routes};
 pub use sysfs::{Binding, Sysfs};
 pub use vfio_bindings::bindings::vfio::{

@@ -296,3 +296,113 @@ fn interrupts_are_routed_to_eventfds_and_bounded_by_the_device() {
         Err(VfioError::ResetUnsupported { .. })
     ));
 }
+
+/// A tree with the iommufd cdev for the edu function: `/dev/iommu`,
+/// `vfio-dev/vfio0` under the device, `/dev/vfio/devices/vfio0`.
+fn cdev_tree() -> Tree {
+    let t = edu_tree();
+    fs::write(t.root.join("dev/iommu"), "").unwrap();
+    fs::create_dir_all(
+        t.root
+            .join(format!("sys/bus/pci/devices/{EDU}/vfio-dev/vfio0")),
+    )
+    .unwrap();
+    fs::create_dir_all(t.root.join("dev/vfio/devices")).unwrap();
+    fs::write(t.root.join("dev/vfio/devices/vfio0"), "").unwrap();
+    t
+}
+
+#[test]
+fn iommufd_route_binds_attaches_exports_maps_and_unmaps_in_order() {
+    let t = cdev_tree();
+    ioctls::script(Script::default());
+    let fd = Iommufd::open_in(&t.sysfs()).unwrap();
+    assert_eq!(fd.ioas(), 7);
+    let dev = CdevDevice::open_in(&t.sysfs(), &addr(), &fd).unwrap();
+    assert_eq!(dev.devid(), 3);
+    let buf = dev.export_bar(2, 0x1000, 0x4000).unwrap();
+    let m = fd.map_file(buf, 0, 0x4000, 0x10_0000).unwrap();
+    assert_eq!((m.iova(), m.len()), (0x10_0000, 0x4000));
+    drop(fd);
+    drop(dev);
+    assert!(
+        !ioctls::calls().contains(&Call::Destroy(7)),
+        "the IOAS went while a mapping still used it"
+    );
+    drop(m);
+    assert_eq!(
+        ioctls::calls(),
+        vec![
+            Call::Open(t.root.join("dev/iommu")),
+            Call::IoasAlloc,
+            Call::Open(t.root.join("dev/vfio/devices/vfio0")),
+            Call::BindIommufd,
+            Call::AttachPt(7),
+            Call::ExportDmabuf {
+                index: 2,
+                offset: 0x1000,
+                length: 0x4000
+            },
+            Call::MapFile {
+                ioas: 7,
+                start: 0,
+                length: 0x4000,
+                iova: 0x10_0000
+            },
+            Call::IoasUnmap {
+                ioas: 7,
+                iova: 0x10_0000,
+                length: 0x4000
+            },
+            Call::Destroy(7),
+        ]
+    );
+}
+
+#[test]
+fn iommufd_route_errors_name_what_the_kernel_lacks() {
+    // No /dev/iommu.
+    let t = edu_tree();
+    ioctls::script(Script::default());
+    let e = Iommufd::open_in(&t.sysfs()).unwrap_err().to_string();
+    assert!(
+        e.contains("no /dev/iommu") && e.contains("CONFIG_IOMMUFD"),
+        "{e}"
+    );
+    // /dev/iommu but no device cdev (a 6.1 kernel).
+    fs::write(t.root.join("dev/iommu"), "").unwrap();
+    let fd = Iommufd::open_in(&t.sysfs()).unwrap();
+    let e = CdevDevice::open_in(&t.sysfs(), &addr(), &fd)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("CONFIG_VFIO_DEVICE_CDEV") && e.contains("rnicctl bind"),
+        "{e}"
+    );
+    // A cdev but no dma-buf export (before 6.19).
+    let t = cdev_tree();
+    ioctls::script(Script {
+        dmabuf_errno: Some(libc::ENOTTY),
+        map_file_errno: Some(libc::EOPNOTSUPP),
+        ..Script::default()
+    });
+    let fd = Iommufd::open_in(&t.sysfs()).unwrap();
+    let dev = CdevDevice::open_in(&t.sysfs(), &addr(), &fd).unwrap();
+    let e = dev.export_bar(2, 0, 0x1000).unwrap_err().to_string();
+    assert!(e.contains("Linux 6.19+") && e.contains("PCI_P2PDMA"), "{e}");
+    assert!(dev.export_bar(6, 0, 0x1000).is_err());
+    assert!(dev.export_bar(2, 0x10, 0x1000).is_err());
+    // A dma-buf iommufd refuses (e.g. a CUDA one): says so, maps nothing.
+    let other: std::os::fd::OwnedFd = fs::File::open("/dev/null").unwrap().into();
+    let e = fd
+        .map_file(other, 0, 0x1000, 0x2000)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("CUDA dma-buf cannot be mapped"), "{e}");
+    assert!(
+        !ioctls::calls()
+            .iter()
+            .any(|c| matches!(c, Call::IoasUnmap { .. })),
+        "nothing was mapped, so nothing is unmapped"
+    );
+}

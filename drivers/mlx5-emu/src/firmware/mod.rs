@@ -20,8 +20,14 @@
 //!   syndrome, swallow the next command (never completed), delay the next command's completion
 //!   ([`Faults::delay_next`]: executed and completed when the delay ends, by the watcher thread,
 //!   while other slots, the data path and the health counter go on), turn the next completion
-//!   of a QP into an error CQE ([`Faults::error_cqe`]), declare a fatal health syndrome
-//!   (health counter stops, commands are no longer served).
+//!   of a QP into an error CQE ([`Faults::error_cqe`]), report a health syndrome with or
+//!   without `rfr` ([`Faults::health`]), set the NIC interface state ([`Faults::nic_state`]) or
+//!   the port's link ([`Faults::set_link`]), answer MANAGE_PAGES takes with nothing
+//!   ([`Faults::take_zero`]), rewrite a reply's headers ([`Faults::rewrite_next_reply`]).
+//! - **Strictness** ([`Strictness`], issue 26): one switch per check the audit asked for —
+//!   commands held until their page request is answered (row 1), BlueFlame bodies judged
+//!   ([`bf`]), UD MTU, zero-length receive segments, fatal EQ overrun, SET_HCA_CAP payload,
+//!   `cmd_interface_rev` while initializing, CREATE_CQ `pas[]` length.
 //! - **Accounting** ([`FirmwareHandle::accounting`], [`FirmwareHandle::stats`]): pages held,
 //!   live UARs/PDs/TDs, DMA mappings; commands by opcode, errors by status, delivery errors.
 //!
@@ -31,6 +37,7 @@
 //! lock. A [`FirmwareHandle`] takes only the state, fault or stats locks, never the handler
 //! lock, so test threads can inspect the firmware while it runs.
 
+pub mod bf;
 pub mod caps;
 pub mod cmdq;
 pub mod exec;
@@ -221,6 +228,11 @@ pub struct FirmwareStats {
     pub cant_give: u64,
     /// Parked commands a reset dropped (never executed, never completed).
     pub parked_dropped: u64,
+    /// Send doorbells whose BlueFlame half held a body on a BAR0 advertised uncached
+    /// (`blueflame` check): served as 8-byte doorbells.
+    pub bf_uncombined: u64,
+    /// Send doorbells whose BlueFlame body held bytes of another write (`blueflame` check).
+    pub bf_interleaved: u64,
 }
 
 impl FirmwareStats {
@@ -323,6 +335,7 @@ struct Shared {
     stats: Mutex<FirmwareStats>,
     device: Mutex<Weak<Device>>,
     late: Mutex<Vec<Late>>,
+    bf: Mutex<bf::BfJudge>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -378,6 +391,7 @@ impl Firmware {
                 stats: Mutex::new(FirmwareStats::default()),
                 device: Mutex::new(Weak::new()),
                 late: Mutex::new(Vec::new()),
+                bf: Mutex::new(bf::BfJudge::default()),
             }),
         }
     }
@@ -473,6 +487,29 @@ impl FirmwareHandle {
     /// Delayed commands still waiting to execute ([`Faults::delay_next`]).
     pub fn late_pending(&self) -> usize {
         lock(&self.shared.late).len()
+    }
+
+    /// What the watcher runs after each scan of BAR0: [`FirmwareHandle::deliver_late`], and
+    /// the judging of BlueFlame bodies ([`bf`], the `blueflame` check). The events it handled.
+    pub fn after_scan(&self, dev: &Device) -> usize {
+        let late = self.deliver_late(dev);
+        if !dev.options().firmware.strictness.blueflame {
+            return late;
+        }
+        let uc = dev.options().bar0 == crate::device::Bar0Mapping::Uc;
+        let v = {
+            let mut j = lock(&self.shared.bf);
+            if j.is_idle() {
+                return late;
+            }
+            j.judge(dev.bar(), uc)
+        };
+        if v != bf::Verdicts::default() {
+            let mut st = lock(&self.shared.stats);
+            st.bf_uncombined += v.uncombined;
+            st.bf_interleaved += v.interleaved;
+        }
+        late
     }
 
     /// Execute and complete the delayed commands whose delay has ended ([`Faults::delay_next`]);
@@ -974,6 +1011,24 @@ impl DoorbellHandler for Firmware {
 
     fn uar_doorbell(&mut self, dev: &Device, page: u32, offset: u32, value: u64) {
         let hca = lock(&self.shared.state).hca.clone();
+        let judge = dev.options().firmware.strictness.blueflame
+            && (0x800..0x1000).contains(&offset)
+            && dev.serving();
+        if judge {
+            // Rows 4, 5: what the half holds besides the doorbell (see `bf`).
+            let expected = crate::hca::lock(&hca).bf_expected(dev, page, value);
+            let uc = dev.options().bar0 == crate::device::Bar0Mapping::Uc;
+            let qpn = (value as u32) >> 8;
+            let index = (value >> 40) as u16;
+            let v = lock(&self.shared.bf).observe(
+                dev.bar(),
+                (page, offset),
+                (qpn, index),
+                expected,
+                uc,
+            );
+            lock(&self.shared.stats).bf_uncombined += v.uncombined;
+        }
         crate::hca::lock(&hca).uar_doorbell(dev, page, offset, value);
     }
 
@@ -996,6 +1051,7 @@ impl DoorbellHandler for Firmware {
             lock(&self.shared.stats).parked_dropped += parked as u64;
             tracing::info!(parked, "commands held for pages dropped by the reset");
         }
+        lock(&self.shared.bf).clear();
         let dropped = std::mem::take(&mut *lock(&self.shared.late)).len();
         if dropped > 0 {
             lock(&self.shared.stats).late_dropped += dropped as u64;

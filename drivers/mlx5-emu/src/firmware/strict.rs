@@ -15,6 +15,10 @@ pub struct Strictness {
     /// when the pages held are short the command is held (its entry stays hardware-owned)
     /// until a MANAGE_PAGES give covers the PAGE_REQUEST the firmware posted.
     pub page_requests: bool,
+    /// Rows 4, 5: send doorbells' BlueFlame bodies are looked at: on a UC BAR0 a body is
+    /// counted `bf_uncombined` (served as an 8-byte doorbell), and in both modes a body that is
+    /// not the WQE the ring holds is counted `bf_interleaved`.
+    pub blueflame: bool,
     /// Row 6: every modify of a UD QP carries `mtu` 1..=5 and `log_msg_max` within the cap;
     /// a UD send longer than the QP's MTU is a LOCAL_LENGTH error CQE.
     pub ud_mtu: bool,
@@ -78,6 +82,8 @@ macro_rules! checks {
 checks! {
     page_requests => "page-requests", "1",
         "object creation is charged firmware pages; short, the command waits for a PAGE_REQUEST to be answered";
+    blueflame => "blueflame", "4, 5",
+        "BlueFlame bodies are looked at: uncombined ones on a UC BAR0 counted, interleaved writes counted as errors";
     ud_mtu => "ud-mtu", "6",
         "UD modifies need mtu 1..=5 and log_msg_max within the cap; a UD send above the MTU is a length error";
     recv_zero_length => "recv-zero-length", "12",

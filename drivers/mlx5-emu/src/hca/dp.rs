@@ -236,6 +236,36 @@ impl Hca {
         self.sweep_page(dev, page, qpn);
     }
 
+    /// The bytes of the WQE a send doorbell `value` on UAR page `page` names, as the SQ ring
+    /// holds them (its basic blocks, at most a BlueFlame half's 256 bytes); `None` when the
+    /// doorbell names no QP of the page or the ring cannot be read.
+    pub(crate) fn bf_expected(&self, dev: &Device, page: u32, value: u64) -> Option<Vec<u8>> {
+        let qp = self.qps.get(&((value as u32) >> 8))?;
+        if qp.uar != page || qp.no_sq {
+            return None;
+        }
+        let ring = qp.wq.as_ref()?;
+        let nbb = 1u32 << qp.log_sq;
+        let index = (value >> 40) as u16;
+        let bb = |i: u16| qp.sq_offset + u64::from(u32::from(i) & (nbb - 1)) * 64;
+        let mut ctrl = [0u8; 16];
+        if !ring.read(dev, bb(index), &mut ctrl) {
+            return None;
+        }
+        let wqebbs = WqeCtrlSeg::new_unchecked(&ctrl[..])
+            .ds()
+            .div_ceil(4)
+            .clamp(1, 4);
+        let mut w = vec![0u8; wqebbs as usize * 64];
+        for k in 0..wqebbs as usize {
+            let i = index.wrapping_add(k as u16);
+            if !ring.read(dev, bb(i), &mut w[k * 64..k * 64 + 64]) {
+                return None;
+            }
+        }
+        Some(w)
+    }
+
     /// Serve every QP of UAR page `page` (but `except`, just served) whose doorbell record's
     /// send counter is ahead of the WQEs fetched: the QPs whose doorbell may have been
     /// overwritten on a shared register (see [`Hca::sq_doorbell`]).

@@ -18,7 +18,7 @@ pub use rnic_core::{
 };
 pub use rnic_mlx5::{DmaBuffer, PciFunction, Vector};
 pub use rnic_mlx5_emu::firmware::syndrome as syn;
-pub use rnic_mlx5_emu::{Options, Phase};
+pub use rnic_mlx5_emu::{FirmwareOptions, Options, Phase, Strictness};
 pub use rnic_mlx5_prm::{
     AllocPdOut, AllocUarOut, CmdOpcode, CmdStatus, Cqe64, CqeOpcode, CqeSyndrome, CreateCqIn,
     CreateCqOut, CreateEqIn, CreateEqOut, CreateMkeyIn, CreateMkeyOut, CreateQpIn, CreateQpOut,
@@ -107,16 +107,9 @@ impl Hw {
     /// [`Hw::with`] giving `spares` pages beyond boot + init after INIT_HCA.
     pub fn with_spares(options: Options, spares: usize) -> Hw {
         let r = Rig::with(options);
-        r.ok(&cmd(CmdOpcode::EnableHca, 0, 0x10), OUT);
-        let mut c = cmd(CmdOpcode::SetIssi, 0, 0x10);
-        SetIssiIn::new_unchecked(&mut c[..])
-            .set_current_issi(1)
-            .unwrap();
-        r.ok(&c, OUT);
-        let pages = r.f.alloc_dma(64 * 4096).unwrap();
+        let pages = self::boot(&r);
         let addr = |i: usize| pages.iter_page(i);
-        let boot = query_pages(&r, query_pages_op_mod::BOOT) as usize;
-        give(&r, &(0..boot).map(addr).collect::<Vec<_>>());
+        let boot = r.fw().accounting().pages_held;
         let q = cmd(CmdOpcode::QueryHcaCap, (cap_type::ROCE << 1) | 1, 0x10);
         let out = r.ok(&q, 0x1010);
         let mut roce = out[query_hca_cap_out::cmd_hca_cap.byte_offset()..].to_vec();
@@ -478,6 +471,41 @@ impl EmuQp {
         (idx, u64::from_be_bytes(first))
     }
 
+    /// [`EmuQp::post`] as a BlueFlame copy: the WQE written and published, then its basic
+    /// blocks copied into UAR register half `half` with 8-byte stores, word 0 first (as
+    /// rdma-core's copy and rnic-mlx5's). Returns the WQE index.
+    pub fn post_bf(
+        &mut self,
+        hw: &Hw,
+        half: usize,
+        op: WqeOpcode,
+        signaled: bool,
+        segs: &[[u8; 16]],
+    ) -> u16 {
+        let (idx, _) = self.prepare(op, signaled, segs);
+        for (k, w) in self.wqe_words(idx, segs.len()).into_iter().enumerate() {
+            hw.uar_write64(half + 8 * k, w);
+        }
+        idx
+    }
+
+    /// The WQE at `idx` of a control segment and `segs` data segments as 8-byte words (its
+    /// basic blocks, as the ring holds them).
+    pub fn wqe_words(&self, idx: u16, segs: usize) -> Vec<u64> {
+        let bbs = (1 + segs).div_ceil(4);
+        let mut out = Vec::new();
+        for k in 0..bbs {
+            let slot = (usize::from(idx) + k) & ((1 << LOG_SQ) - 1);
+            let mut bb = [0u8; 64];
+            self.wq.read(SQ_OFF + slot * 64, &mut bb).unwrap();
+            out.extend(
+                bb.chunks(8)
+                    .map(|c| u64::from_be_bytes(c.try_into().unwrap())),
+            );
+        }
+        out
+    }
+
     /// Write a send WQE at the producer index into the ring only: neither the producer
     /// nor the doorbell record moves. Returns its index.
     pub fn write_wqe(&mut self, op: WqeOpcode, signaled: bool, segs: &[[u8; 16]]) -> u16 {
@@ -738,4 +766,54 @@ impl Noise {
             *x = self.next() as u8;
         }
     }
+}
+
+/// Options with `strictness` and the firmware options `firmware`, a 1 ms boot.
+pub fn options(strictness: Strictness, firmware: FirmwareOptions) -> Options {
+    Options {
+        boot_delay: Duration::from_millis(1),
+        firmware: FirmwareOptions {
+            strictness,
+            ..firmware
+        },
+        ..Options::default()
+    }
+}
+
+/// Every check of issue 26 on.
+pub fn strict() -> Options {
+    options(Strictness::strict(), FirmwareOptions::default())
+}
+
+/// Every check off: the emulator as before issue 26.
+pub fn legacy() -> Options {
+    options(Strictness::legacy(), FirmwareOptions::default())
+}
+
+/// ENABLE_HCA, SET_ISSI 1 and the boot pages (from the start of a 64-page buffer, returned):
+/// capabilities may be queried and set.
+pub fn boot(r: &Rig) -> Arc<DmaBuffer> {
+    r.ok(&cmd(CmdOpcode::EnableHca, 0, 0x10), OUT);
+    let mut c = cmd(CmdOpcode::SetIssi, 0, 0x10);
+    SetIssiIn::new_unchecked(&mut c[..])
+        .set_current_issi(1)
+        .unwrap();
+    r.ok(&c, OUT);
+    let pages = r.f.alloc_dma(64 * 4096).unwrap();
+    let n = query_pages(r, query_pages_op_mod::BOOT) as usize;
+    give(r, &(0..n).map(|i| pages.iter_page(i)).collect::<Vec<_>>());
+    pages
+}
+
+/// Whether the first 128 EQEs of `ring` hold a CQ error event (overrun, syndrome 1) for CQ
+/// `cqn`.
+pub fn cq_error_seen(ring: &DmaBuffer, cqn: u32) -> bool {
+    let mut e = [0u8; 64];
+    (0..128).any(|i| {
+        ring.read(i * 64, &mut e).unwrap();
+        let v = Eqe::new_unchecked(&e[..]);
+        v.event_type() == u32::from(EventType::CqError.as_raw())
+            && v.cq_error().cqn() == cqn
+            && v.cq_error().syndrome() == 1
+    })
 }
