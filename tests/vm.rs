@@ -1438,6 +1438,16 @@ fn host_rnicctl() -> Result<PathBuf, String> {
 /// Builds binary `bin` of workspace package `package` (dev profile) for a scenario's host
 /// side and returns it.
 fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
+    host_build(
+        &["-p", package, "--bin", bin],
+        &format!("build-{bin}.log"),
+        bin,
+    )
+}
+
+/// Runs `cargo build <args>` into the host's target directory (one build at a time, output in
+/// `log` under the results), and answers the path of `artifact` in `target/debug`.
+fn host_build(args: &[&str], log: &str, artifact: &str) -> Result<PathBuf, String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK
         .lock()
@@ -1445,10 +1455,12 @@ fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
-    let log = results_root().join(format!("build-{bin}.log"));
+    let log = results_root().join(log);
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", package, "--bin", bin, "--manifest-path"])
+        .arg("build")
+        .args(args)
+        .arg("--manifest-path")
         .arg(repo().join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .stdin(Stdio::null())
@@ -1456,10 +1468,11 @@ fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
         .stderr(out)
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
-    let path = target.join("debug").join(bin);
+    let path = target.join("debug").join(artifact);
     if !status.success() || !path.is_file() {
         return Err(format!(
-            "cargo build -p {package} --bin {bin} failed (log: {})",
+            "cargo build {} failed (log: {})",
+            args.join(" "),
             log.display()
         ));
     }
@@ -1567,32 +1580,15 @@ fn interop_perftest_rnicctl_servers_kernel_clients() {
 /// Builds the drop-in libibverbs (verbs/, dev profile) and installs it as
 /// `libibverbs.so.1` in a directory of its own, for a scenario's host side.
 fn host_verbs_dir() -> Result<PathBuf, String> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _one = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
-    std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
-    let log = results_root().join("build-rnic-verbs.log");
-    let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "rnic-verbs", "--manifest-path"])
-        .arg(repo().join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().map_err(|e| e.to_string())?)
-        .stderr(out)
-        .status()
-        .map_err(|e| format!("run cargo: {e}"))?;
-    let built = target.join("debug").join("librnic_verbs.so");
-    if !status.success() || !built.is_file() {
-        return Err(format!(
-            "cargo build -p rnic-verbs failed (log: {})",
-            log.display()
-        ));
-    }
-    let dir = target.join("debug").join("verbs-vm");
+    let built = host_build(
+        &["-p", "rnic-verbs"],
+        "build-rnic-verbs.log",
+        "librnic_verbs.so",
+    )?;
+    let Some(debug) = built.parent() else {
+        return Err(format!("{} has no parent directory", built.display()));
+    };
+    let dir = debug.join("verbs-vm");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let tmp = dir.join(".libibverbs.so.1.new");
     std::fs::copy(&built, &tmp).map_err(|e| e.to_string())?;

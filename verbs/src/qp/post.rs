@@ -361,6 +361,21 @@ fn refusal(e: &VerbsError) -> (usize, c_int) {
     }
 }
 
+/// Report request `w` as the first not posted (`*bad_wr`, when given) and
+/// `e` as the errno; returns `e`.
+///
+/// # Safety
+///
+/// `bad_wr` is NULL or writable.
+pub(crate) unsafe fn refuse<T>(bad_wr: *mut *mut T, w: *mut T, e: c_int) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller's output (checked non-NULL).
+        unsafe { bad_wr.write(w) };
+    }
+    crate::set_errno(e);
+    e
+}
+
 /// `ibv_context_ops.post_send`.
 ///
 /// # Safety
@@ -374,14 +389,8 @@ pub unsafe extern "C" fn post_send(
     // SAFETY: the caller's live QP.
     let q = unsafe { Qp::from_ptr(qp) };
     let mut inner = q.inner.lock();
-    let bad = |w: *mut ibv_send_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's output.
-            unsafe { bad_wr.write(w) };
-        }
-        crate::set_errno(e);
-        e
-    };
+    // SAFETY: the caller's `bad_wr` output.
+    let bad = |w: *mut ibv_send_wr, e: c_int| unsafe { refuse(bad_wr, w, e) };
     if wr.is_null() {
         return 0;
     }
@@ -455,14 +464,8 @@ pub unsafe extern "C" fn post_recv(
     // SAFETY: the caller's live QP.
     let q = unsafe { Qp::from_ptr(qp) };
     let mut inner = q.inner.lock();
-    let bad = |w: *mut ibv_recv_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's output.
-            unsafe { bad_wr.write(w) };
-        }
-        crate::set_errno(e);
-        e
-    };
+    // SAFETY: the caller's `bad_wr` output.
+    let bad = |w: *mut ibv_recv_wr, e: c_int| unsafe { refuse(bad_wr, w, e) };
     let mut cur = wr;
     while !cur.is_null() {
         let mut ranges = [(0u64, 0usize, 0usize); CHUNK];
