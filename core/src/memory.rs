@@ -20,9 +20,27 @@
 //! from the completion path (the CQ), not from this type. Hugepage, NUMA-placed
 //! and GPU memory come from `rnic-dma` and `rnic-gpu`, which implement the same
 //! trait.
+//!
+//! # Direct access
+//!
+//! A software transport moves bytes with system calls (`sendmsg` reads the
+//! payload, `recvmsg` places it) and with bulk copies; both work on
+//! addresses, not on a `&[u8]`. [`Memory::direct`] offers them the region's
+//! bytes as a [`DirectSpan`]: an address and a length that stay valid while
+//! the span's borrow of the memory lasts. A span can only be made from a
+//! slice of atomics ([`DirectSpan::from_words`], [`DirectSpan::from_bytes`]),
+//! i.e. from memory that is live for the borrow and that anyone may change
+//! at any time (interior mutability), so safe code cannot make a span that
+//! lies; what may then be done through its address (a kernel copy, an
+//! inline-assembly copy that the compiler cannot see into) is the business
+//! of the crate that does it (`rnic-dma`'s `copy`, `rnic-rxe`'s `sys`).
+//! Memory that is not addressable host memory (GPU memory behind a staging
+//! ring, a BAR) returns `None` and is reached through `read`/`write` only.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use thiserror::Error;
 
@@ -68,6 +86,89 @@ pub trait Memory: Send + Sync + fmt::Debug {
     /// mapped in an IOMMU.
     fn iova(&self) -> Option<Iova> {
         None
+    }
+
+    /// The region's bytes as an address range a transport may copy to and
+    /// from directly (system calls, bulk copies; see the module docs), or
+    /// `None` when they are not addressable host memory. Byte `i` of the
+    /// span is byte `i` of the region; the span is [`Memory::len`] long.
+    fn direct(&self) -> Option<DirectSpan<'_>> {
+        None
+    }
+}
+
+/// The bytes of a [`Memory`] as a raw address range (see the module docs).
+///
+/// Made only from a slice of atomics, so the range is live memory for `'a`
+/// that anyone may change at any time: no reference to its bytes exists or
+/// can be made from a span, only its address. Everything done through the
+/// address is raw-pointer work in the crate that does it.
+#[derive(Clone, Copy)]
+pub struct DirectSpan<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _memory: PhantomData<&'a [AtomicU8]>,
+}
+
+impl<'a> DirectSpan<'a> {
+    /// The first `len` bytes of `words` (byte `i` is byte `i % 8`, in memory
+    /// order, of word `i / 8`: [`HeapMemory`]'s layout); `None` when `len`
+    /// exceeds the words' bytes.
+    pub fn from_words(words: &'a [AtomicU64], len: usize) -> Option<DirectSpan<'a>> {
+        if len > words.len().checked_mul(8)? {
+            return None;
+        }
+        let ptr = NonNull::new(words.as_ptr().cast_mut().cast::<u8>())?;
+        Some(DirectSpan {
+            ptr,
+            len,
+            _memory: PhantomData,
+        })
+    }
+
+    /// All of `bytes`.
+    pub fn from_bytes(bytes: &'a [AtomicU8]) -> DirectSpan<'a> {
+        DirectSpan {
+            ptr: NonNull::from(bytes).cast::<u8>(),
+            len: bytes.len(),
+            _memory: PhantomData,
+        }
+    }
+
+    /// The address of byte 0 (raw: its bytes may change at any time).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes in the span.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` when the span has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of byte `offset` when `offset..offset + len` lies inside
+    /// the span (else the error an access of that kind reports).
+    pub fn range(
+        &self,
+        access: MemAccess,
+        offset: usize,
+        len: usize,
+    ) -> Result<*mut u8, MemoryError> {
+        check_range(access, offset, len, self.len)?;
+        Ok(self.ptr.as_ptr().wrapping_add(offset))
+    }
+}
+
+impl fmt::Debug for DirectSpan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectSpan")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -361,6 +462,10 @@ impl Memory for HeapMemory {
         check_atomic(offset, self.len)?;
         Ok(self.word(offset / 8)?.fetch_add(add, Ordering::AcqRel))
     }
+
+    fn direct(&self) -> Option<DirectSpan<'_>> {
+        DirectSpan::from_words(&self.words, self.len)
+    }
 }
 
 #[cfg(test)]
@@ -480,6 +585,40 @@ mod tests {
                 assert_eq!(bytes[w * 8 + lane], ((1_999 + lane + w) % 251) as u8);
             }
         }
+    }
+
+    #[test]
+    fn a_direct_span_covers_exactly_the_region() {
+        let mem = HeapMemory::from_bytes(&pattern(37, 4));
+        let span = mem.direct().expect("heap memory is addressable");
+        assert_eq!(span.as_ptr() as u64, mem.addr());
+        assert_eq!(span.len(), 37);
+        assert_eq!(
+            span.range(MemAccess::Read, 37, 0),
+            Ok(span.as_ptr().wrapping_add(37))
+        );
+        assert_eq!(
+            span.range(MemAccess::Write, 30, 8),
+            Err(MemoryError::OutOfRange {
+                access: MemAccess::Write,
+                offset: 30,
+                len: 8,
+                region_len: 37
+            })
+        );
+        assert!(span.range(MemAccess::Read, usize::MAX, 2).is_err());
+        let words: Vec<AtomicU64> = (0..2).map(AtomicU64::new).collect();
+        assert!(
+            DirectSpan::from_words(&words, 17).is_none(),
+            "longer than the words"
+        );
+        assert_eq!(
+            DirectSpan::from_words(&words, 16).map(|s| s.len()),
+            Some(16)
+        );
+        let bytes: Vec<AtomicU8> = (0..5).map(AtomicU8::new).collect();
+        assert_eq!(DirectSpan::from_bytes(&bytes).len(), 5);
+        assert!(HeapMemory::new(0).direct().is_some_and(|s| s.is_empty()));
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //!   [`Mapper`] (rnic-vfio implements it; [`IdentityMapper`] for the software
 //!   backend), as one RAII object handed out as `Arc<DmaRegion>`; it
 //!   implements rnic-core's [`Memory`], so providers can register it.
+//! - **Bulk copies** ([`copy`]) into and out of shared memory at `memcpy`
+//!   speed (`rep movsb` over raw pointers), and **[`OwnedBuffer`]**: an
+//!   application's own allocation (a `Vec<u8>`, a tensor's) registered as it
+//!   is and filled or read in place.
 //! - **[`Mmio`]** for device registers and the named [`barrier`]s.
 //! - **Peer BARs** ([`PeerRegion`]): a window of another PCI device's BAR
 //!   (a GPU's, an ivshmem's) mapped into a domain, unmapped from the device
@@ -35,9 +39,11 @@
 //! - A region that is registered (key table) or mapped (by its own domain)
 //!   cannot be dropped: the table holds an `Arc`, and the mapping is torn
 //!   down only by the region's `Drop`.
-//! - No `&[u8]`/`&mut [u8]` ever points into a region or a BAR; region bytes
-//!   are accessed through `&AtomicU64` words, device registers through
-//!   volatile loads and stores ([`Mmio`]).
+//! - No `&[u8]`/`&mut [u8]` made by the library ever points into a region,
+//!   a buffer or a BAR; region bytes are copied by `rep movsb` over raw
+//!   pointers ([`copy`]) and reached by atomics, device registers through
+//!   volatile loads and stores ([`Mmio`]). The application may take slices
+//!   under the documented in-place contract (`unsafe`, [`buffer`]).
 //! - A key lookup succeeds only for a live key with its current key byte, the
 //!   right PD, the granted access and a range inside the registration.
 //! - All system calls are in one module (`sys`), replaced by a scripted fake
@@ -74,6 +80,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod barrier;
+pub mod buffer;
+pub mod copy;
 mod error;
 pub mod iova;
 pub mod keys;
@@ -92,6 +100,7 @@ mod sys;
 #[path = "sys_fake.rs"]
 mod sys;
 
+pub use buffer::OwnedBuffer;
 pub use error::{DmaError, KeyError};
 pub use iova::IovaAllocator;
 pub use keys::{KeyTable, MrKeys};

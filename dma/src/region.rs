@@ -20,25 +20,27 @@
 //!
 //! # Access
 //!
-//! No `&[u8]`/`&mut [u8]` into the region is ever created: Rust would assume
-//! bytes behind them stable or unshared, and DMA breaks both. Every access
-//! goes through [`AtomicU64::from_ptr`] on the aligned, in-bounds 64-bit word
-//! holding the bytes (an `&AtomicU64` assumes nothing about its value):
-//! [`Memory::read`] and [`Memory::write`] are relaxed word loads and
-//! stores (compare-and-swap merges for partial words, so neighbouring bytes
-//! are never clobbered), and the two RDMA atomics are `fetch_add` and
-//! `compare_exchange` on the word. This matches rnic-core's `HeapMemory`
-//! byte-for-byte, and unlike volatile copies it keeps concurrent safe calls
-//! from different threads free of data races. All accesses are
+//! No `&[u8]`/`&mut [u8]` into the region is ever created by the library:
+//! Rust would assume bytes behind them stable or unshared, and DMA breaks
+//! both. [`Memory::read`] and [`Memory::write`] are bulk copies over raw
+//! pointers ([`crate::copy`]: `rep movsb`, each byte one indivisible
+//! access, so concurrent calls from any thread are race-free and never
+//! touch a byte outside their range); the two RDMA atomics are `fetch_add`
+//! and `compare_exchange` on the aligned word ([`AtomicU64::from_ptr`]; an
+//! `&AtomicU64` assumes nothing about its value). [`Memory::direct`] offers
+//! the bytes to a software transport's system calls. All accesses are
 //! bounds-checked with typed errors. Bytes the device writes while they are
-//! being read are unspecified, as with ibverbs.
+//! being read are unspecified, as with ibverbs. The application fills or
+//! reads a region in place through [`DmaRegion::as_ptr`], or as a slice
+//! under the contract of [`DmaRegion::bytes`] / [`DmaRegion::bytes_mut`]
+//! (the same as `OwnedBuffer`'s, `crate::buffer`).
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use rnic_core::memory::{check_atomic, check_range, read_words, write_words};
-use rnic_core::{Iova, MemAccess, Memory, MemoryError};
+use rnic_core::memory::{DirectSpan, check_atomic};
+use rnic_core::{Iova, Memory, MemoryError};
 use tracing::{error, info_span};
 
 use crate::error::DmaError;
@@ -108,9 +110,11 @@ pub struct DmaRegion {
 // the mapping is not tied to a thread, and dropping (unmapping) it from any
 // thread is fine.
 unsafe impl Send for DmaRegion {}
-// SAFETY: `&DmaRegion` only reaches the bytes through `&AtomicU64` words
-// (atomic, so concurrent calls from many threads are race-free) and hands out
-// the base as a raw pointer, whose use is the caller's unsafe business.
+// SAFETY: `&DmaRegion` only reaches the bytes through atomics and
+// raw-pointer copies that are indivisible per byte (`crate::copy`), so
+// concurrent calls from many threads are race-free, and hands out the base as
+// a raw pointer and slices under an unsafe contract, whose use is the
+// caller's business.
 unsafe impl Sync for DmaRegion {}
 
 /// Configures and builds a [`DmaRegion`]; from [`DmaRegion::builder`].
@@ -294,13 +298,10 @@ impl DmaRegion {
 
     /// The atomic word holding byte `pos`.
     ///
-    /// Every access to the region's bytes goes through these words: whole
-    /// words are relaxed loads and stores, partial words merge with a
-    /// compare-and-swap loop. Concurrent callers (the safe API allows any
-    /// thread at any time) therefore never race in the Rust memory model,
-    /// never clobber each other's neighbouring bytes, and the compiler can
-    /// neither assume the bytes are stable nor invent accesses, which is what
-    /// volatile would buy for device-written memory.
+    /// The RDMA atomics operate on it; concurrent callers (the safe API
+    /// allows any thread at any time) never race in the Rust memory model,
+    /// and the compiler can neither assume the word is stable nor invent
+    /// accesses, which is what volatile would buy for device-written memory.
     ///
     /// Callers must have checked `pos < self.len` (with `check_range` /
     /// `check_atomic`).
@@ -316,18 +317,41 @@ impl DmaRegion {
         unsafe { AtomicU64::from_ptr(ptr) }
     }
 
-    /// Every word holding a byte of the region (`len.div_ceil(8)` of them),
-    /// for the bulk copies ([`read_words`] / [`write_words`]: relaxed word
-    /// loads and stores, compare-and-swap merges for partial words).
-    fn words(&self) -> &[AtomicU64] {
-        let n = self.len.div_ceil(8);
-        // SAFETY: the mapping starts at the page-aligned (so 8-aligned)
-        // `base` and is `mapped_bytes` long, a multiple of the page size, so
-        // it holds `len.div_ceil(8)` whole words; it lives as long as `self`,
-        // which bounds the slice. As with `word`, the only references into
-        // the region are these `&AtomicU64`s, which assume nothing about the
-        // values (the device may change them at any time).
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), n) }
+    /// The region's bytes as atomics, for the bulk copies ([`crate::copy`])
+    /// and [`Memory::direct`].
+    fn atomics(&self) -> &[AtomicU8] {
+        // SAFETY: the mapping starts at `base` and is at least `len` bytes
+        // long; it lives as long as `self`, which bounds the slice.
+        // `AtomicU8` has `u8`'s size and alignment. As with `word`, the only
+        // references into the region are atomics, which assume nothing about
+        // the values (the device may change them at any time).
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU8>(), self.len) }
+    }
+
+    /// The bytes as a slice, to read results in place.
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives nothing writes the region: every operation
+    /// (and device DMA) that writes it has completed and none is posted, and
+    /// no peer can write it (`crate::buffer`'s contract).
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes of the live mapping; the caller guarantees
+        // nobody writes them while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+
+    /// The bytes as a mutable slice, to fill them in place.
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives nothing else reads or writes the region (no
+    /// operation or DMA naming it is posted or in flight, no peer can reach
+    /// it, no other slice of it exists).
+    #[allow(clippy::mut_from_ref)] // the contract above is what `&mut self` would prove
+    pub unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: as `bytes`, and the caller guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), self.len) }
     }
 }
 
@@ -350,13 +374,11 @@ impl Memory for DmaRegion {
     }
 
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
-        check_range(MemAccess::Read, offset, dst.len(), self.len)?;
-        read_words(self.words(), offset, dst)
+        crate::copy::read_span(&DirectSpan::from_bytes(self.atomics()), offset, dst)
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
-        check_range(MemAccess::Write, offset, src.len(), self.len)?;
-        write_words(self.words(), offset, src)
+        crate::copy::write_span(&DirectSpan::from_bytes(self.atomics()), offset, src)
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
@@ -385,6 +407,10 @@ impl Memory for DmaRegion {
     /// The IOVA, when the region is mapped through a non-identity mapper.
     fn iova(&self) -> Option<Iova> {
         (!self.res.domain.is_identity()).then_some(self.iova)
+    }
+
+    fn direct(&self) -> Option<DirectSpan<'_>> {
+        Some(DirectSpan::from_bytes(self.atomics()))
     }
 }
 

@@ -77,16 +77,21 @@ pub struct Side {
     pub ctx: Context,
     pub pd: ProtectionDomain,
     pub cq: Cq,
-    pub mem: Arc<HeapMemory>,
+    pub mem: Arc<dyn Memory>,
     pub mr: MemoryRegion,
 }
 
 impl Side {
     pub fn new(dev: RxeDevice, buf: usize, cq_depth: u32) -> Side {
+        Side::with_memory(dev, Arc::new(HeapMemory::new(buf)), cq_depth)
+    }
+
+    /// A side whose buffer is `mem` (any memory: heap, an application's
+    /// own `OwnedBuffer`, a hugepage `DmaRegion`).
+    pub fn with_memory(dev: RxeDevice, mem: Arc<dyn Memory>, cq_depth: u32) -> Side {
         let ctx = dev.context();
         let pd = ctx.alloc_pd().unwrap();
         let cq = Cq::new(ctx.create_cq(cq_depth).unwrap());
-        let mem = Arc::new(HeapMemory::new(buf));
         let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
         Side {
             dev,
