@@ -327,19 +327,20 @@ impl Cq {
         if word == self.arm_word {
             return;
         }
+        let cmd = (word >> 24) & 0xf;
+        if cmd > 1 {
+            // Not an arm: its doorbell is refused when read.
+            return;
+        }
         self.arm_word = word;
         if self.from_record.len() == 16 {
             self.from_record.remove(0);
         }
         self.from_record.push(word);
-        let cmd = (word >> 24) & 0xf;
-        let ci = word & MASK24;
-        let pending = self.pi.wrapping_sub(ci) & MASK24;
-        // Only an arm at the producer index can be outstanding here (one at an
-        // earlier index would have fired when its doorbell was read).
-        if cmd <= 1 && pending == 0 {
-            self.armed = Some(cmd == 1);
-        }
+        let pending = self.pi.wrapping_sub(word & MASK24) & MASK24;
+        // An arm behind the producer fires at once (as its doorbell would
+        // have): on this CQE, whatever its kind.
+        self.armed = Some(cmd == 1 && pending == 0);
     }
 
     /// The CQ doorbell's high dword `word` (`arm_sn << 28 | cmd << 24 | ci`): arm with
