@@ -13,15 +13,13 @@
 
 mod common;
 use common::emulator_with;
-use std::net::{IpAddr, Ipv4Addr};
+use common::peer::{ALL, Peer, ip_pair, v4};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, MemoryRegion,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RtrParams, RtsParams,
-    SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, InitParams, Memory, Psn, QpType, RecvWr, RtrParams, RtsParams, SendWr, Sge,
+    WcStatus, WorkCompletion,
 };
 use rnic_mlx5::{
     Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, Qp, QpOptions, VfioUserFunction,
@@ -29,26 +27,6 @@ use rnic_mlx5::{
 use rnic_mlx5_emu::firmware::cmdq::ReplyRewrite;
 use rnic_mlx5_emu::{Emulator, FirmwareOptions, Options, PortType};
 use rnic_mlx5_prm::{CmdOpcode, CmdStatus, HealthSyndrome, NicState, QpState};
-
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ);
-
-fn ip_pair() -> (IpAddr, IpAddr) {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    // A /24 of its own per process (datapath.rs uses 231..251).
-    let b = 210 + (std::process::id() % 20) as u8;
-    let c = (n % 250) as u8;
-    (
-        IpAddr::V4(Ipv4Addr::new(127, b, c, 1)),
-        IpAddr::V4(Ipv4Addr::new(127, b, c, 2)),
-    )
-}
-
-fn v4(ip: IpAddr) -> Gid {
-    Gid::from_ip(ip)
-}
 
 fn options(firmware: FirmwareOptions) -> Options {
     Options {
@@ -74,56 +52,6 @@ fn up(firmware: FirmwareOptions) -> (Emulator, tempfile::TempDir, Arc<Hca>) {
     (emu, dir, Arc::new(hca))
 }
 
-/// An rnic-rxe peer with one QP of `qp_type`.
-struct Peer {
-    _dev: rnic_rxe::RxeDevice,
-    _ctx: Context,
-    _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    mem: Arc<HeapMemory>,
-    mr: MemoryRegion,
-    qp: QueuePair,
-}
-
-impl Peer {
-    fn new(ip: IpAddr, qp_type: QpType) -> Peer {
-        let dev = rnic_rxe::RxeDevice::open(
-            &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
-                .with_progress(rnic_rxe::Progress::Thread),
-        )
-        .unwrap();
-        let ctx = dev.context();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256).unwrap();
-        let mem = Arc::new(HeapMemory::new(64 << 10));
-        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
-        let qp = pd
-            .create_qp(&cq, &cq, &QpInitAttr::new(qp_type, QpCaps::default()))
-            .unwrap();
-        Peer {
-            _dev: dev,
-            _ctx: ctx,
-            _pd: pd,
-            cq,
-            mem,
-            mr,
-            qp,
-        }
-    }
-
-    fn wait(&mut self) -> WorkCompletion {
-        let mut wcs = [WorkCompletion::default(); 1];
-        let t = Instant::now();
-        loop {
-            if self.cq.poll(&mut wcs).unwrap() == 1 {
-                return wcs[0];
-            }
-            assert!(t.elapsed() < Duration::from_secs(10), "peer timed out");
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-}
-
 /// An RC QP of `hca` connected to an rxe peer's.
 struct Pair {
     qp: Qp,
@@ -133,7 +61,7 @@ struct Pair {
 }
 
 fn rc_pair(hca: &Arc<Hca>) -> Pair {
-    let (emu_ip, peer_ip) = ip_pair();
+    let (emu_ip, peer_ip) = ip_pair(210);
     hca.set_gid(0, emu_ip).unwrap();
     let mut cq = Cq::new(hca, 256).unwrap();
     let mkey = Mkey::new(hca, hca.function().alloc_dma(16 * 4096).unwrap(), ALL).unwrap();
@@ -148,7 +76,7 @@ fn rc_pair(hca: &Arc<Hca>) -> Pair {
     )
     .unwrap();
     qp.use_region(&mkey);
-    let mut peer = Peer::new(peer_ip, QpType::Rc);
+    let mut peer = Peer::with(peer_ip, QpType::Rc);
     let init = InitParams {
         access: ALL,
         ..InitParams::default()
@@ -179,6 +107,30 @@ fn rc_pair(hca: &Arc<Hca>) -> Pair {
 }
 
 impl Pair {
+    /// The peer SENDs `data` (from its offset 0); our receive completion.
+    fn send_from_peer(&mut self, data: &[u8]) -> WorkCompletion {
+        self.peer.mem.write(0, data).unwrap();
+        let ps = [Sge::new(
+            self.peer.mr.addr(),
+            data.len() as u32,
+            self.peer.mr.lkey(),
+        )];
+        self.peer
+            .qp
+            .post_send(&[SendWr::send(3, &ps).signaled()])
+            .unwrap();
+        assert_eq!(self.peer.wait(1)[0].status, WcStatus::Success);
+        let mut wcs = [WorkCompletion::default(); 1];
+        let t = Instant::now();
+        while self.cq.poll(&mut wcs) == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no receive completion"
+            );
+        }
+        wcs[0]
+    }
+
     /// A signaled 8-byte inline WRITE to the peer's offset `at`, completed.
     fn write(&mut self, wr_id: u64, at: u64, bytes: &[u8; 8]) -> WcStatus {
         let raddr = self.peer.mr.addr() + at;
@@ -324,21 +276,13 @@ fn row_02_03_a_warning_keeps_the_function_running_rfr_and_nic_state_are_fatal() 
     ));
 }
 
-impl Peer {
-    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.mem.read(off, &mut v).unwrap();
-        v
-    }
-}
-
 /// Row 6: every modify of a UD QP carries `mtu` and `log_msg_max` (the
 /// strict emulator refuses one without: main's UD QPs failed at RST2INIT),
 /// and a UD message goes through.
 #[test]
 fn row_06_ud_modifies_carry_mtu_and_a_datagram_goes_through() {
     let (_emu, _dir, hca) = up(FirmwareOptions::default());
-    let (emu_ip, peer_ip) = ip_pair();
+    let (emu_ip, peer_ip) = ip_pair(210);
     hca.set_gid(0, emu_ip).unwrap();
     let mut cq = Cq::new(&hca, 512).unwrap();
     let mkey = Mkey::new(&hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
@@ -357,30 +301,9 @@ fn row_06_ud_modifies_carry_mtu_and_a_datagram_goes_through() {
         qkey,
         ..InitParams::default()
     };
-    qp.connect(
-        &init,
-        rnic_core::Qpn::from_wire(0),
-        Gid::ZERO,
-        Psn::from_wire(0),
-        Psn::from_wire(0),
-        &RtrParams::default(),
-        &RtsParams::default(),
-    )
-    .unwrap();
+    let mut peer = Peer::with(peer_ip, QpType::Ud);
+    common::peer::ud_rts(&mut qp, &mut peer, emu_ip, &init, (0, 0));
     assert_eq!(qp.query_state().unwrap(), QpState::Rts);
-    let mut peer = Peer::new(peer_ip, QpType::Ud);
-    peer.qp.to_init(&init).unwrap();
-    peer.qp
-        .to_rtr(
-            rnic_core::Qpn::from_wire(0),
-            Psn::from_wire(0),
-            v4(emu_ip),
-            &RtrParams::default(),
-        )
-        .unwrap();
-    peer.qp
-        .to_rts(Psn::from_wire(0), &RtsParams::default())
-        .unwrap();
     let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
     peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
     let s = [Sge::new(mkey.addr(), 1024, mkey.lkey())];
@@ -394,7 +317,7 @@ fn row_06_ud_modifies_carry_mtu_and_a_datagram_goes_through() {
         remote_qkey: qkey,
     });
     qp.post_send(&[w]).unwrap();
-    let wc = peer.wait();
+    let wc = peer.wait(1)[0];
     assert_eq!(
         (wc.wr_id, wc.status, wc.byte_len),
         (5, WcStatus::Success, 1024 + 40)
@@ -462,20 +385,9 @@ fn row_12_a_zero_length_receive_sge_is_skipped() {
     let lkey = pair.mkey.lkey();
     let sges = [Sge::new(addr, 0, lkey), Sge::new(addr + 64, 32, lkey)];
     pair.qp.post_recv(&[RecvWr::new(9, &sges)]).unwrap();
-    pair.peer.mem.write(0, &[0x5a; 32]).unwrap();
-    let ps = [Sge::new(pair.peer.mr.addr(), 32, pair.peer.mr.lkey())];
-    pair.peer
-        .qp
-        .post_send(&[SendWr::send(3, &ps).signaled()])
-        .unwrap();
-    assert_eq!(pair.peer.wait().status, WcStatus::Success);
-    let mut wcs = [WorkCompletion::default(); 1];
-    let t = Instant::now();
-    while pair.cq.poll(&mut wcs) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(10));
-    }
+    let wc = pair.send_from_peer(&[0x5a; 32]);
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+        (wc.wr_id, wc.status, wc.byte_len),
         (9, WcStatus::Success, 32)
     );
     let mut got = [0u8; 32];
@@ -610,19 +522,8 @@ fn row_21_the_advertised_terminator_ends_receive_lists() {
     let mut pair = rc_pair(&hca);
     let sges = [Sge::new(pair.mkey.addr(), 64, pair.mkey.lkey())];
     pair.qp.post_recv(&[RecvWr::new(4, &sges)]).unwrap();
-    pair.peer.mem.write(0, &[7u8; 16]).unwrap();
-    let ps = [Sge::new(pair.peer.mr.addr(), 16, pair.peer.mr.lkey())];
-    pair.peer
-        .qp
-        .post_send(&[SendWr::send(3, &ps).signaled()])
-        .unwrap();
-    assert_eq!(pair.peer.wait().status, WcStatus::Success);
-    let mut wcs = [WorkCompletion::default(); 1];
-    let t = Instant::now();
-    while pair.cq.poll(&mut wcs) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(10));
-    }
-    assert_eq!((wcs[0].wr_id, wcs[0].status), (4, WcStatus::Success));
+    let wc = pair.send_from_peer(&[7u8; 16]);
+    assert_eq!((wc.wr_id, wc.status), (4, WcStatus::Success));
 }
 
 /// Rows 61, 63 (the audit's OK rows with a note): without the atomic cap a
@@ -648,7 +549,7 @@ fn row_61_63_atomics_need_the_cap_and_ra_depths_are_clamped() {
     assert_eq!(qp.query_state().unwrap(), QpState::Rst);
 
     let (_emu, _dir, hca) = up(FirmwareOptions::default());
-    let (emu_ip, peer_ip) = ip_pair();
+    let (emu_ip, peer_ip) = ip_pair(210);
     hca.set_gid(0, emu_ip).unwrap();
     let mut cq = Cq::new(&hca, 512).unwrap();
     let mut qp = Qp::new(&hca, &mut cq, None, QpOptions::default()).unwrap();

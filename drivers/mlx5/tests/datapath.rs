@@ -5,16 +5,14 @@
 
 mod common;
 use common::emulator;
-use std::net::{IpAddr, Ipv4Addr};
+use common::peer::{ALL, Peer, ip_pair, pattern, v4};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, AddressVector, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory,
-    MemoryRegion, Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
-    RtrParams, RtsParams, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion,
+    AddressVector, InitParams, Memory, Mtu, Psn, QpType, RecvWr, RtrParams, RtsParams, SendFlags,
+    SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use rnic_mlx5::{
     Cq, Hca, HcaOptions, Mkey, Mlx5Error, PciFunction, PostFailure, Qp, QpOptions, Refused,
@@ -22,116 +20,6 @@ use rnic_mlx5::{
 };
 use rnic_mlx5_emu::{Bar0Mapping, Emulator, Options};
 use rnic_mlx5_prm::{HealthSyndrome, QpState};
-
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
-
-fn ip_pair() -> (IpAddr, IpAddr) {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    // A /24 of its own per process and test (the emulator's tests use 30..230).
-    let b = 231 + (std::process::id() % 20) as u8;
-    let c = (n % 250) as u8;
-    (
-        IpAddr::V4(Ipv4Addr::new(127, b, c, 1)),
-        IpAddr::V4(Ipv4Addr::new(127, b, c, 2)),
-    )
-}
-
-fn v4(ip: IpAddr) -> Gid {
-    let IpAddr::V4(a) = ip else { unreachable!() };
-    Gid::from_ipv4(a)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
-        .collect()
-}
-
-/// The rxe peer.
-struct Peer {
-    _dev: rnic_rxe::RxeDevice,
-    _ctx: Context,
-    _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    mem: Arc<HeapMemory>,
-    mr: MemoryRegion,
-    qp: QueuePair,
-}
-
-impl Peer {
-    fn new(ip: IpAddr) -> Peer {
-        Peer::with(ip, QpType::Rc)
-    }
-
-    fn with(ip: IpAddr, qp_type: QpType) -> Peer {
-        let dev = rnic_rxe::RxeDevice::open(
-            &rnic_rxe::RxeConfig::new(rnic_rxe::Target::Ip(ip))
-                .with_progress(rnic_rxe::Progress::Thread),
-        )
-        .expect("open rxe");
-        let ctx = dev.context();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256).unwrap();
-        let mem = Arc::new(HeapMemory::new(64 << 10));
-        let mr = pd.reg_mr(mem.clone(), ALL).unwrap();
-        let caps = QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 64,
-        };
-        let qp = pd
-            .create_qp(&cq, &cq, &QpInitAttr::new(qp_type, caps))
-            .unwrap();
-        Peer {
-            _dev: dev,
-            _ctx: ctx,
-            _pd: pd,
-            cq,
-            mem,
-            mr,
-            qp,
-        }
-    }
-
-    fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
-        let start = Instant::now();
-        while out.len() < n {
-            let got = self.cq.poll(&mut wcs).unwrap();
-            out.extend_from_slice(&wcs[..got]);
-            assert!(start.elapsed() < Duration::from_secs(10), "peer: {out:?}");
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        out
-    }
-
-    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.mem.read(off, &mut v).unwrap();
-        v
-    }
-
-    /// Another RC QP of the peer, on its PD and CQ, in RST.
-    fn another_rc(&self) -> QueuePair {
-        let caps = QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 64,
-        };
-        self._pd
-            .create_qp(&self.cq, &self.cq, &QpInitAttr::new(QpType::Rc, caps))
-            .unwrap()
-    }
-}
 
 /// Emulator, driver objects and a connected RC pair.
 struct Rig {
@@ -188,7 +76,7 @@ fn rig_after(holders: usize) -> Rig {
 
 /// [`rig_after`] on an emulated BAR0 of `bar0`.
 fn rig_with(bar0: Bar0Mapping, holders: usize) -> Rig {
-    let (emu_ip, peer_ip) = ip_pair();
+    let (emu_ip, peer_ip) = ip_pair(231);
     let (emu, dir, hca) = up_with(bar0);
     let gid = hca.set_gid(0, emu_ip).unwrap();
     assert_eq!(gid, v4(emu_ip));
@@ -732,7 +620,7 @@ fn teardown_in_ownership_order_leaves_the_emulator_clean() {
 
 #[test]
 fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
-    let (emu_ip, peer_ip) = ip_pair();
+    let (emu_ip, peer_ip) = ip_pair(231);
     let (emu, _dir, hca) = up();
     hca.set_gid(0, emu_ip).unwrap();
     let mut cq = Cq::new(&hca, 512).unwrap();
@@ -754,30 +642,9 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
         qkey,
         ..InitParams::default()
     };
-    qp.connect(
-        &init,
-        rnic_core::Qpn::from_wire(0),
-        Gid::ZERO,
-        Psn::from_wire(0),
-        Psn::from_wire(0x33),
-        &RtrParams::default(),
-        &RtsParams::default(),
-    )
-    .unwrap();
-    assert_eq!(qp.query_state().unwrap(), QpState::Rts);
     let mut peer = Peer::with(peer_ip, QpType::Ud);
-    peer.qp.to_init(&init).unwrap();
-    peer.qp
-        .to_rtr(
-            rnic_core::Qpn::from_wire(0),
-            Psn::from_wire(0),
-            v4(emu_ip),
-            &RtrParams::default(),
-        )
-        .unwrap();
-    peer.qp
-        .to_rts(Psn::from_wire(0x22), &RtsParams::default())
-        .unwrap();
+    common::peer::ud_rts(&mut qp, &mut peer, emu_ip, &init, (0x33, 0x22));
+    assert_eq!(qp.query_state().unwrap(), QpState::Rts);
 
     // Us → peer.
     let msg = pattern(500, 21);
@@ -835,7 +702,7 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     let back = pattern(300, 4);
     peer.mem.write(8192, &back).unwrap();
     let ps = [Sge::new(peer.mr.addr() + 8192, 300, peer.mr.lkey())];
-    let to_emu = peer._pd.create_ah(&AddressVector::new(v4(emu_ip))).unwrap();
+    let to_emu = peer.pd.create_ah(&AddressVector::new(v4(emu_ip))).unwrap();
     peer.qp
         .post_send(&[SendWr {
             wr_id: 6,
@@ -1197,7 +1064,7 @@ fn set_ci_follows_every_poll_and_the_cq_never_overruns() {
 /// function's own MAC.)
 #[test]
 fn an_unresolved_peer_mac_is_refused_at_rtr_and_a_static_entry_is_what_the_path_holds() {
-    let (emu_ip, _) = ip_pair();
+    let (emu_ip, _) = ip_pair(231);
     let (emu, dir) = emulator();
     let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
     let mut opts = hca_options();
@@ -1265,7 +1132,7 @@ fn an_unresolved_peer_mac_is_refused_at_rtr_and_a_static_entry_is_what_the_path_
 #[test]
 fn blueflame_only_through_write_combining_and_never_into_a_shared_register() {
     for bar0 in [Bar0Mapping::Uc, Bar0Mapping::Wc] {
-        let (emu_ip, peer_ip) = ip_pair();
+        let (emu_ip, peer_ip) = ip_pair(231);
         let (emu, dir, hca) = up_with(bar0);
         assert_eq!(
             hca.info().doorbells.write_combining,

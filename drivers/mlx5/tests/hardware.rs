@@ -83,26 +83,18 @@ fn loopback(hca: &Arc<Hca>, capacity: u32) -> Loop {
         ..InitParams::default()
     };
     let (an, bn) = (a.qpn(), b.qpn());
-    a.connect(
-        &init,
-        bn,
-        gid,
-        Psn::from_wire(0),
-        Psn::from_wire(0),
-        &RtrParams::default(),
-        &RtsParams::default(),
-    )
-    .unwrap();
-    b.connect(
-        &init,
-        an,
-        gid,
-        Psn::from_wire(0),
-        Psn::from_wire(0),
-        &RtrParams::default(),
-        &RtsParams::default(),
-    )
-    .unwrap();
+    for (qp, remote) in [(&mut a, bn), (&mut b, an)] {
+        qp.connect(
+            &init,
+            remote,
+            gid,
+            Psn::from_wire(0),
+            Psn::from_wire(0),
+            &RtrParams::default(),
+            &RtsParams::default(),
+        )
+        .unwrap();
+    }
     Loop {
         a,
         b,

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+pub mod peer;
+
 use rnic_mlx5::{Hca, Mlx5Error};
 use rnic_mlx5_emu::{Emulator, Options};
 use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, DeallocPdIn, DeallocPdOut};
