@@ -74,6 +74,12 @@ pub struct RxeConfig {
     /// `icrc_unverified`); `RNIC_RXE_IDENT_RECOVERY=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub ident_recovery: bool,
+    /// Payloads of at least this many bytes in memory that offers direct
+    /// access leave from it in place: the kernel's copy is the only one on
+    /// the sending side (`tx.rs`). `usize::MAX` copies every payload into
+    /// the transmit queue first. Default 512; `RNIC_RXE_TX_IN_PLACE=0`
+    /// turns it off for devices opened with [`RxeConfig::new`].
+    pub tx_in_place_min: usize,
 }
 
 impl RxeConfig {
@@ -92,7 +98,20 @@ impl RxeConfig {
             ident_tap: true,
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
+            tx_in_place_min: if env_off("RNIC_RXE_TX_IN_PLACE") {
+                usize::MAX
+            } else {
+                crate::tx::IN_PLACE_MIN
+            },
         }
+    }
+
+    /// The same, sending payloads of at least `min` bytes in place
+    /// (`usize::MAX`: never; see [`RxeConfig::tx_in_place_min`]).
+    #[must_use]
+    pub fn with_tx_in_place_min(mut self, min: usize) -> RxeConfig {
+        self.tx_in_place_min = min;
+        self
     }
 
     /// The same, sharing the addresses with other processes or not (see
@@ -140,6 +159,16 @@ impl RxeConfig {
         self.faults = faults;
         self
     }
+}
+
+/// `name` is set to `0` (or `false`/`no`/`off`).
+fn env_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    })
 }
 
 /// `RNIC_RXE_IDENT_RECOVERY=1` (or `true`/`yes`/`on`): opt in to the 15-bit
@@ -214,7 +243,7 @@ impl RxeDevice {
                 next_qpn: 0x11,
             }),
             rx: Mutex::new(RxState::new(gro, cfg.faults, cfg.ident_recovery)),
-            send: SendSockets::new(gso, cfg.per_qp_sport),
+            send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min),
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),
             next_deadline: AtomicU64::new(0),

@@ -204,60 +204,93 @@ pub fn enable_gro(fd: &impl AsFd) -> bool {
     setsockopt(fd, sockopt::UdpGroSegment, &true).is_ok()
 }
 
-/// One datagram to send: `len` bytes of the arena at `off` to `dst`; with
-/// `gso` > 0 the kernel cuts it into `gso`-byte UDP datagrams (the last may
-/// be shorter).
-#[derive(Clone, Copy, Debug)]
-pub struct TxMsg {
-    /// Offset in the arena.
-    pub off: usize,
+/// One iovec as plain integers, laid out as the kernel's `struct iovec`
+/// (base address, length), so that a transmit queue holding them stays
+/// `Send`; only [`send_iov_batch`] turns them into pointers for the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawIov {
+    /// Address of the first byte.
+    pub base: usize,
     /// Bytes.
     pub len: usize,
+}
+
+const _: () = assert!(
+    size_of::<RawIov>() == size_of::<libc::iovec>()
+        && std::mem::align_of::<RawIov>() == std::mem::align_of::<libc::iovec>()
+);
+
+/// One datagram to send: `count` iovecs of the batch's array from `first`,
+/// to `dst`; with `gso` > 0 the kernel cuts it into `gso`-byte UDP
+/// datagrams (the last may be shorter).
+#[derive(Clone, Copy, Debug)]
+pub struct TxMsg {
+    /// First iovec.
+    pub first: usize,
+    /// Iovecs.
+    pub count: usize,
     /// Destination.
     pub dst: SocketAddr,
     /// GSO segment size, 0 for a plain datagram.
     pub gso: u16,
 }
 
-/// Send up to [`BATCH`] datagrams from `arena` with one `sendmmsg`; returns
-/// how many the kernel took (the rest were not sent).
-pub fn send_batch(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
+/// Send up to [`BATCH`] datagrams gathered from `iov` with one `sendmmsg`;
+/// returns how many the kernel took (the rest were not sent).
+///
+/// # Safety
+///
+/// Every iovec the messages name is valid for reads of its length for the
+/// whole call (the transmit queue's arena, or registered memory whose
+/// owner the queue holds and whose direct span is borrowed across the
+/// call). The kernel only reads them.
+pub unsafe fn send_iov_batch(
+    fd: BorrowedFd<'_>,
+    msgs: &[TxMsg],
+    iov: &[RawIov],
+) -> io::Result<usize> {
     if msgs.len() <= SMALL_BATCH {
-        send_n::<SMALL_BATCH>(fd, arena, msgs)
+        // SAFETY: the caller's contract, passed on.
+        unsafe { send_n::<SMALL_BATCH>(fd, msgs, iov) }
     } else {
-        send_n::<BATCH>(fd, arena, msgs)
+        // SAFETY: as above.
+        unsafe { send_n::<BATCH>(fd, msgs, iov) }
     }
 }
 
-/// [`send_batch`] with header arrays of `N` entries.
-fn send_n<const N: usize>(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
+/// [`send_iov_batch`] with header arrays of `N` entries.
+///
+/// # Safety
+///
+/// As [`send_iov_batch`].
+unsafe fn send_n<const N: usize>(
+    fd: BorrowedFd<'_>,
+    msgs: &[TxMsg],
+    iov: &[RawIov],
+) -> io::Result<usize> {
     let n = msgs.len().min(N);
     if n == 0 {
         return Ok(0);
     }
     let mut addrs = [AddrBuf::EMPTY; N];
     let mut cmsgs = [Cmsg([0; CMSG_ROOM]); N];
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; N];
     // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
     let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
     for (i, m) in msgs.iter().take(n).enumerate() {
-        let Some(bytes) = arena.get(m.off..m.off.saturating_add(m.len)) else {
+        let Some(v) = iov.get(m.first..m.first.saturating_add(m.count)) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "datagram outside the arena",
+                "datagram outside the iovec array",
             ));
         };
-        iovs[i].iov_base = bytes.as_ptr().cast_mut().cast();
-        iovs[i].iov_len = bytes.len();
         let alen = addrs[i].encode(&m.dst);
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = addrs[i].0.as_mut_ptr().cast();
         h.msg_namelen = alen as libc::socklen_t;
-        h.msg_iov = &raw mut iovs[i];
-        h.msg_iovlen = 1;
+        // The kernel only reads the iovec array (`sendmsg` copies it in).
+        h.msg_iov = v.as_ptr().cast::<libc::iovec>().cast_mut();
+        h.msg_iovlen = v.len();
         if m.gso > 0 {
             let c = &mut cmsgs[i].0;
             let len = CMSG_HDR + size_of::<u16>();
@@ -271,11 +304,12 @@ fn send_n<const N: usize>(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> i
         }
     }
     // SAFETY: the first `n` headers point at live stack arrays (addresses,
-    // iovecs, control bytes) and at `arena`, which the kernel only reads;
-    // all of it outlives the call; `n` <= N, the arrays' length.
-    // (The raw system call: glibc's wrapper is a thread-cancellation point
-    // and brackets the call with two atomic updates, a measurable share of
-    // a ping-pong's time.)
+    // control bytes) and at `iov`'s entries (`RawIov` has `iovec`'s layout,
+    // checked at compile time), whose memory the caller guarantees readable
+    // for the call; the kernel only reads all of it; `n` <= N, the arrays'
+    // length. (The raw system call: glibc's wrapper is a thread-cancellation
+    // point and brackets the call with two atomic updates, a measurable
+    // share of a ping-pong's time.)
     let rc = unsafe {
         libc::syscall(
             libc::SYS_sendmmsg,
