@@ -1438,6 +1438,16 @@ fn host_rnicctl() -> Result<PathBuf, String> {
 /// Builds binary `bin` of workspace package `package` (dev profile) for a scenario's host
 /// side and returns it.
 fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
+    host_build(
+        &["-p", package, "--bin", bin],
+        &format!("build-{bin}.log"),
+        bin,
+    )
+}
+
+/// Runs `cargo build <args>` into the host's target directory (one build at a time, output in
+/// `log` under the results), and answers the path of `artifact` in `target/debug`.
+fn host_build(args: &[&str], log: &str, artifact: &str) -> Result<PathBuf, String> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK
         .lock()
@@ -1445,10 +1455,12 @@ fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
-    let log = results_root().join(format!("build-{bin}.log"));
+    let log = results_root().join(log);
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
     let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", package, "--bin", bin, "--manifest-path"])
+        .arg("build")
+        .args(args)
+        .arg("--manifest-path")
         .arg(repo().join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .stdin(Stdio::null())
@@ -1456,10 +1468,11 @@ fn host_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
         .stderr(out)
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
-    let path = target.join("debug").join(bin);
+    let path = target.join("debug").join(artifact);
     if !status.success() || !path.is_file() {
         return Err(format!(
-            "cargo build -p {package} --bin {bin} failed (log: {})",
+            "cargo build {} failed (log: {})",
+            args.join(" "),
             log.display()
         ));
     }
@@ -1562,6 +1575,98 @@ fn interop_perftest_kernel_servers_rnicctl_clients() {
 #[test]
 fn interop_perftest_rnicctl_servers_kernel_clients() {
     interop_perftest("rnic");
+}
+
+/// Builds the drop-in libibverbs (verbs/, dev profile) and installs it as
+/// `libibverbs.so.1` in a directory of its own, for a scenario's host side.
+fn host_verbs_dir() -> Result<PathBuf, String> {
+    let built = host_build(
+        &["-p", "rnic-verbs"],
+        "build-rnic-verbs.log",
+        "librnic_verbs.so",
+    )?;
+    let Some(debug) = built.parent() else {
+        return Err(format!("{} has no parent directory", built.display()));
+    };
+    let dir = debug.join("verbs-vm");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let tmp = dir.join(".libibverbs.so.1.new");
+    std::fs::copy(&built, &tmp).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, dir.join("libibverbs.so.1")).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// The drop-in libibverbs (verbs/) under stock tools on the host against the same stock
+/// tools on the guest's kernel rxe, one guest boot, each side as server: ibv_rc_pingpong -c
+/// (4 KiB), ib_write_bw and ib_send_lat with the guest serving, then ibv_rc_pingpong -c,
+/// ib_read_bw (a passive host server: the drop-in's progress thread answers) and ib_send_lat
+/// with the host serving; 100 iterations each.
+#[test]
+fn interop_stock_tools_on_the_drop_in_against_kernel_rxe_both_ways() {
+    let name = "interop-verbs";
+    let Some(run) = run_prepared(name, &[], 260, || {
+        let dir = host_verbs_dir().unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
+        vec![
+            ("RNIC_VERBS_DIR".into(), dir.display().to_string()),
+            ("RNIC_VERBS_ITERS".into(), "100".into()),
+        ]
+    }) else {
+        return;
+    };
+    let mut c = run.exit_checks();
+    let guest = run.file("share/interop-verbs.out");
+    let steps = [
+        ("pp", "guest"),
+        ("write_bw", "guest"),
+        ("send_lat", "guest"),
+        ("pp", "host"),
+        ("read_bw", "host"),
+        ("send_lat", "host"),
+    ];
+    for (i, (tool, server)) in steps.iter().enumerate() {
+        let host = run.file(&format!("host-{i}-{tool}.log"));
+        let kernel = run.file(&format!("share/guest-{i}-{tool}.txt"));
+        c.that(
+            host.lines().any(|l| l == "rc=0"),
+            format!("drop-in {tool} (server: {server}) did not exit 0"),
+        );
+        c.that(
+            guest.lines().any(|l| l == format!("guest {i} {tool} rc=0")),
+            format!("kernel {tool} (server: {server}) did not exit 0"),
+        );
+        match *tool {
+            // Both sides validate the 4 KiB buffers (-c) and print their results.
+            "pp" => {
+                for (who, out) in [("drop-in", &host), ("kernel", &kernel)] {
+                    c.that(
+                        out.contains("819200 bytes in ") && out.contains("100 iters in "),
+                        format!("{who} ibv_rc_pingpong (server: {server}): no result lines"),
+                    );
+                }
+            }
+            "write_bw" | "read_bw" => {
+                for (who, out) in [("drop-in", &host), ("kernel", &kernel)] {
+                    c.that(
+                        write_bw_row(out, "65536", "100").is_some(),
+                        format!("{who} {tool}: no 65536/100 result row"),
+                    );
+                }
+            }
+            _ => {
+                let (client, who) = if *server == "guest" {
+                    (&host, "drop-in")
+                } else {
+                    (&kernel, "kernel")
+                };
+                c.that(
+                    lat_row(client, "2", "100").is_some(),
+                    format!("{who} {tool} client: no 2/100 latency row"),
+                );
+            }
+        }
+    }
+    check_leftovers(&run, &mut c);
+    run.finish(c);
 }
 
 /// Every "icrc: …" line of the emulator's log (one per driver session: logged when the

@@ -146,7 +146,25 @@ impl UserMemory {
         r
     }
 
-    /// The aligned word at region offset `offset` (an atomic's target).
+    /// Run `op` on the aligned word at region offset `offset` (an atomic's
+    /// target) unless revoked.
+    fn atomic(
+        &self,
+        offset: usize,
+        op: impl FnOnce(&AtomicU64) -> u64,
+    ) -> Result<u64, MemoryError> {
+        let i = self.atomic_word(offset)?;
+        self.with_words(MemAccess::Atomic, offset, 8, |w| {
+            w.get(i).map(op).ok_or(MemoryError::OutOfRange {
+                access: MemAccess::Atomic,
+                offset,
+                len: 8,
+                region_len: self.len,
+            })
+        })
+    }
+
+    /// The index of the aligned word at region offset `offset`.
     fn atomic_word(&self, offset: usize) -> Result<usize, MemoryError> {
         check_range(MemAccess::Atomic, offset, 8, self.len)?;
         let at = self.lane + offset;
@@ -184,33 +202,15 @@ impl Memory for UserMemory {
     }
 
     fn compare_swap_u64(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemoryError> {
-        let i = self.atomic_word(offset)?;
-        self.with_words(MemAccess::Atomic, offset, 8, |w| {
-            let word = w.get(i).ok_or(MemoryError::OutOfRange {
-                access: MemAccess::Atomic,
-                offset,
-                len: 8,
-                region_len: self.len,
-            })?;
-            Ok(
-                match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(v) | Err(v) => v,
-                },
-            )
+        self.atomic(offset, |w| {
+            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            }
         })
     }
 
     fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
-        let i = self.atomic_word(offset)?;
-        self.with_words(MemAccess::Atomic, offset, 8, |w| {
-            let word = w.get(i).ok_or(MemoryError::OutOfRange {
-                access: MemAccess::Atomic,
-                offset,
-                len: 8,
-                region_len: self.len,
-            })?;
-            Ok(word.fetch_add(add, Ordering::AcqRel))
-        })
+        self.atomic(offset, |w| w.fetch_add(add, Ordering::AcqRel))
     }
 }
 

@@ -9,7 +9,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use rnic::core::{AccessFlags, AddressHandle, AddressVector, Gid, MemoryRegion, ProtectionDomain};
+use rnic::core::{
+    AccessFlags, AddressHandle, AddressVector, Gid, MemoryRegion, ProtectionDomain, VerbsError,
+};
 
 use crate::abi::{
     IBV_ACCESS_HUGETLB, IBV_ACCESS_ON_DEMAND, IBV_ACCESS_OPTIONAL_RANGE, IBV_ACCESS_RNIC,
@@ -185,9 +187,19 @@ fn register(
         ),
     })?;
     let mem = Arc::new(mem);
-    let mr =
-        p.pd.reg_mr(Arc::clone(&mem), flags)
-            .map_err(|e| (errno_of(&e), e.to_string()))?;
+    let mr = p.pd.reg_mr(Arc::clone(&mem), flags).map_err(|e| match e {
+        // An mlx5 function reaches only memory mapped into its IOMMU domain
+        // by rnic-mlx5 (its own DMA buffers); the driver has no call yet
+        // that maps an application's pages at their address.
+        VerbsError::UnreachableMemory { backend, .. } => (
+            libc::EOPNOTSUPP,
+            format!(
+                "the {backend} backend reaches only its own DMA buffers; registering an \
+                 application's memory on it is not supported yet (docs/verbs-abi.md, \"mlx5\")"
+            ),
+        ),
+        e => (errno_of(&e), e.to_string()),
+    })?;
     Ok((mr, mem))
 }
 

@@ -299,13 +299,23 @@ pub unsafe extern "C" fn ibv_create_qp(
         qp_context: a.qp_context,
         ex: false,
     });
+    created(r, &mut a.cap, "ibv_create_qp")
+}
+
+/// What both create calls return: the QP, with the capacities granted
+/// written back to the caller's `cap`, or NULL with errno and a message.
+fn created(
+    r: Result<(*mut Qp, ibv_qp_cap), (c_int, String)>,
+    cap: &mut ibv_qp_cap,
+    what: &str,
+) -> *mut ibv_qp {
     match r {
-        Ok((q, cap)) => {
-            a.cap = cap;
+        Ok((q, granted)) => {
+            *cap = granted;
             q.cast()
         }
         Err((e, msg)) => {
-            warn(format_args!("ibv_create_qp: {msg}"));
+            warn(format_args!("{what}: {msg}"));
             fail_null(e)
         }
     }
@@ -377,16 +387,7 @@ pub unsafe extern "C" fn create_qp_ex(
         qp_context: a.qp_context,
         ex,
     });
-    match r {
-        Ok((q, cap)) => {
-            a.cap = cap;
-            q.cast()
-        }
-        Err((e, msg)) => {
-            warn(format_args!("ibv_create_qp_ex: {msg}"));
-            fail_null(e)
-        }
-    }
+    created(r, &mut a.cap, "ibv_create_qp_ex")
 }
 
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP created with send operations,

@@ -340,11 +340,8 @@ pub unsafe extern "C" fn post_srq_recv(
     }
     q.distribute(&mut s);
     if err != 0 {
-        if !bad.is_null() {
-            // SAFETY: the caller's output.
-            unsafe { bad.write(cur) };
-        }
-        return fail(err);
+        // SAFETY: the caller's output.
+        return unsafe { crate::qp::post::refuse(bad, cur, err) };
     }
     0
 }

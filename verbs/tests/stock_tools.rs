@@ -267,6 +267,8 @@ fn rnic_bin(rel: &str, build: &[&str]) -> PathBuf {
                 "-p",
                 "rnicctl",
                 "-p",
+                "rnic-mlx5-emu",
+                "-p",
                 "rnic",
                 "--example",
                 "rc_pingpong",
@@ -351,4 +353,71 @@ fn stock_rc_pingpong_against_rnics_example() {
         ],
     );
     check_pingpong(&run_pair(server, client, port(20_022), LIMIT), 100, 4096);
+}
+
+/// An emulated ConnectX function (rnic-mlx5-emu) serving `sock` until dropped.
+struct Emulator(std::process::Child, PathBuf);
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
+
+#[test]
+fn an_emulated_mlx5_function_is_listed_and_refuses_application_memory() {
+    let bin = rnic_bin("rnic-mlx5-emu", &["rnic-mlx5-emu"]);
+    let sock = std::env::temp_dir().join(format!("rnic-verbs-emu-{}.sock", std::process::id()));
+    let child = Command::new(bin)
+        .arg("--socket")
+        .arg(&sock)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _emu = Emulator(child, sock.clone());
+    let start = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the emulator did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spec = format!("mlx5:vfio-user:{}@127.0.0.31", sock.display());
+    let name = format!("rnic_mlx5_rnic_verbs_emu_{}", std::process::id());
+    let out = tool("ibv_devinfo", &["-v", "-d", &name])
+        .env("RNIC_DEVICES", &spec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        format!("hca_id:\t{name}"),
+        "vendor_id:\t\t\t0x15b3".to_owned(),
+        "board_id:\t\t\tRNIC_MLX5".to_owned(),
+        "GID[  0]:\t\t::ffff:127.0.0.31, RoCE v2".to_owned(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in:\n{text}");
+    }
+    // Registering the application's buffer is refused with the reason
+    // (rnic-mlx5 maps only its own DMA buffers): the tool stops cleanly.
+    let out = tool(
+        "ibv_rc_pingpong",
+        &["-d", &name, "-g", "0", "-p", &port(20_030).to_string()],
+    )
+    .env("RNIC_DEVICES", &spec)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Couldn't register MR") && err.contains("not supported yet"),
+        "{err}"
+    );
 }

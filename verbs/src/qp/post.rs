@@ -204,7 +204,8 @@ fn stage(q: &Qp, w: &ibv_send_wr, sges: &mut [Sge], at: usize) -> Result<Staged,
     })
 }
 
-/// Copy the inline payload of `it` into bounce slot `slot`; its length.
+/// Copy the inline payload of `it` into bounce slot `slot`; the SGE of the
+/// copy.
 fn gather(
     q: &Qp,
     inner: &QpInner,
@@ -212,7 +213,7 @@ fn gather(
     sges: &[Sge],
     bytes: &[u8],
     slot: usize,
-) -> Result<(Sge, u32), c_int> {
+) -> Result<Sge, c_int> {
     let Some((mr, mem)) = inner.bounce.as_ref() else {
         // The QP was created without max_inline_data.
         return Err(libc::EINVAL);
@@ -258,10 +259,7 @@ fn gather(
     };
     let off = slot * q.max_inline;
     mem.write(off, &buf[..len]).map_err(|_| libc::EINVAL)?;
-    Ok((
-        Sge::new(mr.addr() + off as u64, len as u32, mr.lkey()),
-        len as u32,
-    ))
+    Ok(Sge::new(mr.addr() + off as u64, len as u32, mr.lkey()))
 }
 
 /// Post `items` (at most `CHUNK`), their SGEs in `sges`, inline bytes of
@@ -274,49 +272,82 @@ fn post_chunk(
     sges: &[Sge],
     bytes: &[u8],
 ) -> Result<(), (usize, c_int)> {
+    if let [one] = items {
+        return post_one(q, inner, one, sges, bytes).map_err(|e| (0, e));
+    }
     let mut inline_sge = [Sge::default(); CHUNK];
     for (i, it) in items.iter().enumerate() {
         if it.inline != Inline::No {
-            inline_sge[i] = gather(q, inner, it, sges, bytes, i).map_err(|e| (i, e))?.0;
+            inline_sge[i] = gather(q, inner, it, sges, bytes, i).map_err(|e| (i, e))?;
         }
     }
-    // UD destinations: the address handles the requests name (live until
-    // their completions, by the verbs contract).
-    let ah_of = |it: &Staged| {
-        // SAFETY: a live AH of this library, named by a UD request.
-        it.ud
-            .map(|(ah, qpn, qkey)| (unsafe { ah.as_ref() }, qpn, qkey))
-    };
-    let wr_of = |i: usize, it: &Staged| -> SendWr<'_> {
-        let sg_list: &[Sge] = if it.inline != Inline::No {
+    let mut wrs = [SendWr::send(0, &[]); CHUNK];
+    for (i, it) in items.iter().enumerate() {
+        let sg_list = if it.inline != Inline::No {
             &inline_sge[i..i + 1]
         } else {
-            sges.get(it.sge_start as usize..(it.sge_start + it.sge_len) as usize)
-                .unwrap_or(&[])
+            it.sg_list(sges)
         };
+        wrs[i] = it.wr(sg_list);
+    }
+    inner
+        .qp
+        .post_send(&wrs[..items.len()])
+        .map_err(|e| refusal(&e))
+}
+
+/// [`post_chunk`] of a single request: no arrays to fill.
+#[inline]
+fn post_one(
+    q: &Qp,
+    inner: &mut QpInner,
+    it: &Staged,
+    sges: &[Sge],
+    bytes: &[u8],
+) -> Result<(), c_int> {
+    let inline_sge;
+    let sg_list = if it.inline != Inline::No {
+        inline_sge = [gather(q, inner, it, sges, bytes, 0)?];
+        &inline_sge[..]
+    } else {
+        it.sg_list(sges)
+    };
+    let wr = it.wr(sg_list);
+    inner
+        .qp
+        .post_send(std::slice::from_ref(&wr))
+        .map_err(|e| refusal(&e).1)
+}
+
+impl Staged {
+    /// Its SGEs in the side array.
+    #[inline]
+    fn sg_list<'a>(&self, sges: &'a [Sge]) -> &'a [Sge] {
+        sges.get(self.sge_start as usize..(self.sge_start + self.sge_len) as usize)
+            .unwrap_or(&[])
+    }
+
+    /// rnic's request over `sg_list`; a UD destination from the address
+    /// handle the request names (live until its completion, by the verbs
+    /// contract).
+    #[inline]
+    fn wr<'a>(&self, sg_list: &'a [Sge]) -> SendWr<'a> {
         let wr = SendWr {
-            wr_id: it.wr_id,
-            op: it.op,
+            wr_id: self.wr_id,
+            op: self.op,
             sg_list,
-            flags: it.flags,
+            flags: self.flags,
             ud: None,
         };
-        match ah_of(it) {
-            Some((ah, qpn, qkey)) => wr.to_ud(ah.ah.ud_dest(Qpn::from_wire(qpn), qkey)),
+        match self.ud {
+            Some((ah, qpn, qkey)) => {
+                // SAFETY: a live AH of this library, named by a UD request.
+                let ah: &'a Ah = unsafe { ah.as_ref() };
+                wr.to_ud(ah.ah.ud_dest(Qpn::from_wire(qpn), qkey))
+            }
             None => wr,
         }
-    };
-    let r = if let [one] = items {
-        let wr = wr_of(0, one);
-        inner.qp.post_send(std::slice::from_ref(&wr))
-    } else {
-        let mut wrs = [SendWr::send(0, &[]); CHUNK];
-        for (i, it) in items.iter().enumerate() {
-            wrs[i] = wr_of(i, it);
-        }
-        inner.qp.post_send(&wrs[..items.len()])
-    };
-    r.map_err(|e| refusal(&e))
+    }
 }
 
 /// The position and errno of a refused post.
@@ -328,6 +359,21 @@ fn refusal(e: &VerbsError) -> (usize, c_int) {
         }
         other => (0, errno_of(other)),
     }
+}
+
+/// Report request `w` as the first not posted (`*bad_wr`, when given) and
+/// `e` as the errno; returns `e`.
+///
+/// # Safety
+///
+/// `bad_wr` is NULL or writable.
+pub(crate) unsafe fn refuse<T>(bad_wr: *mut *mut T, w: *mut T, e: c_int) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller's output (checked non-NULL).
+        unsafe { bad_wr.write(w) };
+    }
+    crate::set_errno(e);
+    e
 }
 
 /// `ibv_context_ops.post_send`.
@@ -343,14 +389,8 @@ pub unsafe extern "C" fn post_send(
     // SAFETY: the caller's live QP.
     let q = unsafe { Qp::from_ptr(qp) };
     let mut inner = q.inner.lock();
-    let bad = |w: *mut ibv_send_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's output.
-            unsafe { bad_wr.write(w) };
-        }
-        crate::set_errno(e);
-        e
-    };
+    // SAFETY: the caller's `bad_wr` output.
+    let bad = |w: *mut ibv_send_wr, e: c_int| unsafe { refuse(bad_wr, w, e) };
     if wr.is_null() {
         return 0;
     }
@@ -424,14 +464,8 @@ pub unsafe extern "C" fn post_recv(
     // SAFETY: the caller's live QP.
     let q = unsafe { Qp::from_ptr(qp) };
     let mut inner = q.inner.lock();
-    let bad = |w: *mut ibv_recv_wr, e: c_int| {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's output.
-            unsafe { bad_wr.write(w) };
-        }
-        crate::set_errno(e);
-        e
-    };
+    // SAFETY: the caller's `bad_wr` output.
+    let bad = |w: *mut ibv_recv_wr, e: c_int| unsafe { refuse(bad_wr, w, e) };
     let mut cur = wr;
     while !cur.is_null() {
         let mut ranges = [(0u64, 0usize, 0usize); CHUNK];
