@@ -161,6 +161,42 @@ impl RxeConfig {
     }
 }
 
+/// Whether a device's receive sockets busy-poll the NIC ([`RxeDevice::busy_poll`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusyPoll {
+    /// A progress thread waits in `epoll_wait`: no busy polling.
+    Off,
+    /// Caller-driven: each poll is a non-blocking `recvmmsg`, and the
+    /// sockets have `SO_BUSY_POLL` = `usecs` (a NIC's NAPI queue is polled
+    /// in each receive; `lo` and veth have none).
+    Set {
+        /// The budget per receive.
+        usecs: u32,
+    },
+    /// Caller-driven, but the kernel refused `SO_BUSY_POLL` (this errno;
+    /// `EPERM`: above `net.core.busy_read` without CAP_NET_ADMIN): each poll
+    /// is a plain non-blocking `recvmmsg`.
+    Refused(i32),
+}
+
+impl std::fmt::Display for BusyPoll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusyPoll::Off => f.write_str("progress thread (epoll), no busy polling"),
+            BusyPoll::Set { usecs } => write!(
+                f,
+                "caller-driven busy polling of the UDP sockets (recvmmsg MSG_DONTWAIT per poll), SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL (polls a NIC's NAPI queue; lo and veth have none)"
+            ),
+            BusyPoll::Refused(e) => write!(
+                f,
+                "caller-driven busy polling of the UDP sockets (recvmmsg MSG_DONTWAIT per poll); SO_BUSY_POLL refused: {}",
+                std::io::Error::from_raw_os_error(*e)
+            ),
+        }
+    }
+}
+
 /// `name` is set to `0` (or `false`/`no`/`off`).
 fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| {
@@ -225,6 +261,22 @@ impl RxeDevice {
             },
         )?;
         let qpns = share.as_ref().map_or(QpnRange::ALL, |m| m.range());
+        // Caller-driven devices busy-poll their sockets; let each receive
+        // poll the NIC's queue too where the device has one.
+        let busy_poll = if cfg.progress == Progress::Caller {
+            match ports
+                .iter()
+                .map(|p| sys::set_busy_poll(p.sock.as_fd(), sys::BUSY_POLL_USECS))
+                .find_map(Result::err)
+            {
+                None => BusyPoll::Set {
+                    usecs: sys::BUSY_POLL_USECS,
+                },
+                Some(e) => BusyPoll::Refused(e.raw_os_error().unwrap_or(0)),
+            }
+        } else {
+            BusyPoll::Off
+        };
         let gso = cfg.gso && ports.iter().all(|p| sys::probe_gso(&p.sock));
         let gro = ports.iter().any(|p| p.gro);
         let active_mtu = gid::active_mtu(addrs.first().and_then(|a| a.netdev_mtu));
@@ -254,6 +306,7 @@ impl RxeDevice {
             roce_port: cfg.roce_port,
             active_mtu,
             progress: cfg.progress,
+            busy_poll,
             max_unacked_psns: cfg.max_unacked_psns,
             doorbell,
             stop: AtomicBool::new(false),
@@ -338,6 +391,12 @@ impl RxeDevice {
     /// The path MTU the link allows.
     pub fn active_mtu(&self) -> Mtu {
         self.inner.sh.active_mtu
+    }
+
+    /// How the device waits for packets: a progress thread, or the
+    /// caller's busy polling (with `SO_BUSY_POLL` where the kernel took it).
+    pub fn busy_poll(&self) -> BusyPoll {
+        self.inner.sh.busy_poll
     }
 
     /// Whether sends use UDP GSO.

@@ -70,7 +70,7 @@ use rustc_hash::FxHashMap;
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
 use crate::stats::DeviceStats;
-use crate::sys::{self, BATCH, RawIov, TxMsg};
+use crate::sys::{self, BATCH, RawIov, SMALL_BATCH, TxMsg};
 
 /// Arena bytes: room for a full GSO group (64 KiB) several times over; also
 /// the wire bytes (payloads in place included) a queue holds before it
@@ -569,16 +569,35 @@ impl Tx {
         spans: &[Option<DirectSpan<'_>>],
         stats: &mut DeviceStats,
     ) -> io::Result<usize> {
+        // A ping-pong's flush sends one datagram: its message array is
+        // sized for the run, not for BATCH (initialised whole every call).
+        if run.len() == 1 {
+            self.send_run_n::<1>(s, run, spans, stats)
+        } else if run.len() <= SMALL_BATCH {
+            self.send_run_n::<SMALL_BATCH>(s, run, spans, stats)
+        } else {
+            self.send_run_n::<BATCH>(s, run, spans, stats)
+        }
+    }
+
+    /// [`Tx::send_run`] with a message array of `N` entries.
+    fn send_run_n<const N: usize>(
+        &mut self,
+        s: &SendSock,
+        run: std::ops::Range<usize>,
+        spans: &[Option<DirectSpan<'_>>],
+        stats: &mut DeviceStats,
+    ) -> io::Result<usize> {
         let mut msgs = [TxMsg {
             first: 0,
             count: 0,
             dst: SocketAddr::from(([0, 0, 0, 0], 0)),
             gso: 0,
-        }; BATCH];
+        }; N];
         self.iov.clear();
         let base = self.arena.as_ptr() as usize;
         let mut n = 0;
-        for g in &self.groups[run.clone()] {
+        for g in self.groups[run].iter().take(N) {
             let first = self.iov.len();
             let ok = match g.pkts {
                 None => {
