@@ -995,6 +995,7 @@ impl Sink<'_> {
 
 impl Sink<'_> {
     /// The route of `dest` (cached per QP; resolved on a change).
+    #[inline(always)]
     fn route_of(&mut self, dest: &PacketDest) -> Option<Route> {
         let key = RouteKey {
             dgid: dest.av.dgid,
@@ -1019,6 +1020,7 @@ impl Sink<'_> {
     /// continues, else starts one. `pkt` is its entry when its payload is in
     /// place (the group then lists every packet); a packet joining a group
     /// of the other kind converts the group to listing packets.
+    #[inline(always)]
     fn queue(&mut self, route: &Route, len: usize, arena_len: usize, pkt: Option<Pkt>) {
         let start = self.tx.used;
         let dqpn = route.key.dqpn;
