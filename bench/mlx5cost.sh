@@ -5,6 +5,11 @@
 # with the emulated ConnectX in its own process. Prints one line per path:
 #
 #   bash bench/mlx5cost.sh [ITERS]        # default 2000 (+200 warm-up each)
+#   RNIC_MLX5_WC=0 bash bench/mlx5cost.sh # the doorbell-only (UC) path
+#
+# The emulated BAR0 is write-combining for this run (--bar0 wc) unless
+# RNIC_MLX5_WC=0; the driver then takes the path a kernel-VFIO UC mapping
+# gives it: 8-byte doorbells only (audit row 4).
 #
 # Per call = the bench function's largest inclusive count / (ITERS + 200):
 # a frameless wrapper is attributed to the file its first instruction came
@@ -16,7 +21,11 @@ cargo build --release -q -p rnic-mlx5-emu --bin rnic-mlx5-emu
 cargo build --release -q -p rnic-mlx5 --example mlx5_inline_write
 dir=$(mktemp -d)
 sock=$dir/emu.sock
-target/release/rnic-mlx5-emu --socket "$sock" --once > "$dir/emu.log" 2>&1 &
+bar0=wc
+[ "${RNIC_MLX5_WC:-1}" = 0 ] && bar0=uc
+bar0_flag=()
+target/release/rnic-mlx5-emu --help | grep -q -- '--bar0' && bar0_flag=(--bar0 "$bar0")
+target/release/rnic-mlx5-emu --socket "$sock" --once "${bar0_flag[@]}" > "$dir/emu.log" 2>&1 &
 emu=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 RNIC_MLX5_EMU_SOCKET=$sock valgrind --tool=callgrind --fair-sched=yes \
@@ -39,4 +48,5 @@ for f in ["bench_post", "bench_poll", "bench_post_inline", "bench_poll_send",
     if f in best:
         print(f"{f:22} {best[f] / n:8.1f}")
 ' "$iters"
+grep -m1 '^doorbells:' "$dir/run.log" || true
 echo "(profile: $dir/mlx5.cg)"

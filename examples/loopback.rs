@@ -106,15 +106,7 @@ const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
 
 /// An mlx5 side: the function's DMA buffer, GID 0 from the spec's `@<ip>`.
 fn open_mlx5_side(name: &'static str, spec: &str, size: usize) -> Result<Side, String> {
-    let (ctx, memory) = rnic::open_with_memory(spec).map_err(|e| {
-        let mut m = e.to_string();
-        let mut s = std::error::Error::source(&e);
-        while let Some(c) = s {
-            m += &format!(": {c}");
-            s = c.source();
-        }
-        m
-    })?;
+    let (ctx, memory) = rnic::open_with_memory(spec).map_err(|e| rnic::error_chain(&e))?;
     let gid = ctx
         .query_gid_table(1)
         .map_err(|e| e.to_string())?

@@ -101,15 +101,7 @@ fn open(spec: &str, events: bool) -> Result<Opened, String> {
         }
         _ => rnic::open_with_memory(&spec)
             .map(|(c, m)| (c, None, m))
-            .map_err(|e| {
-                let mut m = format!("Couldn't get context for {spec}: {e}");
-                let mut s = std::error::Error::source(&e);
-                while let Some(c) = s {
-                    m += &format!(": {c}");
-                    s = c.source();
-                }
-                m
-            }),
+            .map_err(|e| format!("Couldn't get context for {spec}: {}", rnic::error_chain(&e))),
     }
 }
 

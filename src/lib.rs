@@ -77,4 +77,21 @@ pub use rnic_mlx5 as mlx5;
 pub use rnic_roce as roce;
 #[cfg(feature = "rxe")]
 pub use rnic_rxe as rxe;
-pub use spec::{DeviceSpec, Mlx5Target, RxeTarget, SpecError};
+pub use spec::{DeviceSpec, Mlx5SpecOptions, Mlx5Target, RxeTarget, SpecError};
+
+/// An error and its sources, `: `-separated, each thing said once: a
+/// source whose text the message already holds (a `thiserror` message that
+/// embeds `{source}`) is not repeated.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut m = e.to_string();
+    let mut s = e.source();
+    while let Some(c) = s {
+        let t = c.to_string();
+        if !m.contains(&t) {
+            m += ": ";
+            m += &t;
+        }
+        s = c.source();
+    }
+    m
+}

@@ -51,6 +51,20 @@ pub enum OpenError {
     },
 }
 
+impl OpenError {
+    /// Why, without the spec: the cause's chain, each thing once
+    /// ([`crate::error_chain`]), for a caller that names the spec itself.
+    pub fn cause(&self) -> String {
+        match self {
+            #[cfg(feature = "mlx5")]
+            OpenError::Mlx5 { source, .. } => crate::error_chain(source.as_ref()),
+            #[cfg(feature = "rxe")]
+            OpenError::Rxe { source, .. } => crate::error_chain(source),
+            other => crate::error_chain(other),
+        }
+    }
+}
+
 /// Open the device `spec` names (`rxe`, `rxe:<netdev>`, `rxe:<ip>`,
 /// `mlx5:<pci bdf>`, `mlx5:vfio-user:<socket>`) and return its verbs context.
 ///
@@ -117,35 +131,64 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         spec: spec.to_owned(),
         source: Box::new(source),
     };
-    let (function, gid): (Arc<dyn PciFunction>, _) = match spec.parse::<DeviceSpec>()? {
-        DeviceSpec::Mlx5 {
-            target: Mlx5Target::VfioUser(path),
-            addr,
-        } => (
-            Arc::new(VfioUserFunction::connect(path).map_err(err)?),
-            addr,
-        ),
-        DeviceSpec::Mlx5 {
-            target: Mlx5Target::Pci(bdf),
-            addr,
-        } => (
-            Arc::new(VfioFunction::open(&bdf, u64::MAX).map_err(err)?),
-            addr,
-        ),
-        _ => {
-            return Err(OpenError::WrongBackend {
-                spec: spec.to_owned(),
-                backend: "mlx5",
-            });
-        }
+    let DeviceSpec::Mlx5 {
+        target,
+        addr: gid,
+        options,
+    } = spec.parse::<DeviceSpec>()?
+    else {
+        return Err(OpenError::WrongBackend {
+            spec: spec.to_owned(),
+            backend: "mlx5",
+        });
     };
-    let hca = Hca::bring_up(function, HcaOptions::default()).map_err(err)?;
+    // A function has one owner (VFIO opens a device once; an emulated one
+    // serves one driver): a second open in this process shares the first.
+    let key = match &target {
+        Mlx5Target::Pci(bdf) => bdf.to_string(),
+        Mlx5Target::VfioUser(path) => std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+    };
+    let mut opened = OPEN_MLX5
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    opened.retain(|_, w| w.strong_count() > 0);
+    if let Some(provider) = opened.get(&key).and_then(std::sync::Weak::upgrade) {
+        for (ip, mac) in options.neighbours {
+            provider.hca().add_neighbour(ip, mac).map_err(err)?;
+        }
+        if let Some(ip) = gid {
+            provider.ensure_gid(ip).map_err(err)?;
+        }
+        return Ok(provider);
+    }
+    let function: Arc<dyn PciFunction> = match target {
+        Mlx5Target::VfioUser(path) => Arc::new(VfioUserFunction::connect(path).map_err(err)?),
+        Mlx5Target::Pci(bdf) => Arc::new(VfioFunction::open(&bdf, u64::MAX).map_err(err)?),
+    };
+    let mut opts = HcaOptions::default();
+    opts.neighbours.host_kernel = options.host_neighbours;
+    opts.write_combining = !options.no_write_combining;
+    let hca = Hca::bring_up(function, opts).map_err(err)?;
+    for (ip, mac) in options.neighbours {
+        hca.add_neighbour(ip, mac).map_err(err)?;
+    }
     let provider = Mlx5Provider::new(hca).map_err(err)?;
     if let Some(ip) = gid {
         provider.set_gid(0, ip).map_err(err)?;
     }
+    opened.insert(key, Arc::downgrade(&provider));
     Ok(provider)
 }
+
+/// The mlx5 functions this process has open, by PCI address or canonical
+/// socket path: [`open_mlx5`] hands a second opener the same provider.
+#[cfg(feature = "mlx5")]
+static OPEN_MLX5: std::sync::Mutex<
+    std::collections::BTreeMap<String, std::sync::Weak<rnic_mlx5::Mlx5Provider>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Where an opened device's registrable memory comes from: what the tools
 /// and examples allocate their buffers with, whatever the backend.
@@ -238,16 +281,16 @@ mod tests {
     fn mlx5_without_a_server_says_to_start_the_emulator() {
         let e = open("mlx5:vfio-user:/nonexistent/rnic-emu.sock").unwrap_err();
         assert!(matches!(e, OpenError::Mlx5 { .. }), "{e}");
-        let chain = {
-            let mut m = e.to_string();
-            let mut s = std::error::Error::source(&e);
-            while let Some(c) = s {
-                m += &format!(": {c}");
-                s = c.source();
-            }
-            m
-        };
+        let chain = crate::error_chain(&e);
         assert!(chain.contains("is rnic-mlx5-emu running?"), "{chain}");
+        // Each thing once (issue 26 item 5): the spec, the hint, the OS error.
+        for part in [
+            "mlx5:vfio-user:/nonexistent/rnic-emu.sock",
+            "is rnic-mlx5-emu running?",
+            "os error 2",
+        ] {
+            assert_eq!(chain.matches(part).count(), 1, "{part:?} in {chain}");
+        }
     }
 
     #[cfg(feature = "mlx5")]

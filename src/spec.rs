@@ -14,6 +14,14 @@
 //! table stays empty (`Mlx5Provider::set_gid` fills it later); with it,
 //! `rnic::open` programs entry 0. The suffix is the text after the last `@`,
 //! taken only when it parses as an IP address.
+//!
+//! Options follow a `?`, separated by `&` (`mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:00:00:00:02`):
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `neigh=host` / `neigh=static` | peers' MACs may (or may not) come from the host kernel's neighbour table; default: `host` over vfio-user (the emulated wire is the host's stack), `static` on kernel VFIO |
+//! | `nbr=<ip>/<mac>` | a static neighbour (repeatable) |
+//! | `wc=off` | never use a write-combining mapping: 8-byte doorbells only |
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -41,6 +49,94 @@ pub enum Mlx5Target {
     VfioUser(PathBuf),
 }
 
+/// The `?` options of an mlx5 spec (module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Mlx5SpecOptions {
+    /// `neigh=host` (`Some(true)`) / `neigh=static` (`Some(false)`); `None`:
+    /// the transport's default.
+    pub host_neighbours: Option<bool>,
+    /// `nbr=<ip>/<mac>` entries.
+    pub neighbours: Vec<(IpAddr, [u8; 6])>,
+    /// `wc=off`.
+    pub no_write_combining: bool,
+}
+
+impl Mlx5SpecOptions {
+    fn parse(spec: &str, text: &str) -> Result<Mlx5SpecOptions, SpecError> {
+        let mut o = Mlx5SpecOptions::default();
+        let bad = |option: &str, reason: &'static str| SpecError::BadOption {
+            spec: spec.to_owned(),
+            option: option.to_owned(),
+            reason,
+        };
+        for opt in text.split('&').filter(|o| !o.is_empty()) {
+            match opt.split_once('=') {
+                Some(("neigh", "host")) => o.host_neighbours = Some(true),
+                Some(("neigh", "static")) => o.host_neighbours = Some(false),
+                Some(("neigh", _)) => return Err(bad(opt, "neigh is host or static")),
+                Some(("nbr", v)) => {
+                    let (ip, mac) = v
+                        .split_once('/')
+                        .ok_or_else(|| bad(opt, "nbr is <ip>/<mac>"))?;
+                    let ip = ip
+                        .parse()
+                        .map_err(|_| bad(opt, "nbr's address is not an IP address"))?;
+                    let mac = parse_mac(mac)
+                        .ok_or_else(|| bad(opt, "nbr's MAC is six hex bytes separated by ':'"))?;
+                    o.neighbours.push((ip, mac));
+                }
+                Some(("wc", "off")) => o.no_write_combining = true,
+                Some(("wc", "on")) => o.no_write_combining = false,
+                Some(("wc", _)) => return Err(bad(opt, "wc is on or off")),
+                _ => {
+                    return Err(bad(
+                        opt,
+                        "unknown option: use neigh=host|static, nbr=<ip>/<mac>, wc=on|off",
+                    ));
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Mlx5SpecOptions::default()
+    }
+}
+
+impl fmt::Display for Mlx5SpecOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(h) = self.host_neighbours {
+            parts.push(format!("neigh={}", if h { "host" } else { "static" }));
+        }
+        for (ip, m) in &self.neighbours {
+            parts.push(format!(
+                "nbr={ip}/{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ));
+        }
+        if self.no_write_combining {
+            parts.push("wc=off".into());
+        }
+        f.write_str(&parts.join("&"))
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff` (hex, either case).
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
 /// A parsed device spec.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -53,6 +149,8 @@ pub enum DeviceSpec {
         target: Mlx5Target,
         /// The RoCE v2 address GID 0 gets at open (`@<ip>`), if any.
         addr: Option<IpAddr>,
+        /// The `?` options.
+        options: Mlx5SpecOptions,
     },
 }
 
@@ -84,6 +182,16 @@ pub enum SpecError {
     BadRxeTarget {
         /// The whole spec.
         spec: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// An mlx5 `?` option that is not one.
+    #[error("device spec {spec:?}: option {option:?}: {reason}")]
+    BadOption {
+        /// The whole spec.
+        spec: String,
+        /// The option.
+        option: String,
         /// What is wrong.
         reason: &'static str,
     },
@@ -134,6 +242,10 @@ impl FromStr for DeviceSpec {
                 Ok(DeviceSpec::Rxe(RxeTarget::Netdev(rest.to_owned())))
             }
             "mlx5" => {
+                let (rest, options) = match rest.rsplit_once('?') {
+                    Some((head, opts)) => (head, Mlx5SpecOptions::parse(spec, opts)?),
+                    None => (rest, Mlx5SpecOptions::default()),
+                };
                 let (rest, addr) = match rest.rsplit_once('@') {
                     Some((head, ip)) => match ip.parse::<IpAddr>() {
                         Ok(ip) => (head, Some(ip)),
@@ -150,12 +262,14 @@ impl FromStr for DeviceSpec {
                     return Ok(DeviceSpec::Mlx5 {
                         target: Mlx5Target::VfioUser(PathBuf::from(path)),
                         addr,
+                        options,
                     });
                 }
                 rest.parse::<PciAddr>()
                     .map(|a| DeviceSpec::Mlx5 {
                         target: Mlx5Target::Pci(a),
                         addr,
+                        options,
                     })
                     .map_err(|source| SpecError::BadPciAddr {
                         spec: spec.to_owned(),
@@ -175,15 +289,22 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Rxe(RxeTarget::Netdev(n)) => write!(f, "rxe:{n}"),
             DeviceSpec::Rxe(RxeTarget::Ip(ip)) => write!(f, "rxe:{ip}"),
-            DeviceSpec::Mlx5 { target, addr } => {
+            DeviceSpec::Mlx5 {
+                target,
+                addr,
+                options,
+            } => {
                 match target {
                     Mlx5Target::Pci(bdf) => write!(f, "mlx5:{bdf}")?,
                     Mlx5Target::VfioUser(p) => write!(f, "mlx5:vfio-user:{}", p.display())?,
                 }
-                match addr {
-                    Some(ip) => write!(f, "@{ip}"),
-                    None => Ok(()),
+                if let Some(ip) = addr {
+                    write!(f, "@{ip}")?;
                 }
+                if !options.is_empty() {
+                    write!(f, "?{options}")?;
+                }
+                Ok(())
             }
         }
     }
@@ -215,21 +336,24 @@ mod tests {
             "mlx5:vfio-user:/run/rnic/emu0.sock".parse::<DeviceSpec>(),
             Ok(DeviceSpec::Mlx5 {
                 target: Mlx5Target::VfioUser("/run/rnic/emu0.sock".into()),
-                addr: None
+                addr: None,
+                options: Mlx5SpecOptions::default(),
             })
         );
         assert_eq!(
             "mlx5:vfio-user:/tmp/a@b.sock@10.0.0.1".parse::<DeviceSpec>(),
             Ok(DeviceSpec::Mlx5 {
                 target: Mlx5Target::VfioUser("/tmp/a@b.sock".into()),
-                addr: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
+                addr: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))),
+                options: Mlx5SpecOptions::default(),
             })
         );
         assert_eq!(
             "mlx5:vfio-user:/tmp/a@b.sock".parse::<DeviceSpec>(),
             Ok(DeviceSpec::Mlx5 {
                 target: Mlx5Target::VfioUser("/tmp/a@b.sock".into()),
-                addr: None
+                addr: None,
+                options: Mlx5SpecOptions::default(),
             })
         );
         assert_eq!(
@@ -244,6 +368,36 @@ mod tests {
                 .map(|s| s.to_string()),
             Ok("mlx5:vfio-user:rel/emu.sock".to_owned())
         );
+    }
+
+    #[test]
+    fn mlx5_options_parse_print_and_refuse_with_the_fix() {
+        let spec = "mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:0A:00:00:02&wc=off";
+        let DeviceSpec::Mlx5 { addr, options, .. } = spec.parse::<DeviceSpec>().expect("parses")
+        else {
+            panic!("an mlx5 spec");
+        };
+        assert_eq!(addr, Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+        assert_eq!(options.host_neighbours, Some(false));
+        assert_eq!(
+            options.neighbours,
+            vec![("10.0.0.2".parse().expect("parses"), [2, 0, 0x0a, 0, 0, 2])]
+        );
+        assert!(options.no_write_combining);
+        assert_eq!(
+            spec.parse::<DeviceSpec>().expect("parses").to_string(),
+            "mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:0a:00:00:02&wc=off"
+        );
+        for (bad, says) in [
+            ("mlx5:0000:3b:00.1?neigh=arp", "host or static"),
+            ("mlx5:0000:3b:00.1?nbr=10.0.0.2", "<ip>/<mac>"),
+            ("mlx5:0000:3b:00.1?nbr=10.0.0.2/02:00", "six hex bytes"),
+            ("mlx5:0000:3b:00.1?nbr=x/02:00:00:00:00:01", "not an IP"),
+            ("mlx5:0000:3b:00.1?color=red", "unknown option"),
+        ] {
+            let e = bad.parse::<DeviceSpec>().expect_err("refused");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

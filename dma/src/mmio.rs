@@ -95,6 +95,15 @@ impl Mmio {
         self.len == 0
     }
 
+    /// The window's base address, length and owner, for a type that offers
+    /// other accesses to the same device memory under the same contract
+    /// (`rnic-mlx5`'s `BlockWindow`: 64-byte block stores). Nothing is
+    /// dereferenced here; whoever builds on these parts takes over
+    /// [`Mmio::new`]'s contract, which this window already satisfies.
+    pub fn raw_parts(&self) -> (NonNull<u8>, usize, Arc<dyn Any + Send + Sync>) {
+        (self.base, self.len, Arc::clone(&self.owner))
+    }
+
     /// A sub-window `[offset, offset + len)` sharing this one's owner.
     pub fn window(&self, offset: usize, len: usize) -> Result<Mmio, DmaError> {
         self.check(offset, len)?;

@@ -143,6 +143,60 @@ pub fn checks() -> Vec<Check> {
         });
     }
 
+    // Audit rows 4, 23: how each function's doorbells will be rung, and how
+    // many DMA mappings VFIO allows.
+    for f in &mlx5 {
+        let Ok(addr) = f.bdf.parse::<rnic::core::PciAddr>() else {
+            continue;
+        };
+        let wc = vs.resource_wc(&addr, 0);
+        v.push(if wc.exists() {
+            check(
+                &format!("doorbells {}", f.bdf),
+                Level::Ok,
+                format!(
+                    "BlueFlame through a write-combining mapping ({} exists: BAR0 is prefetchable)",
+                    wc.display()
+                ),
+                "",
+            )
+        } else {
+            check(
+                &format!("doorbells {}", f.bdf),
+                Level::Warn,
+                "8-byte doorbells only: kernel VFIO maps BARs uncached and there is no \
+                 resource0_wc (BAR0 not prefetchable, or a kernel without it)",
+                "none needed: doorbells work uncached; BlueFlame saves latency only with WC",
+            )
+        });
+    }
+    if !mlx5.is_empty() {
+        let limit =
+            std::fs::read_to_string("/sys/module/vfio_iommu_type1/parameters/dma_entry_limit")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+        v.push(match limit {
+            Some(n) if n >= 65535 => check(
+                "dma_entry_limit",
+                Level::Ok,
+                format!("vfio_iommu_type1 allows {n} DMA mappings per container"),
+                "",
+            ),
+            Some(n) => check(
+                "dma_entry_limit",
+                Level::Warn,
+                format!("vfio_iommu_type1 allows only {n} DMA mappings per container"),
+                "echo 262144 > /sys/module/vfio_iommu_type1/parameters/dma_entry_limit",
+            ),
+            None => check(
+                "dma_entry_limit",
+                need_vfio,
+                "vfio_iommu_type1 is not loaded",
+                "modprobe vfio_iommu_type1 (or vfio-pci, which loads it)",
+            ),
+        });
+    }
+
     // /dev/vfio.
     let vfio = Path::new("/dev/vfio/vfio");
     v.push(if vfio.exists() {

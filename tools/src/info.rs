@@ -150,6 +150,9 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
         )
     });
     let health = hca.health().ok();
+    let report = hca.health_report();
+    let events = hca.event_counters();
+    let neighbours = hca.neighbours();
     let json = json!({
         "function": i.function,
         "device_id": format!("0x{:04x}", i.device_id),
@@ -187,8 +190,36 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
         "pages": { "boot": i.pages.boot, "init": i.pages.init, "held": i.pages.held },
         "health": health.map(|h| json!({
             "syndrome": h.syndrome.map(|s| format!("{s:?}")),
+            "reset_required": h.reset_required,
+            "nic_state": h.nic_state.to_string(),
+            "fatal": h.fatal().map(|f| format!("{f:?}")),
             "counter": h.counter,
+            "warnings": report.warnings,
         })),
+        "doorbells": {
+            "write_combining": i.doorbells.write_combining,
+            "why": i.doorbells.why,
+        },
+        "neighbours": {
+            "host_kernel": hca.host_neighbours(),
+            "entries": neighbours.iter().map(|n| json!({
+                "ip": n.ip.to_string(),
+                "mac": rnic::mlx5::neigh::mac_text(&n.mac),
+                "source": n.source.to_string(),
+            })).collect::<Vec<_>>(),
+        },
+        "commands": {
+            "executed": hca.cmdq().executed(),
+            "reply_mismatches": hca.cmdq().reply_mismatches(),
+            "page_slot": hca.cmdq().page_slot(),
+        },
+        "page_requests": {
+            "requests": events.page_requests,
+            "given": events.pages_given,
+            "taken": events.pages_taken,
+            "cant_give": events.cant_give,
+            "errors": events.page_errors,
+        },
     });
     let opt = |v: Option<u32>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
     let mut t = String::new();
@@ -262,14 +293,46 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
         "\tpages:\t\t\tboot {} init {} held {}",
         i.pages.boot, i.pages.init, i.pages.held
     );
+    let _ = writeln!(t, "\tdoorbells:\t\t{}", i.doorbells);
+    let _ = writeln!(
+        t,
+        "\tneighbours:\t\t{} entries; peers' MACs {}",
+        neighbours.len(),
+        if hca.host_neighbours() {
+            "from static entries, then the host kernel's neighbour table"
+        } else {
+            "from static entries only (spec option neigh=host to ask the host kernel)"
+        }
+    );
+    let _ = writeln!(
+        t,
+        "\tcommands:\t\t{} executed, {} reply field(s) the device changed, page slot {}",
+        hca.cmdq().executed(),
+        hca.cmdq().reply_mismatches(),
+        hca.cmdq()
+            .page_slot()
+            .map_or_else(|| "none".to_owned(), |s| s.to_string())
+    );
+    let _ = writeln!(
+        t,
+        "\tpage requests:\t\t{} ({} pages given, {} taken, {} CANT_GIVE, {} failed)",
+        events.page_requests,
+        events.pages_given,
+        events.pages_taken,
+        events.cant_give,
+        events.page_errors
+    );
     match health {
         Some(h) => {
+            let state = match (h.fatal(), h.syndrome) {
+                (Some(f), _) => format!("FATAL {f:?}"),
+                (None, Some(s)) => format!("warning: syndrome {s:?} without reset required"),
+                (None, None) => "ok".to_owned(),
+            };
             let _ = writeln!(
                 t,
-                "\thealth:\t\t\t{} (counter {})",
-                h.syndrome
-                    .map_or_else(|| "ok".to_owned(), |s| format!("FATAL {s:?}")),
-                h.counter
+                "\thealth:\t\t\t{state} (counter {}, NIC interface {}, {} warning(s) so far)",
+                h.counter, h.nic_state, report.warnings
             );
         }
         None => {

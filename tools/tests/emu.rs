@@ -367,8 +367,8 @@ fn fault_forwards_one_request_and_prints_the_reply() {
     assert_eq!(state["state"]["accounting"]["pages_held"], 0);
     assert_eq!(state["state"]["running"], true);
     assert_eq!(
-        state["state"]["strictness"]["ud-mtu"], false,
-        "the legacy set by default"
+        state["state"]["strictness"]["ud-mtu"], true,
+        "every check on by default (issue 26)"
     );
     // A refusal: the reply on stdout, the reason on stderr, exit 1.
     let o = rnicctl(&dir, &["fault", "f", "pages", "8"]);

@@ -184,32 +184,76 @@ impl Watcher {
                 events += 1;
             }
         }
-        for page in watched {
-            for (offset, width) in UAR_DOORBELLS {
-                let v = read_doorbell(dev, page, offset, width);
-                let idle = if width == 8 { UAR_IDLE } else { UAR_IDLE >> 32 };
-                let first = self.shadow.insert((page, offset), idle).is_none();
-                if v == idle {
+        // Control doorbells (CQ arm, EQ update) first, and again before each
+        // send doorbell: the driver's earlier writes are visible once a later
+        // one is (x86 stores are seen in order), and the device must act on
+        // them in that order. Without the second sweep a CQ armed before a
+        // post could be read after the post's completion — and a second arm
+        // written over the first (the register holds one value; a PCIe device
+        // sees every write) lost that completion's event.
+        events += self.sweep_control(dev, &watched);
+        for &page in &watched {
+            for (offset, width) in UAR_DOORBELLS.into_iter().filter(|(o, _)| is_send(*o)) {
+                let idle = idle_for(width);
+                if read_doorbell(dev, page, offset, width) == idle {
                     continue;
                 }
-                // Consume: put the sentinel back unless the driver wrote again meanwhile
-                // (then that write is the next scan's event).
-                let at = u64::from(page) * UAR_PAGE + u64::from(offset);
-                if width == 8 {
-                    bar.cas64_be(at, v, idle);
-                } else {
-                    bar.cas32_be(at, v as u32, idle as u32);
-                }
-                // First look at a newly watched page: what it held is no write.
-                if !first {
-                    dev.stats().uar_doorbells.fetch_add(1, Ordering::Relaxed);
-                    dev.with_handler(|hd| hd.uar_doorbell(dev, page, offset, v));
-                    events += 1;
+                events += self.sweep_control(dev, &watched);
+                events += usize::from(self.take(dev, page, offset, width));
+            }
+        }
+        events
+    }
+
+    /// Consume and deliver every pending control doorbell (CQ arm, EQ
+    /// update: the registers below the BlueFlame ones) of `pages`.
+    fn sweep_control(&mut self, dev: &Device, pages: &[u32]) -> usize {
+        let mut events = 0;
+        for &page in pages {
+            for (offset, width) in UAR_DOORBELLS {
+                if !is_send(offset) {
+                    events += usize::from(self.take(dev, page, offset, width));
                 }
             }
         }
         events
     }
+
+    /// Consume register `offset` of UAR page `page`: put the sentinel back
+    /// unless the driver wrote again meanwhile (then that write is the next
+    /// event) and deliver the value. `true` if a write was delivered.
+    fn take(&mut self, dev: &Device, page: u32, offset: u32, width: u32) -> bool {
+        let bar = dev.bar();
+        let v = read_doorbell(dev, page, offset, width);
+        let idle = idle_for(width);
+        let first = self.shadow.insert((page, offset), idle).is_none();
+        if v == idle {
+            return false;
+        }
+        let at = u64::from(page) * UAR_PAGE + u64::from(offset);
+        if width == 8 {
+            bar.cas64_be(at, v, idle);
+        } else {
+            bar.cas32_be(at, v as u32, idle as u32);
+        }
+        // First look at a newly watched page: what it held is no write.
+        if first {
+            return false;
+        }
+        dev.stats().uar_doorbells.fetch_add(1, Ordering::Relaxed);
+        dev.with_handler(|hd| hd.uar_doorbell(dev, page, offset, v));
+        true
+    }
+}
+
+/// Whether `offset` is a send doorbell / BlueFlame register (0x800 and up).
+fn is_send(offset: u32) -> bool {
+    offset >= 0x800
+}
+
+/// The sentinel of a register `width` bytes wide.
+fn idle_for(width: u32) -> u64 {
+    if width == 8 { UAR_IDLE } else { UAR_IDLE >> 32 }
 }
 
 /// Adaptive poll pacing; see the module docs.

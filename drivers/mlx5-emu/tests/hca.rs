@@ -278,6 +278,51 @@ fn malformed_wqe_and_dma_fault_are_error_cqes() {
     assert!(p.hw.r.fw().hca_stats().dma_faults >= 1);
 }
 
+/// An arm whose doorbell the emulator has not read yet (a later arm can
+/// overwrite the one register before the watcher reads it; a PCIe device
+/// sees every write) is taken from the CQ's doorbell record, where the
+/// driver stored it first: the completion raises its EQE. The doorbell, read
+/// later, is not applied a second time.
+#[test]
+fn an_arm_in_the_record_whose_doorbell_is_unread_still_raises_the_event() {
+    let mut p = pair();
+    let (eqn, eq_ring) = (p.ceq.0, p.ceq.1.clone());
+    p.hw.uar_write32(0x40, eqn << 24);
+    // The record's arm dword (sn 1, cmd 0, ci 0); no doorbell.
+    let word: u32 = 1 << 28;
+    p.cq.dbr.write(4, &word.to_be_bytes()).unwrap();
+    let rkey = p.peer.mr.rkey().get();
+    let write = |p: &mut Pair| {
+        p.qp.post(
+            &p.hw,
+            WqeOpcode::RdmaWrite,
+            true,
+            &[raddr_seg(p.peer.mr.addr(), rkey), data_seg(8, p.lkey, VA)],
+        );
+        assert_eq!(opcode(&p.cq.expect()), CqeOpcode::Req);
+    };
+    write(&mut p);
+    let mut e = [0u8; 64];
+    let t = std::time::Instant::now();
+    loop {
+        eq_ring.read(0, &mut e).unwrap();
+        if e[63] & 1 == 0 || t.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let v = Eqe::new_unchecked(&e[..]);
+    assert_eq!(v.owner(), 0, "an EQE was written");
+    assert_eq!(v.event_type(), u32::from(EventType::Completion.as_raw()));
+    assert_eq!(v.comp_event().cq_number(), p.cq.cqn);
+    // The late doorbell of that same arm: already applied, not re-armed.
+    p.hw.uar_write64(0x20, (u64::from(word) << 32) | u64::from(p.cq.cqn));
+    write(&mut p);
+    std::thread::sleep(Duration::from_millis(50));
+    eq_ring.read(64, &mut e).unwrap();
+    assert_eq!(e[63] & 1, 1, "no second EQE: the arm was used once");
+}
+
 #[test]
 fn cq_arm_raises_a_completion_eqe_and_msix() {
     let mut p = pair();

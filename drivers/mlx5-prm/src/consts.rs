@@ -119,6 +119,8 @@ wire_enum! {
         Nop = 0x80d => "NOP",
         AllocTransportDomain = 0x816 => "ALLOC_TRANSPORT_DOMAIN",
         DeallocTransportDomain = 0x817 => "DEALLOC_TRANSPORT_DOMAIN",
+        SetL2TableEntry = 0x829 => "SET_L2_TABLE_ENTRY",
+        DeleteL2TableEntry = 0x82b => "DELETE_L2_TABLE_ENTRY",
     }
 }
 

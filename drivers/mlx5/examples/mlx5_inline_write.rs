@@ -109,9 +109,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         f,
         HcaOptions {
             cmd_timeout: Some(Duration::from_secs(30)),
+            // RNIC_MLX5_WC=0: the 8-byte doorbell path a UC mapping gives.
+            write_combining: std::env::var("RNIC_MLX5_WC").map_or(true, |v| v != "0"),
             ..HcaOptions::default()
         },
     )?;
+    eprintln!("doorbells: {}", hca.info().doorbells);
     // One function for all three ways: the provider owns the `Hca`, the
     // direct objects share it.
     let provider = Mlx5Provider::new(hca)?;

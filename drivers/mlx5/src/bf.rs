@@ -67,6 +67,17 @@ impl BlockWindow {
         Some(BlockWindow { base, len, owner })
     }
 
+    /// The same device memory as `mmio` (its base, length and owner), for
+    /// block stores; `None` unless its base is 64-aligned.
+    pub fn from_mmio(mmio: &rnic_dma::Mmio) -> Option<BlockWindow> {
+        let (base, len, owner) = mmio.raw_parts();
+        // SAFETY: the parts of a live `Mmio`, whose own contract (`Mmio::new`)
+        // is this one's: `[base, base + len)` stays mapped and valid for
+        // volatile aligned stores while `owner` lives, and no reference into
+        // it exists.
+        unsafe { BlockWindow::new(base, len, owner) }
+    }
+
     /// The window's length in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -205,6 +216,22 @@ impl BlockPair {
         // `a ^ (a ^ b) = b`: base ↔ base + flip, the pointer's provenance
         // (the window) kept.
         self.cur = self.cur.map_addr(|a| a ^ toggle);
+    }
+
+    /// Store `word0` (the first 8 bytes of a WQE's control segment, memory
+    /// order) to the current half — the 8-byte doorbell of an uncached
+    /// mapping or a shared register (mlx5.md §8; K ib/wr.c `mlx5_write64`)
+    /// — then switch to the other half.
+    #[inline(always)]
+    pub(crate) fn ring_next(&mut self, word0: u64) {
+        let word = self.cur.cast::<u64>();
+        // SAFETY: `cur` is the window's base or base + `flip`, both checked
+        // in `new` to start a 64-byte block inside the window, 8-aligned
+        // (the base is 64-aligned); the window's contract makes it valid for
+        // volatile 8-byte stores while `self.window`'s owner lives; no
+        // reference into it is created.
+        unsafe { word.write_volatile(word0) };
+        self.advance();
     }
 
     /// Store `wqe` (memory order, lowest address first) to the current

@@ -33,16 +33,27 @@
 //!   in a 4 KiB-aligned [`DmaBuffer`] per slot and direction, grown on
 //!   demand and reused.
 //! * Output: only the driver's own chain is read (the device's `next`
-//!   pointers are never followed); a token, block number or output length
-//!   that differs from what was posted is a typed [`Mlx5Error::Reply`].
+//!   pointers are never followed), always `outlen` bytes as posted.
 //! * Timeout: `cmd_exec_to` from the init segment when `cmd_q_init_to` is
 //!   nonzero (§2: then both are valid), else 60 s (§2's kernel default), or
 //!   what [`CmdQueueOptions::timeout`] says. A timed-out slot keeps its
 //!   mailboxes and stays reserved until the device clears its ownership bit;
 //!   later commands use another slot, or fail with
 //!   [`Mlx5Error::NoCommandSlot`] when none is left.
-//! * All slots serve all commands (polling mode: one command in flight under
-//!   the queue's lock; K's "last slot for pages" matters only with events).
+//! * The last slot is reserved for MANAGE_PAGES (K `max_reg_cmds`, core/cmd.c;
+//!   RC posts it on slot 31): regular commands take the other slots, one in
+//!   flight at a time, and a page command runs beside them. Firmware may hold
+//!   a regular command (CREATE_QP/CQ/MKEY under ICM pressure) until the page
+//!   request it raised is answered; the event thread hands that request to
+//!   the page worker, which answers on the page slot while the regular
+//!   command waits (mlx5-hw-audit row 1). Neither waits under the queue's
+//!   state lock, which covers only slot choice, posting and bookkeeping.
+//! * A reply is checked no more strictly than the kernel checks it: delivery
+//!   status and command status decide; an entry token, output length or
+//!   output-block token/number that differs from what was posted is counted
+//!   ([`CmdQueue::reply_mismatches`]) and logged, not an error (K
+//!   core/cmd.c:307-330; audit row 14). An output length the device
+//!   *shortened* still cannot make the driver read past its own buffers.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -239,13 +250,38 @@ fn short(needed: usize, got: usize) -> rnic_mlx5_prm::Error {
     }
 }
 
-/// Check a completed entry and its output chain against what was posted and
-/// assemble the output (`posted.out_len` bytes: 16 inline, then 512 per
-/// block). Errors, in this order: delivery status nonzero →
-/// [`Mlx5Error::Delivery`]; entry token, output length, a block's token or
-/// number changed → [`Mlx5Error::Reply`]; command status nonzero →
-/// [`Mlx5Error::Command`].
-pub fn decode_reply(entry: &[u8], chain: &[u8], posted: &Posted) -> Result<Vec<u8>, Mlx5Error> {
+/// A difference between a reply and what was posted that the kernel does
+/// not check (entry token, output length, an output block's token or
+/// number; K core/cmd.c:307-330, audit row 14): counted and logged by the
+/// queue, never an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplyMismatch {
+    /// Which field.
+    pub what: String,
+    /// What the driver posted.
+    pub posted: u64,
+    /// What the device left.
+    pub found: u64,
+}
+
+/// A completed command's output and what differed from what was posted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    /// `posted.out_len` bytes: 16 inline, then 512 per block.
+    pub out: Vec<u8>,
+    /// Fields the device changed that the kernel does not check.
+    pub mismatches: Vec<ReplyMismatch>,
+}
+
+/// Check a completed entry and its output chain and assemble the output
+/// (`posted.out_len` bytes: 16 inline, then 512 per block, always the
+/// driver's own length and chain, whatever the device wrote into the
+/// entry). Errors, in this order: delivery status nonzero →
+/// [`Mlx5Error::Delivery`]; a chain shorter than the output (the driver's
+/// own buffer; never from [`CmdQueue::exec`]) → [`Mlx5Error::Reply`];
+/// command status nonzero → [`Mlx5Error::Command`]. A changed entry token,
+/// output length, block token or block number is a [`ReplyMismatch`].
+pub fn decode_reply(entry: &[u8], chain: &[u8], posted: &Posted) -> Result<Decoded, Mlx5Error> {
     let opcode = posted.opcode;
     let e = CmdQueueEntry::new_checked(entry).map_err(prm("completed entry"))?;
     let delivery = DeliveryStatus::from_raw(e.status() as u8);
@@ -255,26 +291,22 @@ pub fn decode_reply(entry: &[u8], chain: &[u8], posted: &Posted) -> Result<Vec<u
             status: delivery,
         });
     }
-    let reply = |what: String, posted: u64, found: u64| Mlx5Error::Reply {
-        opcode,
-        what,
-        posted,
-        found,
+    let mut mismatches = Vec::new();
+    let mut differs = |what: String, posted: u64, found: u64| {
+        if posted != found {
+            mismatches.push(ReplyMismatch {
+                what,
+                posted,
+                found,
+            });
+        }
     };
-    if e.token() != u32::from(posted.token) {
-        return Err(reply(
-            "entry token".into(),
-            posted.token.into(),
-            e.token().into(),
-        ));
-    }
-    if e.output_length() != posted.out_len {
-        return Err(reply(
-            "output length".into(),
-            posted.out_len.into(),
-            e.output_length().into(),
-        ));
-    }
+    differs("entry token".into(), posted.token.into(), e.token().into());
+    differs(
+        "output length".into(),
+        posted.out_len.into(),
+        e.output_length().into(),
+    );
     let out_len = posted.out_len as usize;
     let mut out = vec![0u8; out_len];
     let n = out_len.min(CMD_INLINE_BYTES);
@@ -283,22 +315,23 @@ pub fn decode_reply(entry: &[u8], chain: &[u8], posted: &Posted) -> Result<Vec<u
         let start = i * BLOCK_STRIDE;
         let block = chain
             .get(start..start + BLOCK_BYTES)
-            .ok_or_else(|| reply(format!("output block {i} missing"), 0, 0))?;
+            .ok_or_else(|| Mlx5Error::Reply {
+                opcode,
+                what: format!("output block {i} missing from the driver's chain"),
+                posted: blocks_for(out_len) as u64,
+                found: (chain.len() / BLOCK_STRIDE) as u64,
+            })?;
         let b = CmdIfBox::new_checked(block).map_err(prm("output mailbox block"))?;
-        if b.token() != u32::from(posted.token) {
-            return Err(reply(
-                format!("output block {i} token"),
-                posted.token.into(),
-                b.token().into(),
-            ));
-        }
-        if b.block_number() != i as u32 {
-            return Err(reply(
-                format!("output block {i} number"),
-                i as u64,
-                b.block_number().into(),
-            ));
-        }
+        differs(
+            format!("output block {i} token"),
+            posted.token.into(),
+            b.token().into(),
+        );
+        differs(
+            format!("output block {i} number"),
+            i as u64,
+            b.block_number().into(),
+        );
         let lo = CMD_INLINE_BYTES + i * MAILBOX_DATA_BYTES;
         let hi = (lo + MAILBOX_DATA_BYTES).min(out_len);
         out[lo..hi].copy_from_slice(&b.mailbox_data()[..hi - lo]);
@@ -313,7 +346,7 @@ pub fn decode_reply(entry: &[u8], chain: &[u8], posted: &Posted) -> Result<Vec<u
             syndrome: head.syndrome(),
         });
     }
-    Ok(out)
+    Ok(Decoded { out, mismatches })
 }
 
 /// How a [`CmdQueue`] is set up.
@@ -344,6 +377,7 @@ struct State {
     token: u8,
     slots: Vec<Slot>,
     executed: u64,
+    mismatches: u64,
     events: Option<Arc<dyn CommandEvents>>,
 }
 
@@ -362,6 +396,15 @@ pub struct CmdQueue {
     page: Arc<DmaBuffer>,
     log_stride: u32,
     timeout: Duration,
+    /// The slot reserved for MANAGE_PAGES (the last one; `None` with a
+    /// single slot, which then serves every command).
+    page_slot: Option<usize>,
+    /// Held by the one regular command in flight.
+    regular: Mutex<()>,
+    /// Held by the one page command in flight on `page_slot`.
+    paging: Mutex<()>,
+    /// Slots, tokens, counters: held only to post and to account, never
+    /// while waiting.
     state: Mutex<State>,
 }
 
@@ -482,10 +525,14 @@ impl CmdQueue {
             page,
             log_stride: geometry.log_stride,
             timeout,
+            page_slot: (geometry.slots() > 1).then(|| geometry.slots() - 1),
+            regular: Mutex::new(()),
+            paging: Mutex::new(()),
             state: Mutex::new(State {
                 token: 0,
                 slots: (0..geometry.slots()).map(|_| Slot::default()).collect(),
                 executed: 0,
+                mismatches: 0,
                 events: None,
             }),
         })
@@ -521,6 +568,18 @@ impl CmdQueue {
     /// Commands completed (any status).
     pub fn executed(&self) -> u64 {
         lock(&self.state).executed
+    }
+
+    /// Reply fields the device changed that the kernel does not check
+    /// (entry token, output length, output block token or number), counted
+    /// over every completed command; each is logged ([`ReplyMismatch`]).
+    pub fn reply_mismatches(&self) -> u64 {
+        lock(&self.state).mismatches
+    }
+
+    /// The slot reserved for MANAGE_PAGES, if the queue has more than one.
+    pub fn page_slot(&self) -> Option<usize> {
+        self.page_slot
     }
 
     /// The command queue page's IOVA.
@@ -620,16 +679,38 @@ impl CmdQueue {
         head.set_op_mod(op_mod.into())
             .map_err(prm("command header"))?;
 
+        // One regular command at a time on the regular slots; a page command
+        // on the reserved slot beside it (module docs).
+        let reserved = self.page_slot.is_some() && opcode == CmdOpcode::ManagePages;
+        let _turn = lock(if reserved {
+            &self.paging
+        } else {
+            &self.regular
+        });
+        let flight = self.post(opcode, op_mod, &input, out_len, reserved)?;
+        self.complete(flight)
+    }
+
+    /// Choose a slot, write the mailboxes and the entry, hand it to the
+    /// device and ring (§4.3 steps 1–5), under the state lock.
+    fn post(
+        &self,
+        opcode: CmdOpcode,
+        op_mod: u16,
+        input: &[u8],
+        out_len: usize,
+        reserved: bool,
+    ) -> Result<InFlight, Mlx5Error> {
         let mut st = lock(&self.state);
         self.reclaim(&mut st);
-        let slot =
-            st.slots
-                .iter()
-                .position(|s| s.stuck.is_none())
-                .ok_or(Mlx5Error::NoCommandSlot {
-                    opcode,
-                    slots: st.slots.len(),
-                })?;
+        let slots = st.slots.len();
+        let free = |i: &usize| st.slots[*i].stuck.is_none();
+        let slot = match self.page_slot {
+            Some(p) if reserved => Some(p).filter(free),
+            Some(p) => (0..p).find(free),
+            None => (0..slots).find(free),
+        }
+        .ok_or(Mlx5Error::NoCommandSlot { opcode, slots })?;
         st.token = next_token(st.token);
         let token = st.token;
         let (in_blocks, out_blocks) = (blocks_for(input.len()), blocks_for(out_len));
@@ -659,7 +740,7 @@ impl CmdQueue {
             buf.write(0, &chain).map_err(dma("output mailboxes"))?;
         }
         let mut entry = [0u8; ENTRY_BYTES];
-        encode_entry(&mut entry, &input, &posted)?;
+        encode_entry(&mut entry, input, &posted)?;
         let at = self.entry_offset(slot);
         self.page
             .write(at, &entry[..STATUS_OWN])
@@ -687,10 +768,27 @@ impl CmdQueue {
                 1 << slot,
             )
             .map_err(bar_err)?;
+        Ok(InFlight {
+            slot,
+            posted,
+            outbox,
+            events,
+            start: Instant::now(),
+        })
+    }
 
-        // 6. Poll ownership (with events: wait for the EQE, then check that
-        // ownership came back — the EQE alone is not trusted).
-        let start = Instant::now();
+    /// Wait for a posted command (§4.3 step 6: its completion EQE in events
+    /// mode, then ownership back — the EQE alone is not trusted) without
+    /// the state lock, then decode it.
+    fn complete(&self, flight: InFlight) -> Result<Vec<u8>, Mlx5Error> {
+        let InFlight {
+            slot,
+            posted,
+            outbox,
+            events,
+            start,
+        } = flight;
+        let opcode = posted.opcode;
         let mut spins = 0u32;
         let mut eqe_seen = false;
         while events.is_some() && !eqe_seen || self.owned_by_hw(slot)? {
@@ -702,12 +800,12 @@ impl CmdQueue {
             if waited >= self.timeout {
                 let health = crate::init::Health::read(self.function.as_ref());
                 warn!(
-                    %opcode, slot, token, after = ?waited, ?health,
+                    %opcode, slot, token = posted.token, after = ?waited, ?health,
                     "command timed out; slot reserved until the device returns it"
                 );
-                st.slots[slot].stuck = Some(Stuck {
+                lock(&self.state).slots[slot].stuck = Some(Stuck {
                     opcode,
-                    token,
+                    token: posted.token,
                     since: start,
                 });
                 return Err(Mlx5Error::CommandTimeout {
@@ -729,23 +827,49 @@ impl CmdQueue {
             }
         }
         dma_rmb_after_owner_bit();
-        st.executed += 1;
         let mut done = [0u8; ENTRY_BYTES];
         self.page
-            .read(at, &mut done)
+            .read(self.entry_offset(slot), &mut done)
             .map_err(dma("completed command entry"))?;
-        let mut chain = vec![0u8; out_blocks * BLOCK_STRIDE];
+        let mut chain = vec![0u8; blocks_for(posted.out_len as usize) * BLOCK_STRIDE];
         if let Some(buf) = &outbox {
             buf.read(0, &mut chain).map_err(dma("output mailboxes"))?;
         }
-        drop(st);
         let result = decode_reply(&done, &chain, &posted);
-        match &result {
-            Ok(_) => debug!(%opcode, slot, after = ?start.elapsed(), "command done"),
-            Err(e) => debug!(%opcode, slot, %e, "command failed"),
+        {
+            let mut st = lock(&self.state);
+            st.executed += 1;
+            if let Ok(d) = &result {
+                st.mismatches += d.mismatches.len() as u64;
+            }
         }
-        result
+        match result {
+            Ok(d) => {
+                for m in &d.mismatches {
+                    warn!(
+                        %opcode, slot, what = %m.what, posted = m.posted, found = m.found,
+                        "the device changed a reply field the kernel does not check; counted, \
+                         output used"
+                    );
+                }
+                debug!(%opcode, slot, after = ?start.elapsed(), "command done");
+                Ok(d.out)
+            }
+            Err(e) => {
+                debug!(%opcode, slot, %e, "command failed");
+                Err(e)
+            }
+        }
     }
+}
+
+/// A command handed to the device, not yet completed.
+struct InFlight {
+    slot: usize,
+    posted: Posted,
+    outbox: Option<Arc<DmaBuffer>>,
+    events: Option<Arc<dyn CommandEvents>>,
+    start: Instant,
 }
 
 #[cfg(test)]
@@ -941,7 +1065,9 @@ mod tests {
         out[0] = 0;
         out[4..8].copy_from_slice(&[0; 4]);
         let (e, chain) = complete(&p, &out, 0);
-        assert_eq!(decode_reply(&e, &chain, &p).unwrap(), out);
+        let d = decode_reply(&e, &chain, &p).unwrap();
+        assert_eq!(d.out, out);
+        assert!(d.mismatches.is_empty());
     }
 
     #[test]
@@ -971,39 +1097,34 @@ mod tests {
             })
         ));
 
+        // Audit row 14: fields the kernel does not check are counted, the
+        // output still used (K core/cmd.c:307-330 checks only the statuses).
         let (mut e, chain) = complete(&p, &[0u8; 0x20], 0);
         e[0x3c] = 10;
-        assert!(matches!(
-            decode_reply(&e, &chain, &p),
-            Err(Mlx5Error::Reply {
+        let d = decode_reply(&e, &chain, &p).unwrap();
+        assert_eq!(
+            d.mismatches,
+            vec![ReplyMismatch {
+                what: "entry token".into(),
                 posted: 9,
-                found: 10,
-                ..
-            })
-        ));
+                found: 10
+            }]
+        );
 
         let (mut e, chain) = complete(&p, &[0u8; 0x20], 0);
         e[0x38..0x3c].copy_from_slice(&0x10_0000u32.to_be_bytes());
-        assert!(matches!(
-            decode_reply(&e, &chain, &p),
-            Err(Mlx5Error::Reply {
-                found: 0x10_0000,
-                ..
-            })
-        ));
+        let d = decode_reply(&e, &chain, &p).unwrap();
+        assert_eq!(d.out.len(), 0x20, "the driver's own output length");
+        assert_eq!(d.mismatches[0].found, 0x10_0000);
 
-        let (e, mut chain) = complete(&p, &[0u8; 0x20], 0);
+        let out: Vec<u8> = (0..0x20u8).map(|b| if b < 8 { 0 } else { b }).collect();
+        let (e, mut chain) = complete(&p, &out, 0);
         chain[0x23d] = 8;
-        assert!(matches!(
-            decode_reply(&e, &chain, &p),
-            Err(Mlx5Error::Reply { .. })
-        ));
-        let (e, mut chain) = complete(&p, &[0u8; 0x20], 0);
         chain[0x23b] = 5;
-        assert!(matches!(
-            decode_reply(&e, &chain, &p),
-            Err(Mlx5Error::Reply { .. })
-        ));
+        let d = decode_reply(&e, &chain, &p).unwrap();
+        assert_eq!(d.out, out, "the block's data is used");
+        let what: Vec<_> = d.mismatches.iter().map(|m| m.what.as_str()).collect();
+        assert_eq!(what, ["output block 0 token", "output block 0 number"]);
         // A chain shorter than the output (never the case from exec) is an
         // error, not a panic.
         let (e, _) = complete(&p, &[0u8; 0x20], 0);

@@ -198,10 +198,31 @@ impl From<SendCompletion> for WorkCompletion {
     }
 }
 
-/// Shared with the event queue: completion events for one CQ.
+/// Shared with the event queue: completion events for one CQ, counted,
+/// and signalled on an eventfd (where the CQ has one) that a caller can
+/// poll or epoll ([`Cq::event_fd`]).
 #[derive(Debug, Default)]
 pub(crate) struct CqNotify {
     pub events: AtomicU32,
+    fd: Option<nix::sys::eventfd::EventFd>,
+}
+
+impl CqNotify {
+    /// With an eventfd for waiters.
+    pub(crate) fn with_fd() -> nix::Result<CqNotify> {
+        Ok(CqNotify {
+            events: AtomicU32::new(0),
+            fd: Some(crate::sys::eventfd()?),
+        })
+    }
+
+    /// One completion event (the event thread, under the EQ's lock).
+    pub(crate) fn signal(&self) {
+        self.events.fetch_add(1, Ordering::Release);
+        if let Some(fd) = &self.fd {
+            crate::sys::eventfd_signal(fd);
+        }
+    }
 }
 
 /// The firmware CQ; DESTROY_CQ when the last of the [`Cq`] and its QPs goes.
@@ -467,6 +488,11 @@ pub fn cq_buffer_bytes(entries: u32) -> usize {
     entries as usize * CQE_BYTES + 64
 }
 
+/// 4 KiB pages of a ring of `entries` CQEs: what CREATE_CQ's `pas[]` lists.
+pub fn cq_ring_pages(entries: u32) -> usize {
+    (entries as usize * CQE_BYTES).div_ceil(4096)
+}
+
 impl Cq {
     /// CREATE_CQ for at least `entries` outstanding completions (its
     /// [`Cq::capacity`]: rounded up to a power of two, at least 2), on the
@@ -499,7 +525,22 @@ impl Cq {
             what: "CQ buffer init",
             source,
         })?;
-        let pages = len.div_ceil(4096);
+        // Everything that can fail before CREATE_CQ, so that nothing after
+        // it can leave a firmware CQ behind.
+        let uar = hca.function().uar(hca.info().uar)?;
+        let ring = CqRing::new(buf.clone(), log_size).ok_or(Mlx5Error::QueueSize {
+            what: "CQ (buffer smaller than its CQEs)",
+            asked: entries,
+            max: 0,
+        })?;
+        let notify = Arc::new(CqNotify::with_fd().map_err(|source| Mlx5Error::Eventfd {
+            vector: eqn,
+            source,
+        })?);
+        // The ring's pages only: the doorbell record after the ring is named
+        // by `dbr_addr`, not listed in `pas[]` (K ib/cq.c create_cq_kernel:
+        // inlen from the ring's pages; audit row 19).
+        let pages = cq_ring_pages(nent);
         let iova = buf.iova().get();
         let mut cmd = vec![0u8; CreateCqIn::<&[u8]>::SIZE_BYTES + 8 * pages];
         {
@@ -529,14 +570,8 @@ impl Cq {
         let cqn = CreateCqOut::new_checked(&out[..])
             .map_err(prm("CREATE_CQ"))?
             .cqn();
-        let notify = hca.events_register_cq(cqn);
-        debug!(cqn, nent, eqn, "CREATE_CQ");
-        let uar = hca.function().uar(hca.info().uar)?;
-        let ring = CqRing::new(buf.clone(), log_size).ok_or(Mlx5Error::QueueSize {
-            what: "CQ (buffer smaller than its CQEs)",
-            asked: entries,
-            max: 0,
-        })?;
+        hca.events_register_cq(cqn, &notify);
+        debug!(cqn, nent, eqn, pages, "CREATE_CQ");
         Ok(Cq {
             ring,
             core: Arc::new(CqCore {
@@ -819,13 +854,16 @@ impl CqRing {
             .store_dword0(cq_doorbell_record::set_ci.insert(0, self.ci() as u32 & 0xff_ffff));
     }
 
-    /// One CQE consumed (and counted): `ci` on; at each multiple of the
-    /// capacity `set_ci` stored, and the lean path's owner parity flipped
-    /// when the ring wraps ([`CqRing::crossed`]).
+    /// One CQE consumed (and counted): `ci` on and `set_ci` stored — after
+    /// every CQE, so after every poll batch, as K (ib/cq.c:645) and RC
+    /// (cq.c:159-162) do (audit row 11) — and the lean path's owner parity
+    /// flipped when the ring wraps ([`CqRing::crossed`]).
     #[inline(always)]
     fn advance(&mut self) {
         if self.step() {
             self.crossed();
+        } else {
+            self.store_set_ci();
         }
     }
 
@@ -956,6 +994,7 @@ impl CqRing {
         if self.step() {
             return self.crossed_then(1);
         }
+        self.store_set_ci();
         1
     }
 
@@ -1031,6 +1070,7 @@ impl CqRing {
         if self.step() {
             return self.crossed_then(c);
         }
+        self.store_set_ci();
         c
     }
 
@@ -1154,15 +1194,23 @@ impl Cq {
         let lo = cq_uar_doorbell::cqn.insert(0, self.core.cqn);
         self.uar
             .write64_be(UAR_CQ_DOORBELL, (u64::from(hi) << 32) | u64::from(lo))
-            .map_err(Mlx5Error::Bar)
+            .map_err(Mlx5Error::Bar)?;
+        // The UAR page may be write-combining (`Hca::uar_wc`): flush.
+        rnic_dma::barrier::wc_flush();
+        Ok(())
     }
 
     /// Wait up to `timeout` for a completion event of this CQ (after
-    /// [`Cq::arm`]); `true` if one came. Events are taken from the event
-    /// queue by whoever waits (this also serves page requests).
+    /// [`Cq::arm`]); `true` if one came. The event thread delivers them
+    /// (`crate::events`); this blocks on the CQ's eventfd.
     pub fn wait_event(&mut self, timeout: Duration) -> Result<bool, Mlx5Error> {
         let start = Instant::now();
         loop {
+            if let Some(fd) = &self.core.notify.fd {
+                // Reset the eventfd before reading the count: a signal
+                // after this read is seen by the next wait.
+                let _ = crate::sys::eventfd_take(fd);
+            }
             let now = self.core.notify.events.load(Ordering::Acquire);
             if now != self.seen_events {
                 let new = now.wrapping_sub(self.seen_events);
@@ -1175,10 +1223,30 @@ impl Cq {
             if left.is_zero() {
                 return Ok(false);
             }
-            self.core
-                .hca
-                .process_events(left.min(Duration::from_millis(5)))?;
+            if self.core.hca.is_fatal() {
+                return Err(Mlx5Error::DeviceFatal {
+                    syndrome: None,
+                    counter_stuck: false,
+                    nic_state: None,
+                });
+            }
+            match &self.core.notify.fd {
+                Some(fd) => {
+                    let _ = crate::sys::wait_readable(
+                        std::os::fd::AsFd::as_fd(fd),
+                        left.min(Duration::from_millis(100)),
+                    );
+                }
+                None => std::thread::sleep(left.min(Duration::from_millis(5))),
+            }
         }
+    }
+
+    /// An eventfd that becomes readable when a completion event of this CQ
+    /// arrives (after [`Cq::arm`]), for poll/epoll; [`Cq::wait_event`]
+    /// consumes the events. `None` for a CQ without one.
+    pub fn event_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.core.notify.fd.as_ref().map(std::os::fd::AsFd::as_fd)
     }
 }
 

@@ -71,6 +71,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         rq_mask_words: rq_bytes / 8 - 1,
         rq_head: 0,
         max_recv_sge: 2,
+        recv_terminator: crate::wqe::RECV_TERMINATOR,
         dbrec_word: wq_bytes / 8,
         limits: SendLimits {
             max_sge: 2,
@@ -84,7 +85,6 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
             len: 4096,
             buf: data.clone(),
         }],
-        mac: [2, 0, 0, 0, 0, 1],
         counters: QpCounters::default(),
         sq,
         dbrec,
@@ -404,12 +404,12 @@ fn a_poll_stores_set_ci_alone_and_leaves_the_armed_word_as_arming_wrote_it() {
             assert_eq!(ring.poll(&mut wcs, false), 1);
             assert_eq!(wcs[0].wr_id, i);
         }
-        // set_ci (the 24-bit consumer index, big-endian) stored as it
-        // reaches a multiple of the capacity (2 of this 4-CQE ring); the
-        // arm dword kept: the word `store_dbrec` writes whole.
+        // set_ci (the 24-bit consumer index, big-endian) stored after every
+        // poll, as K and RC do (audit row 11); the arm dword kept: the word
+        // `store_dbrec` writes whole.
         let rec = ring_dbrec(&ring);
         assert_eq!(ring.consumer_index(), i as u32 + 1);
-        assert_eq!(rec[..4], ((i as u32 + 1) & !1).to_be_bytes(), "poll {i}");
+        assert_eq!(rec[..4], (i as u32 + 1).to_be_bytes(), "poll {i}");
         assert_eq!(rec[4..], armed[4..], "poll {i}");
     }
 }
@@ -585,12 +585,8 @@ fn the_lean_path_counts_and_skips_each_hostile_cqe_like_the_general_one() {
         );
         assert_eq!(refused, if qpn == QPN { (0, 1) } else { (1, 0) }, "{what}");
         assert_eq!(wq.shared.sq.outstanding(), 3, "{what}: nothing retired");
-        // Capacity 4 (an 8-CQE ring): set_ci stored at 4.
-        assert_eq!(
-            ring.record()[..4],
-            ((i as u32 + 1) & !3).to_be_bytes(),
-            "{what}"
-        );
+        // set_ci follows every CQE consumed, hostile ones too (row 11).
+        assert_eq!(ring.record()[..4], (i as u32 + 1).to_be_bytes(), "{what}");
     }
     // The last WQE's CQE retires both; a replay of it is refused.
     dev.push(req(QPN, 1, 0));
@@ -604,7 +600,7 @@ fn the_lean_path_counts_and_skips_each_hostile_cqe_like_the_general_one() {
     assert_eq!(ring.poll(&mut wcs, false), 0);
     assert_eq!(ring.counters().bad_wqe_counter, 4);
     assert_eq!(ring.counters().cqes, 7);
-    assert_eq!(ring.record()[..4], 4u32.to_be_bytes());
+    assert_eq!(ring.record()[..4], 7u32.to_be_bytes());
 }
 
 /// Each send opcode's completion on the lean path (`poll_send`, a one-entry

@@ -26,6 +26,21 @@ pub enum Mlx5Error {
         #[source]
         source: vfio_user::Error,
     },
+    /// The vfio-user server accepted the connection but did not answer the
+    /// handshake: it is serving another driver (one at a time, as a VFIO
+    /// device opens once).
+    #[error(
+        "the vfio-user device at {path} did not answer within {after:?}: it is serving another \
+         driver (an emulated function, like a VFIO device, has one owner at a time); stop the \
+         other process, start another emulated function (rnicctl emu start --name <n>), or open \
+         the spec once in this process and share it"
+    )]
+    ServerBusy {
+        /// The socket path.
+        path: PathBuf,
+        /// How long the handshake was given.
+        after: std::time::Duration,
+    },
     /// A vfio-user request failed on the socket (the server went away?).
     #[error(
         "vfio-user {op} on {path} failed: the device process closed the connection or broke the \
@@ -148,6 +163,67 @@ pub enum Mlx5Error {
         /// The errno.
         #[source]
         source: nix::Error,
+    },
+    /// A system resource of the driver itself (a thread, an eventfd) could
+    /// not be had.
+    #[error("{what} failed: {source}; check the process's thread and open-file limits")]
+    Io {
+        /// What was being set up.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The port is not an Ethernet port, so RoCE cannot be set up on it
+    /// (RC mlx5_vfio.c:2220 enables RoCE only on Ethernet; audit row 9).
+    #[error(
+        "{function}: the port is {port_type}, not Ethernet, so RoCE cannot run on it; set the \
+         port to Ethernet (mlxconfig -d <device> set LINK_TYPE_P1=2, then reset the card) and \
+         bring the function up again"
+    )]
+    PortType {
+        /// The function.
+        function: String,
+        /// What the general capabilities report.
+        port_type: crate::PortType,
+    },
+    /// A GID index beyond the port's GID table (RoCE cap
+    /// `roce_address_table_size`).
+    #[error("GID index {index} is beyond the port's GID table of {size} entries; use 0..{size}")]
+    GidIndex {
+        /// Asked for.
+        index: u16,
+        /// The table's size.
+        size: u32,
+    },
+    /// No destination MAC could be found for a peer (audit row 7): the
+    /// driver never sends to its own MAC or to zeros instead.
+    #[error(
+        "no MAC address for peer {ip} ({why}): add a static neighbour (Hca::add_neighbour, or \
+         `neigh=<ip>/<mac>` in the device spec), pass the peer's dmac, or let the host kernel \
+         resolve it (HcaOptions::neighbours.host_kernel, `neigh=host` in the spec) when the host \
+         has an interface on the port's network"
+    )]
+    NoNeighbour {
+        /// The peer's address.
+        ip: std::net::IpAddr,
+        /// What was tried.
+        why: String,
+    },
+    /// The kernel would not let the driver pin or map what the function
+    /// needs (audit row 23).
+    #[error("{function}: {needed} needed, {what} allows {limit}: {fix}")]
+    DmaBudget {
+        /// The function.
+        function: String,
+        /// Which limit.
+        what: &'static str,
+        /// What bring-up or the firmware's request needs (bytes or mappings).
+        needed: u64,
+        /// The limit.
+        limit: u64,
+        /// How to raise it.
+        fix: &'static str,
     },
     /// The function cannot be reset.
     #[error("{function} does not offer a function-level reset (VFIO_DEVICE_FLAGS_RESET is clear)")]
@@ -357,14 +433,41 @@ pub enum Mlx5Error {
     },
     /// The function is in a fatal state (§2): no command is sent any more.
     #[error(
-        "the function is in a fatal state (health syndrome {syndrome:?}, counter stuck:          {counter_stuck}): its QPs are in ERR and their work is flushed; drop every object,          then reset the function and bring it up again"
+        "the function is in a fatal state ({}): its QPs are in ERR and their work is flushed; \
+         drop every object, then reset the function and bring it up again",
+        fatal_cause(syndrome, *counter_stuck, nic_state)
     )]
     DeviceFatal {
         /// The health syndrome, if one is set.
         syndrome: Option<rnic_mlx5_prm::HealthSyndrome>,
         /// The health counter stopped.
         counter_stuck: bool,
+        /// The NIC interface state, when it is what made the function fatal
+        /// (disabled, SW reset: a firmware reset from elsewhere).
+        nic_state: Option<rnic_mlx5_prm::NicState>,
     },
+}
+
+/// Why a function is fatal, in words.
+fn fatal_cause(
+    syndrome: &Option<rnic_mlx5_prm::HealthSyndrome>,
+    counter_stuck: bool,
+    nic_state: &Option<rnic_mlx5_prm::NicState>,
+) -> String {
+    let mut why = Vec::new();
+    if let Some(s) = syndrome {
+        why.push(format!("health syndrome {s} with reset required"));
+    }
+    if let Some(n) = nic_state {
+        why.push(format!("NIC interface {n}"));
+    }
+    if counter_stuck {
+        why.push("health counter stopped".to_string());
+    }
+    if why.is_empty() {
+        why.push("found fatal earlier".to_string());
+    }
+    why.join(", ")
 }
 
 /// What to do about a failed command, per status (mlx5.md §4.3).

@@ -1,5 +1,5 @@
-//! The asynchronous event queue (mlx5.md §7.1, §8, §11) and health
-//! monitoring (§2).
+//! The asynchronous event queue (mlx5.md §7.1, §8, §11), the thread that
+//! drains it and the worker that answers page requests.
 //!
 //! [`Hca::enable_events`] creates one EQ on MSI-X vector 0 (RC's VFIO
 //! driver: a single EQ) with the command-completion, page-request and K's
@@ -9,18 +9,33 @@
 //! [`dma_rmb_after_owner_bit`]; the consumer index goes to UAR+0x48 (no arm)
 //! every 0x80 entries and to UAR+0x40 (arm) when a drain ends.
 //!
-//! Events are taken by whoever waits: a command in flight (its completion
-//! EQE), [`Hca::process_events`], [`crate::Cq::wait_event`]. Page requests
-//! are queued while a command holds the queue and served right after it
-//! (MANAGE_PAGES give/take). Unknown event types are counted and ignored.
+//! # Who drains it (audit rows 1 and 13)
+//!
+//! The kernel and rdma-core drain their async EQ on every interrupt (K
+//! core/eq.c; RC mlx5_vfio.c:466-494), so it cannot overrun whatever the
+//! application does — an overrun is a fatal firmware syndrome (0x0c). So
+//! does this driver: the **event thread** (`mlx5-events`) blocks on the
+//! vector's eventfd, drains every valid EQE, re-arms, and hands each on:
+//! command completions wake the command waiting in that slot, completion
+//! events bump the CQ's counter and signal its eventfd, page requests go to
+//! the **page worker** (`mlx5-pages`), which answers them with MANAGE_PAGES
+//! on the command queue's reserved slot — while a regular command may be
+//! waiting for exactly those pages (firmware holds CREATE_QP/CQ/MKEY under
+//! ICM pressure; K core/pagealloc.c:700-776, core/cmd.c:1015-1053). The
+//! event thread never posts a command, so it can always deliver the
+//! completion the page worker waits for. It also reads the health buffer
+//! every [`HEALTH_PERIOD`] ([`crate::health`]). Both threads stop and are
+//! joined before DESTROY_EQ.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nix::sys::eventfd::EventFd;
 use rnic_dma::Mmio;
 use rnic_dma::barrier::dma_rmb_after_owner_bit;
 use rnic_mlx5_prm::{
@@ -33,22 +48,37 @@ use tracing::{debug, error, info, warn};
 
 use crate::cmd::CommandEvents;
 use crate::cq::CqNotify;
-use crate::init::Health;
+use crate::health::HealthShared;
 use crate::memory::lock;
+use crate::pages::{MAX_PAGES_PER_REQUEST, Pages};
 use crate::track::QpShared;
 use rnic_core::Memory;
 
-use crate::{DmaBuffer, Hca, Mlx5Error, Vector};
+use crate::{DmaBuffer, Hca, Mlx5Error, Vector, sys};
 
 /// EQ entries asked for (the ring has this + [`NUM_SPARE_EQE`], rounded up
 /// to a power of two: 256).
 pub const EQ_ENTRIES: u32 = 0x80;
+
+/// The BlueFlame register QPs share when the UAR is write-combining: only
+/// 8-byte doorbells go to it, never a copy (audit row 5); registers below
+/// it are handed out one per QP for BlueFlame.
+pub const SHARED_BF_REG: usize = rnic_mlx5_prm::UAR_NUM_BF_REGS - 1;
+
+/// How often the event thread reads the health buffer (RC: every second,
+/// mlx5_vfio.c:2159-2168; K's health timer likewise).
+pub const HEALTH_PERIOD: Duration = Duration::from_secs(1);
+
+/// The most pages one negative page request takes back at once.
+const MAX_TAKE_PER_REQUEST: usize = 50_000;
 
 /// What the event queue counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventCounters {
     /// EQEs consumed.
     pub eqes: u64,
+    /// Interrupts the event thread woke for.
+    pub interrupts: u64,
     /// Command completion EQEs.
     pub command: u64,
     /// Page request EQEs.
@@ -59,6 +89,11 @@ pub struct EventCounters {
     pub pages_taken: u64,
     /// Page requests refused as beyond [`crate::init::MAX_PAGES_PER_REQUEST`].
     pub pages_refused: u64,
+    /// Page requests answered with CANT_GIVE (memory could not be had, or
+    /// the request was refused).
+    pub cant_give: u64,
+    /// Page requests whose MANAGE_PAGES failed.
+    pub page_errors: u64,
     /// Completion EQEs.
     pub completion: u64,
     /// Completion EQEs naming no CQ of this function.
@@ -80,6 +115,8 @@ pub(crate) struct EqState {
     pub ci: u32,
     cmd_done: u32,
     pub pages: i64,
+    /// The page worker is answering a request now.
+    page_busy: bool,
     pub counters: EventCounters,
     pub cqs: HashMap<u32, Arc<CqNotify>>,
 }
@@ -92,6 +129,15 @@ pub(crate) struct EventQueue {
     uar: Mmio,
     vector: Vector,
     state: Mutex<EqState>,
+    /// A command completion EQE arrived (the waiters check their slot).
+    commands: Condvar,
+    /// Page requests are pending (or the threads stop).
+    page_work: Condvar,
+    /// The page worker is idle with nothing pending.
+    page_idle: Condvar,
+    stop: AtomicBool,
+    /// Written to wake the event thread when it should stop.
+    wake: EventFd,
 }
 
 impl fmt::Debug for EventQueue {
@@ -111,6 +157,13 @@ fn dword(e: &[u8; EQE_BYTES], base: usize, f: &FieldLayout) -> u32 {
     }
 }
 
+/// A condvar wait that takes a poisoned lock as it is (see `memory::lock`).
+fn wait_on<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+    cv.wait_timeout(guard, timeout)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0
+}
+
 impl EventQueue {
     fn doorbell(&self, ci: u32, arm: bool) {
         let dw = eq_uar_doorbell::cons_index
@@ -123,13 +176,24 @@ impl EventQueue {
         if let Err(e) = self.uar.write32_be(off, dw) {
             warn!(%e, "EQ doorbell write failed");
         }
+        // The UAR page may be write-combining (PAT gives every mapping of a
+        // page the type of its first; `Hca::uar_wc`): flush the store.
+        rnic_dma::barrier::wc_flush();
     }
 
-    /// Consume every valid EQE.
-    fn drain(&self, st: &mut EqState) {
-        drain_ring(self.ring.words(), self.log_size, st, |ci, arm| {
+    /// Consume every valid EQE and wake whoever it concerns.
+    fn drain(&self) {
+        let mut st = lock(&self.state);
+        let before = st.cmd_done;
+        drain_ring(self.ring.words(), self.log_size, &mut st, |ci, arm| {
             self.doorbell(ci, arm)
         });
+        if st.cmd_done != before {
+            self.commands.notify_all();
+        }
+        if st.pages != 0 {
+            self.page_work.notify_one();
+        }
     }
 
     fn handle(st: &mut EqState, e: &[u8; EQE_BYTES]) {
@@ -144,16 +208,14 @@ impl EventQueue {
             EventType::PageRequest => {
                 st.counters.page_requests += 1;
                 let n = dword(e, data, &pages_req_event::num_pages) as i32;
-                st.pages += i64::from(n);
+                st.pages = st.pages.saturating_add(i64::from(n));
                 debug!(num_pages = n, "PAGE_REQUEST");
             }
             EventType::Completion => {
                 st.counters.completion += 1;
                 let cqn = dword(e, data, &comp_event::cq_number);
                 match st.cqs.get(&cqn) {
-                    Some(c) => {
-                        c.events.fetch_add(1, Ordering::Release);
-                    }
+                    Some(c) => c.signal(),
                     None => st.counters.unknown_cq += 1,
                 }
             }
@@ -193,17 +255,142 @@ impl EventQueue {
         done
     }
 
-    /// Wait up to `timeout` for the vector, then drain.
-    fn wait_and_drain(&self, timeout: Duration) {
-        {
-            let mut st = lock(&self.state);
-            self.drain(&mut st);
-        }
-        if !timeout.is_zero() {
-            let _ = self.vector.wait(timeout);
-        }
+    /// Stop both threads (they notice within one wake-up).
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        sys::eventfd_signal(&self.wake);
+        let _g = lock(&self.state);
+        self.page_work.notify_all();
+        self.page_idle.notify_all();
+        self.commands.notify_all();
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Wait until no page request is pending or being answered (at most
+    /// `timeout`); whether that is so.
+    fn wait_pages_idle(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
         let mut st = lock(&self.state);
-        self.drain(&mut st);
+        loop {
+            if st.pages == 0 && !st.page_busy {
+                return true;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.stopping() {
+                return false;
+            }
+            st = wait_on(&self.page_idle, st, left);
+        }
+    }
+}
+
+/// The event thread: drain on every interrupt, read the health buffer every
+/// [`HEALTH_PERIOD`]; see the module docs.
+fn event_thread(eq: Arc<EventQueue>, health: Arc<HealthShared>) {
+    let mut next_health = Instant::now() + HEALTH_PERIOD;
+    while !eq.stopping() {
+        let wait = next_health.saturating_duration_since(Instant::now());
+        match sys::wait_either(eq.vector.as_fd(), eq.wake.as_fd(), wait) {
+            Ok((irq, _)) => {
+                if irq {
+                    let _ = eq.vector.take();
+                    lock(&eq.state).counters.interrupts += 1;
+                }
+            }
+            Err(e) => {
+                warn!(%e, "waiting for the EQ interrupt failed; polling instead");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if eq.stopping() {
+            break;
+        }
+        eq.drain();
+        if Instant::now() >= next_health {
+            next_health = Instant::now() + HEALTH_PERIOD;
+            if health.check().is_err() {
+                // Fatal: wake every waiter so nothing sleeps on a dead
+                // function (the commands then time out or see the flag).
+                let _g = lock(&eq.state);
+                eq.commands.notify_all();
+                eq.page_idle.notify_all();
+            }
+        }
+    }
+}
+
+/// The page worker: answer each page request with MANAGE_PAGES (give, take,
+/// or CANT_GIVE) on the reserved page slot; see the module docs.
+fn page_thread(eq: Arc<EventQueue>, pages: Arc<Pages>, health: Arc<HealthShared>) {
+    loop {
+        let want = {
+            let mut st = lock(&eq.state);
+            while st.pages == 0 && !eq.stopping() {
+                st.page_busy = false;
+                eq.page_idle.notify_all();
+                st = wait_on(&eq.page_work, st, Duration::from_millis(200));
+            }
+            if eq.stopping() {
+                st.page_busy = false;
+                eq.page_idle.notify_all();
+                return;
+            }
+            st.page_busy = true;
+            std::mem::take(&mut st.pages)
+        };
+        if health.is_fatal() {
+            continue;
+        }
+        serve_pages(&eq, &pages, want);
+    }
+}
+
+/// Answer a net page request of `want` pages (negative: give back).
+fn serve_pages(eq: &EventQueue, pages: &Pages, want: i64) {
+    let count = |f: &dyn Fn(&mut EventCounters)| f(&mut lock(&eq.state).counters);
+    if want > MAX_PAGES_PER_REQUEST {
+        // A device asking for more than 4 GiB at once reports nonsense; it
+        // is told so, so that a command it holds fails instead of waiting.
+        count(&|c| {
+            c.pages_refused += 1;
+            c.cant_give += 1;
+        });
+        warn!(
+            num_pages = want,
+            "PAGE_REQUEST beyond the per-request limit refused (CANT_GIVE)"
+        );
+        pages.cant_give();
+    } else if want > 0 {
+        let n = want as usize;
+        match pages.give(n, true) {
+            Ok(()) => {
+                count(&|c| c.pages_given += n as u64);
+                info!(pages = n, "PAGE_REQUEST served: pages given");
+            }
+            Err(e) => {
+                let told = !matches!(e, Mlx5Error::CommandTimeout { .. });
+                count(&|c| {
+                    c.page_errors += 1;
+                    c.cant_give += u64::from(told);
+                });
+                error!(pages = n, %e, "PAGE_REQUEST could not be served");
+            }
+        }
+    } else if want < 0 {
+        let limit = (want.unsigned_abs() as usize).min(MAX_TAKE_PER_REQUEST);
+        match pages.take(limit) {
+            Ok(n) => {
+                count(&|c| c.pages_taken += n as u64);
+                info!(pages = n, "PAGE_REQUEST served: pages taken back");
+            }
+            Err(e) => {
+                count(&|c| c.page_errors += 1);
+                error!(pages = limit, %e, "negative PAGE_REQUEST could not be served");
+            }
+        }
     }
 }
 
@@ -254,49 +441,65 @@ impl CommandEvents for EventQueue {
     }
 
     fn wait_command(&self, slot: usize, slice: Duration) -> bool {
-        {
-            let mut st = lock(&self.state);
-            self.drain(&mut st);
-            if Self::take(&mut st, slot) {
-                return true;
-            }
-        }
-        let _ = self.vector.wait(slice);
         let mut st = lock(&self.state);
-        self.drain(&mut st);
+        if Self::take(&mut st, slot) {
+            return true;
+        }
+        st = wait_on(&self.commands, st, slice);
         Self::take(&mut st, slot)
     }
 }
 
+/// The two threads of the event queue.
+#[derive(Debug)]
+struct EventThreads {
+    events: JoinHandle<()>,
+    pages: JoinHandle<()>,
+}
+
 /// The event-queue and health state of an [`Hca`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HcaRuntime {
     pub events: Option<Arc<EventQueue>>,
-    pub fatal: std::sync::atomic::AtomicBool,
-    /// The function's QPs: the fatal transition sets their flush flags, so
-    /// a post checks one flag of its own QP (`QpShared::flush`) for both.
-    pub qps: Mutex<Vec<Weak<QpShared>>>,
-    pub watch: Mutex<HealthWatch>,
+    threads: Option<EventThreads>,
+    pub health: Arc<HealthShared>,
     pub bf_regs: Mutex<u8>,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct HealthWatch {
-    last: Option<(u32, Instant)>,
-}
+impl HcaRuntime {
+    pub(crate) fn new(function: Arc<dyn crate::PciFunction>) -> HcaRuntime {
+        HcaRuntime {
+            events: None,
+            threads: None,
+            health: Arc::new(HealthShared::new(function)),
+            bf_regs: Mutex::default(),
+        }
+    }
 
-/// How long the health counter may stand still before the function is
-/// taken as dead (RC: three 1 s polls).
-pub const HEALTH_STUCK: Duration = Duration::from_secs(3);
+    /// Stop and join the event thread and the page worker (teardown; also
+    /// when the function is fatal and no DESTROY_EQ will be sent).
+    pub(crate) fn stop_threads(&mut self) {
+        if let Some(eq) = &self.events {
+            eq.request_stop();
+        }
+        if let Some(t) = self.threads.take() {
+            for (name, h) in [("event thread", t.events), ("page worker", t.pages)] {
+                if h.join().is_err() {
+                    error!(thread = name, "mlx5 thread panicked");
+                }
+            }
+        }
+    }
+}
 
 fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
     move |source| Mlx5Error::Prm { what, source }
 }
 
 impl Hca {
-    /// Create the async EQ on MSI-X vector 0 and complete commands by its
-    /// EQEs from now on; page requests are served at run time. Destroyed in
-    /// teardown after DEALLOC_PD and before DEALLOC_UAR.
+    /// Create the async EQ on MSI-X vector 0, start the event thread and the
+    /// page worker, and complete commands by EQE from now on (module docs).
+    /// Destroyed in teardown after DEALLOC_PD and before DEALLOC_UAR.
     pub fn enable_events(&mut self) -> Result<(), Mlx5Error> {
         if self.runtime.events.is_some() {
             return Ok(());
@@ -355,6 +558,10 @@ impl Hca {
         let eqn = CreateEqOut::new_checked(&out[..])
             .map_err(prm("CREATE_EQ"))?
             .eq_number();
+        let wake = sys::eventfd().map_err(|source| Mlx5Error::Eventfd {
+            vector: u32::MAX,
+            source,
+        })?;
         let eq = Arc::new(EventQueue {
             eqn,
             ring,
@@ -362,26 +569,59 @@ impl Hca {
             uar: function.uar(uar_index)?,
             vector,
             state: Mutex::new(EqState::default()),
+            commands: Condvar::new(),
+            page_work: Condvar::new(),
+            page_idle: Condvar::new(),
+            stop: AtomicBool::new(false),
+            wake,
         });
-        // §7.1: arm right after creation.
+        // From here the EQ exists: teardown destroys it even if a thread
+        // cannot be started.
+        self.runtime.events = Some(eq.clone());
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|source| Mlx5Error::Io {
+                    what: "starting an mlx5 event thread",
+                    source,
+                })
+        };
+        let (e, h) = (eq.clone(), self.runtime.health.clone());
+        let events = spawn("mlx5-events", Box::new(move || event_thread(e, h)))?;
+        let (e, p, h) = (eq.clone(), self.pages.clone(), self.runtime.health.clone());
+        let pages = match spawn("mlx5-pages", Box::new(move || page_thread(e, p, h))) {
+            Ok(p) => p,
+            Err(err) => {
+                eq.request_stop();
+                let _ = events.join();
+                return Err(err);
+            }
+        };
+        self.runtime.threads = Some(EventThreads { events, pages });
+        // §7.1: arm right after creation (the thread drains what came).
         eq.doorbell(0, true);
         self.cmdq().set_events(Some(eq.clone()));
-        self.runtime.events = Some(eq);
         info!(
             eqn,
             nent,
             mask = format_args!("{mask:#x}"),
-            "async EQ on vector 0"
+            "async EQ on vector 0, drained by the event thread"
         );
         Ok(())
     }
 
-    /// Back to polled commands, then DESTROY_EQ (teardown).
+    /// Back to polled commands, the threads stopped, then DESTROY_EQ
+    /// (teardown).
     pub(crate) fn destroy_events(&mut self) -> Result<(), Mlx5Error> {
+        if self.runtime.events.is_none() {
+            return Ok(());
+        }
+        self.cmdq().set_events(None);
+        self.runtime.stop_threads();
         let Some(eq) = self.runtime.events.take() else {
             return Ok(());
         };
-        self.cmdq().set_events(None);
         let mut buf = vec![0u8; DestroyEqIn::<&[u8]>::SIZE_BYTES];
         DestroyEqIn::new_checked(&mut buf[..])
             .and_then(|mut v| v.set_eq_number(eq.eqn))
@@ -410,54 +650,22 @@ impl Hca {
             .unwrap_or_default()
     }
 
-    /// Take events for up to `timeout` (waiting for the interrupt), then
-    /// serve page requests.
+    /// Drain the event queue now, then wait up to `timeout` until every
+    /// page request that arrived has been answered by the page worker. The
+    /// event thread does both by itself; this makes "the firmware's request
+    /// is answered" something a caller can wait for.
     pub fn process_events(&self, timeout: Duration) -> Result<(), Mlx5Error> {
         if let Some(eq) = &self.runtime.events {
-            eq.wait_and_drain(timeout);
-        }
-        self.service_pages()
-    }
-
-    /// Give or take the pages the firmware asked for by PAGE_REQUEST.
-    pub(crate) fn service_pages(&self) -> Result<(), Mlx5Error> {
-        let Some(eq) = &self.runtime.events else {
-            return Ok(());
-        };
-        for _ in 0..8 {
-            let want = std::mem::take(&mut lock(&eq.state).pages);
-            if want == 0 {
-                return Ok(());
-            }
-            if want > crate::init::MAX_PAGES_PER_REQUEST {
-                // A device asking for more than 4 GiB at once reports nonsense.
-                lock(&eq.state).counters.pages_refused += 1;
-                warn!(
-                    num_pages = want,
-                    "PAGE_REQUEST beyond the per-request limit refused"
-                );
-                return Ok(());
-            }
-            if want > 0 {
-                let n = want as usize;
-                self.give_pages(n)?;
-                lock(&eq.state).counters.pages_given += n as u64;
-                info!(pages = n, "PAGE_REQUEST served: pages given");
-            } else {
-                let n = self.take_pages(want.unsigned_abs().min(50_000) as usize)?;
-                lock(&eq.state).counters.pages_taken += n as u64;
-                info!(pages = n, "PAGE_REQUEST served: pages taken back");
-            }
+            eq.drain();
+            eq.wait_pages_idle(timeout);
         }
         Ok(())
     }
 
-    pub(crate) fn events_register_cq(&self, cqn: u32) -> Arc<CqNotify> {
-        let notify = Arc::new(CqNotify::default());
+    pub(crate) fn events_register_cq(&self, cqn: u32, notify: &Arc<CqNotify>) {
         if let Some(eq) = &self.runtime.events {
             lock(&eq.state).cqs.insert(cqn, notify.clone());
         }
-        notify
     }
 
     pub(crate) fn events_unregister_cq(&self, cqn: u32) {
@@ -466,70 +674,43 @@ impl Hca {
         }
     }
 
-    /// Let the fatal transition reach `qp` (its flush flag): registered
-    /// before the check of `fatal`, so either the transition sees it in
-    /// the list or this sees the flag set (both under the list's lock).
+    /// Let the fatal transition reach `qp` (its flush flag).
     pub(crate) fn register_qp(&self, qp: &Arc<QpShared>) {
-        {
-            let mut qps = lock(&self.runtime.qps);
-            qps.retain(|w| w.strong_count() > 0);
-            qps.push(Arc::downgrade(qp));
-        }
-        if self.runtime.fatal.load(Ordering::SeqCst) {
-            qp.set_flush();
-        }
+        self.runtime.health.register_qp(qp);
     }
 
-    /// Whether the function was found fatal by [`Hca::check_health`].
+    /// Whether the function was found fatal by [`Hca::check_health`] (or
+    /// the event thread's periodic check).
     #[inline(always)]
     pub fn is_fatal(&self) -> bool {
-        self.runtime.fatal.load(Ordering::Relaxed)
+        self.runtime.health.is_fatal()
     }
 
-    /// Read the health buffer and counter (§2). A fatal syndrome, PCI gone
-    /// (fw_version all-ones) or a counter standing still for
-    /// [`HEALTH_STUCK`] marks the function fatal: every QP is then in ERR,
-    /// posts fail with [`crate::PostFailure::DeviceFatal`], CQ polls return
-    /// the outstanding work flushed, and no further command is sent.
-    pub fn check_health(&self) -> Result<Health, Mlx5Error> {
-        let health = self.health()?;
-        let stuck = {
-            let mut w = lock(&self.runtime.watch);
-            let now = Instant::now();
-            match w.last {
-                Some((c, since)) if c == health.counter => {
-                    now.duration_since(since) >= HEALTH_STUCK
-                }
-                _ => {
-                    w.last = Some((health.counter, now));
-                    false
-                }
-            }
-        };
-        if health.is_fatal() || stuck {
-            if !self.runtime.fatal.swap(true, Ordering::SeqCst) {
-                error!(
-                    ?health,
-                    stuck, "function is in a fatal state: QPs to ERR, commands stop"
-                );
-                for qp in lock(&self.runtime.qps).iter().filter_map(Weak::upgrade) {
-                    qp.set_flush();
-                }
-            }
-            return Err(Mlx5Error::DeviceFatal {
-                syndrome: health.syndrome,
-                counter_stuck: stuck,
-            });
-        }
-        Ok(health)
+    /// Read the health buffer and counter (§2) and judge them
+    /// ([`crate::health`]): fatal is `rfr && synd`, PCI gone, the NIC
+    /// interface disabled or in SW reset, or the counter standing still
+    /// for [`crate::health::HEALTH_STUCK`]. A fatal function has every QP in
+    /// ERR, posts fail with [`crate::PostFailure::DeviceFatal`], CQ polls
+    /// return the outstanding work flushed, and no further command is sent.
+    /// A syndrome without `rfr` is reported ([`Hca::health_report`], a log
+    /// line) and the function keeps running.
+    pub fn check_health(&self) -> Result<crate::Health, Mlx5Error> {
+        self.runtime.health.check()
     }
 
-    /// A thread that runs [`Hca::check_health`] every `period` (and
-    /// [`Hca::process_events`] in between) until the handle drops or the
-    /// function turns fatal. It holds the `Hca` only weakly.
+    /// What the health checks found so far (non-fatal syndromes included).
+    pub fn health_report(&self) -> crate::health::HealthReport {
+        self.runtime.health.report()
+    }
+
+    /// A thread that runs [`Hca::check_health`] every `period` until the
+    /// handle drops or the function turns fatal. It holds the `Hca` only
+    /// weakly. (The event thread already checks every [`HEALTH_PERIOD`]
+    /// once [`Hca::enable_events`] ran; this is for a function without
+    /// events, or a shorter period.)
     pub fn spawn_health_poller(self: &Arc<Self>, period: Duration) -> HealthPoller {
         let weak: Weak<Hca> = Arc::downgrade(self);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("mlx5-health".into())
@@ -539,7 +720,6 @@ impl Hca {
                     if hca.check_health().is_err() {
                         return;
                     }
-                    let _ = hca.process_events(period.min(Duration::from_millis(50)));
                     drop(hca);
                     std::thread::sleep(period);
                 }
@@ -548,9 +728,11 @@ impl Hca {
         HealthPoller { stop, handle }
     }
 
+    /// A BlueFlame register of the UAR page for one QP alone (registers
+    /// below [`SHARED_BF_REG`]); `None` when all are taken.
     pub(crate) fn alloc_bf_reg(&self) -> Option<usize> {
         let mut used = lock(&self.runtime.bf_regs);
-        let free = (0..rnic_mlx5_prm::UAR_NUM_BF_REGS).find(|i| *used & (1 << i) == 0)?;
+        let free = (0..SHARED_BF_REG).find(|i| *used & (1 << i) == 0)?;
         *used |= 1 << free;
         Some(free)
     }
@@ -572,7 +754,7 @@ impl Hca {
 /// The thread of [`Hca::spawn_health_poller`]; dropping it stops it.
 #[derive(Debug)]
 pub struct HealthPoller {
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 

@@ -142,6 +142,7 @@ impl CqRig {
             rq_mask_words: rq_bytes / 8 - 1,
             rq_head: 0,
             max_recv_sge: 2,
+            recv_terminator: crate::wqe::RECV_TERMINATOR,
             dbrec_word: wq_bytes / 8,
             limits: SendLimits {
                 max_sge: 2,
@@ -155,7 +156,6 @@ impl CqRig {
                 len: DATA_BYTES as u64,
                 buf: data.clone(),
             }],
-            mac: [2, 0, 0, 0, 0, 1],
             counters: QpCounters::default(),
             sq,
             dbrec,

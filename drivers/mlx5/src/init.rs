@@ -14,7 +14,6 @@
 //! See `docs/mlx5.md` for each command's source fact and the choices made
 //! where mlx5.md is silent.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,29 +21,22 @@ use std::time::{Duration, Instant};
 use rnic_mlx5_prm::{
     AccessRegisterIn, AllocPdIn, AllocPdOut, AllocUarIn, AllocUarOut, CMD_INTERFACE_REV, CmdHcaCap,
     CmdOpcode, CmdStatus, DeallocPdIn, DeallocPdOut, DeallocUarIn, DeallocUarOut, DisableHcaIn,
-    DisableHcaOut, EnableHcaIn, EnableHcaOut, FW_VERSION_PCI_DEAD, HCA_CAP_OPMOD_CURRENT,
-    HCA_CAP_OPMOD_MAX, HealthSyndrome, InitHcaIn, InitHcaOut, ManagePagesIn, ManagePagesOut,
-    PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB, QueryHcaCapIn, QueryHcaCapOut, QueryIssiIn,
-    QueryIssiOut, QueryPagesIn, QueryPagesOut, RegisterHostEndianness, RoceCap, SetDriverVersionIn,
+    DisableHcaOut, EnableHcaIn, EnableHcaOut, HCA_CAP_OPMOD_CURRENT, HCA_CAP_OPMOD_MAX, InitHcaIn,
+    InitHcaOut, PCI_DEVICE_IDS, PORT_TYPE_ETH, PORT_TYPE_IB, QueryHcaCapIn, QueryHcaCapOut,
+    QueryIssiIn, QueryIssiOut, QueryPagesIn, QueryPagesOut, QuerySpecialContextsIn,
+    QuerySpecialContextsOut, RegisterHostEndianness, RoceCap, SetDriverVersionIn,
     SetDriverVersionOut, SetHcaCapIn, SetHcaCapOut, SetIssiIn, SetIssiOut, TeardownHcaIn,
-    TeardownHcaOut, access_reg_op_mod, cap_type, default_timeout_ms, health_buffer, initial_seg,
-    manage_pages_op_mod, query_hca_cap_out, query_pages_op_mod, register_id, set_hca_cap_in,
-    teardown_profile,
+    TeardownHcaOut, access_reg_op_mod, cap_type, default_timeout_ms, initial_seg,
+    query_hca_cap_out, query_pages_op_mod, register_id, set_hca_cap_in, teardown_profile,
 };
 use tracing::{info, info_span, warn};
 
 use crate::cmd::{CmdQueue, CmdQueueOptions, decode_timeout, read_iseg};
 use crate::memory::lock;
-use crate::{DmaBuffer, Mlx5Error, PciFunction};
+use crate::pages::Pages;
+use crate::{Mlx5Error, PciFunction};
 
-/// Bytes of a firmware page (MANAGE_PAGES gives 4 KiB pages, §5.2).
-pub const FW_PAGE_BYTES: usize = 4096;
-/// Pages per MANAGE_PAGES command (and per DMA buffer backing them): 512
-/// entries = 4 KiB of `pas[]`, 9 mailbox blocks.
-pub const PAGES_PER_COMMAND: usize = 512;
-/// The most pages the driver gives on one request: 2^20 (4 GiB). A larger
-/// QUERY_PAGES answer is refused as a broken device.
-pub const MAX_PAGES_PER_REQUEST: i64 = 1 << 20;
+pub use crate::pages::{FW_PAGE_BYTES, MAX_PAGES_PER_REQUEST, PAGES_PER_COMMAND};
 /// How often `initializing` is polled (§3 step 2: every 2 ms).
 pub const INIT_POLL: Duration = Duration::from_millis(2);
 
@@ -78,6 +70,13 @@ pub struct HcaOptions {
     pub cmd_timeout: Option<Duration>,
     /// Sent with SET_DRIVER_VERSION (at most 64 bytes are sent).
     pub driver_version: String,
+    /// Where peers' MAC addresses may come from besides the caller, the
+    /// function's own GIDs and static entries (`crate::neigh`).
+    pub neighbours: crate::neigh::NeighbourOptions,
+    /// Use a write-combining mapping of the UAR for BlueFlame copies where
+    /// the transport has one ([`PciFunction::uar_wc`]); `false` rings
+    /// 8-byte doorbells only. Default `true`.
+    pub write_combining: bool,
 }
 
 impl Default for HcaOptions {
@@ -88,6 +87,8 @@ impl Default for HcaOptions {
             fw_init_timeout: None,
             cmd_timeout: None,
             driver_version: format!("rnic,rnic-mlx5,{}", env!("CARGO_PKG_VERSION")),
+            write_combining: true,
+            neighbours: Default::default(),
         }
     }
 }
@@ -142,53 +143,7 @@ pub struct PageCounts {
     pub held: u64,
 }
 
-/// The health buffer and counter (§2), as read now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Health {
-    /// `synd`: nonzero is fatal.
-    pub syndrome: Option<HealthSyndrome>,
-    /// `ext_synd`.
-    pub ext_syndrome: u32,
-    /// `rfr`: reset firmware required.
-    pub reset_required: bool,
-    /// `severity` (with `valid`).
-    pub severity: Option<u32>,
-    /// `fw_version` of the health buffer; 0xffffffff means the PCI link is gone.
-    pub fw_version: u32,
-    /// `health_counter` (the firmware increments it periodically).
-    pub counter: u32,
-}
-
-impl Health {
-    /// Read the health buffer of `function`.
-    pub fn read(function: &dyn PciFunction) -> Result<Health, Mlx5Error> {
-        let base = initial_seg::health_buffer.byte_offset();
-        let bar = function.bar0();
-        let field = |f: &rnic_mlx5_prm::FieldLayout| -> Result<u32, Mlx5Error> {
-            let dword = bar
-                .read32_be(base + f.dword_offset())
-                .map_err(Mlx5Error::Bar)?;
-            Ok(f.extract(dword))
-        };
-        let synd = field(&health_buffer::synd)?;
-        Ok(Health {
-            syndrome: (synd != 0).then(|| HealthSyndrome::from_raw(synd as u8)),
-            ext_syndrome: field(&health_buffer::ext_synd)?,
-            reset_required: field(&health_buffer::rfr)? != 0,
-            severity: (field(&health_buffer::valid)? != 0)
-                .then(|| field(&health_buffer::severity))
-                .transpose()?,
-            fw_version: field(&health_buffer::fw_version)?,
-            counter: read_iseg(function, &initial_seg::health_counter)?,
-        })
-    }
-
-    /// Whether the function is in a fatal state (§2: a nonzero `synd`, or a
-    /// health `fw_version` of all-ones: PCI gone).
-    pub fn is_fatal(&self) -> bool {
-        self.syndrome.is_some() || self.fw_version == FW_VERSION_PCI_DEAD
-    }
-}
+pub use crate::health::Health;
 
 /// What a brought-up function is: versions, the capabilities that matter,
 /// its UAR and PD (for `rnicctl info`).
@@ -240,42 +195,31 @@ pub struct HcaInfo {
     pub pd: u32,
     /// Pages given.
     pub pages: PageCounts,
+    /// How send doorbells are rung, and why.
+    pub doorbells: DoorbellPath,
 }
 
-/// One DMA buffer of firmware pages and how many of them the firmware holds.
-#[derive(Debug)]
-struct Chunk {
-    buf: Option<Arc<DmaBuffer>>,
-    held: usize,
+/// How send doorbells reach the device (mlx5.md §8; audit rows 4, 5).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DoorbellPath {
+    /// BlueFlame copies through a write-combining mapping of the UAR (QPs
+    /// with a register of their own); otherwise 8-byte doorbells only.
+    pub write_combining: bool,
+    /// Which mapping, or why there is no write-combining one.
+    pub why: String,
 }
 
-/// The pages given to the firmware, by page IOVA.
-#[derive(Debug, Default)]
-struct PagePool {
-    chunks: Vec<Chunk>,
-    held: BTreeMap<u64, usize>,
-    counts: PageCounts,
-}
-
-impl PagePool {
-    fn held(&self) -> usize {
-        self.held.len()
-    }
-
-    /// The firmware returned `page`; free its chunk once all are back.
-    /// `false` for an address the driver never gave (or already took).
-    fn returned(&mut self, page: u64) -> bool {
-        let Some(chunk) = self.held.remove(&page) else {
-            return false;
-        };
-        if let Some(c) = self.chunks.get_mut(chunk) {
-            c.held = c.held.saturating_sub(1);
-            if c.held == 0 {
-                // Unmapped from the device, then freed (DmaBuffer::drop).
-                c.buf = None;
-            }
+impl fmt::Display for DoorbellPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.write_combining {
+            write!(
+                f,
+                "BlueFlame through a write-combining mapping ({})",
+                self.why
+            )
+        } else {
+            write!(f, "8-byte doorbells on an uncached mapping ({})", self.why)
         }
-        true
     }
 }
 
@@ -303,13 +247,17 @@ struct Done {
 pub struct Hca {
     info: HcaInfo,
     caps: Caps,
-    function_id: u16,
     done: Done,
+    /// The UAR page mapped write-combining, when the doorbells use it.
+    uar_wc: Option<crate::BlockWindow>,
+    /// The key that ends a receive scatter list (audit row 21).
+    terminator_lkey: u32,
     // Dropped after the teardown commands ran, before the command queue.
-    pages: Mutex<PagePool>,
+    pub(crate) pages: Arc<Pages>,
     pub(crate) runtime: crate::events::HcaRuntime,
     pub(crate) roce: Mutex<crate::resources::RoceState>,
-    cmdq: CmdQueue,
+    pub(crate) neighbours: crate::neigh::Neighbours,
+    cmdq: Arc<CmdQueue>,
     function: Arc<dyn PciFunction>,
     torn_down: bool,
 }
@@ -378,6 +326,11 @@ impl Hca {
         let _g = span.enter();
         let f = function.as_ref();
 
+        // Audit row 23: what bring-up pins before the firmware asks for
+        // anything must fit the kernel's budget (the firmware's pages are
+        // checked as it asks).
+        f.dma_budget()
+            .check(f.name(), 0, crate::pages::BASE_PIN_BYTES, 0, 16)?;
         // Step 0: memory space (BAR0 reads) and bus mastering.
         f.enable_bus_master()?;
         // Reset first if a previous driver left the function set up (§12).
@@ -397,7 +350,11 @@ impl Hca {
             wait_initializing(f, "after the function reset", opts.pre_init_timeout)?;
         }
 
-        // Step 1: interface revision.
+        // Step 2 before step 1 (K core/main.c:1369-1375 waits for the
+        // firmware, then checks the revision in mlx5_cmd_enable; audit row
+        // 18): a function still initializing after the open-time FLR may
+        // not show its revision yet.
+        wait_initializing(f, "before the command queue", opts.pre_init_timeout)?;
         let rev = read_iseg(f, &initial_seg::cmd_interface_rev)?;
         if rev != CMD_INTERFACE_REV {
             return Err(Mlx5Error::CmdifRev {
@@ -406,15 +363,13 @@ impl Hca {
                 expected: CMD_INTERFACE_REV,
             });
         }
-        // Step 2: firmware ready before the command queue is touched (K).
-        wait_initializing(f, "before the command queue", opts.pre_init_timeout)?;
         // Step 3: command queue.
-        let cmdq = CmdQueue::new(
+        let cmdq = Arc::new(CmdQueue::new(
             function.clone(),
             CmdQueueOptions {
                 timeout: opts.cmd_timeout,
             },
-        )?;
+        )?);
         // Step 4: wait again.
         let fw_init = match opts.fw_init_timeout {
             Some(t) => t,
@@ -451,13 +406,16 @@ impl Hca {
                 uar: 0,
                 pd: 0,
                 pages: PageCounts::default(),
+                doorbells: DoorbellPath::default(),
             },
             caps: Caps::default(),
-            function_id: 0,
             done: Done::default(),
-            pages: Mutex::new(PagePool::default()),
-            runtime: Default::default(),
+            uar_wc: None,
+            terminator_lkey: rnic_mlx5_prm::INVALID_LKEY,
+            pages: Arc::new(Pages::new(function.clone(), cmdq.clone())),
+            runtime: crate::events::HcaRuntime::new(function.clone()),
             roce: Default::default(),
+            neighbours: crate::neigh::Neighbours::new(opts.neighbours, function.host_neighbours()),
             cmdq,
             function,
             torn_down: false,
@@ -466,16 +424,18 @@ impl Hca {
         hca.enable()?;
         hca.issi()?;
         let boot = hca.give_requested_pages(query_pages_op_mod::BOOT, "boot")?;
-        lock(&hca.pages).counts.boot = boot;
+        lock(&hca.pages.pool).counts.boot = boot;
         hca.host_endianness()?;
         hca.set_general_caps()?;
         hca.set_roce_caps()?;
         let init = hca.give_requested_pages(query_pages_op_mod::INIT, "init")?;
-        lock(&hca.pages).counts.init = init;
+        lock(&hca.pages.pool).counts.init = init;
         hca.init_hca()?;
         hca.set_driver_version(&opts.driver_version);
         hca.query_all_caps()?;
+        hca.special_contexts()?;
         hca.alloc_uar()?;
+        hca.choose_doorbells(opts.write_combining);
         hca.alloc_pd()?;
         hca.fill_info();
         info!(
@@ -488,8 +448,9 @@ impl Hca {
         Ok(hca)
     }
 
-    /// Run one command (see [`CmdQueue::exec`]); with the event queue,
-    /// page requests that arrived meanwhile are served right after it.
+    /// Run one command (see [`CmdQueue::exec`]). With the event queue, page
+    /// requests the firmware raises meanwhile — even ones it holds this very
+    /// command for — are answered by the page worker on the reserved slot.
     pub fn exec(
         &self,
         opcode: CmdOpcode,
@@ -501,13 +462,10 @@ impl Hca {
             return Err(Mlx5Error::DeviceFatal {
                 syndrome: None,
                 counter_stuck: false,
+                nic_state: None,
             });
         }
-        let out = self.cmdq.exec(opcode, op_mod, input, out_len);
-        if let Err(e) = self.service_pages() {
-            warn!(%e, "serving a page request failed");
-        }
-        out
+        self.cmdq.exec(opcode, op_mod, input, out_len)
     }
 
     /// The command queue.
@@ -523,11 +481,7 @@ impl Hca {
     /// Versions, capabilities, UAR, PD and pages.
     pub fn info(&self) -> HcaInfo {
         let mut info = self.info.clone();
-        let pool = lock(&self.pages);
-        info.pages = PageCounts {
-            held: pool.held() as u64,
-            ..pool.counts
-        };
+        info.pages = self.pages.counts();
         info
     }
 
@@ -643,13 +597,9 @@ impl Hca {
         )?;
         let view = QueryPagesOut::new_checked(&out[..]).map_err(prm("QUERY_PAGES"))?;
         let num = i64::from(view.num_pages() as i32);
-        self.function_id = view.function_id() as u16;
-        info!(
-            kind = what,
-            num_pages = num,
-            function_id = self.function_id,
-            "QUERY_PAGES"
-        );
+        let function_id = view.function_id() as u16;
+        self.pages.set_function_id(function_id);
+        info!(kind = what, num_pages = num, function_id, "QUERY_PAGES");
         if num <= 0 {
             if num < 0 {
                 warn!(
@@ -661,6 +611,7 @@ impl Hca {
             return Ok(0);
         }
         if num > MAX_PAGES_PER_REQUEST {
+            self.pages.cant_give();
             return Err(Mlx5Error::Pages {
                 function: self.info.function.clone(),
                 reason: format!(
@@ -669,129 +620,8 @@ impl Hca {
                 ),
             });
         }
-        self.give_pages(num as usize)?;
+        self.pages.give(num as usize, false)?;
         Ok(num as u64)
-    }
-
-    /// Give `count` 4 KiB pages, in DMA buffers of up to
-    /// [`PAGES_PER_COMMAND`] pages, one MANAGE_PAGES per buffer.
-    pub(crate) fn give_pages(&self, count: usize) -> Result<(), Mlx5Error> {
-        let mut left = count;
-        while left > 0 {
-            let n = left.min(PAGES_PER_COMMAND);
-            let buf = self.function.alloc_dma(n * FW_PAGE_BYTES)?;
-            let base = buf.iova().get();
-            let mut cmd = input(ManagePagesIn::<&[u8]>::SIZE_BYTES + 8 * n);
-            let mut v = ManagePagesIn::new_checked(&mut cmd[..]).map_err(prm("MANAGE_PAGES"))?;
-            v.set_function_id(self.function_id.into())
-                .map_err(prm("MANAGE_PAGES"))?;
-            v.set_input_num_entries(n as u32)
-                .map_err(prm("MANAGE_PAGES"))?;
-            for i in 0..n {
-                v.set_pas(i, base + (i * FW_PAGE_BYTES) as u64)
-                    .map_err(prm("MANAGE_PAGES pas"))?;
-            }
-            let result = self.cmdq.exec(
-                CmdOpcode::ManagePages,
-                manage_pages_op_mod::GIVE as u16,
-                &cmd,
-                ManagePagesOut::<&[u8]>::SIZE_BYTES,
-            );
-            let mut pool = lock(&self.pages);
-            match result {
-                Ok(_) => {}
-                // Not delivered or refused: the firmware holds none of them
-                // and the buffer is freed. A timeout leaves them possibly
-                // held: keep them as given (freed at teardown, after
-                // DISABLE_HCA and the device unmap).
-                Err(e @ Mlx5Error::CommandTimeout { .. }) => {
-                    Self::record(&mut pool, buf, n);
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            }
-            Self::record(&mut pool, buf, n);
-            left -= n;
-        }
-        Ok(())
-    }
-
-    fn record(pool: &mut PagePool, buf: Arc<DmaBuffer>, n: usize) {
-        let base = buf.iova().get();
-        let chunk = pool.chunks.len();
-        pool.chunks.push(Chunk {
-            buf: Some(buf),
-            held: n,
-        });
-        for i in 0..n {
-            pool.held.insert(base + (i * FW_PAGE_BYTES) as u64, chunk);
-        }
-    }
-
-    /// MANAGE_PAGES take until the firmware holds none of the driver's
-    /// pages (§3.2); the number taken back.
-    fn reclaim_pages(&self) -> Result<usize, Mlx5Error> {
-        self.take_pages(usize::MAX)
-    }
-
-    /// MANAGE_PAGES take of up to `limit` pages (a negative PAGE_REQUEST,
-    /// or all of them at teardown); the number taken back.
-    pub(crate) fn take_pages(&self, limit: usize) -> Result<usize, Mlx5Error> {
-        let mut taken = 0;
-        loop {
-            let want = lock(&self.pages)
-                .held()
-                .min(PAGES_PER_COMMAND)
-                .min(limit.saturating_sub(taken));
-            if want == 0 {
-                return Ok(taken);
-            }
-            let mut cmd = input(ManagePagesIn::<&[u8]>::SIZE_BYTES);
-            let mut v = ManagePagesIn::new_checked(&mut cmd[..]).map_err(prm("MANAGE_PAGES"))?;
-            v.set_function_id(self.function_id.into())
-                .map_err(prm("MANAGE_PAGES"))?;
-            v.set_input_num_entries(want as u32)
-                .map_err(prm("MANAGE_PAGES"))?;
-            let out_len = ManagePagesOut::<&[u8]>::SIZE_BYTES + 8 * want;
-            let out = self.cmdq.exec(
-                CmdOpcode::ManagePages,
-                manage_pages_op_mod::TAKE as u16,
-                &cmd,
-                out_len,
-            )?;
-            let view = ManagePagesOut::new_checked(&out[..]).map_err(prm("MANAGE_PAGES"))?;
-            let got = view.output_num_entries() as usize;
-            if got > want {
-                return Err(Mlx5Error::Reply {
-                    opcode: CmdOpcode::ManagePages,
-                    what: "output_num_entries (more pages than asked for)".into(),
-                    posted: want as u64,
-                    found: got as u64,
-                });
-            }
-            if got == 0 {
-                let held = lock(&self.pages).held();
-                return Err(Mlx5Error::Pages {
-                    function: self.info.function.clone(),
-                    reason: format!(
-                        "MANAGE_PAGES take returned no pages while the firmware holds {held}; they \
-                         stay mapped until DISABLE_HCA and are then unmapped"
-                    ),
-                });
-            }
-            let mut pool = lock(&self.pages);
-            for i in 0..got {
-                let page = view.pas(i).unwrap_or(0);
-                if pool.returned(page) {
-                    taken += 1;
-                } else {
-                    warn!(
-                        page = format_args!("{page:#x}"),
-                        "firmware returned a page the driver did not give; ignored"
-                    );
-                }
-            }
-        }
     }
 
     // Step 9 (RC always, K on PFs only; §12: not fatal on a VF).
@@ -857,7 +687,13 @@ impl Hca {
         let mut cmd = input(SetHcaCapIn::<&[u8]>::SIZE_BYTES);
         let from = query_hca_cap_out::cmd_hca_cap.byte_offset();
         let to = set_hca_cap_in::cmd_hca_cap.byte_offset();
-        let len = QueryHcaCapOut::<&[u8]>::SIZE_BYTES - from;
+        // Only the capability structure's own bytes, the rest of the area
+        // zero (K core/main.c:701-702, 831; RC mlx5_vfio.c:1846-1847;
+        // audit row 17): the driver does not echo bytes it does not own.
+        let len = match cap {
+            cap_type::ROCE => RoceCap::<&[u8]>::SIZE_BYTES,
+            _ => CmdHcaCap::<&[u8]>::SIZE_BYTES,
+        };
         let src = current
             .get(from..from + len)
             .ok_or_else(|| Mlx5Error::Prm {
@@ -1007,6 +843,36 @@ impl Hca {
         Ok(())
     }
 
+    /// QUERY_SPECIAL_CONTEXTS when the general cap advertises a
+    /// `terminate_scatter_list_mkey` (K ib/wr.c:1269, which then ends receive
+    /// scatter lists with it); otherwise `INVALID_LKEY` (0x100, RC qp.c:3869;
+    /// audit row 21).
+    fn special_contexts(&mut self) -> Result<(), Mlx5Error> {
+        if general_view(&self.caps.general_cur)?.terminate_scatter_list_mkey() == 0 {
+            return Ok(());
+        }
+        let buf = input(QuerySpecialContextsIn::<&[u8]>::SIZE_BYTES);
+        let out = self.cmdq.exec(
+            CmdOpcode::QuerySpecialContexts,
+            0,
+            &buf,
+            QuerySpecialContextsOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        self.terminator_lkey = QuerySpecialContextsOut::new_checked(&out[..])
+            .map_err(prm("QUERY_SPECIAL_CONTEXTS"))?
+            .terminate_scatter_list_mkey();
+        info!(
+            lkey = format_args!("{:#x}", self.terminator_lkey),
+            "receive scatter lists end with the firmware's terminate_scatter_list_mkey"
+        );
+        Ok(())
+    }
+
+    /// The key that ends a receive scatter list shorter than its stride.
+    pub fn terminator_lkey(&self) -> u32 {
+        self.terminator_lkey
+    }
+
     // Step 15 (UAR; the EQ is a later layer's).
     fn alloc_uar(&mut self) -> Result<(), Mlx5Error> {
         let buf = input(AllocUarIn::<&[u8]>::SIZE_BYTES);
@@ -1023,6 +889,47 @@ impl Hca {
         self.info.uar = uar;
         info!(uar, "ALLOC_UAR");
         Ok(())
+    }
+
+    /// BlueFlame only through a write-combining mapping of the UAR; on an
+    /// uncached one (what kernel VFIO gives) 8-byte doorbells only (K
+    /// ib/wr.c:1025-1049; RC's VFIO provider offers only NC UARs,
+    /// mlx5_vfio.c:2527; audit row 4).
+    fn choose_doorbells(&mut self, wanted: bool) {
+        let (wc, path) = if !wanted {
+            (
+                None,
+                DoorbellPath {
+                    write_combining: false,
+                    why: "write-combining turned off (HcaOptions::write_combining)".into(),
+                },
+            )
+        } else {
+            match self.function.uar_wc(self.info.uar) {
+                Ok(w) => (
+                    Some(w),
+                    DoorbellPath {
+                        write_combining: true,
+                        why: format!("UAR page {} via {}", self.info.uar, self.function.name()),
+                    },
+                ),
+                Err(why) => (
+                    None,
+                    DoorbellPath {
+                        write_combining: false,
+                        why,
+                    },
+                ),
+            }
+        };
+        info!(doorbells = %path, "doorbell path chosen");
+        self.uar_wc = wc;
+        self.info.doorbells = path;
+    }
+
+    /// The UAR page's write-combining mapping, when doorbells use one.
+    pub(crate) fn uar_wc(&self) -> Option<&crate::BlockWindow> {
+        self.uar_wc.as_ref()
     }
 
     fn alloc_pd(&mut self) -> Result<(), Mlx5Error> {
@@ -1100,6 +1007,8 @@ impl Hca {
             // The firmware answers nothing any more: no command is sent.
             hung = true;
             self.done.pd = None;
+            self.cmdq.set_events(None);
+            self.runtime.stop_threads();
             self.runtime.events = None;
         }
         if !hung {
@@ -1156,12 +1065,13 @@ impl Hca {
                 let r = self.function.reset();
                 step(&mut hung, "function reset after a refused TEARDOWN_HCA", r);
                 self.done.enabled = false;
-                lock(&self.pages).held.clear();
+                lock(&self.pages.pool).clear();
             }
         }
         if !hung && self.done.enabled {
             let r = self
-                .reclaim_pages()
+                .pages
+                .reclaim_all(crate::pages::RECLAIM_TIMEOUT)
                 .map(|n| info!(pages = n, "pages reclaimed"));
             step(&mut hung, "MANAGE_PAGES take", r);
         }
@@ -1181,7 +1091,7 @@ impl Hca {
             })();
             step(&mut hung, "DISABLE_HCA", r);
         }
-        let held = lock(&self.pages).held();
+        let held = self.pages.held();
         if held > 0 {
             warn!(
                 pages = held,
@@ -1191,8 +1101,7 @@ impl Hca {
         }
         // The pages, mailboxes and queue page are unmapped and freed when the
         // fields drop, after these commands.
-        lock(&self.pages).chunks.clear();
-        lock(&self.pages).held.clear();
+        lock(&self.pages.pool).clear();
         match first {
             Some(e) => Err(e),
             None => {
@@ -1245,20 +1154,6 @@ mod tests {
     fn hca_can_be_shared_between_threads() {
         send_sync::<Hca>();
         send_sync::<CmdQueue>();
-    }
-
-    #[test]
-    fn page_pool_frees_a_chunk_when_all_its_pages_are_back() {
-        let mut pool = PagePool::default();
-        pool.chunks.push(Chunk { buf: None, held: 2 });
-        pool.held.insert(0x1000, 0);
-        pool.held.insert(0x2000, 0);
-        assert!(pool.returned(0x1000));
-        assert!(!pool.returned(0x1000), "twice");
-        assert!(!pool.returned(0x9000), "never given");
-        assert_eq!(pool.held(), 1);
-        assert!(pool.returned(0x2000));
-        assert_eq!(pool.chunks[0].held, 0);
     }
 
     #[test]

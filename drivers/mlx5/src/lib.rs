@@ -156,8 +156,11 @@ mod error;
 pub mod events;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod init;
 pub mod memory;
+pub mod neigh;
+pub mod pages;
 pub mod provider;
 pub mod qp;
 pub mod resources;
@@ -183,8 +186,12 @@ pub use cmd::{CmdQueue, CmdQueueOptions};
 pub use cq::{Cq, CqCounters, SendCompletion};
 pub use error::Mlx5Error;
 pub use events::{EventCounters, HealthPoller};
-pub use init::{FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy};
+pub use health::{Fatal, HealthReport, HealthWarning};
+pub use init::{
+    DoorbellPath, FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy,
+};
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
+pub use neigh::{Neighbour, NeighbourOptions, NeighbourSource};
 pub use provider::{Mlx5Ah, Mlx5Cq, Mlx5Domain, Mlx5Mr, Mlx5Pd, Mlx5Provider, Mlx5Qp};
 pub use qp::{Qp, QpCounters, QpOptions};
 pub use resources::Mkey;
@@ -197,6 +204,10 @@ pub use wqe::{DatagramTemplate, PostFailure, Refused};
 pub const PCI_VENDOR_ID: u16 = 0x00;
 /// PCI config space: device ID (16 bits).
 pub const PCI_DEVICE_ID: u16 = 0x02;
+/// PCI config space: BAR0's low dword (32 bits).
+pub const PCI_BAR0: u16 = 0x10;
+/// BAR bit: prefetchable memory.
+pub const PCI_BAR_PREFETCHABLE: u32 = 0x8;
 /// PCI config space: command register (16 bits).
 pub const PCI_COMMAND: u16 = 0x04;
 /// Command bit: memory-space decoding.
@@ -269,12 +280,33 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
             .map_err(Mlx5Error::Bar)
     }
 
-    /// BAR0 again as a [`BlockWindow`] for 64-byte BlueFlame copies with
-    /// one bounds check per block, where the transport can offer it (it
-    /// owns the mapping); `None` (the default) makes BlueFlame copies use
-    /// [`PciFunction::bar0`]'s checked 8-byte stores.
-    fn bar0_blocks(&self) -> Option<&BlockWindow> {
-        None
+    /// UAR page `index` mapped **write-combining**, for BlueFlame copies
+    /// (mlx5.md §8): a BlueFlame copy only works as one when the CPU
+    /// combines its stores into one PCIe write; through an uncached mapping
+    /// each 8-byte store arrives alone and the device serves the first as a
+    /// doorbell (K core/wc.c; audit row 4). `Err` says why this transport
+    /// has no such mapping — the driver then rings 8-byte doorbells only.
+    /// The default: none (kernel VFIO maps BARs uncached,
+    /// `vfio_pci_core_mmap`: `pgprot_noncached`).
+    fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
+        let _ = index;
+        Err("this transport maps BAR0 uncached only".into())
+    }
+
+    /// What the kernel lets this transport pin and map for the function
+    /// (audit row 23). The default: no limit (a vfio-user server maps the
+    /// driver's memfds; nothing is pinned on the driver's side).
+    fn dma_budget(&self) -> pages::DmaBudget {
+        pages::DmaBudget::default()
+    }
+
+    /// Whether the host kernel's neighbour table knows this function's
+    /// peers by default (`crate::neigh`): true where the function's wire is
+    /// the host's own network stack. The default: false (a ConnectX owned
+    /// through VFIO has no netdev, and the host may have no interface on
+    /// its network).
+    fn host_neighbours(&self) -> bool {
+        false
     }
 
     /// Read `buf.len()` bytes of PCI config space at `offset`.

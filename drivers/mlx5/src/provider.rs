@@ -72,9 +72,8 @@ use rnic_core::{
     WorkCompletion,
 };
 use rnic_mlx5_prm::QpState as PrmQpState;
-use tracing::warn;
+use tracing::{debug, warn};
 
-use crate::qp::resolve_dmac;
 use crate::wqe::{DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
 
@@ -146,6 +145,21 @@ impl Mlx5Provider {
         let gid = self.hca.set_gid(index, ip)?;
         lock(&self.gids).insert(index, gid);
         Ok(gid)
+    }
+
+    /// Make `ip` one of the function's GIDs: its index if it is one already,
+    /// else the lowest free index (for a second user of an opened function).
+    pub fn ensure_gid(&self, ip: IpAddr) -> Result<u16, Mlx5Error> {
+        let gid = Gid::from_ip(ip);
+        let free = {
+            let table = lock(&self.gids);
+            if let Some((&i, _)) = table.iter().find(|(_, g)| **g == gid) {
+                return Ok(i);
+            }
+            (0..=u16::MAX).find(|i| !table.contains_key(i)).unwrap_or(0)
+        };
+        self.set_gid(free, ip)?;
+        Ok(free)
     }
 
     /// `len` bytes of zeroed device-visible memory of this function, which
@@ -225,6 +239,17 @@ fn device_error(e: &Mlx5Error) -> DeviceError {
         Mlx5Error::IovaExhausted { .. } | Mlx5Error::SharedMemory { .. } => DeviceError::new(
             DeviceErrorKind::NoResources,
             "no device-visible memory left for the queue (IOVA space or memfd)",
+        ),
+        Mlx5Error::NoNeighbour { .. } => DeviceError::new(
+            DeviceErrorKind::NotFound,
+            "no MAC address for the peer (the log names it): add a static neighbour \
+             (`neigh=<ip>/<mac>` in the mlx5 spec), pass the peer's dmac, or use `neigh=host` \
+             when the host's kernel can reach the port's network",
+        ),
+        Mlx5Error::PortType { .. } => DeviceError::new(
+            DeviceErrorKind::Unsupported,
+            "the port is not Ethernet: set it to Ethernet with mlxconfig (LINK_TYPE_P1=2) and \
+             reset the card",
         ),
         Mlx5Error::NoEventQueue => DeviceError::new(
             DeviceErrorKind::Unsupported,
@@ -489,6 +514,11 @@ impl Mlx5Qp {
             PostFailure::InlineRegion { .. } => PostError::Device(DeviceError::new(
                 DeviceErrorKind::InvalidArgument,
                 "an inline SGE lies in no region of the QP's protection domain",
+            )),
+            PostFailure::UnresolvedMac { .. } => PostError::Device(DeviceError::new(
+                DeviceErrorKind::NotFound,
+                "a UD destination without a MAC: create an address handle (it resolves the \
+                 neighbour) or give the vector's dmac",
             )),
             PostFailure::Unsupported { .. } => PostError::Device(DeviceError::new(
                 DeviceErrorKind::Unsupported,
@@ -779,18 +809,33 @@ impl Provider for Mlx5Provider {
             source: logged("query_port", &e),
         })?;
         let mtu = path_mtu_for(vport_mtu);
+        // Audit row 8: the link state and the GID table from the device.
+        let up = self.hca.link_up().map_err(|e| VerbsError::QueryPort {
+            port: port_num,
+            source: logged("query_port", &e),
+        })?;
+        // PTYS when the firmware answers it; a function that refuses the
+        // register (a VF may) keeps the old report of 4 × 25 Gb/s.
+        let (lanes, lane_mbps) = match self.hca.link_speed() {
+            Ok(Some(mode)) => mode,
+            Ok(None) => (1, 0),
+            Err(e) => {
+                debug!(%e, "PTYS unreadable: reporting 4 x 25 Gb/s");
+                (4, 25_000)
+            }
+        };
         Ok(PortAttr {
-            state: if info.roce {
+            state: if info.roce && up {
                 PortState::Active
             } else {
                 PortState::Down
             },
             max_mtu: mtu,
             active_mtu: mtu,
-            gid_tbl_len: 256,
+            gid_tbl_len: self.hca.gid_table_len(),
             link_layer: LinkLayer::Ethernet,
-            active_width: 4,
-            active_speed_mbps: 25_000,
+            active_width: lanes,
+            active_speed_mbps: lane_mbps,
             max_msg_sz: 1u32.checked_shl(info.log_max_msg).unwrap_or(u32::MAX),
         })
     }
@@ -931,9 +976,13 @@ impl Provider for Mlx5Provider {
                 source,
             });
         }
-        // The MAC as the post path resolves it: given, else from a
-        // link-local GID, else the port's own.
-        let dmac = resolve_dmac(&av.dgid, av.dmac, self.hca.mac().unwrap_or([0; 6]));
+        // The peer's MAC, resolved here on the control path (audit row 7).
+        let dmac =
+            self.hca
+                .resolve_neighbour(&av.dgid, av.dmac)
+                .map_err(|e| VerbsError::CreateAh {
+                    source: logged("create_ah", &e),
+                })?;
         let template = DatagramTemplate::new(av, dmac).map_err(|e| {
             warn!(%e, "create_ah: the address vector does not fit a datagram segment");
             VerbsError::CreateAh {

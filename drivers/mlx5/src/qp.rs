@@ -40,13 +40,18 @@ use tracing::{debug, warn};
 
 use crate::bf::BlockPair;
 use crate::cq::{Cq, CqCore};
-use crate::ring::Wqebb;
+use crate::ring::{BlockHead, Wqebb};
 use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, Refused, SendLimits,
 };
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
+
+/// `qpc.mtu` of a UD QP: 4096 bytes (IB_MTU_4096, the PRM enum's 5).
+const UD_MTU_4096: u32 = 5;
+/// `qpc.log_msg_max` of a UD QP: 2^12, one packet.
+const UD_LOG_MSG_MAX: u32 = 12;
 
 /// How big a QP's queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,16 +102,23 @@ pub struct QpCounters {
 }
 
 struct BlueFlame {
+    /// The register through the uncached mapping: the general path's
+    /// 8-byte doorbells.
     reg: Mmio,
-    /// The same register for block copies, where the transport offers it.
+    /// The register through the write-combining mapping: the general
+    /// path's BlueFlame copies (`combine` QPs only).
     blocks: Option<BlockWindow>,
-    /// Both halves of `blocks`, checked once, when the register is this
-    /// QP's alone (BlueFlame allowed; `WorkQueues::block_pair`); then the
-    /// current half is its [`BlockPair::offset`] and `offset` is unused.
-    /// Otherwise a [`BlockPair::scratch`] that nothing rings through (the
-    /// queues keep the fast paths' gate closed): the fast paths ring
-    /// `fast` with no `Option` test.
+    /// Both halves of the register, checked once (`WorkQueues::block_pair`):
+    /// over the write-combining mapping when `combine` (64-byte copies),
+    /// else over the uncached one (8-byte doorbells); the fast paths ring
+    /// through it with no `Option` test. Without a pair (a register too
+    /// small to halve into blocks) a [`BlockPair::scratch`] that nothing
+    /// rings through (the queues keep the fast paths' gate closed), and the
+    /// current half is `offset`.
     fast: BlockPair,
+    /// BlueFlame copies allowed: a write-combining mapping and a register
+    /// this QP does not share (audit rows 4, 5).
+    combine: bool,
     /// The current half when `fast` is a scratch pair.
     offset: usize,
     half: usize,
@@ -135,26 +147,28 @@ impl BlueFlame {
         }
     }
 
-    /// Copy one 64-byte unit into the register at `offset`: through the
-    /// [`BlockWindow`] (one bounds check, eight volatile stores) where the
-    /// transport offers one, else through the [`Mmio`] with the block
-    /// checked once up front and each store checked again. `false`
-    /// (nothing written) if it does not fit.
+    /// The fast paths' UAR write for one WQEBB: a BlueFlame copy then
+    /// [`wc_flush`] on a write-combining register of this QP's own, else
+    /// the 8-byte doorbell (no flush: an uncached store is not buffered).
+    #[inline(always)]
+    fn ring_fast<H: BlockHead>(&mut self, wqe: &Wqebb<H>) {
+        if self.combine {
+            self.fast.write_next(wqe);
+            wc_flush();
+        } else {
+            self.fast.ring_next(wqe.head.words()[0]);
+        }
+    }
+
+    /// Copy one 64-byte unit into the write-combining register at
+    /// `offset` (one bounds check, eight volatile stores). `false`
+    /// (nothing written) without a write-combining mapping or if it does
+    /// not fit.
     #[inline(always)]
     fn write_block(&self, offset: usize, words: &[u64; 8]) -> bool {
-        if let Some(b) = &self.blocks {
-            return b.write_block(offset, words);
-        }
-        if !offset.is_multiple_of(64) || offset.checked_add(64).is_none_or(|e| e > self.reg.len()) {
-            return false;
-        }
-        for (i, w) in words.iter().enumerate() {
-            // Memory order: the bytes go out as they lie in the WQE.
-            let _ = self
-                .reg
-                .write64(offset + i * 8, u64::from_le_bytes(w.to_ne_bytes()));
-        }
-        true
+        self.blocks
+            .as_ref()
+            .is_some_and(|b| b.write_block(offset, words))
     }
 }
 
@@ -187,20 +201,6 @@ fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
 
 fn ceil_log2(v: u32) -> u32 {
     v.max(1).next_power_of_two().trailing_zeros()
-}
-
-/// The destination MAC: given, else the EUI-64 inverse of a link-local GID,
-/// else `own` (no ARP on a VFIO function, §12: the emulator and loopback
-/// peers ignore it).
-pub fn resolve_dmac(gid: &Gid, given: Option<[u8; 6]>, own: [u8; 6]) -> [u8; 6] {
-    if let Some(m) = given {
-        return m;
-    }
-    let g = gid.raw();
-    if g[0] == 0xfe && g[1] == 0x80 && g[11] == 0xff && g[12] == 0xfe {
-        return [g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]];
-    }
-    own
 }
 
 /// The RoCEv2 UDP source port when none is given: 0xC000 | a hash of the
@@ -258,7 +258,15 @@ impl Qp {
         let caps = hca.general_caps()?;
         let log_max_wq = caps.log_max_qp_sz();
         let log_max_msg = caps.log_max_msg();
-        let ts_format = if caps.sq_ts_format() != 0 {
+        // K inc/qp.h:580-588, ib/qp.c:1310: a RoCE QP's timestamp format
+        // follows the RoCE cap's `qp_ts_format` when RoCE is on, else the
+        // general `sq_ts_format`; nonzero → DEFAULT, else FREE_RUNNING
+        // (audit row 20).
+        let ts_cap = match hca.roce_caps() {
+            Some(r) if caps.roce() != 0 => r.qp_ts_format(),
+            _ => caps.sq_ts_format(),
+        };
+        let ts_format = if ts_cap != 0 {
             TS_FORMAT_DEFAULT
         } else {
             TS_FORMAT_FREE_RUNNING
@@ -373,22 +381,35 @@ impl Qp {
             }
             None => send_cq.attach(shared.clone(), true, true),
         }
-        let (bf_index, exclusive) = match hca.alloc_bf_reg() {
+        // Audit rows 4, 5: BlueFlame copies only through a write-combining
+        // mapping and only into a register no other QP writes (registers
+        // 0..=2 of the UAR page, one per QP); every other QP rings 8-byte
+        // doorbells — on the uncached mapping any register (qpn % 4), with
+        // write-combining the shared register 3, which never takes a copy.
+        let reg_size = hca.bf_reg_size();
+        let uar_wc = hca.uar_wc();
+        let (bf_index, exclusive) = match uar_wc.and_then(|_| hca.alloc_bf_reg()) {
             Some(i) => (i, Some(i)),
+            None if uar_wc.is_some() => (crate::events::SHARED_BF_REG, None),
             None => ((qpn as usize) % rnic_mlx5_prm::UAR_NUM_BF_REGS, None),
         };
-        let reg_size = hca.bf_reg_size();
+        let combine = exclusive.is_some();
         let uar = hca.function().uar(info.uar)?;
         let reg_at = UAR_BF_REG_0 + bf_index * reg_size;
         let reg = uar.window(reg_at, reg_size).map_err(Mlx5Error::Bar)?;
-        let blocks = hca
-            .function()
-            .bar0_blocks()
-            .and_then(|b| b.window(info.uar as usize * crate::UAR_PAGE_SIZE + reg_at, reg_size));
-        debug!(qpn, sq_wqebbs, rq_entries, stride, bf_index, "CREATE_QP");
-        let pair = exclusive
-            .and(blocks.clone())
-            .and_then(|b| BlockPair::new(b, reg_size / 2));
+        let blocks = uar_wc
+            .filter(|_| combine)
+            .and_then(|w| w.window(reg_at, reg_size));
+        debug!(
+            qpn,
+            sq_wqebbs, rq_entries, stride, bf_index, combine, "CREATE_QP"
+        );
+        let pair_window = if combine {
+            blocks.clone()
+        } else {
+            BlockWindow::from_mmio(&reg)
+        };
+        let pair = pair_window.and_then(|b| BlockPair::new(b, reg_size / 2));
         let block_pair = pair.is_some();
         let sq = SqBlocks::new(sq_ring, &shared)
             .ok_or_else(|| bad("the SQ ring and its tracking differ in size".into()))?;
@@ -401,6 +422,7 @@ impl Qp {
                 reg,
                 fast: pair.unwrap_or_else(BlockPair::scratch),
                 blocks,
+                combine,
                 offset: 0,
                 half: reg_size / 2,
                 exclusive,
@@ -421,6 +443,7 @@ impl Qp {
                 rq_mask_words: rq_bytes / 8 - 1,
                 rq_head: 0,
                 max_recv_sge: opts.max_recv_sge as usize,
+                recv_terminator: crate::wqe::recv_terminator(hca.terminator_lkey()),
                 dbrec_word: wq_bytes / 8,
                 limits: SendLimits {
                     max_sge: opts.max_send_sge as usize,
@@ -429,7 +452,6 @@ impl Qp {
                 },
                 sig_all: opts.sq_sig_all,
                 regions: Vec::new(),
-                mac: hca.mac().unwrap_or([0; 6]),
                 counters: QpCounters::default(),
                 sq,
                 dbrec,
@@ -463,8 +485,23 @@ impl Qp {
     pub fn counters(&self) -> QpCounters {
         let mut c = self.wq.counters;
         c.sends = self.wq.sends();
-        c.blueflame = c.blueflame.wrapping_add(c.sends);
+        // Rings the general path did not count: the fast paths', one per
+        // send — BlueFlame copies on a write-combining register of the
+        // QP's own, 8-byte doorbells otherwise.
+        let fast = c.blueflame.wrapping_add(c.sends);
+        if self.bf.combine {
+            c.blueflame = fast;
+        } else {
+            c.blueflame = 0;
+            c.doorbells = c.doorbells.wrapping_add(fast);
+        }
         c
+    }
+
+    /// Whether this QP rings BlueFlame copies (a write-combining mapping
+    /// and a register of its own) rather than 8-byte doorbells.
+    pub fn blueflame(&self) -> bool {
+        self.bf.combine
     }
 
     /// Outstanding (posted, not yet completed) SQ WQEBBs and RQ WQEs.
@@ -511,6 +548,12 @@ impl Qp {
         q.set_pd(self.hca.info().pd)?;
         q.set_cqn_snd(self.send_cq.cqn)?;
         q.set_cqn_rcv(self.recv_cq.cqn)?;
+        if self.wq.limits.ud {
+            // K ib/qp.c:4396-4398 sets these on every modify of a UD QP: a
+            // UD message is one packet of at most 4096 bytes (audit row 6).
+            q.set_mtu(UD_MTU_4096)?;
+            q.set_log_msg_max(UD_LOG_MSG_MAX)?;
+        }
         q.primary_address_path_mut()
             .set_vhca_port_num(self.port.into())
     }
@@ -520,6 +563,17 @@ impl Qp {
         self.port = p.port_num.max(1);
         let ud = self.wq.limits.ud;
         let access = p.access;
+        // `atomic_mode` and `rae` only with the atomic capability (K
+        // ib/qp.c:2113-2143; audit row 61): a function without atomics
+        // refuses the modify, so the request is refused here with the fix.
+        let has_atomic = self.hca.general_caps()?.atomic() != 0;
+        if !ud && access.contains(AccessFlags::REMOTE_ATOMIC) && !has_atomic {
+            return Err(Mlx5Error::QpOptions {
+                reason: "this function has no atomic capability (general cap atomic = 0): \
+                         drop REMOTE_ATOMIC from the QP's access flags"
+                    .into(),
+            });
+        }
         let dbr = self.wq.buf.iova().get() + (self.wq.dbrec_word * 8) as u64;
         modify_qp!(
             self,
@@ -536,7 +590,7 @@ impl Qp {
                 } else {
                     q.set_rre(access.contains(AccessFlags::REMOTE_READ) as u32)?;
                     q.set_rwe(access.contains(AccessFlags::REMOTE_WRITE) as u32)?;
-                    let atomic = access.contains(AccessFlags::REMOTE_ATOMIC);
+                    let atomic = access.contains(AccessFlags::REMOTE_ATOMIC) && has_atomic;
                     q.set_rae(atomic as u32)?;
                     if atomic {
                         q.set_atomic_mode(ATOMIC_MODE_IB_COMP)?;
@@ -559,11 +613,21 @@ impl Qp {
         p: &RtrParams,
     ) -> Result<(), Mlx5Error> {
         let ud = self.wq.limits.ud;
-        let dmac = resolve_dmac(&dgid, p.dmac, self.wq.mac);
+        // The peer's MAC, never the function's own as a silent fallback
+        // (audit row 7; `crate::neigh`). UD QPs have no path.
+        let dmac = if ud {
+            [0; 6]
+        } else {
+            self.hca.resolve_neighbour(&dgid, p.dmac)?
+        };
         let sport = p
             .udp_sport
             .unwrap_or_else(|| default_udp_sport(self.wq.qpn, dest_qpn.get()));
-        let log_msg_max = self.hca.general_caps()?.log_max_msg();
+        let caps = self.hca.general_caps()?;
+        let log_msg_max = caps.log_max_msg();
+        // Clamped to what the function can hold (K ib/qp.c:4443; audit
+        // row 63): asking for more is refused by the firmware.
+        let log_rra_cap = caps.log_max_ra_res_qp();
         modify_qp!(
             self,
             Init2rtrQpIn,
@@ -579,7 +643,7 @@ impl Qp {
                 q.set_remote_qpn(dest_qpn.get())?;
                 q.set_next_rcv_psn(rq_psn.get())?;
                 q.set_min_rnr_nak(u32::from(p.min_rnr_timer & 0x1f))?;
-                q.set_log_rra_max(ceil_log2(p.max_dest_rd_atomic.into()))?;
+                q.set_log_rra_max(ceil_log2(p.max_dest_rd_atomic.into()).min(log_rra_cap))?;
                 let mut a = q.primary_address_path_mut();
                 a.set_src_addr_index(p.sgid_index.into())?;
                 a.set_rgid_rip(dgid.raw())?;
@@ -603,6 +667,7 @@ impl Qp {
     /// RTR → RTS: send PSN, retries, timeout, outstanding reads/atomics.
     pub fn ready_to_send(&mut self, sq_psn: Psn, p: &RtsParams) -> Result<(), Mlx5Error> {
         let ud = self.wq.limits.ud;
+        let log_sra_cap = self.hca.general_caps()?.log_max_ra_req_qp();
         modify_qp!(
             self,
             Rtr2rtsQpIn,
@@ -616,7 +681,7 @@ impl Qp {
                 }
                 q.set_retry_count((p.retry_cnt & 7).into())?;
                 q.set_rnr_retry((p.rnr_retry & 7).into())?;
-                q.set_log_sra_max(ceil_log2(p.max_rd_atomic.into()))?;
+                q.set_log_sra_max(ceil_log2(p.max_rd_atomic.into()).min(log_sra_cap))?;
                 q.set_log_ack_req_freq(LOG_ACK_REQ_FREQ_DEFAULT)?;
                 q.primary_address_path_mut()
                     .set_ack_timeout((p.timeout & 0x1f).into())?;
@@ -675,15 +740,30 @@ impl Qp {
         Ok(())
     }
 
-    /// The firmware's view of the state (QUERY_QP).
-    pub fn query_state(&self) -> Result<QpState, Mlx5Error> {
+    /// The destination MAC the firmware holds for an RC QP's path
+    /// (QUERY_QP `primary_address_path.rmac`).
+    pub fn query_rmac(&self) -> Result<[u8; 6], Mlx5Error> {
+        let out = self.query()?;
+        let v = QueryQpOut::new_checked(&out[..]).map_err(prm("QUERY_QP"))?;
+        let q = v.qpc();
+        let a = q.primary_address_path();
+        let hi = (a.rmac_47_32() as u16).to_be_bytes();
+        let lo = a.rmac_31_0().to_be_bytes();
+        Ok([hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]])
+    }
+
+    fn query(&self) -> Result<Vec<u8>, Mlx5Error> {
         let mut buf = vec![0u8; QueryQpIn::<&[u8]>::SIZE_BYTES];
         QueryQpIn::new_checked(&mut buf[..])
             .and_then(|mut v| v.set_qpn(self.wq.qpn))
             .map_err(prm("QUERY_QP"))?;
-        let out = self
-            .hca
-            .exec(CmdOpcode::QueryQp, 0, &buf, QueryQpOut::<&[u8]>::SIZE_BYTES)?;
+        self.hca
+            .exec(CmdOpcode::QueryQp, 0, &buf, QueryQpOut::<&[u8]>::SIZE_BYTES)
+    }
+
+    /// The firmware's view of the state (QUERY_QP).
+    pub fn query_state(&self) -> Result<QpState, Mlx5Error> {
+        let out = self.query()?;
         let v = QueryQpOut::new_checked(&out[..]).map_err(prm("QUERY_QP"))?;
         Ok(QpState::from_raw(v.qpc().state() as u8))
     }
@@ -716,8 +796,7 @@ impl Qp {
         };
         // `post_small_write` passes only with the gate open, which
         // `block_pair` keeps closed unless `fast` is the register's.
-        self.bf.fast.write_next(&wqe);
-        wc_flush();
+        self.bf.ring_fast(&wqe);
         true
     }
 
@@ -752,7 +831,7 @@ impl Qp {
     fn ring(&mut self, ring: &SendDoorbell, posted: u64) {
         self.wq.counters.blueflame = self.wq.counters.blueflame.wrapping_sub(posted);
         let off = self.bf.offset(self.wq.block_pair);
-        if ring.blueflame() && self.bf.exclusive.is_some() {
+        if ring.blueflame() && self.bf.combine {
             for bb in 0..ring.wqebbs {
                 // A WQEBB is one block of the ring (masked: a WQE that
                 // wraps continues at block 0).
@@ -817,8 +896,7 @@ impl Qp {
                 .write_inline_at(head, wr_id, remote_addr, rkey.get(), data, signaled);
             // The gate is closed unless `fast` is the register's own pair
             // (`WorkQueues::block_pair`).
-            self.bf.fast.write_next(&wqe);
-            wc_flush();
+            self.bf.ring_fast(&wqe);
             return Ok(());
         }
         self.post_write_inline_cold(wr_id, remote_addr, rkey, data, signaled)
@@ -850,8 +928,7 @@ impl Qp {
     #[inline(always)]
     fn ring_wqebb(&mut self, wqe: &Wqebb) {
         if self.wq.block_pair {
-            self.bf.fast.write_next(wqe);
-            wc_flush();
+            self.bf.ring_fast(wqe);
         } else {
             self.ring_unit();
         }
@@ -922,17 +999,6 @@ pub fn gid_of(ip: IpAddr) -> Gid {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dmac_resolution() {
-        let own = [2, 0, 0x15, 0xb3, 0x10, 0x17];
-        let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
-        let ll = Gid::link_local_from_mac(mac);
-        assert_eq!(resolve_dmac(&ll, None, own), mac);
-        let v4 = Gid::from_ipv4(std::net::Ipv4Addr::new(127, 0, 0, 2));
-        assert_eq!(resolve_dmac(&v4, None, own), own);
-        assert_eq!(resolve_dmac(&v4, Some(mac), own), mac);
-    }
 
     #[test]
     fn udp_sport_is_in_the_rocev2_dynamic_range() {

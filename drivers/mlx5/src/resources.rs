@@ -1,7 +1,7 @@
 //! Memory keys (mlx5.md §6) and the port's RoCE addresses (§5.4, §11a
 //! steps 2–3): [`Mkey`], [`Hca::set_gid`].
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -9,10 +9,13 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rnic_core::{AccessFlags, Gid, Lkey, Rkey};
 use rnic_mlx5_prm::{
-    CmdOpcode, CreateMkeyIn, CreateMkeyOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
-    MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut,
-    QueryNicVportContextIn, QueryNicVportContextOut, ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6,
-    ROCE_VERSION_2, SetRoceAddressIn, SetRoceAddressOut, mkey_access_mode,
+    AccessRegisterIn, AccessRegisterOut, CmdOpcode, CreateMkeyIn, CreateMkeyOut,
+    DeleteL2TableEntryIn, DeleteL2TableEntryOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
+    MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut, PtysReg,
+    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
+    ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, SetL2TableEntryIn, SetL2TableEntryOut,
+    SetRoceAddressIn, SetRoceAddressOut, access_reg_op_mod, mkey_access_mode, ptys_proto,
+    register_id,
 };
 use tracing::{debug, info, warn};
 
@@ -21,6 +24,50 @@ use crate::{DmaBuffer, Hca, Mlx5Error};
 
 fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
     move |source| Mlx5Error::Prm { what, source }
+}
+
+/// QUERY_VPORT_STATE `state`: the link is up (K `MLX5_VPORT_STATE_UP`).
+const VPORT_STATE_UP: u32 = 1;
+
+/// (lanes, Mb/s per lane) of the lowest legacy Ethernet link mode bit set
+/// in a PTYS `eth_proto_*` word (K en_ethtool.c `mlx5e_ptys2ethtool`'s
+/// table: bit → mode).
+pub fn eth_link_mode(bits: u32) -> Option<(u8, u32)> {
+    const MODES: [(u32, u8, u32); 26] = [
+        (0, 1, 1_000),   // 1000BASE-CX-SGMII
+        (1, 1, 1_000),   // 1000BASE-KX
+        (2, 4, 2_500),   // 10GBASE-CX4
+        (3, 4, 2_500),   // 10GBASE-KX4
+        (4, 1, 10_000),  // 10GBASE-KR
+        (5, 2, 10_000),  // 20GBASE-KR2
+        (6, 4, 10_000),  // 40GBASE-CR4
+        (7, 4, 10_000),  // 40GBASE-KR4
+        (8, 4, 14_000),  // 56GBASE-R4
+        (12, 1, 10_000), // 10GBASE-CR
+        (13, 1, 10_000), // 10GBASE-SR
+        (14, 1, 10_000), // 10GBASE-ER
+        (15, 4, 10_000), // 40GBASE-SR4
+        (16, 4, 10_000), // 40GBASE-LR4
+        (18, 2, 25_000), // 50GBASE-SR2
+        (20, 4, 25_000), // 100GBASE-CR4
+        (21, 4, 25_000), // 100GBASE-SR4
+        (22, 4, 25_000), // 100GBASE-KR4
+        (23, 4, 25_000), // 100GBASE-LR4
+        (24, 1, 100),    // 100BASE-TX
+        (25, 1, 1_000),  // 1000BASE-T
+        (26, 1, 10_000), // 10GBASE-T
+        (27, 1, 25_000), // 25GBASE-CR
+        (28, 1, 25_000), // 25GBASE-KR
+        (29, 1, 25_000), // 25GBASE-SR
+        (30, 2, 25_000), // 50GBASE-CR2
+    ];
+    if bits & (1 << 31) != 0 {
+        return Some((2, 25_000)); // 50GBASE-KR2
+    }
+    MODES
+        .iter()
+        .find(|(bit, ..)| bits & (1 << bit) != 0)
+        .map(|&(_, lanes, mbps)| (lanes, mbps))
 }
 
 /// Bytes of one MKey translation page (the MTT's `log_page_size` = 12).
@@ -32,10 +79,23 @@ pub const MTT_PAGE_BYTES: usize = 4096;
 pub(crate) struct RoceState {
     mac: Option<[u8; 6]>,
     roce_enabled: bool,
-    gids: BTreeSet<u16>,
+    gids: BTreeMap<u16, Gid>,
+    /// The MPFS L2 table entry holding the function's MAC, when written.
+    mpfs: Option<u32>,
 }
 
 impl Hca {
+    /// Whether `gid` is one of the function's own (set with [`Hca::set_gid`]).
+    pub fn owns_gid(&self, gid: &Gid) -> bool {
+        lock(&self.roce).gids.values().any(|g| g == gid)
+    }
+
+    /// Entries of the port's GID table: the RoCE cap's
+    /// `roce_address_table_size` (audit row 8); 0 without RoCE.
+    pub fn gid_table_len(&self) -> u32 {
+        self.roce_caps().map_or(0, |r| r.roce_address_table_size())
+    }
+
     /// The function's permanent MAC (QUERY_NIC_VPORT_CONTEXT), once
     /// [`Hca::set_gid`] ran.
     pub fn mac(&self) -> Option<[u8; 6]> {
@@ -59,6 +119,54 @@ impl Hca {
             .map_err(prm("QUERY_NIC_VPORT_CONTEXT"))?;
         let addr = v.nic_vport_context().permanent_address().to_be_bytes();
         Ok([addr[2], addr[3], addr[4], addr[5], addr[6], addr[7]])
+    }
+
+    /// Whether the vport's link is up: QUERY_VPORT_STATE's operational
+    /// `state` (K core/vport.c `mlx5_query_vport_state`; 1 = up; audit row 8).
+    pub fn link_up(&self) -> Result<bool, Mlx5Error> {
+        let buf = vec![0u8; QueryVportStateIn::<&[u8]>::SIZE_BYTES];
+        let out = self.exec(
+            CmdOpcode::QueryVportState,
+            0,
+            &buf,
+            QueryVportStateOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let v = QueryVportStateOut::new_checked(&out[..]).map_err(prm("QUERY_VPORT_STATE"))?;
+        Ok(v.state() == VPORT_STATE_UP)
+    }
+
+    /// The port's operating lanes and per-lane rate (Mb/s) from the PTYS
+    /// register's `eth_proto_oper` (ACCESS_REG 0x5004 read, Ethernet
+    /// protocols; the legacy link modes K's mlx5e maps in
+    /// `mlx5e_ptys2ethtool`); `None` when the link is down or the mode is
+    /// not one of them (audit row 8).
+    pub fn link_speed(&self) -> Result<Option<(u8, u32)>, Mlx5Error> {
+        let head = AccessRegisterIn::<&[u8]>::SIZE_BYTES;
+        let reg_len = PtysReg::<&[u8]>::SIZE_BYTES;
+        let mut cmd = vec![0u8; head + reg_len];
+        AccessRegisterIn::new_checked(&mut cmd[..])
+            .and_then(|mut v| {
+                v.set_register_id(register_id::PTYS)?;
+                v.set_argument(0)
+            })
+            .map_err(prm("ACCESS_REG PTYS"))?;
+        PtysReg::new_checked(&mut cmd[head..])
+            .and_then(|mut r| {
+                r.set_local_port(1)?;
+                r.set_proto_mask(ptys_proto::ETH)
+            })
+            .map_err(prm("ACCESS_REG PTYS"))?;
+        let out = self.exec(
+            CmdOpcode::AccessReg,
+            access_reg_op_mod::READ as u16,
+            &cmd,
+            AccessRegisterOut::<&[u8]>::SIZE_BYTES + reg_len,
+        )?;
+        let at = AccessRegisterOut::<&[u8]>::SIZE_BYTES;
+        let oper = PtysReg::new_checked(out.get(at..).unwrap_or(&[]))
+            .map_err(prm("ACCESS_REG PTYS"))?
+            .eth_proto_oper();
+        Ok(eth_link_mode(oper))
     }
 
     /// The vport's Ethernet MTU in bytes (`nic_vport_context.mtu`, mlx5.md
@@ -98,6 +206,11 @@ impl Hca {
                 SetRoceAddressIn::new_checked(&mut buf[..]).map_err(prm("SET_ROCE_ADDRESS"))?;
             v.set_roce_address_index(index.into())
                 .map_err(prm("SET_ROCE_ADDRESS"))?;
+            // K core/lib/gid.c:145-146: the port, when the function has
+            // several vHCA ports (audit row 15).
+            if self.general_caps()?.num_vhca_ports() > 0 {
+                v.set_vhca_port_num(1).map_err(prm("SET_ROCE_ADDRESS"))?;
+            }
             if *gid != Gid::ZERO {
                 let mut a = v.roce_address_mut();
                 (|| -> Result<(), rnic_mlx5_prm::Error> {
@@ -130,6 +243,19 @@ impl Hca {
     /// The emulator serves RoCE on UDP/4791 at this address. Teardown
     /// clears every entry written and `roce_en`.
     pub fn set_gid(&self, index: u16, ip: IpAddr) -> Result<Gid, Mlx5Error> {
+        // Audit row 9: RoCE only on an Ethernet port (RC mlx5_vfio.c:2220).
+        let info = self.info();
+        if info.port_type != crate::PortType::Ethernet {
+            return Err(Mlx5Error::PortType {
+                function: info.function,
+                port_type: info.port_type,
+            });
+        }
+        // Audit row 8: the table is as large as the RoCE cap says.
+        let size = self.gid_table_len();
+        if u32::from(index) >= size {
+            return Err(Mlx5Error::GidIndex { index, size });
+        }
         let mac = match self.mac() {
             Some(m) => m,
             None => {
@@ -141,25 +267,74 @@ impl Hca {
         if !lock(&self.roce).roce_enabled {
             self.set_roce_en(true)?;
             lock(&self.roce).roce_enabled = true;
+            self.mpfs_add(mac)?;
         }
         let gid = Gid::from_ip(ip);
         self.set_roce_address(index, &gid, mac)?;
-        lock(&self.roce).gids.insert(index);
+        lock(&self.roce).gids.insert(index, gid);
         info!(index, %ip, mac = ?mac, "SET_ROCE_ADDRESS");
         Ok(gid)
     }
 
+    /// An eswitch manager with an L2 (MPFS) table delivers unicast frames
+    /// only to MACs in it; with no netdev, nobody else adds this function's
+    /// (K core/lib/mpfs.c:98-136, from core/en_fs.c:588; audit row 16).
+    /// Entry 0 of the table, removed at teardown.
+    fn mpfs_add(&self, mac: [u8; 6]) -> Result<(), Mlx5Error> {
+        let caps = self.general_caps()?;
+        if caps.eswitch_manager() == 0 || caps.log_max_l2_table() == 0 {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; SetL2TableEntryIn::<&[u8]>::SIZE_BYTES];
+        let mut word = [0u8; 8];
+        word[2..].copy_from_slice(&mac);
+        SetL2TableEntryIn::new_checked(&mut buf[..])
+            .and_then(|mut v| {
+                v.set_table_index(0)?;
+                v.set_mac_address(u64::from_be_bytes(word))
+            })
+            .map_err(prm("SET_L2_TABLE_ENTRY"))?;
+        self.exec(
+            CmdOpcode::SetL2TableEntry,
+            0,
+            &buf,
+            SetL2TableEntryOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        lock(&self.roce).mpfs = Some(0);
+        info!(mac = ?mac, "MPFS L2 table entry 0 set (eswitch manager)");
+        Ok(())
+    }
+
     /// Clear the GID entries and `roce_en` (teardown, before DEALLOC_PD).
     pub(crate) fn roce_teardown(&self) -> Result<(), Mlx5Error> {
-        let (gids, enabled) = {
+        let (gids, enabled, mpfs) = {
             let mut r = lock(&self.roce);
             (
                 std::mem::take(&mut r.gids),
                 std::mem::take(&mut r.roce_enabled),
+                r.mpfs.take(),
             )
         };
         let mut first = Ok(());
-        for g in gids {
+        if let Some(index) = mpfs {
+            let mut buf = vec![0u8; DeleteL2TableEntryIn::<&[u8]>::SIZE_BYTES];
+            let r = DeleteL2TableEntryIn::new_checked(&mut buf[..])
+                .and_then(|mut v| v.set_table_index(index))
+                .map_err(prm("DELETE_L2_TABLE_ENTRY"))
+                .and_then(|()| {
+                    self.exec(
+                        CmdOpcode::DeleteL2TableEntry,
+                        0,
+                        &buf,
+                        DeleteL2TableEntryOut::<&[u8]>::SIZE_BYTES,
+                    )
+                });
+            if let Err(e) = r {
+                warn!(index, %e, "removing the MPFS L2 table entry failed");
+                first = Err(e);
+            }
+        }
+        for g in gids.into_keys() {
             if let Err(e) = self.set_roce_address(g, &Gid::ZERO, [0; 6]) {
                 warn!(index = g, %e, "clearing a GID entry failed");
                 if first.is_ok() {
@@ -356,5 +531,15 @@ mod tests {
     fn mtt_entries_are_page_iovas_with_read_and_write() {
         let e: Vec<u64> = mtt_entries(0x10_0000, 8192 + 1).collect();
         assert_eq!(e, vec![0x10_0003, 0x10_1003, 0x10_2003]);
+    }
+
+    #[test]
+    fn ptys_link_modes_give_lanes_and_lane_rate() {
+        assert_eq!(eth_link_mode(1 << 20), Some((4, 25_000)), "100GBASE-CR4");
+        assert_eq!(eth_link_mode(1 << 27), Some((1, 25_000)), "25GBASE-CR");
+        assert_eq!(eth_link_mode(1 << 6), Some((4, 10_000)), "40GBASE-CR4");
+        assert_eq!(eth_link_mode(1 << 31), Some((2, 25_000)), "50GBASE-KR2");
+        assert_eq!(eth_link_mode(0), None, "link down");
+        assert_eq!(eth_link_mode(1 << 9), None, "a reserved bit");
     }
 }

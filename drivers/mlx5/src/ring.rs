@@ -133,8 +133,11 @@ pub(crate) struct BlockCursor {
     /// (one past its last block), `stride` blocks apart from the base.
     /// Negative once a step found the stop, until [`BlockCursor::cross`].
     left: isize,
-    /// The free-running index of block 0 in the current lap.
-    lap: u64,
+    /// The free-running index of block 0 in the current lap, times 64,
+    /// less the ring's base address (wrapping): the current block's
+    /// free-running index is `(cur + bias) / 64`, one add and one shift
+    /// (the polls store `set_ci` from it after every CQE).
+    bias: usize,
     /// `left` at a stop just crossed: `stride` blocks in bytes, less one
     /// block.
     full: isize,
@@ -156,11 +159,12 @@ impl BlockCursor {
         }
         let cur = NonNull::new(ring.block_ptr(0))?;
         let full = isize::try_from(stride_bytes - 64).ok()?;
+        let bias = 0usize.wrapping_sub(ring.base.as_ptr() as usize);
         Some(BlockCursor {
             ring,
             cur,
             left: full,
-            lap: 0,
+            bias,
             full,
         })
     }
@@ -185,8 +189,7 @@ impl BlockCursor {
     /// The free-running index of the current block.
     #[inline(always)]
     pub fn index(&self) -> u64 {
-        let off = (self.cur.as_ptr() as usize).wrapping_sub(self.ring.base.as_ptr() as usize);
-        self.lap.wrapping_add((off / 64) as u64)
+        ((self.cur.as_ptr() as usize).wrapping_add(self.bias) / 64) as u64
     }
 
     /// One block on, unless that is a stop: then `true` with nothing moved,
@@ -221,7 +224,7 @@ impl BlockCursor {
             .wrapping_byte_add(self.left.max(0).unsigned_abs() + 64);
         let wrapped = stop >= end;
         let cur = if wrapped {
-            self.lap = self.lap.wrapping_add((self.ring.len_bytes() / 64) as u64);
+            self.bias = self.bias.wrapping_add(self.ring.len_bytes());
             base
         } else {
             stop

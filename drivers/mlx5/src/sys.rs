@@ -101,6 +101,36 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> nix::Resul
     }
 }
 
+/// Wait until `a` or `b` is readable or `timeout` passes (clamped to ~65 s);
+/// which of them became readable.
+pub(crate) fn wait_either(
+    a: BorrowedFd<'_>,
+    b: BorrowedFd<'_>,
+    timeout: Duration,
+) -> nix::Result<(bool, bool)> {
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [
+        PollFd::new(a, PollFlags::POLLIN),
+        PollFd::new(b, PollFlags::POLLIN),
+    ];
+    loop {
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) => {
+                let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+                return Ok((ready(&fds[0]), ready(&fds[1])));
+            }
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Add 1 to an eventfd's counter (a notification; a full counter is left
+/// as it is: the reader sees it readable either way).
+pub(crate) fn eventfd_signal(fd: &EventFd) {
+    let _ = fd.write(1);
+}
+
 /// Read (and so reset) an eventfd's counter; `None` when it is zero.
 pub(crate) fn eventfd_take(fd: &EventFd) -> nix::Result<Option<u64>> {
     match fd.read() {
@@ -122,4 +152,34 @@ pub(crate) fn page_size() -> usize {
         .flatten()
         .and_then(|v| usize::try_from(v).ok())
         .unwrap_or(4096)
+}
+
+/// The soft `RLIMIT_MEMLOCK` in bytes; `None` when unlimited.
+pub(crate) fn memlock_limit() -> Option<u64> {
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft != nix::sys::resource::RLIM_INFINITY => Some(soft),
+        _ => None,
+    }
+}
+
+/// Whether the process has `CAP_IPC_LOCK` in its effective set (then
+/// `RLIMIT_MEMLOCK` does not bind it): bit 14 of `CapEff` in
+/// `/proc/self/status`.
+pub(crate) fn has_cap_ipc_lock() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
+/// vfio_iommu_type1's `dma_entry_limit` (mappings per container; 65535 by
+/// default), when the module is loaded.
+pub(crate) fn vfio_dma_entry_limit() -> Option<u64> {
+    std::fs::read_to_string("/sys/module/vfio_iommu_type1/parameters/dma_entry_limit")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
 }

@@ -12,7 +12,7 @@ use rnic_vfio::{Sysfs, VFIO_PCI_MSIX_IRQ_INDEX, VfioDevice, VfioError, VfioMappe
 
 use crate::error::Mlx5Error;
 use crate::memory::{DmaBuffer, IovaSpace, split_apertures};
-use crate::{FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
+use crate::{BlockWindow, FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
 
 /// A function bound to vfio-pci and owned through the kernel's VFIO.
 #[derive(Debug)]
@@ -20,6 +20,8 @@ pub struct VfioFunction {
     name: String,
     id: FunctionId,
     bar0: Mmio,
+    /// Where `resource0_wc` is looked for.
+    sysfs: Sysfs,
     space: Arc<IovaSpace>,
     domain: Arc<DmaDomain>,
     // Last: the Mmio and the domains hold the container alive on their own.
@@ -74,6 +76,7 @@ impl VfioFunction {
             name,
             id: FunctionId { vendor, device },
             bar0,
+            sysfs: sysfs.clone(),
             space,
             domain,
             dev,
@@ -105,6 +108,35 @@ impl PciFunction for VfioFunction {
 
     fn bar0(&self) -> &Mmio {
         &self.bar0
+    }
+
+    /// `RLIMIT_MEMLOCK` (unless the process has `CAP_IPC_LOCK`) and
+    /// vfio_iommu_type1's `dma_entry_limit`.
+    fn dma_budget(&self) -> crate::pages::DmaBudget {
+        crate::pages::DmaBudget {
+            memlock: sys::memlock_limit().filter(|_| !sys::has_cap_ipc_lock()),
+            entries: sys::vfio_dma_entry_limit(),
+        }
+    }
+
+    /// Through sysfs `resource0_wc` (`VfioDevice::map_bar_wc`): absent
+    /// unless BAR0 is prefetchable (a ConnectX's is); refused under kernel
+    /// lockdown or `CONFIG_IO_STRICT_DEVMEM`.
+    fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
+        let at = u64::from(index) * crate::UAR_PAGE_SIZE as u64;
+        let path = self.sysfs.resource_wc(&self.dev.addr(), 0);
+        let mmio = self
+            .dev
+            .map_bar_wc(&self.sysfs, 0, at, crate::UAR_PAGE_SIZE)
+            .map_err(|e| {
+                format!(
+                    "{} could not be mapped ({e}): kernel VFIO maps BARs uncached \
+                     (vfio_pci_core_mmap); the sysfs write-combining mapping exists only for a \
+                     prefetchable BAR and is refused under lockdown or CONFIG_IO_STRICT_DEVMEM",
+                    path.display()
+                )
+            })?;
+        BlockWindow::from_mmio(&mmio).ok_or_else(|| "the WC mapping is not 64-byte aligned".into())
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error> {
@@ -192,5 +224,25 @@ mod tests {
         );
         let msg = format!("{err}");
         assert!(msg.contains("0000:3b:00.0"), "{msg}");
+    }
+}
+
+#[cfg(test)]
+mod wc_tests {
+    use super::*;
+
+    /// The sysfs route's failure says what to do; its success is a window
+    /// over exactly the asked page (a plain file stands in for the BAR).
+    #[test]
+    fn resource0_wc_is_looked_up_under_the_function() {
+        let root = tempfile::tempdir().unwrap();
+        let sysfs = Sysfs::at(root.path());
+        let addr: PciAddr = "0000:3b:00.0".parse().unwrap();
+        let path = sysfs.resource_wc(&addr, 0);
+        assert_eq!(
+            path,
+            root.path()
+                .join("sys/bus/pci/devices/0000:3b:00.0/resource0_wc")
+        );
     }
 }

@@ -12,6 +12,16 @@
 //! an `Mmio` cannot turn a volatile store into a message, and two access
 //! paths would make every register access transport-dependent.
 //!
+//! # Write-combining
+//!
+//! A vfio-user BAR is the server's memory, so how a store to it "arrives"
+//! is the server's contract. rnic-mlx5-emu's: a **prefetchable** BAR0
+//! (config space BAR0 bit 3) is a write-combining BAR whose BlueFlame
+//! registers take combined copies (`--bar0 wc`); a non-prefetchable one is
+//! uncached (`--bar0 uc`, the default, as kernel VFIO maps BARs), and a
+//! BlueFlame copy is then served as a doorbell and counted
+//! ([`VfioUserFunction::bar0_prefetchable`], [`crate::PciFunction::uar_wc`]).
+//!
 //! # What the `vfio_user` 0.1.7 client does not check
 //!
 //! - Its `resettable()` is inverted (true when `VFIO_DEVICE_FLAGS_RESET` is
@@ -28,6 +38,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rnic_core::Iova;
 use rnic_dma::iova::X86_MSI_WINDOW;
@@ -38,7 +49,10 @@ use vfio_user::Client;
 
 use crate::error::Mlx5Error;
 use crate::memory::{DmaBuffer, IovaSpace, lock, lookup_fd, not_file_backed, split_apertures};
-use crate::{BlockWindow, FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
+use crate::{
+    BlockWindow, FunctionId, PCI_BAR_PREFETCHABLE, PCI_BAR0, PCI_DEVICE_ID, PCI_VENDOR_ID,
+    PciFunction, Vector, sys,
+};
 
 /// The IOVA aperture a vfio-user function offers (there is no IOMMU; the
 /// server resolves IOVAs through its table of DMA_MAPs). Low 1 MiB and the
@@ -125,6 +139,7 @@ pub struct VfioUserFunction {
     id: FunctionId,
     bar0: Mmio,
     bar0_blocks: Option<BlockWindow>,
+    bar0_prefetchable: bool,
     config_size: u64,
     msix_count: u32,
     reset_supported: bool,
@@ -154,10 +169,7 @@ impl VfioUserFunction {
         let path = path.as_ref().to_path_buf();
         let _span = tracing::info_span!("vfio_user_connect", path = %path.display()).entered();
         let name = format!("vfio-user:{}", path.display());
-        let mut client = Client::new(&path).map_err(|source| Mlx5Error::Connect {
-            path: path.clone(),
-            source,
-        })?;
+        let mut client = connect_within(&path, CONNECT_TIMEOUT)?;
         let region_err = |index, reason: String| Mlx5Error::Region {
             function: name.clone(),
             index,
@@ -206,6 +218,7 @@ impl VfioUserFunction {
             },
             bar0,
             bar0_blocks,
+            bar0_prefetchable: false,
             config_size,
             msix_count,
             reset_supported,
@@ -217,9 +230,16 @@ impl VfioUserFunction {
             vendor: f.config_read16(PCI_VENDOR_ID)?,
             device: f.config_read16(PCI_DEVICE_ID)?,
         };
+        f.bar0_prefetchable = f.config_read32(PCI_BAR0)? & PCI_BAR_PREFETCHABLE != 0;
         info!(function = %f.name, vendor = f.id.vendor, device = f.id.device, msix = msix_count,
               reset = reset_supported, "connected");
         Ok(f)
+    }
+
+    /// Whether the server offers BAR0 prefetchable, which is its promise of
+    /// a write-combining BAR (module docs).
+    pub fn bar0_prefetchable(&self) -> bool {
+        self.bar0_prefetchable
     }
 
     /// The socket path.
@@ -254,6 +274,38 @@ impl VfioUserFunction {
         lock(&self.shared.client)
             .set_irqs(b::VFIO_PCI_MSIX_IRQ_INDEX, flags, start, count, fds)
             .map_err(|e| self.shared.protocol("SET_IRQS (MSI-X)", e))
+    }
+}
+
+/// How long the vfio-user handshake may take: a server serves one driver at
+/// a time and leaves the next waiting in its accept queue.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `Client::new` (connect and negotiate), given up after `timeout` with
+/// [`Mlx5Error::ServerBusy`]: the `vfio_user` client has no timeout of its
+/// own, so the handshake runs on a helper thread, which is left to finish
+/// (and drop its late connection) on its own.
+fn connect_within(path: &Path, timeout: Duration) -> Result<Client, Mlx5Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("vfio-user-connect".into())
+        .spawn(move || {
+            let _ = tx.send(Client::new(&p));
+        })
+        .map_err(|source| Mlx5Error::Io {
+            what: "starting the vfio-user connect thread",
+            source,
+        })?;
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r.map_err(|source| Mlx5Error::Connect {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(_) => Err(Mlx5Error::ServerBusy {
+            path: path.to_path_buf(),
+            after: timeout,
+        }),
     }
 }
 
@@ -321,8 +373,28 @@ impl PciFunction for VfioUserFunction {
         &self.bar0
     }
 
-    fn bar0_blocks(&self) -> Option<&BlockWindow> {
-        self.bar0_blocks.as_ref()
+    fn uar_wc(&self, index: u32) -> Result<BlockWindow, String> {
+        if !self.bar0_prefetchable {
+            return Err(
+                "the vfio-user server offers BAR0 non-prefetchable: an uncached BAR, as kernel \
+                 VFIO maps one (start rnic-mlx5-emu with --bar0 wc for a write-combining one)"
+                    .into(),
+            );
+        }
+        let blocks = self
+            .bar0_blocks
+            .as_ref()
+            .ok_or("BAR0's mapping is not 64-byte aligned")?;
+        let at = index as usize * crate::UAR_PAGE_SIZE;
+        blocks
+            .window(at, crate::UAR_PAGE_SIZE)
+            .ok_or_else(|| format!("UAR page {index} lies outside BAR0"))
+    }
+
+    /// rnic-mlx5-emu carries RoCE over the host's UDP sockets: the host
+    /// kernel routes and resolves every frame its port sends.
+    fn host_neighbours(&self) -> bool {
+        true
     }
 
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), Mlx5Error> {

@@ -14,13 +14,14 @@ use rnic_core::{
 use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
-use crate::qp::{QpCounters, default_udp_sport, resolve_dmac};
+use crate::neigh::link_local_mac;
+use crate::qp::{QpCounters, default_udp_sport};
 use crate::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
 use crate::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
 use crate::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, RECV_TERMINATOR, Refused, RingWriter,
-    SendLimits, atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se,
-    inline_header, plan, push_sges, raddr_words,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, Refused, RingWriter, SendLimits,
+    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan,
+    push_sges, raddr_words,
 };
 use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
 
@@ -29,18 +30,19 @@ use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
 /// ([`UdSend`]) copied from the [`DatagramTemplate`] its [`Mlx5Ah`] made
 /// at `create_ah` — the same bytes either way.
 pub trait UdSegment: UdDestination {
-    /// The datagram segment of a send from local QP `qpn` on a port whose
-    /// MAC is `mac`.
-    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure>;
+    /// The datagram segment of a send from local QP `qpn`.
+    fn datagram(&self, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure>;
 }
 
 /// [`UdSegment::datagram`] built field by field from the vector.
-fn datagram_of(
-    dest: &UdDest,
-    qpn: u32,
-    mac: [u8; 6],
-) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
-    let dmac = resolve_dmac(&dest.av.dgid, dest.av.dmac, mac);
+/// The destination MAC is the vector's, or a link-local GID's own: the post
+/// path resolves no neighbours (an address handle does, at `create_ah`).
+fn datagram_of(dest: &UdDest, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+    let dmac = dest
+        .av
+        .dmac
+        .or_else(|| link_local_mac(&dest.av.dgid))
+        .ok_or(PostFailure::UnresolvedMac { dgid: dest.av.dgid })?;
     let sport = dest
         .av
         .udp_sport
@@ -50,8 +52,8 @@ fn datagram_of(
 
 impl UdSegment for UdDest {
     #[inline]
-    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
-        datagram_of(self, qpn, mac)
+    fn datagram(&self, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+        datagram_of(self, qpn)
     }
 }
 
@@ -60,13 +62,13 @@ impl UdSegment for UdSend<'_> {
     /// [`crate::Mlx5Provider`] refuses a handle of another device before
     /// the post reaches the queue); otherwise built from its vector.
     #[inline]
-    fn datagram(&self, qpn: u32, mac: [u8; 6]) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+    fn datagram(&self, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
         match self.ah.driver::<Mlx5Ah>() {
             Some(ah) => ah
                 .template
                 .segment(qpn, self.remote_qpn.get(), self.remote_qkey)
                 .map_err(|_| PostFailure::NoUdDest),
-            None => datagram_of(&self.ud_dest(), qpn, mac),
+            None => datagram_of(&self.ud_dest(), qpn),
         }
     }
 }
@@ -428,11 +430,13 @@ pub(crate) struct WorkQueues {
     pub rq_mask_words: usize,
     pub rq_head: u32,
     pub max_recv_sge: usize,
+    /// The slot that ends a receive scatter list shorter than the stride:
+    /// byte_count 0, the terminator key (`Hca::terminator_lkey`), addr 0.
+    pub recv_terminator: [u64; 2],
     pub dbrec_word: usize,
     pub limits: SendLimits,
     pub sig_all: bool,
     pub regions: Vec<Region>,
-    pub mac: [u8; 6],
     pub counters: QpCounters,
     /// The SQ's words (`sq_word_base ..`, `sq_wqebbs` WQEBBs) as a ring,
     /// with `shared`'s tracking slots, one per block.
@@ -803,7 +807,7 @@ impl WorkQueues {
         w.seg(ctrl);
         if self.limits.ud {
             let dest = wr.ud.as_ref().ok_or(PostFailure::NoUdDest)?;
-            w.bytes(&dest.datagram(self.qpn, self.mac)?);
+            w.bytes(&dest.datagram(self.qpn)?);
         }
         if let Some((raddr, rkey)) = wr.op.remote() {
             w.seg(raddr_words(raddr, rkey.get()));
@@ -1162,12 +1166,14 @@ impl WorkQueues {
         let mut w = RingWriter::new(self.buf.words(), 0, self.rq_mask_words, slot)
             .ok_or(PostFailure::QueueFull { outstanding: used })?;
         let mut n = 0;
-        for s in wr.sg_list {
+        // Zero-length scatter entries are skipped (RC qp.c:3862-3866): a
+        // data segment's byte_count 0 reads as 2 GiB (audit row 12).
+        for s in wr.sg_list.iter().filter(|s| s.length != 0) {
             w.seg(data_words(s.length, s.lkey.get(), s.addr));
             n += 1;
         }
         if n * 2 < self.rq_stride_words {
-            w.seg(RECV_TERMINATOR);
+            w.seg(self.recv_terminator);
         }
         let idx = (self.rq_head & self.shared.rq.mask) as usize;
         if let Some(id) = self.shared.rq.wrid.get(idx) {

@@ -69,6 +69,16 @@ pub enum PostFailure {
         /// Its lkey.
         lkey: u32,
     },
+    /// A UD send whose vector names neither a `dmac` nor a link-local GID:
+    /// the post path resolves no neighbours (audit row 7).
+    #[error(
+        "the UD destination {dgid} has no destination MAC: create an address handle (which \
+         resolves the neighbour) or give the vector's dmac"
+    )]
+    UnresolvedMac {
+        /// The destination GID.
+        dgid: rnic_core::Gid,
+    },
     /// The operation does not exist on this QP type (RDMA on UD, …).
     #[error("{op} is not supported on this QP type")]
     Unsupported {
@@ -257,7 +267,14 @@ pub const fn data_words(byte_count: u32, lkey: u32, addr: u64) -> [u64; 2] {
 }
 
 /// The receive terminator slot: byte_count 0, lkey `INVALID_LKEY`, addr 0 (§9.4).
-pub const RECV_TERMINATOR: [u64; 2] = [be_pair(0, INVALID_LKEY), 0];
+pub const RECV_TERMINATOR: [u64; 2] = recv_terminator(INVALID_LKEY);
+
+/// A receive terminator slot with key `lkey`: the firmware's
+/// `terminate_scatter_list_mkey` where it advertises one (K ib/wr.c:1269,
+/// QUERY_SPECIAL_CONTEXTS), else `INVALID_LKEY` (RC qp.c:3869; audit row 21).
+pub const fn recv_terminator(lkey: u32) -> [u64; 2] {
+    [be_pair(0, lkey), 0]
+}
 
 /// The two memory words of an atomic segment (§9.3).
 #[inline(always)]
@@ -550,7 +567,10 @@ mod tests {
             },
         ];
         for av in cases {
-            let dmac = crate::qp::resolve_dmac(&av.dgid, av.dmac, own);
+            let dmac = av
+                .dmac
+                .or_else(|| crate::neigh::link_local_mac(&av.dgid))
+                .unwrap_or(own);
             let t = DatagramTemplate::new(&av, dmac).unwrap();
             for (local, remote, qkey) in [(0x11, 0x22, 0x1111_1111), (0xff_ffff, 0xab_cdef, 7)] {
                 let dest = UdDest {

@@ -195,6 +195,43 @@ impl VfioDevice {
         Ok(unsafe { Mmio::new(ptr, len, owner) })
     }
 
+    /// `len` bytes at `offset` of BAR `index` mapped **write-combining**
+    /// through sysfs `resource<index>_wc` (the route the kernel offers a
+    /// VFIO owner for a prefetchable BAR; VFIO's own mapping is uncached,
+    /// `vfio_pci_core_mmap`). The file is absent for a BAR that is not
+    /// prefetchable; the mmap is refused under kernel lockdown, or with
+    /// `CONFIG_IO_STRICT_DEVMEM` once the region is claimed
+    /// (`iomem_is_exclusive`). On x86 the kernel's PAT may still give the
+    /// pages another memory type when they are mapped otherwise too; the
+    /// caller treats the mapping as a hint the device tolerates either way
+    /// (a BlueFlame copy that does not arrive combined is a doorbell).
+    pub fn map_bar_wc(
+        &self,
+        sysfs: &Sysfs,
+        index: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Mmio, VfioError> {
+        let path = sysfs.resource_wc(&self.addr, index);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| VfioError::ioctl("open", path.display().to_string(), e))?;
+        let ptr = ioctls::mmap_region(file.as_fd(), offset, len)
+            .map_err(|e| VfioError::ioctl("mmap", path.display().to_string(), e))?;
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(BarMapping {
+            ptr,
+            len,
+            _container: self.container.clone(),
+        });
+        // SAFETY: `ptr` is a fresh MAP_SHARED mapping of `len` bytes of BAR
+        // memory (the sysfs resource file maps the BAR itself), valid for
+        // volatile loads and stores, unmapped only when `owner` drops;
+        // nothing creates references into it.
+        Ok(unsafe { Mmio::new(ptr, len, owner) })
+    }
+
     fn config(&self) -> Result<RegionInfo, VfioError> {
         self.region(b::VFIO_PCI_CONFIG_REGION_INDEX)
     }

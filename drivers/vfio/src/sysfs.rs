@@ -69,6 +69,12 @@ impl Sysfs {
         self.path("sys/bus/pci/devices").join(addr.to_string())
     }
 
+    /// `resource<bar>_wc`: the kernel's write-combining mapping of a BAR,
+    /// offered for prefetchable memory BARs only (drivers/pci/pci-sysfs.c).
+    pub fn resource_wc(&self, addr: &PciAddr, bar: u32) -> PathBuf {
+        self.device_dir(addr).join(format!("resource{bar}_wc"))
+    }
+
     /// Every PCI function's address, sorted.
     pub fn devices(&self) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(self.path("sys/bus/pci/devices"))

@@ -62,15 +62,8 @@ impl Device {
                 })
             }
             _ => {
-                let (ctx, memory) = rnic::open_with_memory(spec).map_err(|e| {
-                    let mut m = e.to_string();
-                    let mut s = std::error::Error::source(&e);
-                    while let Some(c) = s {
-                        m += &format!(": {c}");
-                        s = c.source();
-                    }
-                    open_err(m)
-                })?;
+                let (ctx, memory) =
+                    rnic::open_with_memory(spec).map_err(|e| open_err(e.cause()))?;
                 Ok(Device {
                     ctx,
                     rxe: None,

@@ -1,7 +1,8 @@
 //! Both nodes in one process (threads), over loopback: what `kv_demo` and
 //! the tests run.
 
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
 
 use crate::KvError;
 use crate::decode::{self, DecodeOptions, DecodeReport};
@@ -15,15 +16,28 @@ pub struct PairOutcome {
     pub prefill: Result<PrefillReport, KvError>,
     /// The decode node's result.
     pub decode: Result<DecodeReport, KvError>,
+    /// When the prefill node finished.
+    pub prefill_done: Instant,
+    /// When the decode node finished.
+    pub decode_done: Instant,
 }
 
 impl PairOutcome {
-    /// Both reports, or the first error (the decode node's first: it names
-    /// the stream's state).
+    /// Both reports, or the error that happened first: the other node's
+    /// failure is usually its consequence (a closed connection, a truncated
+    /// stream), and the first one names the cause (issue 26 item 5: a
+    /// device the prefill node could not use surfaced as the decode node's
+    /// "KV stream truncated").
     pub fn into_result(self) -> Result<(PrefillReport, DecodeReport), KvError> {
-        let d = self.decode?;
-        let p = self.prefill?;
-        Ok((p, d))
+        match (self.prefill, self.decode) {
+            (Ok(p), Ok(d)) => Ok((p, d)),
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+            (Err(p), Err(d)) => Err(if self.prefill_done < self.decode_done {
+                p
+            } else {
+                d
+            }),
+        }
     }
 }
 
@@ -50,13 +64,31 @@ pub fn run_pair(mut p: PrefillOptions, d: DecodeOptions) -> Result<PairOutcome, 
     p.connect = addr.to_string();
     let decode = std::thread::Builder::new()
         .name("kv-decode".into())
-        .spawn(move || decode::serve(&listener, &d))
+        .spawn(move || {
+            let r = decode::serve(&listener, &d);
+            (r, Instant::now())
+        })
         .map_err(KvError::io("starting the decode thread"))?;
     let prefill = prefill::run(&p);
-    let decode = decode.join().unwrap_or_else(|_| {
-        Err(KvError::Protocol {
-            reason: "the decode thread panicked".into(),
-        })
+    let prefill_done = Instant::now();
+    if prefill.is_err() && !decode.is_finished() {
+        // A prefill node that failed before it connected would leave the
+        // decode node waiting out its accept timeout: a connection closed at
+        // once ends that wait.
+        let _ = TcpStream::connect(addr);
+    }
+    let (decode, decode_done) = decode.join().unwrap_or_else(|_| {
+        (
+            Err(KvError::Protocol {
+                reason: "the decode thread panicked".into(),
+            }),
+            Instant::now(),
+        )
     });
-    Ok(PairOutcome { prefill, decode })
+    Ok(PairOutcome {
+        prefill,
+        decode,
+        prefill_done,
+        decode_done,
+    })
 }

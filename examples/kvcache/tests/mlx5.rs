@@ -59,3 +59,34 @@ fn kv_pair_between_an_emulated_function_and_rnic_rxe_matches_reference() {
     pair(a.spec_at("127.0.6.11"), "rxe:127.0.6.12".into(), 64, 0);
     pair("rxe:127.0.6.12".into(), a.spec_at("127.0.6.11"), 64, 0);
 }
+
+/// Issue 26 item 5: `kv_demo --device mlx5:vfio-user:<socket>@<ip>` puts both
+/// nodes on one function, as its `--help` offers. A function has one owner,
+/// so the second node's open shares the first's (rnic::open_mlx5) instead of
+/// waiting in the emulator's accept queue while the other node times out.
+#[test]
+fn kv_pair_with_both_nodes_on_one_emulated_function_matches_reference() {
+    let a = TempFunction::start().unwrap();
+    let spec = a.spec_at("127.0.6.21");
+    pair(spec.clone(), spec, 64, 0);
+}
+
+/// Issue 26 item 5: a prefill node whose device cannot be opened is what the
+/// pair reports — the first error — not the decode node's consequence (a
+/// truncated stream, or its accept timeout), and promptly.
+#[test]
+fn a_device_the_prefill_node_cannot_open_is_the_error_reported() {
+    let mut p = PrefillOptions::new("", ModelConfig::TINY);
+    p.device = "mlx5:vfio-user:/nonexistent/rnic-kv.sock@127.0.6.31".into();
+    let mut d = DecodeOptions::new(ModelConfig::TINY);
+    d.accept_timeout = Duration::from_secs(60);
+    let start = std::time::Instant::now();
+    let e = run_pair(p, d).unwrap().into_result().unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("is rnic-mlx5-emu running?"), "{text}");
+    assert_eq!(text.matches("os error 2").count(), 1, "said once: {text}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "not the decode node's 60 s accept timeout"
+    );
+}

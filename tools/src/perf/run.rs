@@ -40,10 +40,9 @@ pub fn open_device(spec: &str, events: bool) -> Result<Opened, CtlError> {
     } else {
         format!("rxe:{spec}")
     };
-    let parsed: DeviceSpec = spec.parse().map_err(|e: rnic::SpecError| CtlError::Open {
-        spec: spec.clone(),
-        why: e.to_string(),
-    })?;
+    let parsed: DeviceSpec = spec
+        .parse()
+        .map_err(|e: rnic::SpecError| CtlError::Usage(e.to_string()))?;
     match parsed {
         DeviceSpec::Rxe(t) => {
             let target = match t {
@@ -76,25 +75,12 @@ pub fn open_device(spec: &str, events: bool) -> Result<Opened, CtlError> {
             })
             .map_err(|e| CtlError::Open {
                 spec: spec.clone(),
-                why: error_chain(&e),
+                why: e.cause(),
             }),
     }
 }
 
-/// An error and its sources, `: `-separated (the driver's reason is
-/// usually a source, not the top-level message).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut m = e.to_string();
-    let mut s = e.source();
-    while let Some(c) = s {
-        let t = c.to_string();
-        if !m.contains(&t) {
-            m += &format!(": {t}");
-        }
-        s = c.source();
-    }
-    m
-}
+use rnic::error_chain;
 
 fn verbs(what: &'static str) -> impl FnOnce(rnic::core::VerbsError) -> CtlError {
     move |e| CtlError::Verbs {

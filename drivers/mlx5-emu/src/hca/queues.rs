@@ -245,6 +245,11 @@ pub(crate) struct Cq {
     pi: u32,
     /// Armed: `Some(solicited_only)`.
     armed: Option<bool>,
+    /// The arm dword last applied, and those taken from the record whose
+    /// doorbells have not been read yet, oldest first (see
+    /// [`Cq::arm_from_record`]).
+    arm_word: u32,
+    from_record: Vec<u32>,
     pub(crate) error: bool,
     /// `cqc.oi` (overrun ignore): no overrun check, CQEs overwrite.
     oi: bool,
@@ -282,6 +287,9 @@ impl Cq {
             );
             return Err(CqFull::Error);
         }
+        if self.armed.is_none() {
+            self.arm_from_record(dev);
+        }
         let owner = ((self.pi >> self.ring.log_size) & 1) as u8;
         cqe[63] = (cqe[63] & !1) | owner;
         if !self.ring.write_entry(dev, self.pi, &cqe) {
@@ -301,9 +309,52 @@ impl Cq {
         Ok(fire || force)
     }
 
-    /// The CQ doorbell: arm with `cmd` (0 next completion, 1 solicited only) at consumer
-    /// index `ci`. `true` when CQEs beyond `ci` already exist: the event fires at once.
-    pub(crate) fn arm(&mut self, cmd: u32, ci: u32, stats: &mut HcaStats) -> bool {
+    /// An arm request whose doorbell the watcher has not read yet. The driver
+    /// stores the arm dword in the CQ's doorbell record (`+4`) before it
+    /// writes the UAR doorbell (mlx5.md §8); a PCIe device sees each doorbell
+    /// write, but the emulator reads one register that a second arm may
+    /// overwrite before the first is read — and the first arm's event would be
+    /// lost. So before writing a CQE to an unarmed CQ, a record dword not yet
+    /// seen is applied as the arm it announces; its doorbell, when read, is
+    /// then not applied twice (nor a doorbell read late whose arm a later
+    /// record already superseded).
+    fn arm_from_record(&mut self, dev: &Device) {
+        let mut w = [0u8; 4];
+        if dev.dma_read(self.dbr + 4, &mut w).is_err() {
+            return;
+        }
+        let word = u32::from_be_bytes(w);
+        if word == self.arm_word {
+            return;
+        }
+        let cmd = (word >> 24) & 0xf;
+        if cmd > 1 {
+            // Not an arm: its doorbell is refused when read.
+            return;
+        }
+        self.arm_word = word;
+        if self.from_record.len() == 16 {
+            self.from_record.remove(0);
+        }
+        self.from_record.push(word);
+        let pending = self.pi.wrapping_sub(word & MASK24) & MASK24;
+        // An arm behind the producer fires at once (as its doorbell would
+        // have): on this CQE, whatever its kind.
+        self.armed = Some(cmd == 1 && pending == 0);
+    }
+
+    /// The CQ doorbell's high dword `word` (`arm_sn << 28 | cmd << 24 | ci`): arm with
+    /// `cmd` (0 next completion, 1 solicited only) at consumer index `ci`. `true` when CQEs
+    /// beyond `ci` already exist: the event fires at once.
+    pub(crate) fn arm(&mut self, word: u32, stats: &mut HcaStats) -> bool {
+        if let Some(at) = self.from_record.iter().position(|&w| w == word) {
+            // Taken from the record already (`arm_from_record`) — and so were the
+            // arms before it, whose doorbells this one overwrote.
+            self.from_record.drain(..=at);
+            return false;
+        }
+        self.arm_word = word;
+        let (cmd, ci) = ((word >> 24) & 0xf, word & MASK24);
         let pending = self.pi.wrapping_sub(ci) & MASK24;
         if cmd > 1 || self.error || pending > self.ring.entries() {
             // An unknown command, a CQ in error, or a consumer index beyond the producer.
@@ -474,6 +525,8 @@ impl Queues {
                 dbr: c.dbr_addr(),
                 pi: 0,
                 armed: None,
+                arm_word: 0,
+                from_record: Vec::new(),
                 error: false,
                 oi: c.oi() == 1,
             },
@@ -585,7 +638,7 @@ impl Queues {
             tracing::debug!(cqn, page, "CQ doorbell for no CQ of this UAR page: ignored");
             return;
         };
-        if cq.arm((hi >> 24) & 0xf, hi & MASK24, stats) {
+        if cq.arm(hi, stats) {
             let eqn = cq.eqn;
             self.completion_event(dev, eqn, cqn, stats);
         }

@@ -85,11 +85,9 @@ pub struct Hw {
 }
 
 impl Hw {
+    /// [`Rig::new`]'s firmware (issue 26's strictness off; see there).
     pub fn new() -> Hw {
-        Hw::with(Options {
-            boot_delay: Duration::from_millis(1),
-            ..Options::default()
-        })
+        Hw::with(legacy())
     }
 
     /// [`Hw::new`] on a firmware configured with `options`. With the `page-requests` check
@@ -710,11 +708,9 @@ pub struct Pair {
     pub hw: Hw,
 }
 
+/// A pair on [`Rig::new`]'s firmware (issue 26's strictness off; see there).
 pub fn pair() -> Pair {
-    pair_with(Options {
-        boot_delay: Duration::from_millis(1),
-        ..Options::default()
-    })
+    pair_with(legacy())
 }
 
 /// [`pair`] on a firmware configured with `options`.

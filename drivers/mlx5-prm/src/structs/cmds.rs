@@ -567,3 +567,44 @@ prm_struct! {
         syndrome, set_syndrome: u32 [0x20, 32];
     }
 }
+
+prm_struct! {
+    /// SET_L2_TABLE_ENTRY (0x829) input: a MAC in an eswitch manager's L2
+    /// (MPFS) table, so unicast frames to it reach this PF (K
+    /// core/lib/mpfs.c; the MAC in bytes 2..8 of `mac_address`).
+    pub struct SetL2TableEntryIn, mod set_l2_table_entry_in = "set_l2_table_entry_in", size_bits: 0x200, source: Source::Ifc;
+    {
+        opcode, set_opcode: u32 [0x0, 16];
+        op_mod, set_op_mod: u32 [0x30, 16];
+        table_index, set_table_index: u32 [0xa8, 24];
+        mac_address, set_mac_address: u64 [0x100, 64];
+    }
+}
+
+prm_struct! {
+    /// SET_L2_TABLE_ENTRY output.
+    pub struct SetL2TableEntryOut, mod set_l2_table_entry_out = "set_l2_table_entry_out", size_bits: 0x80, source: Source::Ifc;
+    {
+        status, set_status: u32 [0x0, 8];
+        syndrome, set_syndrome: u32 [0x20, 32];
+    }
+}
+
+prm_struct! {
+    /// DELETE_L2_TABLE_ENTRY (0x82b) input.
+    pub struct DeleteL2TableEntryIn, mod delete_l2_table_entry_in = "delete_l2_table_entry_in", size_bits: 0x200, source: Source::Ifc;
+    {
+        opcode, set_opcode: u32 [0x0, 16];
+        op_mod, set_op_mod: u32 [0x30, 16];
+        table_index, set_table_index: u32 [0xa8, 24];
+    }
+}
+
+prm_struct! {
+    /// DELETE_L2_TABLE_ENTRY output.
+    pub struct DeleteL2TableEntryOut, mod delete_l2_table_entry_out = "delete_l2_table_entry_out", size_bits: 0x80, source: Source::Ifc;
+    {
+        status, set_status: u32 [0x0, 8];
+        syndrome, set_syndrome: u32 [0x20, 32];
+    }
+}

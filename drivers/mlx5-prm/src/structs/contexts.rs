@@ -51,6 +51,8 @@ prm_struct! {
         eth_net_offloads, set_eth_net_offloads: u32 [0x21c, 1];
         roce, set_roce: u32 [0x21d, 1];
         atomic, set_atomic: u32 [0x21e, 1];
+        eswitch_manager, set_eswitch_manager: u32 [0x1a7, 1];
+        log_max_l2_table, set_log_max_l2_table: u32 [0x483, 5];
         cq_oi, set_cq_oi: u32 [0x220, 1];
         cq_resize, set_cq_resize: u32 [0x221, 1];
         cq_moderation, set_cq_moderation: u32 [0x222, 1];

@@ -6,18 +6,25 @@
 
 use std::time::Duration;
 
+pub mod peer;
+
 use rnic_mlx5::{Hca, Mlx5Error};
 use rnic_mlx5_emu::{Emulator, Options};
 use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, DeallocPdIn, DeallocPdOut};
 
 /// A fresh emulated function (10 ms boot) on a socket in a temporary directory.
 pub fn emulator() -> (Emulator, tempfile::TempDir) {
+    emulator_with(Options::default())
+}
+
+/// [`emulator`] with `options` (its boot delay shortened to 10 ms).
+pub fn emulator_with(options: Options) -> (Emulator, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let emu = Emulator::start(
         dir.path().join("mlx5.sock"),
         Options {
             boot_delay: Duration::from_millis(10),
-            ..Options::default()
+            ..options
         },
     )
     .unwrap();
