@@ -375,6 +375,28 @@ pub fn checks() -> Vec<Check> {
                     "a kernel >= 5.0 coalesces receives with GRO",
                 )
             });
+            // The receive path rxe uses: what a busy-polling (caller-driven)
+            // device gets from the kernel.
+            use std::os::fd::AsFd;
+            let usecs = rnic::rxe::sys::BUSY_POLL_USECS;
+            v.push(match rnic::rxe::sys::set_busy_poll(s.as_fd(), usecs) {
+                Ok(()) => check(
+                    "rxe-rx-path",
+                    Level::Ok,
+                    format!(
+                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO); busy-polling devices (caller-driven) call recvmmsg(MSG_DONTWAIT) per poll with SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL, which polls a NIC's NAPI queue (lo and veth have none: there the poll loop is the whole path); io_uring and AF_XDP are not used (docs/benchmarks.md, \"The 8-byte path\")"
+                    ),
+                    "",
+                ),
+                Err(e) => check(
+                    "rxe-rx-path",
+                    Level::Warn,
+                    format!(
+                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO); SO_BUSY_POLL {usecs} us refused ({e}): busy-polling devices poll the socket only, not the NIC's queue"
+                    ),
+                    "run as root (CAP_NET_ADMIN) or raise net.core.busy_read to 50",
+                ),
+            });
         }
         Err(e) => v.push(check(
             "udp-gso",

@@ -8,7 +8,7 @@
 //!   buffer (cache-resident) and a 64 MiB one (memory), in ns per KiB.
 //! * `path [SIZE] [N] [heap|owned]`: N RDMA WRITEs of SIZE bytes streamed
 //!   between two rxe devices on 127.0.0.1/127.0.0.2 (MTU 4096, window 1024
-//!   PSNs, up to 8 WRITEs in flight), **one thread driving both ends**
+//!   PSNs, up to 8 WRITEs in flight, `RNIC_BYTE_COST_SLOTS` to change), **one thread driving both ends**
 //!   (caller-driven progress), so the process's CPU time (user + system,
 //!   `getrusage`) is the whole cost of moving the bytes, kernel copies
 //!   included, with no idle spinning; reported as ns per KiB and CPU·s/GB,
@@ -111,7 +111,15 @@ fn path(size: usize, n: usize, owned: bool) {
     let dev = [open([127, 0, 0, 1]), open([127, 0, 0, 2])];
     let ctx = [dev[0].context(), dev[1].context()];
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let inflight = 8usize;
+    // WRITEs in flight, each from and to its own slot of the regions:
+    // RNIC_BYTE_COST_SLOTS (default 8: 8 MiB regions at 1 MiB, larger than
+    // the L2, so every byte comes from and goes to DRAM; rnicctl perf's
+    // write-bw uses 2 slots, which stay in the cache).
+    let inflight: usize = std::env::var("RNIC_BYTE_COST_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+        .max(1);
     let mk = |ctx: &rnic_core::Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq_reserved(256).unwrap();
@@ -120,6 +128,10 @@ fn path(size: usize, n: usize, owned: bool) {
         } else {
             Arc::new(HeapMemory::new(size * inflight))
         };
+        // Every page written (a fresh calloc'd buffer would otherwise be
+        // read from the kernel's shared zero page, which is always cached).
+        let fill: Vec<u8> = (0..size * inflight).map(|i| (i * 7 + 1) as u8).collect();
+        mem.write(0, &fill).unwrap();
         let mr = pd.reg_mr(mem, all).unwrap();
         let caps = QpCaps {
             max_send_wr: 64,

@@ -431,6 +431,8 @@ pub struct Shared {
     pub active_mtu: Mtu,
     /// How progress is made.
     pub progress: Progress,
+    /// Whether the receive sockets busy-poll the NIC.
+    pub busy_poll: crate::provider::BusyPoll,
     /// The requester window every new QP gets.
     pub max_unacked_psns: u32,
     /// Wakes the progress thread.

@@ -21,6 +21,12 @@
 //! * **Batching**: `recvmmsg` / `sendmmsg`; UDP GSO (equal-sized packets to
 //!   one peer leave as one `UDP_SEGMENT` send) and UDP GRO, with fallbacks.
 //!   Buffers are preallocated: no allocation per packet.
+//! * **Payloads in place**: request and READ-response payloads in memory
+//!   that offers direct access (`Memory::direct`) leave as iovecs into the
+//!   registered region, the kernel's copy the only one on the sending side
+//!   ([`RxeConfig::tx_in_place_min`], `tx_in_place` in [`DeviceStats`]);
+//!   other copies into and out of such memory are `rnic_dma::copy`'s bulk
+//!   copies.
 //! * **ICRC**: filled per packet for the IPv4 identification the kernel will
 //!   use (0 with DF on an unconnected socket; 0, 1, 2, … across a GSO send);
 //!   verified on receipt in all 32 bits with the predicted identification
@@ -56,8 +62,9 @@
 //!   CQs (the provider contract).
 //! * The only `unsafe` is in [`sys`] and in `bpf` (device sharing: `bpf(2)`,
 //!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks); in [`sys`]: `IP_MTU_DISCOVER`, `sendmmsg`,
-//!   `recvmmsg` over stack-built headers, the identification tap's raw
-//!   socket, filter and `recv`.
+//!   `recvmmsg` over stack-built headers (`sendmmsg`'s iovecs point into
+//!   the transmit arena and into held regions' direct spans), the
+//!   identification tap's raw socket, filter and `recv`.
 //!
 //! # Example
 //!
@@ -93,7 +100,10 @@ pub use device::Progress;
 pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{LocalAddr, Target, active_mtu, qp_udp_sport, rc_udp_sport, resolve as resolve_gids};
-pub use provider::{RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp};
+pub use provider::{
+    BusyPoll, RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider, RxeQp,
+};
 pub use qpns::QpnRange;
 pub use share::{MemberInfo, share_from_env};
 pub use stats::{DeviceStats, RxeStats};
+pub use tx::IN_PLACE_MIN as DEFAULT_TX_IN_PLACE_MIN;

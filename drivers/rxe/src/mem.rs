@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use rnic_core::{AccessFlags, Memory, MemoryError, PdHandle, Rkey};
 use rnic_dma::{KeyError, KeyTable};
-use rnic_roce::transport::{Access, AtomicOp, MemError, MemKey, MemoryAccess};
+use rnic_roce::transport::{Access, AtomicOp, Lent, MemError, MemKey, MemoryAccess};
 
 /// The table every rxe device keeps: any `Arc<dyn Memory>` registers.
 pub type Keys = KeyTable<dyn Memory>;
@@ -157,6 +157,18 @@ impl MemoryAccess for KeyAccess<'_> {
             AtomicOp::FetchAdd { add } => region.fetch_add_u64(off, add),
         }
         .map_err(mem_err)
+    }
+
+    fn lend(
+        &self,
+        pd: PdHandle,
+        key: MemKey,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Option<Lent<'_>>, MemError> {
+        let (region, off) = find(self.keys(), pd, key, addr, len, access)?;
+        Ok(region.direct().is_some().then_some((region, off)))
     }
 
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {

@@ -74,6 +74,12 @@ pub struct RxeConfig {
     /// `icrc_unverified`); `RNIC_RXE_IDENT_RECOVERY=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub ident_recovery: bool,
+    /// Payloads of at least this many bytes in memory that offers direct
+    /// access leave from it in place: the kernel's copy is the only one on
+    /// the sending side (`tx.rs`). `usize::MAX` copies every payload into
+    /// the transmit queue first. Default 512; `RNIC_RXE_TX_IN_PLACE=0`
+    /// turns it off for devices opened with [`RxeConfig::new`].
+    pub tx_in_place_min: usize,
 }
 
 impl RxeConfig {
@@ -92,7 +98,20 @@ impl RxeConfig {
             ident_tap: true,
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
+            tx_in_place_min: if env_off("RNIC_RXE_TX_IN_PLACE") {
+                usize::MAX
+            } else {
+                crate::tx::IN_PLACE_MIN
+            },
         }
+    }
+
+    /// The same, sending payloads of at least `min` bytes in place
+    /// (`usize::MAX`: never; see [`RxeConfig::tx_in_place_min`]).
+    #[must_use]
+    pub fn with_tx_in_place_min(mut self, min: usize) -> RxeConfig {
+        self.tx_in_place_min = min;
+        self
     }
 
     /// The same, sharing the addresses with other processes or not (see
@@ -140,6 +159,52 @@ impl RxeConfig {
         self.faults = faults;
         self
     }
+}
+
+/// Whether a device's receive sockets busy-poll the NIC ([`RxeDevice::busy_poll`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusyPoll {
+    /// A progress thread waits in `epoll_wait`: no busy polling.
+    Off,
+    /// Caller-driven: each poll is a non-blocking `recvmmsg`, and the
+    /// sockets have `SO_BUSY_POLL` = `usecs` (a NIC's NAPI queue is polled
+    /// in each receive; `lo` and veth have none).
+    Set {
+        /// The budget per receive.
+        usecs: u32,
+    },
+    /// Caller-driven, but the kernel refused `SO_BUSY_POLL` (this errno;
+    /// `EPERM`: above `net.core.busy_read` without CAP_NET_ADMIN): each poll
+    /// is a plain non-blocking `recvmmsg`.
+    Refused(i32),
+}
+
+impl std::fmt::Display for BusyPoll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusyPoll::Off => f.write_str("progress thread (epoll), no busy polling"),
+            BusyPoll::Set { usecs } => write!(
+                f,
+                "caller-driven busy polling of the UDP sockets (recvmmsg MSG_DONTWAIT per poll), SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL (polls a NIC's NAPI queue; lo and veth have none)"
+            ),
+            BusyPoll::Refused(e) => write!(
+                f,
+                "caller-driven busy polling of the UDP sockets (recvmmsg MSG_DONTWAIT per poll); SO_BUSY_POLL refused: {}",
+                std::io::Error::from_raw_os_error(*e)
+            ),
+        }
+    }
+}
+
+/// `name` is set to `0` (or `false`/`no`/`off`).
+fn env_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    })
 }
 
 /// `RNIC_RXE_IDENT_RECOVERY=1` (or `true`/`yes`/`on`): opt in to the 15-bit
@@ -196,6 +261,22 @@ impl RxeDevice {
             },
         )?;
         let qpns = share.as_ref().map_or(QpnRange::ALL, |m| m.range());
+        // Caller-driven devices busy-poll their sockets; let each receive
+        // poll the NIC's queue too where the device has one.
+        let busy_poll = if cfg.progress == Progress::Caller {
+            match ports
+                .iter()
+                .map(|p| sys::set_busy_poll(p.sock.as_fd(), sys::BUSY_POLL_USECS))
+                .find_map(Result::err)
+            {
+                None => BusyPoll::Set {
+                    usecs: sys::BUSY_POLL_USECS,
+                },
+                Some(e) => BusyPoll::Refused(e.raw_os_error().unwrap_or(0)),
+            }
+        } else {
+            BusyPoll::Off
+        };
         let gso = cfg.gso && ports.iter().all(|p| sys::probe_gso(&p.sock));
         let gro = ports.iter().any(|p| p.gro);
         let active_mtu = gid::active_mtu(addrs.first().and_then(|a| a.netdev_mtu));
@@ -214,7 +295,7 @@ impl RxeDevice {
                 next_qpn: 0x11,
             }),
             rx: Mutex::new(RxState::new(gro, cfg.faults, cfg.ident_recovery)),
-            send: SendSockets::new(gso, cfg.per_qp_sport),
+            send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min),
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),
             next_deadline: AtomicU64::new(0),
@@ -225,6 +306,7 @@ impl RxeDevice {
             roce_port: cfg.roce_port,
             active_mtu,
             progress: cfg.progress,
+            busy_poll,
             max_unacked_psns: cfg.max_unacked_psns,
             doorbell,
             stop: AtomicBool::new(false),
@@ -309,6 +391,12 @@ impl RxeDevice {
     /// The path MTU the link allows.
     pub fn active_mtu(&self) -> Mtu {
         self.inner.sh.active_mtu
+    }
+
+    /// How the device waits for packets: a progress thread, or the
+    /// caller's busy polling (with `SO_BUSY_POLL` where the kernel took it).
+    pub fn busy_poll(&self) -> BusyPoll {
+        self.inner.sh.busy_poll
     }
 
     /// Whether sends use UDP GSO.

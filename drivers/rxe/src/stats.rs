@@ -33,6 +33,11 @@ pub struct DeviceStats {
     pub gso_segments: u64,
     /// Times the kernel refused GSO and the device fell back to plain sends.
     pub gso_fallbacks: u64,
+    /// Packets whose payload left from registered memory in place (the
+    /// kernel's copy the only one on the sending side).
+    pub tx_in_place: u64,
+    /// Their payload bytes.
+    pub tx_in_place_bytes: u64,
     /// Sends that failed (the transport retransmits).
     pub tx_errors: u64,
     /// Of which: larger than the path allows with DF set (EMSGSIZE): lower
@@ -117,6 +122,8 @@ impl DeviceStats {
             gso_sends,
             gso_segments,
             gso_fallbacks,
+            tx_in_place,
+            tx_in_place_bytes,
             tx_errors,
             tx_too_big,
             tx_bad_sgid,
@@ -154,6 +161,8 @@ impl DeviceStats {
             (&mut self.gso_sends, gso_sends),
             (&mut self.gso_segments, gso_segments),
             (&mut self.gso_fallbacks, gso_fallbacks),
+            (&mut self.tx_in_place, tx_in_place),
+            (&mut self.tx_in_place_bytes, tx_in_place_bytes),
             (&mut self.tx_errors, tx_errors),
             (&mut self.tx_too_big, tx_too_big),
             (&mut self.tx_bad_sgid, tx_bad_sgid),
@@ -206,7 +215,7 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
@@ -217,6 +226,8 @@ impl fmt::Display for RxeStats {
             d.gso_sends,
             d.gso_segments,
             d.gso_fallbacks,
+            d.tx_in_place,
+            d.tx_in_place_bytes,
             d.tx_errors,
             d.tx_too_big,
             d.tx_bad_sgid

@@ -126,6 +126,27 @@ pub fn set_flow_label_off(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_int(fd, libc::IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0)
 }
 
+/// `SO_PREFER_BUSY_POLL` (asm-generic/socket.h, Linux 5.11).
+const SO_PREFER_BUSY_POLL: i32 = 69;
+
+/// The busy-poll budget caller-driven devices give their receive sockets.
+pub const BUSY_POLL_USECS: u32 = 50;
+
+/// `SO_BUSY_POLL` = `usecs` and `SO_PREFER_BUSY_POLL` on a receive socket:
+/// each non-blocking receive first polls the NIC queue (NAPI context) the
+/// socket's packets arrive on, instead of waiting for its interrupt; the
+/// preference keeps the interrupt from taking the queue back while the
+/// application polls. A device without NAPI contexts (`lo`, plain veth)
+/// gives its packets none, so there it changes nothing. A value above
+/// `net.core.busy_read` needs CAP_NET_ADMIN (`EPERM` otherwise); the
+/// preference needs Linux 5.11 and is best effort.
+pub fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
+    set_int(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, v)?;
+    let _ = set_int(fd, libc::SOL_SOCKET, SO_PREFER_BUSY_POLL, 1);
+    Ok(())
+}
+
 /// Traffic class (IPv4 TOS) and hop limit (IPv4 TTL) of what the socket
 /// sends: an address vector's `traffic_class` and `hop_limit`, which
 /// kernel rxe writes into every packet's IP header.
@@ -204,60 +225,96 @@ pub fn enable_gro(fd: &impl AsFd) -> bool {
     setsockopt(fd, sockopt::UdpGroSegment, &true).is_ok()
 }
 
-/// One datagram to send: `len` bytes of the arena at `off` to `dst`; with
-/// `gso` > 0 the kernel cuts it into `gso`-byte UDP datagrams (the last may
-/// be shorter).
-#[derive(Clone, Copy, Debug)]
-pub struct TxMsg {
-    /// Offset in the arena.
-    pub off: usize,
+/// One iovec as plain integers, laid out as the kernel's `struct iovec`
+/// (base address, length), so that a transmit queue holding them stays
+/// `Send`; only [`send_iov_batch`] turns them into pointers for the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawIov {
+    /// Address of the first byte.
+    pub base: usize,
     /// Bytes.
     pub len: usize,
+}
+
+const _: () = assert!(
+    size_of::<RawIov>() == size_of::<libc::iovec>()
+        && std::mem::align_of::<RawIov>() == std::mem::align_of::<libc::iovec>()
+);
+
+/// One datagram to send: `count` iovecs of the batch's array from `first`,
+/// to `dst`; with `gso` > 0 the kernel cuts it into `gso`-byte UDP
+/// datagrams (the last may be shorter).
+#[derive(Clone, Copy, Debug)]
+pub struct TxMsg {
+    /// First iovec.
+    pub first: usize,
+    /// Iovecs.
+    pub count: usize,
     /// Destination.
     pub dst: SocketAddr,
     /// GSO segment size, 0 for a plain datagram.
     pub gso: u16,
 }
 
-/// Send up to [`BATCH`] datagrams from `arena` with one `sendmmsg`; returns
-/// how many the kernel took (the rest were not sent).
-pub fn send_batch(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
-    if msgs.len() <= SMALL_BATCH {
-        send_n::<SMALL_BATCH>(fd, arena, msgs)
+/// Send up to [`BATCH`] datagrams gathered from `iov` with one `sendmmsg`;
+/// returns how many the kernel took (the rest were not sent).
+///
+/// # Safety
+///
+/// Every iovec the messages name is valid for reads of its length for the
+/// whole call (the transmit queue's arena, or registered memory whose
+/// owner the queue holds and whose direct span is borrowed across the
+/// call). The kernel only reads them.
+pub unsafe fn send_iov_batch(
+    fd: BorrowedFd<'_>,
+    msgs: &[TxMsg],
+    iov: &[RawIov],
+) -> io::Result<usize> {
+    if msgs.len() == 1 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { send_n::<1>(fd, msgs, iov) }
+    } else if msgs.len() <= SMALL_BATCH {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { send_n::<SMALL_BATCH>(fd, msgs, iov) }
     } else {
-        send_n::<BATCH>(fd, arena, msgs)
+        // SAFETY: as above.
+        unsafe { send_n::<BATCH>(fd, msgs, iov) }
     }
 }
 
-/// [`send_batch`] with header arrays of `N` entries.
-fn send_n<const N: usize>(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> io::Result<usize> {
+/// [`send_iov_batch`] with header arrays of `N` entries.
+///
+/// # Safety
+///
+/// As [`send_iov_batch`].
+unsafe fn send_n<const N: usize>(
+    fd: BorrowedFd<'_>,
+    msgs: &[TxMsg],
+    iov: &[RawIov],
+) -> io::Result<usize> {
     let n = msgs.len().min(N);
     if n == 0 {
         return Ok(0);
     }
     let mut addrs = [AddrBuf::EMPTY; N];
     let mut cmsgs = [Cmsg([0; CMSG_ROOM]); N];
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; N];
     // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
     let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
     for (i, m) in msgs.iter().take(n).enumerate() {
-        let Some(bytes) = arena.get(m.off..m.off.saturating_add(m.len)) else {
+        let Some(v) = iov.get(m.first..m.first.saturating_add(m.count)) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "datagram outside the arena",
+                "datagram outside the iovec array",
             ));
         };
-        iovs[i].iov_base = bytes.as_ptr().cast_mut().cast();
-        iovs[i].iov_len = bytes.len();
         let alen = addrs[i].encode(&m.dst);
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = addrs[i].0.as_mut_ptr().cast();
         h.msg_namelen = alen as libc::socklen_t;
-        h.msg_iov = &raw mut iovs[i];
-        h.msg_iovlen = 1;
+        // The kernel only reads the iovec array (`sendmsg` copies it in).
+        h.msg_iov = v.as_ptr().cast::<libc::iovec>().cast_mut();
+        h.msg_iovlen = v.len();
         if m.gso > 0 {
             let c = &mut cmsgs[i].0;
             let len = CMSG_HDR + size_of::<u16>();
@@ -271,11 +328,12 @@ fn send_n<const N: usize>(fd: BorrowedFd<'_>, arena: &[u8], msgs: &[TxMsg]) -> i
         }
     }
     // SAFETY: the first `n` headers point at live stack arrays (addresses,
-    // iovecs, control bytes) and at `arena`, which the kernel only reads;
-    // all of it outlives the call; `n` <= N, the arrays' length.
-    // (The raw system call: glibc's wrapper is a thread-cancellation point
-    // and brackets the call with two atomic updates, a measurable share of
-    // a ping-pong's time.)
+    // control bytes) and at `iov`'s entries (`RawIov` has `iovec`'s layout,
+    // checked at compile time), whose memory the caller guarantees readable
+    // for the call; the kernel only reads all of it; `n` <= N, the arrays'
+    // length. (The raw system call: glibc's wrapper is a thread-cancellation
+    // point and brackets the call with two atomic updates, a measurable
+    // share of a ping-pong's time.)
     let rc = unsafe {
         libc::syscall(
             libc::SYS_sendmmsg,
@@ -324,7 +382,10 @@ pub fn recv_batch(
     slot: usize,
     out: &mut [RxMsg],
 ) -> io::Result<usize> {
-    if out.len() <= SMALL_BATCH {
+    if out.len() == 1 {
+        // An idle or ping-pong socket's call: one header to prepare.
+        recv_n::<1>(fd, arena, slot, out)
+    } else if out.len() <= SMALL_BATCH {
         recv_n::<SMALL_BATCH>(fd, arena, slot, out)
     } else {
         recv_n::<BATCH>(fd, arena, slot, out)

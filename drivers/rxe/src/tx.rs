@@ -28,6 +28,21 @@
 //! between one datagram and two per one-way trip. Counted as
 //! `acks_bundled`.
 //!
+//! **Payloads in place.** A packet whose payload lies in registered memory
+//! that offers direct access (`Memory::direct`: heap, hugepage and
+//! application-owned buffers), at least [`Tx::in_place_min`] bytes long, is
+//! not copied: the engine commits its headers and tail (pad, ICRC) to the
+//! arena and names the payload's pieces (`PacketSink::commit_gather`); the
+//! queue holds each piece's memory (`Arc`) until the flush, and the flush
+//! hands the kernel iovecs — headers from the arena, payload from the
+//! region — in the same GSO groups, so the only copy of a payload byte on
+//! the sending side is the kernel's. The ICRC of such a packet is computed
+//! at the flush over the headers, the payload (read through a small bounce
+//! buffer with `rnic_dma::copy`: no Rust reference into the region) and
+//! the pad; the kernel then reads the payload while it is still in the
+//! cache, because a queue flushes once [`ARENA`] bytes of wire data are
+//! waiting. Counted as `tx_in_place` / `tx_in_place_bytes`.
+//!
 //! **IPv4 identification.** The ICRC covers the IPv4 identification, which
 //! the kernel picks. Every socket sets `IP_PMTUDISC_DO` (DF) and stays
 //! unconnected; Linux then sends identification 0 for a datagram
@@ -44,8 +59,10 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rnic_core::{Gid, QpType, Qpn};
-use rnic_roce::transport::{PacketDest, PacketSink};
+use rnic_core::memory::DirectSpan;
+use rnic_core::{Gid, Memory, QpType, Qpn};
+use rnic_roce::transport::{PacketDest, PacketSink, Piece};
+use rnic_roce::wire::icrc::IcrcStream;
 use rnic_roce::wire::roce::MIN_LEN;
 use rnic_roce::wire::{Opcode, Transport, icrc};
 use rustc_hash::FxHashMap;
@@ -53,10 +70,23 @@ use rustc_hash::FxHashMap;
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
 use crate::stats::DeviceStats;
-use crate::sys::{self, BATCH, SMALL_BATCH, TxMsg};
+use crate::sys::{self, BATCH, RawIov, SMALL_BATCH, TxMsg};
 
-/// Arena bytes: room for a full GSO group (64 KiB) several times over.
+/// Arena bytes: room for a full GSO group (64 KiB) several times over; also
+/// the wire bytes (payloads in place included) a queue holds before it
+/// flushes, so the kernel reads in-place payloads soon after their ICRC
+/// pass read them (still in the core's cache).
 const ARENA: usize = 512 * 1024;
+/// Regions a queue holds for in-place payloads between flushes (it flushes
+/// before a packet could need more).
+const MAX_HOLDS: usize = 8;
+/// Pieces one in-place payload may have (rnic-roce's limit).
+const MAX_PIECES: usize = 4;
+/// Bytes the ICRC pass reads an in-place payload through at a time.
+const BOUNCE: usize = 4096;
+/// Payloads of at least this many bytes leave from registered memory in
+/// place by default ([`Tx::in_place_min`]).
+pub const IN_PLACE_MIN: usize = 512;
 /// Largest GSO datagram payload (the kernel's limit is 65507 for IPv4).
 const GSO_MAX_BYTES: usize = 65_000;
 /// Largest GSO segment count (the kernel's `UDP_MAX_SEGMENTS` is 64 or 128).
@@ -138,15 +168,18 @@ pub struct SendSockets {
     pub gso: AtomicBool,
     /// Send from rxe's per-QP UDP source ports (else from the listening port).
     pub per_qp_sport: bool,
+    /// What each QP's [`Tx::in_place_min`] starts as.
+    pub in_place_min: usize,
 }
 
 impl SendSockets {
     /// No sockets yet.
-    pub fn new(gso: bool, per_qp_sport: bool) -> SendSockets {
+    pub fn new(gso: bool, per_qp_sport: bool, in_place_min: usize) -> SendSockets {
         SendSockets {
             socks: Mutex::new(FxHashMap::default()),
             gso: AtomicBool::new(gso),
             per_qp_sport,
+            in_place_min,
         }
     }
 
@@ -189,11 +222,43 @@ struct Group {
     /// BTH DestQP of its packets: a GSO group never mixes QPs, so a shared
     /// address's steering (by the first packet) sends all to the right one.
     dqpn: u32,
-    msg: TxMsg,
+    dst: SocketAddr,
+    /// Its first byte in the arena.
+    off: usize,
+    /// Arena bytes it spans (headers and tails only, for packets in place).
+    arena_len: usize,
+    /// Bytes on the wire (all segments).
+    len: usize,
     segs: usize,
     seg_len: usize,
     /// Another equal-sized packet may still join.
     open: bool,
+    /// Index of its first packet in [`Tx::pkts`] when any of its packets
+    /// has its payload in place (then every packet of it has an entry);
+    /// `None`: all its bytes are `arena[off..off + len]`.
+    pkts: Option<usize>,
+}
+
+/// A packet of a group with payloads in place.
+#[derive(Clone, Copy, Debug)]
+struct Pkt {
+    /// Its first byte (BTH) in the arena.
+    off: usize,
+    /// Header bytes in the arena (the whole packet when `pieces` is 0).
+    head: usize,
+    /// Bytes after the payload (pad, ICRC), right behind the headers.
+    tail: usize,
+    /// Its payload pieces: `Tx::pieces[first..first + pieces]`.
+    first: usize,
+    pieces: usize,
+}
+
+/// An in-place payload piece: `len` bytes at `offset` of `Tx::holds[hold]`.
+#[derive(Clone, Copy, Debug)]
+struct HeldPiece {
+    hold: usize,
+    offset: usize,
+    len: usize,
 }
 
 /// What [`Sink::commit`] resolves a packet's destination by: the address
@@ -245,6 +310,20 @@ pub struct Tx {
     /// go to one peer: resolved once, not per packet). Its socket index
     /// stays valid: `socks` only grows.
     route: Option<Route>,
+    /// Payloads of at least this many bytes leave from registered memory
+    /// in place (`usize::MAX`: never); see the module docs.
+    pub in_place_min: usize,
+    /// Wire bytes queued since the last flush.
+    wire: usize,
+    /// The packets of groups with payloads in place, and their pieces.
+    pkts: Vec<Pkt>,
+    pieces: Vec<HeldPiece>,
+    /// The regions in-place payloads are sent from, held until the flush.
+    holds: Vec<Arc<dyn Memory>>,
+    /// The iovecs of a flush (kept to reuse the allocation).
+    iov: Vec<RawIov>,
+    /// The ICRC pass's window on an in-place payload.
+    bounce: Vec<u8>,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -270,6 +349,13 @@ impl Tx {
             only_acks: true,
             last_ack: None,
             route: None,
+            in_place_min: shared.in_place_min,
+            wire: 0,
+            pkts: Vec::new(),
+            pieces: Vec::new(),
+            holds: Vec::new(),
+            iov: Vec::new(),
+            bounce: Vec::new(),
         }
     }
 
@@ -346,23 +432,50 @@ impl Tx {
     /// IPv4 identification `k`. A packet that cannot be filled (never one
     /// the engine emits: [`Sink::commit`] checks the lengths) leaves with
     /// a bad ICRC, and is dropped and counted by the peer; counted here as
-    /// a transmit error.
-    fn fill_icrcs(&mut self, stats: &mut DeviceStats) {
-        for g in &self.groups {
-            let mut off = g.msg.off;
-            let end = g.msg.off + g.msg.len;
-            let mut k = 0u16;
-            while off < end {
-                let len = g.seg_len.min(end - off);
-                let filled = self
-                    .arena
-                    .get_mut(off..off + len)
-                    .is_some_and(|pkt| fill_icrc(g.src, g.msg.dst, g.sport, k, pkt));
-                if !filled {
-                    stats.tx_errors += 1;
+    /// a transmit error. In-place payloads are read through `spans` (the
+    /// held regions' direct spans).
+    fn fill_icrcs(&mut self, spans: &[Option<DirectSpan<'_>>], stats: &mut DeviceStats) {
+        let Tx {
+            arena,
+            groups,
+            pkts,
+            pieces,
+            bounce,
+            ..
+        } = self;
+        for g in groups.iter() {
+            match g.pkts {
+                None => {
+                    let mut off = g.off;
+                    let end = g.off + g.len;
+                    let mut k = 0u16;
+                    while off < end {
+                        let len = g.seg_len.min(end - off);
+                        let filled = arena
+                            .get_mut(off..off + len)
+                            .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, k, pkt));
+                        if !filled {
+                            stats.tx_errors += 1;
+                        }
+                        off += len;
+                        k = k.wrapping_add(1);
+                    }
                 }
-                off += len;
-                k = k.wrapping_add(1);
+                Some(first) => {
+                    for (k, p) in pkts.iter().skip(first).take(g.segs).enumerate() {
+                        let filled = if p.pieces == 0 {
+                            arena
+                                .get_mut(p.off..p.off + p.head)
+                                .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, k as u16, pkt))
+                        } else {
+                            let ps = pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
+                            fill_icrc_in_place(g, k as u16, p, ps, spans, arena, bounce)
+                        };
+                        if !filled {
+                            stats.tx_errors += 1;
+                        }
+                    }
+                }
             }
         }
     }
@@ -373,7 +486,14 @@ impl Tx {
         if self.groups.is_empty() {
             return;
         }
-        self.fill_icrcs(stats);
+        // The held regions' direct spans, borrowed until the last send of
+        // this flush returned: what the in-place iovecs point into.
+        let holds = std::mem::take(&mut self.holds);
+        let mut spans: [Option<DirectSpan<'_>>; MAX_HOLDS] = [None; MAX_HOLDS];
+        for (span, h) in spans.iter_mut().zip(&holds) {
+            *span = h.direct();
+        }
+        self.fill_icrcs(&spans, stats);
         let mut at = 0;
         while at < self.groups.len() {
             // A run of groups from the same socket goes in one sendmmsg.
@@ -382,17 +502,12 @@ impl Tx {
             while end < self.groups.len() && end - at < BATCH && self.groups[end].sock == sock {
                 end += 1;
             }
-            let Some(s) = self.socks.get(sock) else {
+            let Some(s) = self.socks.get(sock).map(Arc::clone) else {
                 at = end;
                 continue;
             };
             stats.sendmmsg_calls += 1;
-            let run = &self.groups[at..end];
-            let sent = if run.len() <= SMALL_BATCH {
-                send_run::<SMALL_BATCH>(s, &self.arena, run)
-            } else {
-                send_run::<BATCH>(s, &self.arena, run)
-            };
+            let sent = self.send_run(&s, at..end, &spans, stats);
             match sent {
                 Ok(0) => {
                     stats.tx_errors += 1;
@@ -416,10 +531,10 @@ impl Tx {
                         self.gso = false;
                         shared.gso.store(false, Ordering::Relaxed);
                         stats.gso_fallbacks += 1;
-                        self.split_group(at);
+                        self.split_group(at, &spans, stats);
                         continue;
                     }
-                    tracing::debug!(error = %e, dst = %g.msg.dst, "send failed");
+                    tracing::debug!(error = %e, dst = %g.dst, "send failed");
                     stats.tx_errors += 1;
                     if e.raw_os_error() == Some(libc::EMSGSIZE) {
                         stats.tx_too_big += 1;
@@ -428,55 +543,307 @@ impl Tx {
                 }
             }
         }
+        // The regions are released only now: every send naming them has
+        // returned (the kernel copied their bytes).
+        self.holds = holds;
+        self.holds.clear();
         self.groups.clear();
+        self.pkts.clear();
+        self.pieces.clear();
         self.used = 0;
+        self.wire = 0;
         self.only_acks = true;
         self.last_ack = None;
     }
 
+    /// Send groups `run` (one socket's) with one `sendmmsg`: each group's
+    /// iovecs — the arena bytes, or for groups with payloads in place the
+    /// headers and tails from the arena and the payloads from `spans` — then
+    /// the call. A group naming a region that no longer offers a span
+    /// large enough (a `Memory` whose `direct` changed, a contract breach)
+    /// is not sent: counted as a transmit error, retransmitted later.
+    fn send_run(
+        &mut self,
+        s: &SendSock,
+        run: std::ops::Range<usize>,
+        spans: &[Option<DirectSpan<'_>>],
+        stats: &mut DeviceStats,
+    ) -> io::Result<usize> {
+        // A ping-pong's flush sends one datagram: its message array is
+        // sized for the run, not for BATCH (initialised whole every call).
+        if run.len() == 1 {
+            self.send_run_n::<1>(s, run, spans, stats)
+        } else if run.len() <= SMALL_BATCH {
+            self.send_run_n::<SMALL_BATCH>(s, run, spans, stats)
+        } else {
+            self.send_run_n::<BATCH>(s, run, spans, stats)
+        }
+    }
+
+    /// [`Tx::send_run`] with a message array of `N` entries.
+    fn send_run_n<const N: usize>(
+        &mut self,
+        s: &SendSock,
+        run: std::ops::Range<usize>,
+        spans: &[Option<DirectSpan<'_>>],
+        stats: &mut DeviceStats,
+    ) -> io::Result<usize> {
+        let mut msgs = [TxMsg {
+            first: 0,
+            count: 0,
+            dst: SocketAddr::from(([0, 0, 0, 0], 0)),
+            gso: 0,
+        }; N];
+        self.iov.clear();
+        let base = self.arena.as_ptr() as usize;
+        let mut n = 0;
+        for g in self.groups[run].iter().take(N) {
+            let first = self.iov.len();
+            let ok = match g.pkts {
+                None => {
+                    self.iov.push(RawIov {
+                        base: base + g.off,
+                        len: g.len,
+                    });
+                    g.off + g.len <= self.arena.len()
+                }
+                Some(p0) => push_in_place_iovs(
+                    &mut self.iov,
+                    base,
+                    self.arena.len(),
+                    self.pkts.get(p0..p0 + g.segs).unwrap_or(&[]),
+                    &self.pieces,
+                    spans,
+                ),
+            };
+            if !ok {
+                // Everything before it goes now; this group is dropped.
+                self.iov.truncate(first);
+                stats.tx_errors += 1;
+                if n == 0 {
+                    return Ok(1);
+                }
+                break;
+            }
+            msgs[n] = TxMsg {
+                first,
+                count: self.iov.len() - first,
+                dst: g.dst,
+                gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
+            };
+            n += 1;
+        }
+        // SAFETY: every iovec points into `self.arena` (bounds checked above,
+        // not resized before the call) or into a held region's direct span
+        // (`spans`, borrowed from `holds`, which the caller keeps until after
+        // this returns; ranges checked by `push_in_place_iovs`). The kernel
+        // only reads them.
+        unsafe { sys::send_iov_batch(s.sock.as_fd(), &msgs[..n], &self.iov) }
+    }
+
     /// Replace the GSO group at `i` by its single packets, re-filling their
     /// ICRCs for identification 0.
-    fn split_group(&mut self, i: usize) {
+    fn split_group(&mut self, i: usize, spans: &[Option<DirectSpan<'_>>], stats: &mut DeviceStats) {
         let g = self.groups[i];
         let mut singles = Vec::with_capacity(g.segs);
-        let mut off = g.msg.off;
-        let end = g.msg.off + g.msg.len;
-        while off < end {
-            let len = g.seg_len.min(end - off);
-            if let Some(pkt) = self.arena.get_mut(off..off + len) {
-                fill_icrc(g.src, g.msg.dst, g.sport, 0, pkt);
+        match g.pkts {
+            None => {
+                let mut off = g.off;
+                let end = g.off + g.len;
+                while off < end {
+                    let len = g.seg_len.min(end - off);
+                    if let Some(pkt) = self.arena.get_mut(off..off + len) {
+                        fill_icrc(g.src, g.dst, g.sport, 0, pkt);
+                    }
+                    singles.push(Group {
+                        off,
+                        arena_len: len,
+                        len,
+                        segs: 1,
+                        seg_len: len,
+                        open: false,
+                        ..g
+                    });
+                    off += len;
+                }
             }
-            singles.push(Group {
-                msg: TxMsg {
-                    off,
-                    len,
-                    dst: g.msg.dst,
-                    gso: 0,
-                },
-                segs: 1,
-                seg_len: len,
-                open: false,
-                ..g
-            });
-            off += len;
+            Some(p0) => {
+                for j in p0..p0 + g.segs {
+                    let Some(p) = self.pkts.get(j).copied() else {
+                        continue;
+                    };
+                    let single = Group {
+                        off: p.off,
+                        arena_len: p.head + p.tail,
+                        len: p.head + p.tail + piece_bytes(&self.pieces, &p),
+                        segs: 1,
+                        seg_len: 0,
+                        open: false,
+                        pkts: Some(j),
+                        ..g
+                    };
+                    let single = Group {
+                        seg_len: single.len,
+                        ..single
+                    };
+                    let filled = if p.pieces == 0 {
+                        self.arena
+                            .get_mut(p.off..p.off + p.head)
+                            .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, 0, pkt))
+                    } else {
+                        let ps = self.pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
+                        fill_icrc_in_place(
+                            &single,
+                            0,
+                            &p,
+                            ps,
+                            spans,
+                            &mut self.arena,
+                            &mut self.bounce,
+                        )
+                    };
+                    if !filled {
+                        stats.tx_errors += 1;
+                    }
+                    singles.push(single);
+                }
+            }
         }
         self.groups.splice(i..=i, singles);
     }
 }
 
-/// Send `run` (at most `N` groups) with one `sendmmsg`; the message array
-/// is sized for the run, not for [`BATCH`] (a ping-pong sends one).
-fn send_run<const N: usize>(s: &SendSock, arena: &[u8], run: &[Group]) -> io::Result<usize> {
-    let mut msgs = [TxMsg {
-        off: 0,
-        len: 0,
-        dst: SocketAddr::from(([0, 0, 0, 0], 0)),
-        gso: 0,
-    }; N];
-    for (m, g) in msgs.iter_mut().zip(run) {
-        *m = g.msg;
+/// Payload bytes of packet `p`'s pieces.
+fn piece_bytes(pieces: &[HeldPiece], p: &Pkt) -> usize {
+    pieces
+        .get(p.first..p.first + p.pieces)
+        .map_or(0, |ps| ps.iter().map(|x| x.len).sum())
+}
+
+/// Fill the ICRC of in-place packet `p` (segment `k` of group `g`): the
+/// headers from the arena, the payload `ps` read through `bounce` from
+/// `spans` (no reference into the region is formed), the pad; the result
+/// goes into the tail's last 4 bytes. `false` when a piece's span is gone
+/// or too short, or the arena bytes are missing.
+fn fill_icrc_in_place(
+    g: &Group,
+    k: u16,
+    p: &Pkt,
+    ps: &[HeldPiece],
+    spans: &[Option<DirectSpan<'_>>],
+    arena: &mut [u8],
+    bounce: &mut Vec<u8>,
+) -> bool {
+    let payload: usize = ps.iter().map(|x| x.len).sum();
+    let roce_len = p.head + payload + p.tail;
+    let (Some(head), Some(tail)) = (
+        arena.get(p.off..p.off + p.head),
+        arena.get(p.off + p.head..p.off + p.head + p.tail),
+    ) else {
+        return false;
+    };
+    let (Some(bth), Some(rest)) = (head.first_chunk::<12>(), head.get(12..)) else {
+        return false;
+    };
+    let Some(pad) = tail.get(..tail.len().saturating_sub(4)) else {
+        return false;
+    };
+    let mut h = match (g.src, g.dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IcrcStream::v4(s, d, k, true, g.sport, g.dst.port(), roce_len, bth)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            IcrcStream::v6(s, d, g.sport, g.dst.port(), roce_len, bth)
+        }
+        _ => return false,
+    };
+    h.update(rest);
+    if bounce.len() < BOUNCE {
+        bounce.resize(BOUNCE, 0);
     }
-    sys::send_batch(s.sock.as_fd(), arena, &msgs[..run.len().min(N)])
+    for piece in ps {
+        let Some(Some(span)) = spans.get(piece.hold) else {
+            return false;
+        };
+        let mut done = 0;
+        while done < piece.len {
+            let n = (piece.len - done).min(BOUNCE);
+            let Some(chunk) = bounce.get_mut(..n) else {
+                return false;
+            };
+            if rnic_dma::copy::read_span(span, piece.offset + done, chunk).is_err() {
+                return false;
+            }
+            h.update(chunk);
+            done += n;
+        }
+    }
+    h.update(pad);
+    let crc = h.finish().to_le_bytes();
+    let end = p.off + p.head + p.tail;
+    match arena.get_mut(end - 4..end) {
+        Some(t) => {
+            t.copy_from_slice(&crc);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Append the iovecs of one group's in-place packets to `iov`: per packet
+/// its headers from the arena, its pieces from `spans`, its tail from the
+/// arena (a tail and the next packet's headers, adjacent in the arena, share
+/// one iovec). `false` when a range lies outside the arena or a span.
+fn push_in_place_iovs(
+    iov: &mut Vec<RawIov>,
+    base: usize,
+    arena_len: usize,
+    pkts: &[Pkt],
+    pieces: &[HeldPiece],
+    spans: &[Option<DirectSpan<'_>>],
+) -> bool {
+    // Iovecs before `first` belong to earlier datagrams: never merged into.
+    let first = iov.len();
+    let push_arena = |iov: &mut Vec<RawIov>, off: usize, len: usize| -> bool {
+        if off + len > arena_len {
+            return false;
+        }
+        if len == 0 {
+            return true;
+        }
+        let mine = iov.len() > first;
+        match iov.last_mut() {
+            Some(last) if mine && last.base + last.len == base + off => {
+                last.len += len;
+            }
+            _ => iov.push(RawIov {
+                base: base + off,
+                len,
+            }),
+        }
+        true
+    };
+    for p in pkts {
+        if !push_arena(iov, p.off, p.head) {
+            return false;
+        }
+        for piece in pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]) {
+            let Some(Some(span)) = spans.get(piece.hold) else {
+                return false;
+            };
+            let Ok(at) = span.range(rnic_core::MemAccess::Read, piece.offset, piece.len) else {
+                return false;
+            };
+            iov.push(RawIov {
+                base: at as usize,
+                len: piece.len,
+            });
+        }
+        if !push_arena(iov, p.off + p.head, p.tail) {
+            return false;
+        }
+    }
+    true
 }
 
 fn gso_unsupported(e: &io::Error) -> bool {
@@ -592,7 +959,8 @@ impl Sink<'_> {
         };
         let fits = tx.gso
             && g.segs == 1
-            && g.msg.off == ack.off
+            && g.pkts.is_none()
+            && g.off == ack.off
             && ack.off + ACK_LEN == start
             && ack.sock == sock
             && ack.dst == dst
@@ -608,8 +976,8 @@ impl Sink<'_> {
         let ack_at = ack.off + len;
         tx.arena[ack_at..ack_at + ACK_LEN].copy_from_slice(&ack_bytes);
         if let Some(g) = tx.groups.last_mut() {
-            g.msg.len = len + ACK_LEN;
-            g.msg.gso = len as u16;
+            g.len = len + ACK_LEN;
+            g.arena_len = len + ACK_LEN;
             g.segs = 2;
             g.seg_len = len;
             g.open = len == ACK_LEN;
@@ -617,10 +985,113 @@ impl Sink<'_> {
         tx.last_ack = Some(LastAck { off: ack_at, ..ack });
         tx.only_acks = false;
         tx.used += len;
+        tx.wire += len;
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += len as u64;
         self.stats.acks_bundled += 1;
         true
+    }
+}
+
+impl Sink<'_> {
+    /// The route of `dest` (cached per QP; resolved on a change).
+    #[inline(always)]
+    fn route_of(&mut self, dest: &PacketDest) -> Option<Route> {
+        let key = RouteKey {
+            dgid: dest.av.dgid,
+            sgid_index: dest.av.sgid_index,
+            traffic_class: dest.av.traffic_class,
+            hop_limit: dest.av.hop_limit,
+            udp_sport: dest.av.udp_sport,
+            dqpn: dest.qpn.get(),
+        };
+        match self.tx.route {
+            Some(r) if r.key == key => Some(r),
+            _ => {
+                let r = self.resolve(key, dest)?;
+                self.tx.route = Some(r);
+                Some(r)
+            }
+        }
+    }
+
+    /// Queue a packet of `len` wire bytes whose arena part (`arena_len`
+    /// bytes) starts at the arena's `used` mark: it joins the open group it
+    /// continues, else starts one. `pkt` is its entry when its payload is in
+    /// place (the group then lists every packet); a packet joining a group
+    /// of the other kind converts the group to listing packets.
+    #[inline(always)]
+    fn queue(&mut self, route: &Route, len: usize, arena_len: usize, pkt: Option<Pkt>) {
+        let start = self.tx.used;
+        let dqpn = route.key.dqpn;
+        let tx = &mut *self.tx;
+        let join = match tx.groups.last() {
+            Some(g) => {
+                tx.gso
+                    && g.open
+                    && g.sock == route.sock
+                    && g.dst == route.dst
+                    && g.dqpn == dqpn
+                    && len <= g.seg_len
+                    && g.segs < GSO_MAX_SEGS
+                    && g.len + len <= GSO_MAX_BYTES
+                    && g.off + g.arena_len == start
+            }
+            None => false,
+        };
+        tx.used += arena_len;
+        tx.wire += len;
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += len as u64;
+        if join {
+            let (pkts, groups) = (&mut tx.pkts, &mut tx.groups);
+            let Some(g) = groups.last_mut() else { return };
+            if pkt.is_some() && g.pkts.is_none() {
+                // Its packets so far, all in the arena, one entry each.
+                g.pkts = Some(pkts.len());
+                for k in 0..g.segs {
+                    pkts.push(Pkt {
+                        off: g.off + k * g.seg_len,
+                        head: g.seg_len,
+                        tail: 0,
+                        first: 0,
+                        pieces: 0,
+                    });
+                }
+            }
+            if g.pkts.is_some() {
+                pkts.push(pkt.unwrap_or(Pkt {
+                    off: start,
+                    head: len,
+                    tail: 0,
+                    first: 0,
+                    pieces: 0,
+                }));
+            }
+            g.len += len;
+            g.arena_len += arena_len;
+            g.segs += 1;
+            g.open = len == g.seg_len;
+        } else {
+            let pkts = pkt.map(|p| {
+                tx.pkts.push(p);
+                tx.pkts.len() - 1
+            });
+            tx.groups.push(Group {
+                sock: route.sock,
+                src: route.src,
+                sport: route.sport,
+                dqpn,
+                dst: route.dst,
+                off: start,
+                arena_len,
+                len,
+                segs: 1,
+                seg_len: len,
+                open: true,
+                pkts,
+            });
+        }
     }
 }
 
@@ -629,7 +1100,12 @@ impl PacketSink for Sink<'_> {
         if len > ARENA {
             return None;
         }
-        if self.tx.used + len > ARENA || self.tx.groups.len() >= MAX_MSGS {
+        let tx = &*self.tx;
+        if tx.used + len > ARENA
+            || tx.wire + len > ARENA
+            || tx.groups.len() >= MAX_MSGS
+            || tx.holds.len() > MAX_HOLDS - MAX_PIECES
+        {
             self.tx.flush(self.shared, self.stats);
         }
         self.tx.reserve(len);
@@ -639,54 +1115,18 @@ impl PacketSink for Sink<'_> {
 
     fn commit(&mut self, len: usize, dest: &PacketDest) {
         let start = self.tx.used;
-        let key = RouteKey {
-            dgid: dest.av.dgid,
-            sgid_index: dest.av.sgid_index,
-            traffic_class: dest.av.traffic_class,
-            hop_limit: dest.av.hop_limit,
-            udp_sport: dest.av.udp_sport,
-            dqpn: dest.qpn.get(),
+        let Some(route) = self.route_of(dest) else {
+            return;
         };
-        let route = match self.tx.route {
-            Some(r) if r.key == key => r,
-            _ => {
-                let Some(r) = self.resolve(key, dest) else {
-                    return;
-                };
-                self.tx.route = Some(r);
-                r
-            }
-        };
-        let Route {
-            dst,
-            sock,
-            src,
-            sport,
-            ..
-        } = route;
+        let Route { dst, sock, .. } = route;
         if !(MIN_LEN..=GSO_MAX_BYTES).contains(&len) {
             self.stats.tx_errors += 1;
             return;
         }
-        let dqpn = key.dqpn;
+        let dqpn = route.key.dqpn;
         if self.bundle_behind_ack(start, len, sock, dst, dqpn) {
             return;
         }
-        // Join the open group when the packet continues it.
-        let gso = self.tx.gso;
-        let join = match self.tx.groups.last() {
-            Some(g) => {
-                gso && g.open
-                    && g.sock == sock
-                    && g.msg.dst == dst
-                    && g.dqpn == dqpn
-                    && len <= g.seg_len
-                    && g.segs < GSO_MAX_SEGS
-                    && g.msg.len + len <= GSO_MAX_BYTES
-                    && g.msg.off + g.msg.len == start
-            }
-            None => false,
-        };
         // A plain ACK right behind a queued plain ACK of the same connection
         // for an earlier PSN replaces it in place (ACKs are cumulative): one
         // ACK per connection per flush instead of one per AckReq.
@@ -715,33 +1155,59 @@ impl PacketSink for Sink<'_> {
             qpn,
             psn,
         });
-        self.tx.used += len;
-        self.stats.tx_packets += 1;
-        self.stats.tx_bytes += len as u64;
-        if join {
-            if let Some(g) = self.tx.groups.last_mut() {
-                g.msg.len += len;
-                g.segs += 1;
-                g.msg.gso = g.seg_len as u16;
-                g.open = len == g.seg_len;
-            }
-        } else {
-            self.tx.groups.push(Group {
-                sock,
-                src,
-                sport,
-                dqpn,
-                msg: TxMsg {
-                    off: start,
-                    len,
-                    dst,
-                    gso: 0,
-                },
-                segs: 1,
-                seg_len: len,
-                open: true,
+        self.queue(&route, len, len, None);
+    }
+
+    fn gather_min(&self) -> usize {
+        self.tx.in_place_min
+    }
+
+    fn commit_gather(&mut self, head: usize, pieces: &[Piece<'_>], tail: usize, dest: &PacketDest) {
+        let start = self.tx.used;
+        let Some(route) = self.route_of(dest) else {
+            return;
+        };
+        let payload: usize = pieces.iter().map(|p| p.len).sum();
+        let len = head + payload + tail;
+        if !(MIN_LEN..=GSO_MAX_BYTES).contains(&len)
+            || pieces.is_empty()
+            || pieces.len() > MAX_PIECES
+            || head < 12
+            || tail < 4
+        {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        // Hold each piece's region until the flush (the queue flushes before
+        // it could need more than MAX_HOLDS).
+        let tx = &mut *self.tx;
+        let first = tx.pieces.len();
+        for p in pieces {
+            let hold = match tx.holds.iter().rposition(|h| Arc::ptr_eq(h, p.mem)) {
+                Some(i) => i,
+                None => {
+                    tx.holds.push(Arc::clone(p.mem));
+                    tx.holds.len() - 1
+                }
+            };
+            tx.pieces.push(HeldPiece {
+                hold,
+                offset: p.offset,
+                len: p.len,
             });
         }
+        tx.only_acks = false;
+        tx.last_ack = None;
+        self.stats.tx_in_place += 1;
+        self.stats.tx_in_place_bytes += payload as u64;
+        let pkt = Pkt {
+            off: start,
+            head,
+            tail,
+            first,
+            pieces: pieces.len(),
+        };
+        self.queue(&route, len, head + tail, Some(pkt));
     }
 }
 

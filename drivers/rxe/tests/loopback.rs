@@ -277,6 +277,34 @@ fn all_ops_in_owned_buffers_and_dma_regions() {
     }
 }
 
+/// Caller-driven devices ask for `SO_BUSY_POLL` on their receive sockets
+/// (as root the kernel takes it; unprivileged it may refuse above
+/// `net.core.busy_read`, which the device reports), threaded ones do not,
+/// and both still move data.
+#[test]
+fn caller_driven_devices_busy_poll_their_sockets() {
+    let (ia, ib) = ip_pair();
+    let a = open(ia, Progress::Caller);
+    let b = open(ib, Progress::Thread);
+    let root = nix::unistd::geteuid().is_root();
+    match a.busy_poll() {
+        rnic_rxe::BusyPoll::Set { usecs } => assert_eq!(usecs, rnic_rxe::sys::BUSY_POLL_USECS),
+        rnic_rxe::BusyPoll::Refused(e) => assert!(!root, "root was refused SO_BUSY_POLL: {e}"),
+        other => panic!("caller-driven device reports {other:?}"),
+    }
+    assert_eq!(b.busy_poll(), rnic_rxe::BusyPoll::Off);
+    assert!(a.busy_poll().to_string().contains("recvmmsg"));
+    let (a, b) = (Side::new(a, 1 << 16, 64), Side::new(b, 1 << 16, 64));
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    a.fill(0, b"busy");
+    let src = [a.mr.sge(0, 4).unwrap()];
+    qa.post_send(&[SendWr::rdma_write(1, &src, b.mr.addr(), b.mr.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
+    assert_eq!(b.bytes(0, 4), b"busy");
+}
+
 /// 64 MiB WRITE and READ. Slow in debug builds: run with
 /// `cargo test --release -p rnic-rxe --test loopback -- --ignored`.
 #[test]

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use rnic::core::exchange::QpEndpoint;
 use rnic::core::{
-    AccessFlags, CompletionQueue, Context, Gid, HeapMemory, InitParams, Memory, Mtu,
-    ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
+    AccessFlags, CompletionQueue, Context, Gid, InitParams, Memory, Mtu, ProtectionDomain, Psn,
+    QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
 };
 use rnic::rxe::{FaultConfig, Progress, RxeConfig, RxeDevice, Target};
 use rnic::{DeviceSpec, RxeTarget};
@@ -238,13 +238,14 @@ pub fn alloc_buffer(len: usize, node: Option<u32>) -> (Arc<dyn Memory>, Placemen
             return (r as Arc<dyn Memory>, placement);
         }
     }
+    // The application's own heap allocation, registered as it is.
     let placement = Placement {
-        kind: "heap",
+        kind: "owned",
         page_size: 4096,
         node: None,
         pinned: false,
     };
-    (Arc::new(HeapMemory::new(len)), placement)
+    (rnic_dma::OwnedBuffer::zeroed(len), placement)
 }
 
 /// An RC queue pair with its CQ (send and receive share it).

@@ -162,6 +162,9 @@ pub struct PrefillReport {
     pub faults: (u64, u64),
     /// The staging buffer's placement.
     pub placement: Option<Placement>,
+    /// Layers whose K and V were computed into the registered staging
+    /// memory in place (the rest were copied in through `Memory::write`).
+    pub in_place_layers: u32,
     /// The tokens the decode node reported.
     pub decode_tokens: Vec<u32>,
 }
@@ -581,6 +584,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
         busy,
         span,
         tail,
+        in_place_layers,
     }) = out
     else {
         // Aborted on purpose: drop the QP and the socket mid-stream, as a
@@ -632,6 +636,7 @@ pub fn run(o: &PrefillOptions) -> Result<PrefillReport, KvError> {
         retransmits,
         faults,
         placement: Some(placement),
+        in_place_layers,
         decode_tokens,
     })
 }
@@ -645,6 +650,7 @@ struct Streamed {
     busy: Duration,
     span: Duration,
     tail: Duration,
+    in_place_layers: u32,
 }
 
 /// The compute-and-ship loop's inputs.
@@ -667,15 +673,23 @@ impl Job<'_> {
         let t_compute = Instant::now();
         let mut bytes = Vec::new();
         let mut shipped = 0u32;
+        let mut in_place_layers = 0u32;
         let mut aborted = false;
+        let rdma = matches!(sender, Sender::Rdma(_));
         let result = self.model.prefill(self.tokens, |layer, k, v| {
             let base = 2 * self.part * layer as u64;
-            bytes.clear();
-            append_f32(k, &mut bytes);
-            append_f32(v, &mut bytes);
-            self.staging
-                .write(base as usize, &bytes)
-                .map_err(KvError::mem("staging a layer"))?;
+            // RDMA ships from the registered memory itself: the layer's K
+            // and V go straight into it. TCP needs the packed bytes too.
+            if rdma && fill_in_place(self.staging, base as usize, k, v)? {
+                in_place_layers += 1;
+            } else {
+                bytes.clear();
+                append_f32(k, &mut bytes);
+                append_f32(v, &mut bytes);
+                self.staging
+                    .write(base as usize, &bytes)
+                    .map_err(KvError::mem("staging a layer"))?;
+            }
             for c in self.plan.layer(layer as u32) {
                 if let Some(StreamFault::AbortAfter(n)) = o.fault
                     && shipped >= n
@@ -718,8 +732,42 @@ impl Job<'_> {
             busy,
             span,
             tail,
+            in_place_layers,
         }))
     }
+}
+
+/// Write `k` then `v` as little-endian `f32` straight into `mem`'s bytes at
+/// `offset` — the application filling its registered memory in place, no
+/// staging copy through the API — when `mem` offers direct access and this
+/// host stores `f32` little-endian (the wire layout); `Ok(false)` otherwise
+/// (the caller copies through `Memory::write`).
+///
+/// The in-place contract (`rnic_dma::buffer`): while the slice below lives
+/// nothing else reads or writes `offset..offset + n`. It holds because each
+/// layer's K‖V range of the staging memory is written exactly once, here,
+/// before any of its chunks is posted (chunks of earlier layers name other
+/// ranges), and the staging region grants no remote access.
+fn fill_in_place(mem: &dyn Memory, offset: usize, k: &[f32], v: &[f32]) -> Result<bool, KvError> {
+    if cfg!(target_endian = "big") {
+        return Ok(false);
+    }
+    let Some(span) = mem.direct() else {
+        return Ok(false);
+    };
+    let n = (k.len() + v.len()) * 4;
+    let at = span
+        .range(rnic::core::MemAccess::Write, offset, n)
+        .map_err(KvError::mem("staging a layer in place"))?;
+    // SAFETY: `range` checked that `offset..offset + n` lies inside the
+    // span, live memory while `mem` (borrowed for this call) is; nothing
+    // else touches the range while the slice lives (the contract above),
+    // and the slice ends with this function.
+    let dst = unsafe { std::slice::from_raw_parts_mut(at, n) };
+    for (d, x) in dst.chunks_exact_mut(4).zip(k.iter().chain(v)) {
+        d.copy_from_slice(&x.to_le_bytes());
+    }
+    Ok(true)
 }
 
 /// Where chunks go.

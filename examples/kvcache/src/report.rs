@@ -243,13 +243,14 @@ impl PrefillReport {
             .int("faults_dropped", self.faults.0)
             .int("faults_reordered", self.faults.1)
             .raw("staging", &placement_json(self.placement.as_ref()))
+            .int("in_place_layers", u64::from(self.in_place_layers))
             .finish()
     }
 
     /// The report as text.
     pub fn to_text(&self) -> String {
         format!(
-            "prefill[{}]: {} tokens, {:.2} MiB KV in {} chunks; compute {:.2} ms; transfer span {:.2} ms, busy {:.2} ms ({:.2} GB/s), tail after compute {:.2} ms; window {} (max in flight {}), credit stalls {}; retransmits {}; staging: {}",
+            "prefill[{}]: {} tokens, {:.2} MiB KV in {} chunks; compute {:.2} ms; transfer span {:.2} ms, busy {:.2} ms ({:.2} GB/s), tail after compute {:.2} ms; window {} (max in flight {}), credit stalls {}; retransmits {}; staging: {}, {} of the layers computed into it in place",
             self.transport,
             self.prompt_tokens,
             self.kv_bytes as f64 / (1 << 20) as f64,
@@ -263,7 +264,8 @@ impl PrefillReport {
             self.max_in_flight,
             self.stalls,
             self.retransmits,
-            placement_text(self.placement.as_ref())
+            placement_text(self.placement.as_ref()),
+            self.in_place_layers
         )
     }
 }

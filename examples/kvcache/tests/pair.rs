@@ -47,6 +47,15 @@ fn check_against_reference(p: PrefillOptions, d: DecodeOptions) {
     assert_eq!(dr.chunks, pr.chunks);
     assert_eq!(dr.kv_bytes, pr.kv_bytes);
     assert!(dr.ttft >= dr.first_step);
+    // Over RDMA the staging memory (a hugepage DmaRegion or the
+    // application's own OwnedBuffer) offers direct access: every layer's K
+    // and V were computed into it in place; TCP ships a packed copy.
+    let in_place = if pr.transport == "rdma" {
+        ModelConfig::TINY.layers
+    } else {
+        0
+    };
+    assert_eq!(pr.in_place_layers, in_place, "{}", pr.to_text());
 }
 
 #[test]

@@ -102,8 +102,11 @@ pub mod testkit;
 mod tests;
 
 use core::time::Duration;
+use std::sync::Arc;
 
-use rnic_core::{AddressVector, Lkey, PdHandle, QpState, QpType, Qpn, Rkey, WorkCompletion};
+use rnic_core::{
+    AddressVector, Lkey, Memory, PdHandle, QpState, QpType, Qpn, Rkey, WorkCompletion,
+};
 
 pub use qp::{Qp, QpConfig};
 pub use requester::DEFAULT_MAX_UNACKED_PSNS;
@@ -150,6 +153,14 @@ pub struct PacketDest {
 /// writes BTH‥payload‥pad and zeroes the 4 ICRC bytes at the end, then
 /// [`PacketSink::commit`] hands it over (the sink fills the ICRC: it knows
 /// the IP/UDP headers).
+///
+/// A sink that sends payloads from registered memory in place (a software
+/// transport handing the kernel iovecs into the region) says so with
+/// [`PacketSink::gather_min`]: for a payload at least that long whose
+/// memory offers direct access ([`MemoryAccess::lend`]) the engine writes
+/// only the headers and the zeroed pad and ICRC into the lent buffer and
+/// commits with [`PacketSink::commit_gather`], naming the payload's pieces
+/// instead of copying them.
 pub trait PacketSink {
     /// A buffer of at least `len` bytes for the next packet, or `None` when
     /// the sink is full (requests wait for the next [`Qp::run`]; ACKs are
@@ -157,6 +168,36 @@ pub trait PacketSink {
     fn buffer(&mut self, len: usize) -> Option<&mut [u8]>;
     /// The first `len` bytes of the last lent buffer are a packet for `dest`.
     fn commit(&mut self, len: usize, dest: &PacketDest);
+    /// Payloads of at least this many bytes may be committed in place
+    /// ([`PacketSink::commit_gather`]); `usize::MAX` (the default): never.
+    fn gather_min(&self) -> usize {
+        usize::MAX
+    }
+    /// The last lent buffer holds a packet's headers (`head` bytes) and then
+    /// its `tail` zero bytes (pad and ICRC); its payload is `pieces`, in
+    /// order, which go on the wire between the two. The sink keeps each
+    /// piece's memory alive until the packet has left and fills the ICRC
+    /// over all of it. Only called when [`PacketSink::gather_min`] allows.
+    fn commit_gather(&mut self, head: usize, pieces: &[Piece<'_>], tail: usize, dest: &PacketDest) {
+        let _ = (head, pieces, tail, dest);
+    }
+}
+
+/// What [`MemoryAccess::lend`] resolves a range to: the registered memory
+/// and the offset of the range's first byte in it.
+pub type Lent<'a> = (&'a Arc<dyn Memory>, usize);
+
+/// Part of a packet's payload that a gathering sink sends from registered
+/// memory in place: `len` bytes at `offset` of `mem` (validated by
+/// [`MemoryAccess::lend`] against the key that named them).
+#[derive(Clone, Copy, Debug)]
+pub struct Piece<'a> {
+    /// The registered memory.
+    pub mem: &'a Arc<dyn Memory>,
+    /// Offset of the first byte in `mem`.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
 }
 
 /// Which completion queue a completion belongs to.
@@ -281,6 +322,22 @@ pub trait MemoryAccess {
     /// MR or a type-2 memory window, never a plain `reg_mr` registration);
     /// otherwise refuse and change nothing.
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError>;
+    /// The registered memory holding `[addr, addr + len)` and the offset of
+    /// `addr` in it, validated as [`MemoryAccess::read`] validates, for a
+    /// sink that sends payloads in place; `Ok(None)` when that memory
+    /// offers no direct access ([`Memory::direct`]) or this access does not
+    /// lend (the default): the engine copies instead.
+    fn lend(
+        &self,
+        pd: PdHandle,
+        key: MemKey,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Option<Lent<'_>>, MemError> {
+        let _ = (pd, key, addr, len, access);
+        Ok(None)
+    }
 }
 
 /// The outputs of one entry-point call, borrowed for its duration.

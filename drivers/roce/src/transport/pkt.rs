@@ -403,6 +403,24 @@ pub(crate) fn emit(buf: &mut [u8], o: &Out, paylen: usize) -> Option<usize> {
     r.emit_headers(buf).ok()
 }
 
+/// Write the headers of a packet carrying `paylen` payload bytes that are
+/// not in `buf` (a gathering sink sends them from memory): the headers, then
+/// the zeroed pad and ICRC right behind them. Returns the header length, or
+/// `None` when `buf` is shorter than headers + pad + ICRC (or the opcode is
+/// not one the engine speaks).
+pub(crate) fn emit_head(buf: &mut [u8], o: &Out, paylen: usize) -> Option<usize> {
+    let head = header_len(o.opcode);
+    let pad = pad_for(paylen);
+    let b = buf.get_mut(..head + pad + ICRC_LEN)?;
+    // The headers of the same packet without its payload, then the pad
+    // count the payload needs (BTH byte 1, bits 5..4).
+    let at = emit(b, o, 0)?;
+    let flags = b.get_mut(1)?;
+    *flags = (*flags & !0x30) | ((pad as u8) << 4);
+    b.get_mut(at..)?.fill(0);
+    Some(at)
+}
+
 /// AETH word from a syndrome and MSN.
 pub(crate) const fn aeth(syndrome: u8, msn: u32) -> u32 {
     (syndrome as u32) << 24 | (msn & 0x00ff_ffff)
@@ -510,6 +528,39 @@ mod tests {
         assert_eq!(p.payload, b"hello");
         assert_eq!(buf[1], 0x80 | 0x30);
         assert_eq!(&buf[2..5], &[0xff, 0xff, 0]);
+    }
+
+    /// A packet gathered from headers written by `emit_head`, a payload
+    /// from elsewhere and the zeroed tail parses exactly as the packet
+    /// `emit` builds in one buffer, for every pad length.
+    #[test]
+    fn emit_head_plus_payload_is_the_packet_emit_builds() {
+        for paylen in [1usize, 2, 3, 4, 5, 4096] {
+            let o = Out {
+                opcode: op::WRITE_FIRST,
+                dest_qp: Qpn::from_wire(0x12),
+                psn: Psn::from_wire(7),
+                reth: Reth {
+                    va: 0x1000,
+                    rkey: Rkey(9),
+                    len: 9000,
+                },
+                ..Out::default()
+            };
+            let payload: Vec<u8> = (0..paylen).map(|i| i as u8 ^ 0x5a).collect();
+            let mut whole = vec![0xaa; packet_len(o.opcode, paylen)];
+            let at = emit(&mut whole, &o, paylen).expect("fits");
+            whole[at..at + paylen].copy_from_slice(&payload);
+            let mut head = vec![0xaa; 64];
+            let h = emit_head(&mut head, &o, paylen).expect("fits");
+            assert_eq!(h, at);
+            let tail = pad_for(paylen) + ICRC_LEN;
+            let mut gathered = head[..h].to_vec();
+            gathered.extend_from_slice(&payload);
+            gathered.extend_from_slice(&head[h..h + tail]);
+            assert_eq!(gathered, whole, "paylen {paylen}");
+            assert!(emit_head(&mut head[..h + tail - 1], &o, paylen).is_none());
+        }
     }
 
     #[test]

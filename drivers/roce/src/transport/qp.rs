@@ -15,7 +15,10 @@ use super::queue::{
 use super::requester::{DEFAULT_MAX_UNACKED_PSNS, Requester};
 use super::responder::Responder;
 use super::stats::QpStats;
-use super::{CqSide, Instant, Io, MemError, PacketDest, PacketSink, TransportError};
+use super::{
+    Access, CqSide, Instant, Io, MemError, MemKey, MemoryAccess, PacketDest, PacketSink, Piece,
+    TransportError,
+};
 
 /// The largest message the engine moves (rxe's `RXE_MAX_MSG_SIZE`).
 pub(crate) const MAX_MSG: u64 = MAX_MSG_SIZE;
@@ -178,6 +181,79 @@ pub(crate) fn transmit(
     }
     tx.commit(len, dest);
     Tx::Sent(len)
+}
+
+/// Pieces a gathered payload may have (a payload spread over more SGEs is
+/// copied).
+pub(crate) const MAX_PIECES: usize = 4;
+
+/// A piece of a payload named by key, before [`MemoryAccess::lend`]
+/// resolves it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyPiece {
+    pub key: MemKey,
+    pub addr: u64,
+    pub len: usize,
+    pub access: Access,
+}
+
+impl KeyPiece {
+    pub const EMPTY: KeyPiece = KeyPiece {
+        key: MemKey::Local(rnic_core::Lkey(0)),
+        addr: 0,
+        len: 0,
+        access: Access::LocalRead,
+    };
+}
+
+/// Build one packet whose `paylen`-byte payload (`keys`, in order) the sink
+/// sends in place from registered memory: headers and the zeroed tail into
+/// the sink's buffer, the pieces by reference. `None` when that cannot be
+/// done — the sink does not take this size in place, a piece's memory
+/// offers no direct access, more than [`MAX_PIECES`] pieces — and the
+/// caller copies with [`transmit`]; a key that fails validation is
+/// [`Tx::Fill`], as the copy would be.
+pub(crate) fn transmit_gather(
+    tx: &mut dyn PacketSink,
+    mem: &dyn MemoryAccess,
+    pd: PdHandle,
+    o: &Out,
+    paylen: usize,
+    dest: &PacketDest,
+    keys: &[KeyPiece],
+) -> Option<Tx> {
+    if paylen == 0 || paylen < tx.gather_min() || keys.is_empty() || keys.len() > MAX_PIECES {
+        return None;
+    }
+    let mut lent: [Option<Piece<'_>>; MAX_PIECES] = [None; MAX_PIECES];
+    for (slot, k) in lent.iter_mut().zip(keys) {
+        match mem.lend(pd, k.key, k.addr, k.len as u64, k.access) {
+            Ok(Some((m, offset))) => {
+                *slot = Some(Piece {
+                    mem: m,
+                    offset,
+                    len: k.len,
+                })
+            }
+            Ok(None) => return None,
+            Err(_) => return Some(Tx::Fill),
+        }
+    }
+    let first = lent[0]?;
+    let mut pieces = [first; MAX_PIECES];
+    for (p, l) in pieces.iter_mut().zip(&lent).take(keys.len()) {
+        *p = (*l)?;
+    }
+    let head = pkt::header_len(o.opcode);
+    let tail = pkt::pad_for(paylen) + pkt::ICRC_LEN;
+    let Some(buf) = tx.buffer(head + tail) else {
+        return Some(Tx::Full);
+    };
+    let Some(h) = pkt::emit_head(buf, o, paylen) else {
+        return Some(Tx::Fill);
+    };
+    tx.commit_gather(h, &pieces[..keys.len()], tail, dest);
+    Some(Tx::Sent(h + paylen + tail))
 }
 
 /// One queue pair. See the [module docs](super) for the state machines.

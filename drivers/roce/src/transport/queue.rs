@@ -8,6 +8,7 @@
 
 use rnic_core::{AddressVector, PdHandle, Psn, Qpn, SendFlags, SendOp, Sge, UdDest, WcStatus};
 
+use super::qp::KeyPiece;
 use super::{Access, MemError, MemKey, MemoryAccess};
 
 /// Where a send WQE is in its life.
@@ -166,6 +167,35 @@ impl SendQueue {
         let n = self.get(idx).map_or(0, |w| w.num_sge);
         let at = (idx & self.mask) as usize * self.max_sge;
         self.sges.get(at..at + n).unwrap_or(&[])
+    }
+
+    /// The pieces of WQE `idx`'s message from offset `off`, `len` bytes, by
+    /// key (for a gathering sink), into `out`; how many, or `None` when the
+    /// data is inline or spans more SGEs than `out` holds.
+    pub(crate) fn payload_pieces(
+        &self,
+        idx: u32,
+        off: u64,
+        len: usize,
+        out: &mut [KeyPiece],
+    ) -> Option<usize> {
+        if self.get(idx)?.inline {
+            return None;
+        }
+        let mut n = 0;
+        sgl_walk(self.sges(idx), off, len, |s, addr, r| {
+            let slot = out.get_mut(n).ok_or(MemError::Length)?;
+            *slot = KeyPiece {
+                key: MemKey::Local(s.lkey),
+                addr,
+                len: r.len(),
+                access: Access::LocalRead,
+            };
+            n += 1;
+            Ok(())
+        })
+        .ok()?;
+        Some(n)
     }
 
     pub(crate) fn inline(&self, idx: u32) -> &[u8] {

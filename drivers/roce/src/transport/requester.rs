@@ -8,7 +8,7 @@ use rnic_core::qp::ack_timeout_delay;
 use rnic_core::{Psn, QpState, SendFlags, SendOp, WcStatus};
 
 use super::pkt::{AtomicEth, Out, Reth, op};
-use super::qp::{MAX_MSG, Qp, Tx, transmit};
+use super::qp::{KeyPiece, MAX_MSG, MAX_PIECES, Qp, Tx, transmit, transmit_gather};
 use super::queue::{SendWqe, WqeStatus, sgl_check, sgl_len};
 use super::{Access, Instant, Io};
 
@@ -106,9 +106,21 @@ impl Qp {
             let pd = self.cfg.pd;
             let sq = &self.sq;
             let mem = &*io.mem;
-            let t = transmit(io.tx, &out, paylen, &dest, |buf| {
-                sq.read_payload(mem, pd, idx, off, buf)
-            });
+            // In place when the sink takes this size and the memory lends
+            // itself; else copied into the sink's buffer.
+            let mut keys = [KeyPiece::EMPTY; MAX_PIECES];
+            let gathered = if paylen >= io.tx.gather_min() {
+                sq.payload_pieces(idx, off, paylen, &mut keys)
+                    .and_then(|n| transmit_gather(io.tx, mem, pd, &out, paylen, &dest, &keys[..n]))
+            } else {
+                None
+            };
+            let t = match gathered {
+                Some(t) => t,
+                None => transmit(io.tx, &out, paylen, &dest, |buf| {
+                    sq.read_payload(mem, pd, idx, off, buf)
+                }),
+            };
             self.count_tx(&t);
             match t {
                 Tx::Full => return,

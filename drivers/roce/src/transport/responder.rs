@@ -4,7 +4,7 @@
 use rnic_core::{AccessFlags, Psn, Rkey, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::pkt::{Out, Pkt, aeth, f, op, syndrome};
-use super::qp::{MAX_MSG, Qp, Tx, transmit};
+use super::qp::{KeyPiece, MAX_MSG, Qp, Tx, transmit, transmit_gather};
 use super::queue::{sgl_check, sgl_write};
 use super::{Access, AtomicOp, CqSide, Io, MemKey};
 
@@ -492,9 +492,18 @@ impl Qp {
                 ..Out::default()
             };
             let mem = &*io.mem;
-            let t = transmit(io.tx, &o, n as usize, &dest, |buf| {
-                mem.read(pd, MemKey::Remote(r.rkey), r.va, buf, Access::RemoteRead)
-            });
+            let key = KeyPiece {
+                key: MemKey::Remote(r.rkey),
+                addr: r.va,
+                len: n as usize,
+                access: Access::RemoteRead,
+            };
+            let t = match transmit_gather(io.tx, mem, pd, &o, n as usize, &dest, &[key]) {
+                Some(t) => t,
+                None => transmit(io.tx, &o, n as usize, &dest, |buf| {
+                    mem.read(pd, MemKey::Remote(r.rkey), r.va, buf, Access::RemoteRead)
+                }),
+            };
             self.count_tx(&t);
             match t {
                 Tx::Full => return,
