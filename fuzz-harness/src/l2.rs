@@ -114,7 +114,7 @@ fn v6(input: &mut Input<'_>) -> Ipv6Addr {
 /// or IPv6 + ICMPv6 neighbour discovery, then damage.
 fn frame(input: &mut Input<'_>) -> Vec<u8> {
     let kind = input.u8();
-    if kind % 8 == 0 {
+    if kind.is_multiple_of(8) {
         let len = usize::from(input.u8());
         return input.bytes(len).to_vec();
     }
@@ -127,7 +127,7 @@ fn frame(input: &mut Input<'_>) -> Vec<u8> {
     let mut f = vec![0u8; 18 + 40 + 40];
     let (ethertype, body_len) = if kind % 2 == 1 {
         let repr = arp::Repr {
-            operation: if input.u8() % 2 == 0 {
+            operation: if input.u8().is_multiple_of(2) {
                 arp::Operation::Request
             } else {
                 arp::Operation::Reply
@@ -142,7 +142,7 @@ fn frame(input: &mut Input<'_>) -> Vec<u8> {
         (EtherType::ARP, arp::PACKET_LEN)
     } else {
         let (ip_src, ip_dst, target) = (v6(input), v6(input), v6(input));
-        let lladdr = (input.u8() % 3 != 0).then(|| mac(input));
+        let lladdr = (!input.u8().is_multiple_of(3)).then(|| mac(input));
         let flags = input.u8();
         let nd = if kind % 4 == 2 {
             NdRepr::Solicit { target, lladdr }
@@ -199,7 +199,7 @@ fn damage(input: &mut Input<'_>, f: &mut Vec<u8>, l3: usize) {
                 let at = usize::from(input.u16()) % f.len();
                 f[at] ^= input.u8().max(1);
             }
-            if input.u8() % 2 == 0 {
+            if input.u8().is_multiple_of(2) {
                 fix_checksum(f, l3);
             }
         }
@@ -279,7 +279,7 @@ pub fn run(data: &[u8]) -> End {
                 }
             }
             2 => {
-                if input.u8() % 2 == 0 {
+                if input.u8().is_multiple_of(2) {
                     let ip = pool(input.u8());
                     if n.remove_static(ip) {
                         pinned.remove(&ip);
