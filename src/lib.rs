@@ -77,7 +77,7 @@ pub use rnic_mlx5 as mlx5;
 pub use rnic_roce as roce;
 #[cfg(feature = "rxe")]
 pub use rnic_rxe as rxe;
-pub use spec::{DeviceSpec, Mlx5SpecOptions, Mlx5Target, RxeTarget, SpecError};
+pub use spec::{DeviceSpec, Mlx5SpecOptions, Mlx5Target, NeighbourMode, RxeTarget, SpecError};
 
 /// An error and its sources, `: `-separated, each thing said once: a
 /// source whose text the message already holds (a `thiserror` message that

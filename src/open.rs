@@ -164,18 +164,41 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         }
         return Ok(provider);
     }
+    use crate::spec::NeighbourMode;
+    let pci = matches!(target, Mlx5Target::Pci(_));
     let function: Arc<dyn PciFunction> = match target {
         Mlx5Target::VfioUser(path) => Arc::new(VfioUserFunction::connect(path).map_err(err)?),
         Mlx5Target::Pci(bdf) => Arc::new(VfioFunction::open(&bdf, u64::MAX).map_err(err)?),
     };
     let mut opts = HcaOptions::default();
-    opts.neighbours.host_kernel = options.host_neighbours;
+    opts.neighbours.host_kernel = options.neigh.map(|m| m == NeighbourMode::Host);
     opts.write_combining = !options.no_write_combining;
     let hca = Hca::bring_up(function, opts).map_err(err)?;
     for (ip, mac) in options.neighbours {
         hca.add_neighbour(ip, mac).map_err(err)?;
     }
     let provider = Mlx5Provider::new(hca).map_err(err)?;
+    if let Some(mtu) = options.mtu {
+        provider.hca().set_mtu(mtu).map_err(err)?;
+    }
+    if options.vlan.is_some() {
+        provider.hca().set_vlan(options.vlan).map_err(err)?;
+    }
+    // A real port (kernel VFIO) answers and resolves ARP/ND by default.
+    let arp = options
+        .neigh
+        .map_or(pci, |m| m == NeighbourMode::Arp);
+    if arp {
+        let port = rnic_mlx5::port::PortOptions {
+            vlan: options.vlan.map(|(vid, pcp)| rnic_roce::wire::VlanTag {
+                pcp,
+                dei: false,
+                vid,
+            }),
+            ..Default::default()
+        };
+        provider.open_port(port).map_err(err)?;
+    }
     if let Some(ip) = gid {
         provider.set_gid(0, ip).map_err(err)?;
     }

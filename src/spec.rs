@@ -19,7 +19,9 @@
 //!
 //! | option | meaning |
 //! |---|---|
-//! | `neigh=host` / `neigh=static` | peers' MACs may (or may not) come from the host kernel's neighbour table; default: `host` over vfio-user (the emulated wire is the host's stack), `static` on kernel VFIO |
+//! | `neigh=arp` / `neigh=host` / `neigh=static` | where peers' MACs come from besides static entries: the port's own ARP / IPv6 neighbour discovery on raw Ethernet queues (`arp`: the function also answers for its GIDs), the host kernel's neighbour table (`host`), or nowhere (`static`); default: `arp` on kernel VFIO (a real port), `host` over vfio-user (the emulated function's default wire is the host's stack; an emulator on an Ethernet link, `--wire`, wants `arp`) |
+//! | `vlan=<id>` / `vlan=<id>.<priority>` | the port's RoCE and ARP/ND traffic on this 802.1Q VLAN (id 1..=4094, priority 0..=7, default 0) |
+//! | `mtu=<bytes>` | the port's Ethernet MTU (set on the vport; QPs' path MTU capped to it) |
 //! | `nbr=<ip>/<mac>` | a static neighbour (repeatable) |
 //! | `wc=off` | never use a write-combining mapping: 8-byte doorbells only |
 
@@ -49,12 +51,37 @@ pub enum Mlx5Target {
     VfioUser(PathBuf),
 }
 
+/// Where an mlx5 function's peers' MACs come from (`neigh=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NeighbourMode {
+    /// The port's own ARP / neighbour discovery (`neigh=arp`).
+    Arp,
+    /// The host kernel's neighbour table (`neigh=host`).
+    Host,
+    /// Static entries only (`neigh=static`).
+    Static,
+}
+
+impl NeighbourMode {
+    fn name(self) -> &'static str {
+        match self {
+            NeighbourMode::Arp => "arp",
+            NeighbourMode::Host => "host",
+            NeighbourMode::Static => "static",
+        }
+    }
+}
+
 /// The `?` options of an mlx5 spec (module docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Mlx5SpecOptions {
-    /// `neigh=host` (`Some(true)`) / `neigh=static` (`Some(false)`); `None`:
-    /// the transport's default.
-    pub host_neighbours: Option<bool>,
+    /// `neigh=`; `None`: the transport's default (`arp` on kernel VFIO,
+    /// `host` over vfio-user).
+    pub neigh: Option<NeighbourMode>,
+    /// `vlan=<id>[.<priority>]`.
+    pub vlan: Option<(u16, u8)>,
+    /// `mtu=<bytes>`.
+    pub mtu: Option<u32>,
     /// `nbr=<ip>/<mac>` entries.
     pub neighbours: Vec<(IpAddr, [u8; 6])>,
     /// `wc=off`.
@@ -71,9 +98,32 @@ impl Mlx5SpecOptions {
         };
         for opt in text.split('&').filter(|o| !o.is_empty()) {
             match opt.split_once('=') {
-                Some(("neigh", "host")) => o.host_neighbours = Some(true),
-                Some(("neigh", "static")) => o.host_neighbours = Some(false),
-                Some(("neigh", _)) => return Err(bad(opt, "neigh is host or static")),
+                Some(("neigh", "arp")) => o.neigh = Some(NeighbourMode::Arp),
+                Some(("neigh", "host")) => o.neigh = Some(NeighbourMode::Host),
+                Some(("neigh", "static")) => o.neigh = Some(NeighbourMode::Static),
+                Some(("neigh", _)) => return Err(bad(opt, "neigh is arp, host or static")),
+                Some(("vlan", v)) => {
+                    let (id, prio) = v.split_once('.').unwrap_or((v, "0"));
+                    let id: u16 = id
+                        .parse()
+                        .ok()
+                        .filter(|i| (1..=4094).contains(i))
+                        .ok_or_else(|| bad(opt, "vlan's id is 1..=4094"))?;
+                    let prio: u8 = prio
+                        .parse()
+                        .ok()
+                        .filter(|p| *p <= 7)
+                        .ok_or_else(|| bad(opt, "vlan's priority (after '.') is 0..=7"))?;
+                    o.vlan = Some((id, prio));
+                }
+                Some(("mtu", v)) => {
+                    o.mtu = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|m| (576..=9978).contains(m))
+                            .ok_or_else(|| bad(opt, "mtu is 576..=9978 bytes"))?,
+                    );
+                }
                 Some(("nbr", v)) => {
                     let (ip, mac) = v
                         .split_once('/')
@@ -91,7 +141,7 @@ impl Mlx5SpecOptions {
                 _ => {
                     return Err(bad(
                         opt,
-                        "unknown option: use neigh=host|static, nbr=<ip>/<mac>, wc=on|off",
+                        "unknown option: use neigh=arp|host|static, nbr=<ip>/<mac>, vlan=<id>[.<prio>], mtu=<bytes>, wc=on|off",
                     ));
                 }
             }
@@ -107,14 +157,20 @@ impl Mlx5SpecOptions {
 impl fmt::Display for Mlx5SpecOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
-        if let Some(h) = self.host_neighbours {
-            parts.push(format!("neigh={}", if h { "host" } else { "static" }));
+        if let Some(n) = self.neigh {
+            parts.push(format!("neigh={}", n.name()));
         }
         for (ip, m) in &self.neighbours {
             parts.push(format!(
                 "nbr={ip}/{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
                 m[0], m[1], m[2], m[3], m[4], m[5]
             ));
+        }
+        if let Some((id, prio)) = self.vlan {
+            parts.push(format!("vlan={id}.{prio}"));
+        }
+        if let Some(m) = self.mtu {
+            parts.push(format!("mtu={m}"));
         }
         if self.no_write_combining {
             parts.push("wc=off".into());
@@ -378,7 +434,7 @@ mod tests {
             panic!("an mlx5 spec");
         };
         assert_eq!(addr, Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
-        assert_eq!(options.host_neighbours, Some(false));
+        assert_eq!(options.neigh, Some(NeighbourMode::Static));
         assert_eq!(
             options.neighbours,
             vec![("10.0.0.2".parse().expect("parses"), [2, 0, 0x0a, 0, 0, 2])]
@@ -388,8 +444,23 @@ mod tests {
             spec.parse::<DeviceSpec>().expect("parses").to_string(),
             "mlx5:vfio-user:/tmp/a.sock@10.0.0.1?neigh=static&nbr=10.0.0.2/02:00:0a:00:00:02&wc=off"
         );
+        let spec = "mlx5:0000:3b:00.1@fd00::1?neigh=arp&vlan=42.5&mtu=9000";
+        let DeviceSpec::Mlx5 { options, .. } = spec.parse::<DeviceSpec>().expect("parses") else {
+            panic!("an mlx5 spec");
+        };
+        assert_eq!(
+            (options.neigh, options.vlan, options.mtu),
+            (Some(NeighbourMode::Arp), Some((42, 5)), Some(9000))
+        );
+        assert_eq!(
+            spec.parse::<DeviceSpec>().expect("parses").to_string(),
+            spec
+        );
         for (bad, says) in [
-            ("mlx5:0000:3b:00.1?neigh=arp", "host or static"),
+            ("mlx5:0000:3b:00.1?neigh=rarp", "arp, host or static"),
+            ("mlx5:0000:3b:00.1?vlan=4095", "1..=4094"),
+            ("mlx5:0000:3b:00.1?vlan=10.8", "0..=7"),
+            ("mlx5:0000:3b:00.1?mtu=100", "576..=9978"),
             ("mlx5:0000:3b:00.1?nbr=10.0.0.2", "<ip>/<mac>"),
             ("mlx5:0000:3b:00.1?nbr=10.0.0.2/02:00", "six hex bytes"),
             ("mlx5:0000:3b:00.1?nbr=x/02:00:00:00:00:01", "not an IP"),

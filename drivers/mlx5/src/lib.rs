@@ -169,6 +169,7 @@
 mod error;
 pub mod firmware;
 pub mod function;
+pub mod port;
 pub mod provider;
 pub mod rdma;
 mod sys;

@@ -67,13 +67,14 @@ use std::time::Duration;
 use rnic_core::{
     AccessFlags, AddressVector, AtomicCap, AvError, Context, CqOps, DeviceAttr, DeviceError,
     DeviceErrorKind, DeviceMemory, DmaDomain, Gid, GidEntry, GidType, InitParams, LinkLayer,
-    Memory, MrInfo, Mtu, Outstanding, PortAttr, PortState, PostError, Provider, QpAttr, QpAttrMask,
+    Memory, MrInfo, Outstanding, PortAttr, PortState, PostError, Provider, QpAttr, QpAttrMask,
     QpInfo, QpInitAttr, QpOps, QpState, QpType, RecvWr, RtrParams, RtsParams, SendWr, VerbsError,
     WorkCompletion,
 };
 use rnic_mlx5_prm::QpState as PrmQpState;
 use tracing::{debug, warn};
 
+use crate::rdma::qp::path_mtu_for;
 use crate::rdma::wqe::{
     DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure,
 };
@@ -106,6 +107,9 @@ type GidTable = Arc<Mutex<BTreeMap<u16, Gid>>>;
 
 /// An mlx5 function as an `rnic_core` driver.
 pub struct Mlx5Provider {
+    /// The port's L2 ([`Mlx5Provider::open_port`]); first, so that it goes
+    /// before the function.
+    port: std::sync::OnceLock<crate::port::Port>,
     hca: Arc<Hca>,
     gids: GidTable,
     /// Buffers handed out by [`Mlx5Provider::alloc_dma`], by host address:
@@ -130,10 +134,32 @@ impl Mlx5Provider {
             hca.enable_events()?;
         }
         Ok(Arc::new(Mlx5Provider {
+            port: std::sync::OnceLock::new(),
             hca: Arc::new(hca),
             gids: Arc::default(),
             buffers: Mutex::default(),
         }))
+    }
+
+    /// Run the port's own L2 (ARP / neighbour discovery on raw Ethernet
+    /// queues, `crate::port`): peers' MACs resolved by it from now on, the
+    /// function's GIDs answered for. Once per provider; a second call is
+    /// refused.
+    pub fn open_port(&self, options: crate::port::PortOptions) -> Result<(), Mlx5Error> {
+        if self.port.get().is_some() {
+            return Err(Mlx5Error::QpOptions {
+                reason: "the port's L2 already runs".into(),
+            });
+        }
+        let port = crate::port::Port::open(&self.hca, options)?;
+        self.port.set(port).map_err(|_| Mlx5Error::QpOptions {
+            reason: "the port's L2 already runs".into(),
+        })
+    }
+
+    /// The port's L2, if [`Mlx5Provider::open_port`] started it.
+    pub fn port(&self) -> Option<&crate::port::Port> {
+        self.port.get()
     }
 
     /// The function.
@@ -188,23 +214,6 @@ impl Mlx5Provider {
         let buf = lock(&self.buffers).get(&memory.addr())?.upgrade()?;
         std::ptr::addr_eq(Arc::as_ptr(&buf), Arc::as_ptr(memory)).then_some(buf)
     }
-}
-
-/// Bytes of headers a RoCE v2 packet adds to its payload on the wire, as
-/// counted against the Ethernet MTU: IPv6 40 (the larger IP header), UDP 8,
-/// BTH 12, the largest extended headers 32 (RETH 16 + IMMDT 4 + … within),
-/// ICRC 4 — 96, the margin the emulated function checks too (docs/mlx5.md
-/// §12).
-const ROCE_HEADROOM: u32 = 96;
-
-/// The largest path MTU whose packets fit a vport MTU of `vport_mtu` bytes
-/// (256 when even that does not: the smallest size a QP can name).
-fn path_mtu_for(vport_mtu: u32) -> Mtu {
-    Mtu::ALL
-        .into_iter()
-        .rev()
-        .find(|m| m.bytes() + ROCE_HEADROOM <= vport_mtu)
-        .unwrap_or(Mtu::Mtu256)
 }
 
 /// A driver failure as core's allocation-free device error (the full
@@ -1024,6 +1033,7 @@ impl Provider for Mlx5Provider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_core::Mtu;
 
     #[test]
     fn av_checks_index_and_family() {

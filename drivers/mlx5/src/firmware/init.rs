@@ -654,7 +654,9 @@ impl Hca {
         }
     }
 
-    fn query_cap(&self, cap: u32, current: bool) -> Result<Vec<u8>, Mlx5Error> {
+    /// QUERY_HCA_CAP of capability page `cap` (current or maximum values):
+    /// the command's whole output.
+    pub fn query_cap(&self, cap: u32, current: bool) -> Result<Vec<u8>, Mlx5Error> {
         let op_mod = (cap << 1)
             | if current {
                 HCA_CAP_OPMOD_CURRENT

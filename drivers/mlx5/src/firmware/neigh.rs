@@ -63,6 +63,20 @@ impl Default for NeighbourOptions {
     }
 }
 
+/// Resolution on the port's own L2: ARP and IPv6 neighbour discovery over
+/// the function's raw Ethernet queues (`crate::port`). The port registers
+/// itself with [`Hca::set_resolver`]; the firmware layer knows it only
+/// through this trait.
+pub trait Resolver: Send + Sync {
+    /// The MAC of `ip` within `timeout`, or why not (no answer after the
+    /// retries, no own address of its family, …).
+    fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], String>;
+
+    /// `ip` became (`Some(mac)`) or stopped being (`None`) one of the
+    /// function's own addresses: answer for it, announce it.
+    fn own_address(&self, ip: IpAddr, mac: Option<[u8; 6]>);
+}
+
 /// Where a neighbour's MAC came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NeighbourSource {
@@ -70,6 +84,8 @@ pub enum NeighbourSource {
     Static,
     /// The host kernel's neighbour table (or its route: a local address).
     HostKernel,
+    /// The port's own ARP / neighbour discovery ([`Resolver`]).
+    Port,
 }
 
 impl fmt::Display for NeighbourSource {
@@ -77,6 +93,7 @@ impl fmt::Display for NeighbourSource {
         f.write_str(match self {
             NeighbourSource::Static => "static",
             NeighbourSource::HostKernel => "host kernel",
+            NeighbourSource::Port => "ARP/ND",
         })
     }
 }
@@ -100,6 +117,8 @@ pub(crate) struct Neighbours {
     host_kernel: bool,
     timeout: Duration,
     entries: std::sync::Mutex<BTreeMap<IpAddr, Entry>>,
+    /// The port's ARP / ND, once it runs.
+    resolver: std::sync::Mutex<Option<std::sync::Weak<dyn Resolver>>>,
 }
 
 /// A cached MAC, where it came from, and when.
@@ -132,6 +151,7 @@ impl Neighbours {
             host_kernel: options.host_kernel.unwrap_or(transport_default),
             timeout: options.timeout,
             entries: Default::default(),
+            resolver: std::sync::Mutex::new(None),
         }
     }
 
@@ -142,6 +162,25 @@ impl Neighbours {
 }
 
 impl Hca {
+    /// Resolve peers on the port's own L2 through `resolver` from now on
+    /// (before the host kernel's table), and tell it the function's own
+    /// addresses — those set so far and each one [`Hca::set_gid`] sets.
+    pub fn set_resolver(&self, resolver: std::sync::Weak<dyn Resolver>) {
+        if let Some(r) = resolver.upgrade()
+            && let Some(mac) = self.mac()
+        {
+            for ip in self.own_ips() {
+                r.own_address(ip, Some(mac));
+            }
+        }
+        *lock(&self.neighbours.resolver) = Some(resolver);
+    }
+
+    /// The port's resolver, if one runs.
+    pub(crate) fn resolver(&self) -> Option<std::sync::Arc<dyn Resolver>> {
+        lock(&self.neighbours.resolver).as_ref()?.upgrade()
+    }
+
     /// Whether peers' MACs may come from the host kernel's neighbour table.
     pub fn host_neighbours(&self) -> bool {
         self.neighbours.host_kernel()
@@ -204,6 +243,13 @@ impl Hca {
             return Ok(mac);
         }
         if let Some(mac) = link_local_mac(gid) {
+            return Ok(mac);
+        }
+        if let Some(r) = self.resolver() {
+            let mac = r
+                .resolve(ip, self.neighbours.timeout)
+                .map_err(|why| Mlx5Error::NoNeighbour { ip, why })?;
+            debug!(%ip, mac = %mac_text(&mac), "neighbour resolved by ARP/ND");
             return Ok(mac);
         }
         if !self.neighbours.host_kernel {

@@ -82,12 +82,89 @@ pub(crate) struct RoceState {
     gids: BTreeMap<u16, Gid>,
     /// The MPFS L2 table entry holding the function's MAC, when written.
     mpfs: Option<u32>,
+    /// The port's 802.1Q VLAN id and priority ([`Hca::set_vlan`]).
+    vlan: Option<(u16, u8)>,
 }
 
 impl Hca {
     /// Whether `gid` is one of the function's own (set with [`Hca::set_gid`]).
     pub fn owns_gid(&self, gid: &Gid) -> bool {
         lock(&self.roce).gids.values().any(|g| g == gid)
+    }
+
+    /// Whether `gid` is set at an index other than `index`.
+    fn owns_gid_other(&self, gid: &Gid, index: u16) -> bool {
+        lock(&self.roce)
+            .gids
+            .iter()
+            .any(|(i, g)| *i != index && g == gid)
+    }
+
+    /// Put the port's RoCE traffic on 802.1Q VLAN `vid` with priority `pcp`
+    /// (`None`: untagged): every GID is programmed again with the VLAN
+    /// (SET_ROCE_ADDRESS `vlan_valid`/`vlan_id`, as the kernel does for a
+    /// GID of a VLAN netdev) and QPs connected from now on send with the
+    /// priority (`ads.eth_prio`). The port's ARP/ND takes its tag from
+    /// `PortOptions::vlan`.
+    pub fn set_vlan(&self, vlan: Option<(u16, u8)>) -> Result<(), Mlx5Error> {
+        if let Some((vid, pcp)) = vlan
+            && (!(1..=4094).contains(&vid) || pcp > 7)
+        {
+            return Err(Mlx5Error::QpOptions {
+                reason: format!(
+                    "VLAN {vid} priority {pcp}: the id is 1..=4094 and the priority 0..=7"
+                ),
+            });
+        }
+        let (gids, mac) = {
+            let mut r = lock(&self.roce);
+            r.vlan = vlan;
+            (r.gids.clone(), r.mac)
+        };
+        if let Some(mac) = mac {
+            for (index, gid) in gids {
+                self.set_roce_address(index, &gid, mac)?;
+            }
+        }
+        info!(?vlan, "port VLAN");
+        Ok(())
+    }
+
+    /// The port's VLAN id and priority, if it has one.
+    pub fn vlan(&self) -> Option<(u16, u8)> {
+        lock(&self.roce).vlan
+    }
+
+    /// Set the vport's MTU (`nic_vport_context.mtu` through
+    /// MODIFY_NIC_VPORT_CONTEXT, the unit [`Hca::vport_mtu`] reads); QPs
+    /// connected from then on have their path MTU capped to fit it.
+    pub fn set_mtu(&self, mtu: u32) -> Result<(), Mlx5Error> {
+        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES];
+        ModifyNicVportContextIn::new_checked(&mut buf[..])
+            .and_then(|mut v| {
+                v.field_select_mut().set_mtu(1)?;
+                v.nic_vport_context_mut().set_mtu(mtu)
+            })
+            .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
+        self.exec(
+            CmdOpcode::ModifyNicVportContext,
+            0,
+            &buf,
+            ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        info!(mtu, "vport MTU");
+        Ok(())
+    }
+
+    /// The IP addresses of the function's GIDs.
+    pub fn own_ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = lock(&self.roce)
+            .gids
+            .values()
+            .map(crate::firmware::neigh::gid_ip)
+            .collect();
+        ips.dedup();
+        ips
     }
 
     /// Entries of the port's GID table: the RoCE cap's
@@ -200,6 +277,7 @@ impl Hca {
     }
 
     fn set_roce_address(&self, index: u16, gid: &Gid, mac: [u8; 6]) -> Result<(), Mlx5Error> {
+        let vlan = lock(&self.roce).vlan;
         let mut buf = vec![0u8; SetRoceAddressIn::<&[u8]>::SIZE_BYTES];
         {
             let mut v =
@@ -223,6 +301,10 @@ impl Hca {
                         ROCE_L3_TYPE_IPV6
                     };
                     a.set_roce_l3_type(l3)?;
+                    if let Some((vid, _)) = vlan {
+                        a.set_vlan_valid(1)?;
+                        a.set_vlan_id(vid.into())?;
+                    }
                     a.set_roce_version(ROCE_VERSION_2)
                 })()
                 .map_err(prm("SET_ROCE_ADDRESS"))?;
@@ -271,8 +353,14 @@ impl Hca {
         }
         let gid = Gid::from_ip(ip);
         self.set_roce_address(index, &gid, mac)?;
-        lock(&self.roce).gids.insert(index, gid);
+        let old = lock(&self.roce).gids.insert(index, gid);
         info!(index, %ip, mac = ?mac, "SET_ROCE_ADDRESS");
+        if let Some(r) = self.resolver() {
+            if let Some(old) = old.filter(|o| *o != gid && !self.owns_gid_other(o, index)) {
+                r.own_address(crate::firmware::neigh::gid_ip(&old), None);
+            }
+            r.own_address(ip, Some(mac));
+        }
         Ok(gid)
     }
 

@@ -1022,6 +1022,19 @@ impl CqRing {
         n
     }
 
+    /// The next valid CQE's 64 bytes (memory order), consumed — for queues
+    /// that are not RDMA QPs (the port's raw Ethernet SQ and RQ), whose
+    /// completions the caller decodes itself.
+    pub(crate) fn take_raw(&mut self) -> Option<[u8; 64]> {
+        let (cqe, _) = next_cqe(&self.cqes, self.log_size)?;
+        let mut out = [0u8; 64];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(cqe.iter()) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        self.advance();
+        Some(out)
+    }
+
     /// [`Cq::poll_send`] on the ring (no fatal flushes): requester CQEs
     /// only; a responder CQE stops it unconsumed.
     #[inline(always)]
@@ -1158,6 +1171,12 @@ impl CqRing {
 }
 
 impl Cq {
+    /// The next CQE, raw and consumed: for a CQ that serves the port's raw
+    /// Ethernet queues (no RDMA QP attached), whose CQEs the port decodes.
+    pub fn poll_raw(&mut self) -> Option<[u8; 64]> {
+        self.ring.take_raw()
+    }
+
     /// Request a completion event for the next completion (or the next
     /// solicited one): the record's `arm` word, then the UAR CQ doorbell
     /// (§8: `(arm_sn & 3) << 28 | cmd | ci`, low dword `cqn`).
@@ -1172,6 +1191,22 @@ impl Cq {
         // The UAR page may be write-combining (`Hca::uar_wc`): flush.
         rnic_dma::barrier::wc_flush();
         Ok(())
+    }
+
+    /// The completion events delivered since the last call (or wait),
+    /// without waiting: the eventfd reset, the arm sequence number moved on
+    /// by them (each event ends an arm: the next [`Cq::arm`] is a new one,
+    /// mlx5.md §8). For a caller that sleeps on [`Cq::event_fd`] itself.
+    pub fn take_events(&mut self) -> u32 {
+        if let Some(fd) = &self.core.notify.fd {
+            let _ = crate::sys::eventfd_take(fd);
+        }
+        let now = self.core.notify.events.load(Ordering::Acquire);
+        let new = now.wrapping_sub(self.seen_events);
+        self.seen_events = now;
+        self.ring.arm_sn = self.ring.arm_sn.wrapping_add(new);
+        self.ring.counters.events += u64::from(new);
+        new
     }
 
     /// Wait up to `timeout` for a completion event of this CQ (after

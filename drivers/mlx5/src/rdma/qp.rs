@@ -189,6 +189,23 @@ fn ceil_log2(v: u32) -> u32 {
     v.max(1).next_power_of_two().trailing_zeros()
 }
 
+/// Bytes of headers a RoCE v2 packet adds to its payload on the wire, as
+/// counted against the Ethernet MTU: IPv6 40 (the larger IP header), UDP 8,
+/// BTH 12, the largest extended headers 32 (RETH 16 + IMMDT 4 + … within),
+/// ICRC 4 — 96, the margin the emulated function checks too (docs/mlx5.md
+/// §12).
+pub const ROCE_HEADROOM: u32 = 96;
+
+/// The largest path MTU whose packets fit a vport MTU of `vport_mtu` bytes
+/// (256 when even that does not: the smallest size a QP can name).
+pub fn path_mtu_for(vport_mtu: u32) -> rnic_core::Mtu {
+    rnic_core::Mtu::ALL
+        .into_iter()
+        .rev()
+        .find(|m| m.bytes() + ROCE_HEADROOM <= vport_mtu)
+        .unwrap_or(rnic_core::Mtu::Mtu256)
+}
+
 macro_rules! modify_qp {
     ($self:ident, $In:ident, $Out:ident, $op:expr, $what:literal, |$q:ident| $fill:block) => {{
         let mut buf = vec![0u8; $In::<&[u8]>::SIZE_BYTES];
@@ -606,6 +623,14 @@ impl Qp {
             .unwrap_or_else(|| default_udp_sport(self.wq.qpn, dest_qpn.get()));
         let caps = self.hca.general_caps()?;
         let log_msg_max = caps.log_max_msg();
+        // The path MTU fits the port's (a larger one is capped, as the
+        // port's active MTU caps it for verbs users).
+        let path_mtu = if ud {
+            p.path_mtu
+        } else {
+            p.path_mtu.min(path_mtu_for(self.hca.vport_mtu()?))
+        };
+        let eth_prio = self.hca.vlan().map_or(0, |(_, pcp)| u32::from(pcp));
         // Clamped to what the function can hold (K ib/qp.c:4443; audit
         // row 63): asking for more is refused by the firmware.
         let log_rra_cap = caps.log_max_ra_res_qp();
@@ -619,7 +644,7 @@ impl Qp {
                 if ud {
                     return Ok(());
                 }
-                q.set_mtu(p.path_mtu.to_enum().into())?;
+                q.set_mtu(path_mtu.to_enum().into())?;
                 q.set_log_msg_max(log_msg_max)?;
                 q.set_remote_qpn(dest_qpn.get())?;
                 q.set_next_rcv_psn(rq_psn.get())?;
@@ -638,6 +663,7 @@ impl Qp {
                 a.set_tclass(p.traffic_class.into())?;
                 a.set_dscp(u32::from(p.traffic_class >> 2))?;
                 a.set_udp_sport(sport.into())?;
+                a.set_eth_prio(eth_prio)?;
                 Ok(())
             }
         )?;
