@@ -373,7 +373,7 @@ fn req_cqe(pos: u32, log: u32, qpn: u32, counter: u16) -> [u8; 64] {
 #[test]
 fn the_sole_qp_rig_completes_writes_through_poll_send_as_the_two_qp_rig_does() {
     use rnic_core::{WcOpcode, WcStatus};
-    use rnic_mlx5::fuzzing::{CqRig, OTHER_QPN, QPN};
+    use rnic_mlx5::rdma::fuzzing::{CqRig, OTHER_QPN, QPN};
     let run = |mut rig: CqRig| {
         let mut got = Vec::new();
         for i in 0..5u32 {
