@@ -27,7 +27,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rnic_roce::neigh::{Config, Counters, Instant, Neighbour, Neighbours, Resolution, State};
 use rnic_roce::wire::icmpv6::{self, AdvertFlags, Message, NdRepr};
-use rnic_roce::wire::ip::PROTOCOL_ICMPV6;
 use rnic_roce::wire::{
     EtherType, EthernetAddress, EthernetPacket, EthernetRepr, Ipv6Packet, Ipv6Repr, VlanTag, arp,
 };
@@ -160,13 +159,8 @@ fn frame(input: &mut Input<'_>) -> Vec<u8> {
         let hop_limit = if flags & 0x80 != 0 { input.u8() } else { 255 };
         let at = if vlan.is_some() { 18 } else { 14 };
         let ip = Ipv6Repr {
-            src_addr: ip_src,
-            dst_addr: ip_dst,
-            traffic_class: 0,
-            flow_label: 0,
-            next_header: PROTOCOL_ICMPV6,
             hop_limit,
-            payload_len: nd.buffer_len(),
+            ..icmpv6::nd_ipv6_header(ip_src, ip_dst, nd.buffer_len())
         };
         ip.emit(&mut f[at..]).expect("room for IPv6");
         let n = nd

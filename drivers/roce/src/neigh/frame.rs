@@ -107,16 +107,7 @@ pub(super) fn nd(
     nd: &NdRepr,
 ) -> Result<Frame, Error> {
     build(dst, src, vlan, EtherType::IPV6, |b| {
-        let ip = Ipv6Repr {
-            src_addr: ip_src,
-            dst_addr: ip_dst,
-            traffic_class: 0,
-            flow_label: 0,
-            next_header: PROTOCOL_ICMPV6,
-            hop_limit: icmpv6::ND_HOP_LIMIT,
-            payload_len: nd.buffer_len(),
-        };
-        ip.emit(b)?;
+        icmpv6::nd_ipv6_header(ip_src, ip_dst, nd.buffer_len()).emit(b)?;
         let msg = b.get_mut(40..).unwrap_or(&mut []);
         let n = nd.emit(ip_src, ip_dst, msg)?;
         Ok(40 + n)

@@ -620,7 +620,8 @@ impl Neighbours {
     /// Answer for `ip` with `mac` from now on (a GID was set), and announce
     /// it: a gratuitous ARP or an unsolicited advertisement now, and
     /// [`Config::announcements`] in all `retrans_time` apart. A cache entry
-    /// for `ip` is dropped (the address is ours now). Adding an address
+    /// for `ip` is dropped (the address is ours now; a resolution of it in
+    /// progress completes with [`Event::Resolved`]). Adding an address
     /// again (another MAC, say) replaces it and announces again.
     pub fn add_own(&mut self, now: Instant, ip: IpAddr, mac: EthernetAddress) -> Result<(), Error> {
         if !is_station_ip(ip) {
@@ -634,7 +635,14 @@ impl Neighbours {
                 capacity: self.config.max_own,
             });
         }
-        self.cache.remove(&ip);
+        // The address is ours now: resolving it gives the own MAC, so a
+        // resolution in progress completes.
+        if let Some(e) = self.cache.remove(&ip)
+            && e.state == State::Incomplete
+        {
+            self.counters.resolved += 1;
+            self.push_event(Event::Resolved { ip, mac });
+        }
         let left = self.config.announcements;
         self.own.insert(
             ip,
@@ -681,7 +689,7 @@ impl Neighbours {
         let was_incomplete = match self.cache.get(&ip) {
             Some(e) => e.state == State::Incomplete,
             None => {
-                self.make_room()?;
+                self.make_room(now)?;
                 false
             }
         };
@@ -804,7 +812,7 @@ impl Neighbours {
             });
         }
         if !self.cache.contains_key(&ip) {
-            self.make_room()?;
+            self.make_room(now)?;
         }
         let retrans = self.config.retrans_time;
         let tries = self.config.mcast_solicit;
@@ -831,7 +839,7 @@ impl Neighbours {
     /// Evict one learned entry if the cache is full: failed first, then
     /// stale, then the rest, least recently used first; never static or
     /// incomplete entries.
-    fn make_room(&mut self) -> Result<(), Error> {
+    fn make_room(&mut self, now: Instant) -> Result<(), Error> {
         if self.cache.len() < self.config.max_entries {
             return Ok(());
         }
@@ -840,7 +848,7 @@ impl Neighbours {
             .iter()
             .filter(|(_, e)| !matches!(e.state, State::Static | State::Incomplete))
             .min_by_key(|(_, e)| {
-                let rank = match e.state_at(e.used) {
+                let rank = match e.state_at(now) {
                     State::Failed => 0,
                     State::Stale => 1,
                     _ => 2,

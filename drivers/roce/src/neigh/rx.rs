@@ -139,20 +139,18 @@ impl Neighbours {
                 if self.own.contains_key(&from) {
                     return self.conflict(now, from, lladdr.unwrap_or(src));
                 }
-                let learned = match lladdr {
-                    Some(mac) if !ip.src_addr.is_unspecified() => {
-                        self.apply(now, from, Some(mac), HINTS)
-                    }
-                    _ => None,
-                };
+                // RFC 4861 §7.2.3: only a solicitation for an own address,
+                // sent to its solicited-node or unicast address, is
+                // processed; any other is discarded, sender info included.
                 let to_target = ip.dst_addr == icmpv6::solicited_node(nd.target())
                     || ip.dst_addr == nd.target();
-                match self.own_mac(target) {
-                    Some(mac) if to_target => {
-                        self.answer_solicitation(now, src, ip, nd.target(), lladdr, mac)
-                    }
-                    _ => learned.unwrap_or(Outcome::Ignored(Ignored::NotForUs)),
+                let Some(mac) = self.own_mac(target).filter(|_| to_target) else {
+                    return Outcome::Ignored(Ignored::NotForUs);
+                };
+                if let Some(sll) = lladdr.filter(|_| !ip.src_addr.is_unspecified()) {
+                    self.apply(now, from, Some(sll), HINTS);
                 }
+                self.answer_solicitation(now, src, ip, nd.target(), lladdr, mac)
             }
             NdRepr::Advert { flags, lladdr, .. } => {
                 if self.own.contains_key(&target) {

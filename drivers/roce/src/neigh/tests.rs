@@ -951,3 +951,45 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn solicitations_for_other_targets_teach_nothing() {
+    let mut n = engine();
+    n.resolve(ms(0), v6("fe80::2")).expect("resolve");
+    drain(&mut n);
+    // RFC 4861 §7.2.3: a solicitation for someone else is discarded, its
+    // source link-layer address with it (RFC 826's merge is ARP's only).
+    let ns = NdRepr::Solicit {
+        target: "fe80::3".parse().expect("addr"),
+        lladdr: Some(PEER_MAC),
+    };
+    let group = EthernetAddress([0x33, 0x33, 0xff, 0, 0, 3]);
+    let f = nd_in((group, PEER_MAC), "fe80::2", "ff02::1:ff00:3", &ns);
+    assert_eq!(n.on_frame(ms(1), &f), Outcome::Ignored(Ignored::NotForUs));
+    assert_eq!(
+        n.lookup(ms(1), v6("fe80::2")).map(|e| e.state),
+        Some(State::Incomplete)
+    );
+    // An ARP request from a tracked sender for someone else is merged.
+    n.resolve(ms(0), v4(2)).expect("resolve");
+    let f = arp_in(EthernetAddress::BROADCAST, &request(PEER_MAC, 2, 3));
+    assert!(matches!(n.on_frame(ms(2), &f), Outcome::Learned { .. }));
+    assert_eq!(n.lookup(ms(2), v4(2)).map(|e| e.state), Some(State::Stale));
+}
+
+#[test]
+fn an_address_being_resolved_that_becomes_own_completes() {
+    let mut n = engine();
+    n.resolve(ms(0), v4(7)).expect("resolve");
+    events(&mut n);
+    n.add_own(ms(1), v4(7), OTHER_MAC).expect("own");
+    assert_eq!(
+        events(&mut n),
+        vec![Event::Resolved {
+            ip: v4(7),
+            mac: OTHER_MAC
+        }]
+    );
+    assert_eq!(n.resolve(ms(2), v4(7)), Ok(Resolution::Known(OTHER_MAC)));
+    assert!(n.lookup(ms(2), v4(7)).is_none());
+}

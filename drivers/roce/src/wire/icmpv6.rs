@@ -91,6 +91,21 @@ pub const fn solicited_node(addr: Ipv6Addr) -> Ipv6Addr {
     )
 }
 
+/// The IPv6 header of a neighbour discovery message of `len` bytes from
+/// `src` to `dst`: next header 58, hop limit 255, traffic class and flow
+/// label 0.
+pub const fn nd_ipv6_header(src: Ipv6Addr, dst: Ipv6Addr, len: usize) -> Ipv6Repr {
+    Ipv6Repr {
+        src_addr: src,
+        dst_addr: dst,
+        traffic_class: 0,
+        flow_label: 0,
+        next_header: PROTOCOL_ICMPV6,
+        hop_limit: ND_HOP_LIMIT,
+        payload_len: len,
+    }
+}
+
 /// Whether `addr` is a solicited-node multicast address (ff02::1:ffXX:XXXX).
 pub fn is_solicited_node(addr: Ipv6Addr) -> bool {
     let o = addr.octets();

@@ -30,15 +30,7 @@ const DAD: [u8; 24] = [
 ];
 
 fn ip(src: &str, dst: &str, len: usize) -> Ipv6Repr {
-    Ipv6Repr {
-        src_addr: ip6(src),
-        dst_addr: ip6(dst),
-        traffic_class: 0,
-        flow_label: 0,
-        next_header: PROTOCOL_ICMPV6,
-        hop_limit: ND_HOP_LIMIT,
-        payload_len: len,
-    }
+    nd_ipv6_header(ip6(src), ip6(dst), len)
 }
 
 fn parse(ip: &Ipv6Repr, b: &[u8]) -> Result<Message> {
@@ -291,8 +283,7 @@ proptest! {
         };
         let mut buf = [0u8; 32];
         let n = repr.emit(src, dst, &mut buf).expect("emit");
-        let hdr = Ipv6Repr { src_addr: src, dst_addr: dst, traffic_class: 0, flow_label: 0,
-                             next_header: PROTOCOL_ICMPV6, hop_limit: 255, payload_len: n };
+        let hdr = nd_ipv6_header(src, dst, n);
         prop_assert_eq!(parse(&hdr, &buf[..n]), Ok(Message::Nd(repr)));
     }
 
@@ -300,8 +291,7 @@ proptest! {
     fn arbitrary_messages_never_panic(data in proptest::collection::vec(any::<u8>(), 0..80), src in any::<[u8; 16]>(),
                                       fix in any::<bool>(), hop in prop_oneof![Just(255u8), any::<u8>()]) {
         let mut data = data;
-        let hdr = Ipv6Repr { src_addr: src.into(), dst_addr: ip6("ff02::1:ff00:2"), traffic_class: 0, flow_label: 0,
-                             next_header: PROTOCOL_ICMPV6, hop_limit: hop, payload_len: data.len() };
+        let hdr = Ipv6Repr { hop_limit: hop, ..nd_ipv6_header(src.into(), ip6("ff02::1:ff00:2"), data.len()) };
         if fix && data.len() >= 4 {
             Packet::new_unchecked(&mut data[..]).fill_checksum(hdr.src_addr, hdr.dst_addr);
         }
