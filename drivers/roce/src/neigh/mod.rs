@@ -16,7 +16,7 @@
 //! | input | output |
 //! |---|---|
 //! | [`Neighbours::on_frame`] for every received frame | an [`Outcome`] (answered, learned, or why not — every frame is counted by cause in [`Counters`]) |
-//! | [`Neighbours::resolve`] when a QP or address handle needs a peer's MAC | a [`Resolution`]: [`Known`](Resolution::Known), [`Pending`](Resolution::Pending) until a deadline, or [`Failed`](Resolution::Failed) naming the address and the tries |
+//! | [`Neighbours::resolve`] (or [`resolve_from`](Neighbours::resolve_from) a QP's source GID) when a QP or address handle needs a peer's MAC | a [`Resolution`]: [`Known`](Resolution::Known), [`Pending`](Resolution::Pending) until a deadline, or [`Failed`](Resolution::Failed) naming the address and the tries |
 //! | [`Neighbours::poll`] at [`Neighbours::next_deadline`] | retransmissions, probes, announcements; failures |
 //! | [`Neighbours::add_own`] / [`remove_own`](Neighbours::remove_own) when a GID is set or cleared | a gratuitous ARP / unsolicited advertisement |
 //! | [`Neighbours::set_static`] / [`remove_static`](Neighbours::remove_static) for networks without ARP | |
