@@ -16,7 +16,7 @@
 //! | input | output |
 //! |---|---|
 //! | [`Neighbours::on_frame`] for every received frame | an [`Outcome`] (answered, learned, or why not — every frame is counted by cause in [`Counters`]) |
-//! | [`Neighbours::resolve`] when a QP or address handle needs a peer's MAC | a [`Resolution`]: [`Known`](Resolution::Known), [`Pending`](Resolution::Pending) until a deadline, or [`Failed`](Resolution::Failed) naming the address and the tries |
+//! | [`Neighbours::resolve`] (or [`resolve_from`](Neighbours::resolve_from) a QP's source GID) when a QP or address handle needs a peer's MAC | a [`Resolution`]: [`Known`](Resolution::Known), [`Pending`](Resolution::Pending) until a deadline, or [`Failed`](Resolution::Failed) naming the address and the tries |
 //! | [`Neighbours::poll`] at [`Neighbours::next_deadline`] | retransmissions, probes, announcements; failures |
 //! | [`Neighbours::add_own`] / [`remove_own`](Neighbours::remove_own) when a GID is set or cleared | a gratuitous ARP / unsolicited advertisement |
 //! | [`Neighbours::set_static`] / [`remove_static`](Neighbours::remove_static) for networks without ARP | |
@@ -466,6 +466,20 @@ pub enum Error {
         /// 4 or 6.
         family: u8,
     },
+    /// `resolve_from` with a source that is not an own address.
+    #[error("{from} is not an own address: add it with add_own, or resolve without a source")]
+    NotOwnSource {
+        /// The address given as the source.
+        from: IpAddr,
+    },
+    /// `resolve_from` with a source of the other IP family.
+    #[error("cannot solicit {ip} from {from}: give an own address of the same IP family")]
+    SourceFamily {
+        /// The address to resolve.
+        ip: IpAddr,
+        /// The address given as the source.
+        from: IpAddr,
+    },
     /// Every entry is static or being resolved.
     #[error(
         "neighbour cache full ({capacity} entries, none evictable): remove static entries or raise Config::max_entries"
@@ -526,6 +540,9 @@ struct Entry {
     used: Instant,
     /// Incomplete: when the last solicitation times out.
     gives_up: Instant,
+    /// The own address solicitations go out from, when the caller chose
+    /// one ([`Neighbours::resolve_from`]); otherwise picked per solicitation.
+    source: Option<IpAddr>,
 }
 
 impl Entry {
@@ -704,6 +721,7 @@ impl Neighbours {
                 reachable_until: now,
                 used: now,
                 gives_up: now,
+                source: None,
             },
         );
         if was_incomplete {
@@ -749,6 +767,33 @@ impl Neighbours {
     /// broadcast, with no entry; an own address gives its own MAC. A stale
     /// entry is returned as known and starts the Delay → Probe check.
     pub fn resolve(&mut self, now: Instant, ip: IpAddr) -> Result<Resolution, Error> {
+        self.resolve_inner(now, ip, None)
+    }
+
+    /// [`Neighbours::resolve`], soliciting from the own address `source`
+    /// (a QP's source GID) rather than the one picked by scope and prefix.
+    /// A resolution already under way keeps its source.
+    pub fn resolve_from(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        source: IpAddr,
+    ) -> Result<Resolution, Error> {
+        if !self.own.contains_key(&source) {
+            return Err(Error::NotOwnSource { from: source });
+        }
+        if source.is_ipv4() != ip.is_ipv4() {
+            return Err(Error::SourceFamily { ip, from: source });
+        }
+        self.resolve_inner(now, ip, Some(source))
+    }
+
+    fn resolve_inner(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        source: Option<IpAddr>,
+    ) -> Result<Resolution, Error> {
         if ip.is_unspecified() || ip.is_loopback() {
             return Err(Error::Unresolvable { ip });
         }
@@ -791,15 +836,20 @@ impl Neighbours {
                 (_, None) => {}
             }
         }
-        self.start_resolution(now, ip)
+        self.start_resolution(now, ip, source)
     }
 
     /// Create (or restart) an incomplete entry for `ip` and send the first
     /// solicitation.
-    fn start_resolution(&mut self, now: Instant, ip: IpAddr) -> Result<Resolution, Error> {
+    fn start_resolution(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        preferred: Option<IpAddr>,
+    ) -> Result<Resolution, Error> {
         let family = if ip.is_ipv4() { 4 } else { 6 };
         let source = self
-            .source_for(ip)
+            .source_for(ip, preferred)
             .ok_or(Error::NoSourceAddress { ip, family })?;
         let incomplete = self
             .cache
@@ -828,6 +878,7 @@ impl Neighbours {
                 reachable_until: now,
                 used: now,
                 gives_up,
+                source: preferred,
             },
         );
         self.counters.solicitations_sent += 1;
@@ -864,8 +915,16 @@ impl Neighbours {
         Ok(())
     }
 
-    /// The own address (and its MAC) to solicit `target` from.
-    fn source_for(&self, target: IpAddr) -> Option<(IpAddr, EthernetAddress)> {
+    /// The own address (and its MAC) to solicit `target` from: `preferred`
+    /// while it is an own address, else the best by scope and prefix.
+    fn source_for(
+        &self,
+        target: IpAddr,
+        preferred: Option<IpAddr>,
+    ) -> Option<(IpAddr, EthernetAddress)> {
+        if let Some((ip, o)) = preferred.and_then(|p| self.own.get_key_value(&p)) {
+            return Some((*ip, o.mac));
+        }
         self.own
             .iter()
             .filter_map(|(ip, o)| source_rank(*ip, target).map(|r| (r, *ip, o.mac)))
@@ -946,7 +1005,8 @@ impl Neighbours {
     fn entry_timer(&mut self, now: Instant, ip: IpAddr) {
         let cfg = &self.config;
         let (retrans, mcast, ucast) = (cfg.retrans_time, cfg.mcast_solicit, cfg.ucast_solicit);
-        let source = self.source_for(ip);
+        let preferred = self.cache.get(&ip).and_then(|e| e.source);
+        let source = self.source_for(ip, preferred);
         let Some(e) = self.cache.get_mut(&ip) else {
             return;
         };

@@ -993,3 +993,34 @@ fn an_address_being_resolved_that_becomes_own_completes() {
     assert_eq!(n.resolve(ms(2), v4(7)), Ok(Resolution::Known(OTHER_MAC)));
     assert!(n.lookup(ms(2), v4(7)).is_none());
 }
+
+#[test]
+fn resolve_from_solicits_from_the_source_given() {
+    let mut n = engine();
+    n.add_own(ms(0), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 50)), OTHER_MAC)
+        .expect("own");
+    drain(&mut n);
+    // By prefix 10.0.0.1 (30 bits in common with .2) beats 10.0.0.50 (26
+    // bits); resolve_from solicits from .50 all the same, retries too.
+    let r = n.resolve_from(ms(0), v4(2), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 50)));
+    assert!(matches!(r, Ok(Resolution::Pending { .. })));
+    n.poll(ms(1000));
+    for f in drain(&mut n) {
+        // Sender hardware and protocol address: 02:..:99, 10.0.0.50.
+        assert_eq!(&f[22..32], &[2, 0, 0, 0, 0, 0x99, 10, 0, 0, 50], "{f:02x?}");
+    }
+    assert_eq!(
+        n.resolve_from(ms(0), v4(3), v4(9)),
+        Err(Error::NotOwnSource { from: v4(9) })
+    );
+    assert_eq!(
+        n.resolve_from(ms(0), v4(3), v6("fe80::1")),
+        Err(Error::SourceFamily {
+            ip: v4(3),
+            from: v6("fe80::1")
+        })
+    );
+    // Plain resolve picks .1, the longer common prefix with .3.
+    n.resolve(ms(0), v4(3)).expect("resolve");
+    assert_eq!(&drain(&mut n)[0][28..32], &[10, 0, 0, 1]);
+}
