@@ -67,7 +67,8 @@ macro_rules! wire_enum {
 }
 
 wire_enum! {
-    /// Command opcodes (mlx5.md §5.1, K `MLX5_CMD_OP_*`).
+    /// Command opcodes (mlx5.md §5.1, K `MLX5_CMD_OP_*`; the raw Ethernet and flow steering
+    /// ones, 0x770 and 0x900.., from K `mlx5_ifc.h` alone).
     pub enum CmdOpcode: u16 {
         QueryHcaCap = 0x100 => "QUERY_HCA_CAP",
         QueryAdapter = 0x101 => "QUERY_ADAPTER",
@@ -121,6 +122,34 @@ wire_enum! {
         DeallocTransportDomain = 0x817 => "DEALLOC_TRANSPORT_DOMAIN",
         SetL2TableEntry = 0x829 => "SET_L2_TABLE_ENTRY",
         DeleteL2TableEntry = 0x82b => "DELETE_L2_TABLE_ENTRY",
+        QueryVportCounter = 0x770 => "QUERY_VPORT_COUNTER",
+        CreateTir = 0x900 => "CREATE_TIR",
+        ModifyTir = 0x901 => "MODIFY_TIR",
+        DestroyTir = 0x902 => "DESTROY_TIR",
+        QueryTir = 0x903 => "QUERY_TIR",
+        CreateSq = 0x904 => "CREATE_SQ",
+        ModifySq = 0x905 => "MODIFY_SQ",
+        DestroySq = 0x906 => "DESTROY_SQ",
+        QuerySq = 0x907 => "QUERY_SQ",
+        CreateRq = 0x908 => "CREATE_RQ",
+        ModifyRq = 0x909 => "MODIFY_RQ",
+        DestroyRq = 0x90a => "DESTROY_RQ",
+        QueryRq = 0x90b => "QUERY_RQ",
+        CreateTis = 0x912 => "CREATE_TIS",
+        ModifyTis = 0x913 => "MODIFY_TIS",
+        DestroyTis = 0x914 => "DESTROY_TIS",
+        QueryTis = 0x915 => "QUERY_TIS",
+        SetFlowTableRoot = 0x92f => "SET_FLOW_TABLE_ROOT",
+        CreateFlowTable = 0x930 => "CREATE_FLOW_TABLE",
+        DestroyFlowTable = 0x931 => "DESTROY_FLOW_TABLE",
+        QueryFlowTable = 0x932 => "QUERY_FLOW_TABLE",
+        CreateFlowGroup = 0x933 => "CREATE_FLOW_GROUP",
+        DestroyFlowGroup = 0x934 => "DESTROY_FLOW_GROUP",
+        QueryFlowGroup = 0x935 => "QUERY_FLOW_GROUP",
+        SetFlowTableEntry = 0x936 => "SET_FLOW_TABLE_ENTRY",
+        QueryFlowTableEntry = 0x937 => "QUERY_FLOW_TABLE_ENTRY",
+        DeleteFlowTableEntry = 0x938 => "DELETE_FLOW_TABLE_ENTRY",
+        ModifyFlowTable = 0x93c => "MODIFY_FLOW_TABLE",
     }
 }
 
@@ -712,6 +741,206 @@ pub const MTT_READ_ENABLE: u64 = 0x1;
 pub const MTT_WRITE_ENABLE: u64 = 0x2;
 /// `mkc.qpn` value for an mkey bound to no QP (mlx5.md §6).
 pub const MKEY_QPN_UNBOUND: u32 = 0xff_ffff;
+
+wire_enum! {
+    /// `sqc.state` / `rqc.state`, and MODIFY_SQ/RQ's `sq_state` / `rq_state` (K `mlx5_ifc.h`
+    /// `MLX5_SQC_STATE_*`, `MLX5_RQC_STATE_*`: the same values).
+    pub enum WqState: u8 {
+        Rst = 0 => "RST",
+        Rdy = 1 => "RDY",
+        Err = 3 => "ERR",
+    }
+}
+
+/// `wq.wq_type` (K `mlx5_ifc.h` `MLX5_WQ_TYPE_*`).
+pub mod wq_type {
+    /// Linked list (SRQ-like).
+    pub const LINKED_LIST: u32 = 0x0;
+    /// A cyclic ring: raw Ethernet SQs and RQs.
+    pub const CYCLIC: u32 = 0x1;
+    /// Linked list of multi-packet (striding) WQEs.
+    pub const LINKED_LIST_STRIDING_RQ: u32 = 0x2;
+    /// Cyclic ring of multi-packet (striding) WQEs.
+    pub const CYCLIC_STRIDING_RQ: u32 = 0x3;
+}
+
+/// `rqc.mem_rq_type`: the RQ's WQEs are in its own `wq` (K `MLX5_RQC_MEM_RQ_TYPE_MEMORY_RQ_INLINE`).
+pub const RQ_MEM_TYPE_INLINE: u32 = 0x0;
+
+/// `tirc.disp_type` (K `mlx5_ifc.h` `MLX5_TIRC_DISP_TYPE_*`).
+pub mod tir_disp_type {
+    /// Every packet to the one RQ `inline_rqn`.
+    pub const DIRECT: u32 = 0x0;
+    /// Spread by hash over an RQ table (`indirect_table`).
+    pub const INDIRECT: u32 = 0x1;
+}
+
+/// `tirc.self_lb_block` bits (K `MLX5_TIRC_SELF_LB_BLOCK_BLOCK_*`).
+pub mod tir_self_lb_block {
+    /// Unicast sent by this function is not received back.
+    pub const UNICAST: u32 = 1 << 0;
+    /// Multicast/broadcast sent by this function is not received back.
+    pub const MULTICAST: u32 = 1 << 1;
+}
+
+/// How many headers a raw Ethernet send WQE carries inline: `sqc.min_wqe_inline_mode`,
+/// `nic_vport_context.min_wqe_inline_mode` (K device.h `MLX5_INLINE_MODE_*`).
+pub mod inline_mode {
+    /// None required.
+    pub const NONE: u32 = 0;
+    /// The L2 header ([`ETH_L2_INLINE_HEADER_SIZE`](crate::ETH_L2_INLINE_HEADER_SIZE) bytes).
+    pub const L2: u32 = 1;
+    /// Up to the IP header.
+    pub const IP: u32 = 2;
+    /// Up to the TCP/UDP header.
+    pub const TCP_UDP: u32 = 3;
+}
+
+/// `per_protocol_networking_offload_caps.wqe_inline_mode` (K vport.h `MLX5_CAP_INLINE_MODE_*`).
+pub mod cap_inline_mode {
+    /// Every send WQE must inline the L2 header.
+    pub const L2: u32 = 0;
+    /// The vport context's `min_wqe_inline_mode` says (and each SQ's `min_wqe_inline_mode`).
+    pub const VPORT_CONTEXT: u32 = 1;
+    /// No inline headers required.
+    pub const NOT_REQUIRED: u32 = 2;
+}
+
+/// Bytes of an L2 header inlined in L2 inline mode: destination and source MAC, a VLAN tag
+/// and the ethertype (rdma-core `providers/mlx5/wqe.h` `MLX5_ETH_L2_INLINE_HEADER_SIZE`).
+pub const ETH_L2_INLINE_HEADER_SIZE: usize = 18;
+/// The smallest L2 header, no VLAN tag (rdma-core `MLX5_ETH_L2_MIN_HEADER_SIZE`).
+pub const ETH_L2_MIN_HEADER_SIZE: usize = 14;
+
+/// `wqe_eth_seg.cs_flags` (K qp.h `MLX5_ETH_WQE_*_CSUM`).
+pub mod eth_cs_flags {
+    /// Inner (tunnelled) IPv4 header checksum.
+    pub const L3_INNER_CSUM: u32 = 1 << 4;
+    /// Inner L4 checksum.
+    pub const L4_INNER_CSUM: u32 = 1 << 5;
+    /// IPv4 header checksum.
+    pub const L3_CSUM: u32 = 1 << 6;
+    /// TCP/UDP checksum.
+    pub const L4_CSUM: u32 = 1 << 7;
+}
+
+/// `wqe_eth_seg.insert.type`: insert the VLAN tag `insert.vlan_tci` (K qp.h `MLX5_ETH_WQE_INSERT_VLAN`).
+pub const ETH_WQE_INSERT_VLAN: u32 = 1 << 15;
+
+/// `cqe64.l4_l3_hdr_type` bits [6:4] of a received Ethernet frame (K device.h `CQE_L4_HDR_TYPE_*`).
+pub mod cqe_l4_hdr_type {
+    /// No L4 header recognised.
+    pub const NONE: u32 = 0x0;
+    /// TCP, no ACK.
+    pub const TCP_NO_ACK: u32 = 0x1;
+    /// UDP.
+    pub const UDP: u32 = 0x2;
+    /// TCP ACK, no data.
+    pub const TCP_ACK_NO_DATA: u32 = 0x3;
+    /// TCP ACK and data.
+    pub const TCP_ACK_AND_DATA: u32 = 0x4;
+}
+
+/// `cqe64.l4_l3_hdr_type` bits [3:2] of a received Ethernet frame (rdma-core mlx5dv.h
+/// `MLX5_CQE_L3_HDR_TYPE_*`; RoCE completions use [`cqe_l3_hdr_type`] in `flags_rqpn`).
+pub mod cqe_eth_l3_hdr_type {
+    /// No IP header.
+    pub const NONE: u32 = 0x0;
+    /// IPv6.
+    pub const IPV6: u32 = 0x1;
+    /// IPv4.
+    pub const IPV4: u32 = 0x2;
+}
+
+/// Flow table types, `table_type` of the flow steering commands (K `mlx5_ifc.h`
+/// `MLX5_FLOW_TABLE_TYPE_*`).
+pub mod flow_table_type {
+    /// NIC receive: where a vport's received (non-RoCE) packets are steered.
+    pub const NIC_RX: u32 = 0x0;
+    /// NIC transmit.
+    pub const NIC_TX: u32 = 0x1;
+    /// E-switch egress ACL.
+    pub const ESW_EGRESS_ACL: u32 = 0x2;
+    /// E-switch ingress ACL.
+    pub const ESW_INGRESS_ACL: u32 = 0x3;
+    /// E-switch forwarding database.
+    pub const FDB: u32 = 0x4;
+    /// Sniffer RX.
+    pub const SNIFFER_RX: u32 = 0x5;
+    /// Sniffer TX.
+    pub const SNIFFER_TX: u32 = 0x6;
+}
+
+/// `flow_table_context.table_miss_action` (K `enum mlx5_flow_table_miss_action`).
+pub mod flow_table_miss_action {
+    /// Default: continue at the next level (the root's miss: the vport's default, a drop on
+    /// NIC RX).
+    pub const DEFAULT: u32 = 0;
+    /// Forward to `table_miss_id`.
+    pub const FWD: u32 = 1;
+    /// Switch domain.
+    pub const SWITCH_DOMAIN: u32 = 2;
+}
+
+/// `flow_context.action` bits (K `mlx5_ifc.h` `MLX5_FLOW_CONTEXT_ACTION_*`).
+pub mod flow_action {
+    /// Allow (continue).
+    pub const ALLOW: u32 = 0x1;
+    /// Drop.
+    pub const DROP: u32 = 0x2;
+    /// Forward to the destination list.
+    pub const FWD_DEST: u32 = 0x4;
+    /// Count into the flow counter list.
+    pub const COUNT: u32 = 0x8;
+    /// Packet reformat.
+    pub const PACKET_REFORMAT: u32 = 0x10;
+    /// Decapsulate.
+    pub const DECAP: u32 = 0x20;
+    /// Modify header.
+    pub const MOD_HDR: u32 = 0x40;
+    /// Pop a VLAN tag.
+    pub const VLAN_POP: u32 = 0x80;
+    /// Push a VLAN tag.
+    pub const VLAN_PUSH: u32 = 0x100;
+}
+
+/// `dest_format_struct.destination_type` (K `mlx5_ifc.h` `enum mlx5_ifc_flow_destination_type`).
+pub mod flow_destination_type {
+    /// A vport.
+    pub const VPORT: u32 = 0x0;
+    /// Another flow table (of a higher level).
+    pub const FLOW_TABLE: u32 = 0x1;
+    /// A TIR: the packet is received on its RQ.
+    pub const TIR: u32 = 0x2;
+    /// A flow sampler.
+    pub const FLOW_SAMPLER: u32 = 0x6;
+    /// The uplink.
+    pub const UPLINK: u32 = 0x8;
+    /// The root of another table type.
+    pub const TABLE_TYPE: u32 = 0xa;
+}
+
+/// `match_criteria_enable` bits: which set of `fte_match_param` a group matches on (K
+/// device.h `MLX5_MATCH_*`).
+pub mod match_criteria {
+    /// `outer_headers` (L2-L4 of the received packet).
+    pub const OUTER_HEADERS: u32 = 1 << 0;
+    /// `misc_parameters`.
+    pub const MISC_PARAMETERS: u32 = 1 << 1;
+    /// `inner_headers`.
+    pub const INNER_HEADERS: u32 = 1 << 2;
+    /// `misc_parameters_2`.
+    pub const MISC_PARAMETERS_2: u32 = 1 << 3;
+    /// `misc_parameters_3` (ICMP / ICMPv6 type and code).
+    pub const MISC_PARAMETERS_3: u32 = 1 << 4;
+    /// `misc_parameters_4`.
+    pub const MISC_PARAMETERS_4: u32 = 1 << 5;
+    /// `misc_parameters_5`.
+    pub const MISC_PARAMETERS_5: u32 = 1 << 6;
+}
+
+/// QUERY_VPORT_COUNTER `op_mod` (K `MLX5_QUERY_VPORT_COUNTER_IN_OP_MOD_VPORT_COUNTERS`).
+pub const QUERY_VPORT_COUNTER_OP_MOD_VPORT: u32 = 0x0;
 
 /// `cqc.cqe_sz` (mlx5.md §7.2).
 pub mod cqe_size {

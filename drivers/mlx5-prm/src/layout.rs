@@ -170,8 +170,12 @@ impl StructLayout {
 /// Each field line is `getter, setter: KIND [bit_offset, width] (= "prm.name")? (, doc "src")?;`
 /// where KIND is `u32` (1..=32 bits), `u64` (33..=64), `bytes` (byte-aligned, multiple of 8),
 /// `{View}` (a nested structure; the setter slot names the `&mut` accessor), `[u32; N]` /
-/// `[u64; N]` (fixed array, width = whole array) or `[u32; flex]` / `[u64; flex]` (flexible
-/// array, width = one element). The PRM name defaults to the getter's name. `doc "…"` marks a
+/// `[u64; N]` (fixed array, width = whole array), `[u32; flex]` / `[u64; flex]` (flexible
+/// array, width = one element) or `[{View}; flex]` (a flexible array of structures, width =
+/// one element; the accessors take an index and give a view of that element, the setter slot
+/// names the `&mut` accessor). A nested view reaches to the end of the buffer, so a flexible
+/// array that ends a nested structure (`set_fte_in.flow_context.destination`) is reachable
+/// through it. The PRM name defaults to the getter's name. `doc "…"` marks a
 /// field that is not in the ifc header and names its source. Const assertions reject a field
 /// whose width does not suit its kind or that runs past the structure.
 #[macro_export]
@@ -299,6 +303,9 @@ macro_rules! prm_struct {
     (@kind u64, $w:expr) => { $crate::FieldKind::Value };
     (@kind bytes, $w:expr) => { $crate::FieldKind::Bytes };
     (@kind {$n:ident}, $w:expr) => { $crate::FieldKind::Nested(&<$n<&'static [u8]>>::LAYOUT) };
+    (@kind [{$n:ident}; flex], $w:expr) => {
+        $crate::FieldKind::Array { elem_bits: $w, count: None }
+    };
     (@kind [$t:ident; flex], $w:expr) => {
         $crate::FieldKind::Array { elem_bits: $w, count: None }
     };
@@ -317,6 +324,9 @@ macro_rules! prm_struct {
     };
     (@check {$n:ident}, $off:expr, $w:expr, $size:expr) => {
         assert!($off % 8 == 0 && $w == <$n<&'static [u8]>>::SIZE_BITS && $off + $w <= $size, "nested field: byte-aligned, as wide as the nested struct");
+    };
+    (@check [{$n:ident}; flex], $off:expr, $w:expr, $size:expr) => {
+        assert!($off % 8 == 0 && $off <= $size && $w == <$n<&'static [u8]>>::SIZE_BITS, "flexible array of structures: byte-aligned, one element wide, starting inside the struct");
     };
     (@check [$t:ident; flex], $off:expr, $w:expr, $size:expr) => {
         assert!($off <= $size && $w <= <$t>::BITS, "flexible array: one element wide, starting inside the struct");
@@ -355,13 +365,22 @@ macro_rules! prm_struct {
     };
     (@get [$($fattr:tt)*] {$n:ident}, $module:ident, $get:ident, $prm:literal) => {
         $($fattr)*
-        #[doc = concat!("\n\nThe nested `", stringify!($n), "` at `", $prm, ".", stringify!($get), "`.")]
+        #[doc = concat!("\n\nThe nested `", stringify!($n), "` at `", $prm, ".", stringify!($get), "` (over the rest of the buffer, so a flexible array ending the nested structure is reachable).")]
         #[inline]
         pub fn $get(&self) -> $n<&[u8]> {
             let f = $module::$get;
-            $n::new_unchecked(
-                self.buf.as_ref().get(f.byte_offset()..f.byte_offset() + f.byte_len()).unwrap_or(&[]),
-            )
+            $n::new_unchecked(self.buf.as_ref().get(f.byte_offset()..).unwrap_or(&[]))
+        }
+    };
+    (@get [$($fattr:tt)*] [{$n:ident}; flex], $module:ident, $get:ident, $prm:literal) => {
+        $($fattr)*
+        #[doc = concat!("\n\nElement `index` of the flexible array of `", stringify!($n), "` at `", $prm, ".", stringify!($get), "`; `None` past the buffer.")]
+        #[inline]
+        pub fn $get(&self, index: usize) -> Option<$n<&[u8]>> {
+            let f = $module::$get;
+            let at = index.checked_mul(f.byte_len())?.checked_add(f.byte_offset())?;
+            let end = at.checked_add(f.byte_len())?;
+            self.buf.as_ref().get(at..end).map($n::new_unchecked)
         }
     };
     (@get [$($fattr:tt)*] [$t:ident; $n:tt], $module:ident, $get:ident, $prm:literal) => {
@@ -420,13 +439,21 @@ macro_rules! prm_struct {
         }
     };
     (@set {$n:ident}, $module:ident, $get:ident, $set:ident, $prm:literal, $w:expr) => {
-        #[doc = concat!("The nested `", stringify!($n), "` at `", $prm, ".", stringify!($get), "`, writable.")]
+        #[doc = concat!("The nested `", stringify!($n), "` at `", $prm, ".", stringify!($get), "`, writable (over the rest of the buffer).")]
         #[inline]
         pub fn $set(&mut self) -> $n<&mut [u8]> {
             let f = $module::$get;
-            $n::new_unchecked(
-                self.buf.as_mut().get_mut(f.byte_offset()..f.byte_offset() + f.byte_len()).unwrap_or(&mut []),
-            )
+            $n::new_unchecked(self.buf.as_mut().get_mut(f.byte_offset()..).unwrap_or(&mut []))
+        }
+    };
+    (@set [{$n:ident}; flex], $module:ident, $get:ident, $set:ident, $prm:literal, $w:expr) => {
+        #[doc = concat!("Element `index` of the flexible array of `", stringify!($n), "` at `", $prm, ".", stringify!($get), "`, writable; `None` past the buffer.")]
+        #[inline]
+        pub fn $set(&mut self, index: usize) -> Option<$n<&mut [u8]>> {
+            let f = $module::$get;
+            let at = index.checked_mul(f.byte_len())?.checked_add(f.byte_offset())?;
+            let end = at.checked_add(f.byte_len())?;
+            self.buf.as_mut().get_mut(at..end).map($n::new_unchecked)
         }
     };
     (@set [$t:ident; $n:tt], $module:ident, $get:ident, $set:ident, $prm:literal, $w:expr) => {

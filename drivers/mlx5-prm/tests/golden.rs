@@ -342,3 +342,149 @@ fn fixed_arrays_bound_their_index() {
     assert_eq!(cmd.event_bitmask(4), None);
     assert_eq!(buf[0x58..0x60], [0, 0, 0, 0, 0, 0, 0x0c, 0x00]);
 }
+
+/// A NIC RX rule as the driver installs one for ARP: SET_FLOW_TABLE_ENTRY with ethertype
+/// 0x0806 in the outer headers and one TIR destination, reached through the nested
+/// `flow_context` view (its destination list is a flexible array past the context's end).
+#[test]
+fn flow_table_entry_golden_bytes() {
+    let mut buf = vec![0u8; SetFteIn::<&[u8]>::SIZE_BYTES + 16];
+    let mut cmd = SetFteIn::new_checked(&mut buf[..]).unwrap();
+    cmd.set_opcode(CmdOpcode::SetFlowTableEntry.as_raw().into())
+        .unwrap();
+    cmd.set_table_type(flow_table_type::NIC_RX).unwrap();
+    cmd.set_table_id(0x00_0102).unwrap();
+    cmd.set_flow_index(7).unwrap();
+    {
+        let mut fc = cmd.flow_context_mut();
+        fc.set_group_id(0x33).unwrap();
+        fc.set_action(flow_action::FWD_DEST).unwrap();
+        fc.set_destination_list_size(1).unwrap();
+        fc.match_value_mut()
+            .outer_headers_mut()
+            .set_ethertype(0x0806)
+            .unwrap();
+        let mut d = fc.destination_mut(0).expect("one destination fits");
+        let mut e = d.destination_entry_mut();
+        e.set_destination_type(flow_destination_type::TIR).unwrap();
+        e.set_destination_id(0x00_0abc).unwrap();
+        assert!(fc.destination_mut(1).is_none(), "the buffer holds one");
+    }
+    assert_eq!(buf[0..2], [0x09, 0x36]);
+    assert_eq!(buf[0x10], 0); // table_type NIC RX at 0x10
+    assert_eq!(buf[0x14..0x18], [0, 0, 0x01, 0x02]); // table_id
+    assert_eq!(buf[0x20..0x24], [0, 0, 0, 7]); // flow_index
+    assert_eq!(buf[0x44..0x48], [0, 0, 0, 0x33]); // flow_context.group_id
+    assert_eq!(buf[0x4e..0x50], [0, 0x04]); // action FWD_DEST
+    assert_eq!(buf[0x50..0x54], [0, 0, 0, 1]); // destination_list_size
+    // match_value at flow_context + 0x40; outer_headers.ethertype at +6.
+    assert_eq!(buf[0x80 + 6..0x80 + 8], [0x08, 0x06]);
+    // destination[0] at flow_context + 0x300 = 0x340: type TIR, id 0xabc.
+    assert_eq!(buf[0x340..0x348], [0x02, 0, 0x0a, 0xbc, 0, 0, 0, 0]);
+    let touched = buf.iter().filter(|b| **b != 0).count();
+    assert_eq!(touched, 2 + 2 + 1 + 1 + 1 + 1 + 2 + 3);
+
+    let cmd = SetFteIn::new_checked(&buf[..]).unwrap();
+    let fc = cmd.flow_context();
+    let d = fc.destination(0).unwrap();
+    assert_eq!(d.destination_entry().destination_id(), 0xabc);
+    assert_eq!(
+        d.flow_counter_id(),
+        0x0200_0abc,
+        "the union's other reading"
+    );
+    assert_eq!(fc.match_value().outer_headers().ethertype(), 0x0806);
+}
+
+/// A flow group masking the ethertype and ICMPv6 type (neighbour discovery), and the
+/// match_criteria_enable bits it needs.
+#[test]
+fn flow_group_golden_bytes() {
+    let mut buf = vec![0u8; CreateFlowGroupIn::<&[u8]>::SIZE_BYTES];
+    let mut cmd = CreateFlowGroupIn::new_checked(&mut buf[..]).unwrap();
+    cmd.set_start_flow_index(2).unwrap();
+    cmd.set_end_flow_index(3).unwrap();
+    cmd.set_match_criteria_enable(
+        match_criteria::OUTER_HEADERS | match_criteria::MISC_PARAMETERS_3,
+    )
+    .unwrap();
+    {
+        let mut m = cmd.match_criteria_mut();
+        m.outer_headers_mut().set_ethertype(0xffff).unwrap();
+        m.outer_headers_mut().set_ip_protocol(0xff).unwrap();
+        m.misc_parameters_3_mut().set_icmpv6_type(0xff).unwrap();
+    }
+    assert_eq!(buf[0x1c..0x20], [0, 0, 0, 2]);
+    assert_eq!(buf[0x24..0x28], [0, 0, 0, 3]);
+    assert_eq!(buf[0x3f], 0x11); // match_criteria_enable, bits 0 and 4
+    assert_eq!(buf[0x40 + 6..0x40 + 8], [0xff, 0xff]); // outer ethertype
+    assert_eq!(buf[0x40 + 0x10], 0xff); // outer ip_protocol
+    // misc_parameters_3 at match_criteria + 0x100; icmpv6_type at +0x22.
+    assert_eq!(buf[0x40 + 0x100 + 0x22], 0xff);
+    assert_eq!(buf.iter().filter(|b| **b != 0).count(), 2 + 1 + 2 + 1 + 1);
+}
+
+/// CREATE_SQ with its `wq.pas[]` reached through two nested views, and a raw Ethernet send
+/// WQE: control segment, Ethernet segment with 18 inline header bytes, one data segment.
+#[test]
+fn raw_ethernet_sq_and_wqe_golden_bytes() {
+    let mut buf = vec![0u8; CreateSqIn::<&[u8]>::SIZE_BYTES + 8];
+    let mut cmd = CreateSqIn::new_checked(&mut buf[..]).unwrap();
+    {
+        let mut sqc = cmd.ctx_mut();
+        sqc.set_state(WqState::Rst.as_raw().into()).unwrap();
+        sqc.set_min_wqe_inline_mode(inline_mode::L2).unwrap();
+        sqc.set_cqn(0x0a).unwrap();
+        sqc.set_tis_lst_sz(1).unwrap();
+        sqc.set_tis_num_0(0x0b).unwrap();
+        let mut wq = sqc.wq_mut();
+        wq.set_wq_type(wq_type::CYCLIC).unwrap();
+        wq.set_log_wq_stride(6).unwrap();
+        wq.set_log_wq_sz(4).unwrap();
+        wq.set_pas(0, 0x1_0000_2000).unwrap();
+        assert!(wq.set_pas(1, 0).is_err(), "past the buffer");
+    }
+    assert_eq!(buf[0x20..0x22], [0x01, 0]); // sqc dw0: min_wqe_inline_mode 1 @[26:24], state RST @[23:20]
+    assert_eq!(buf[0x28..0x2c], [0, 0, 0, 0x0a]); // cqn
+    assert_eq!(buf[0x40..0x42], [0, 1]); // tis_lst_sz
+    assert_eq!(buf[0x4c..0x50], [0, 0, 0, 0x0b]); // tis_num_0
+    assert_eq!(buf[0x50], 0x10); // wq_type cyclic @[31:28]
+    assert_eq!(buf[0x50 + 0x20..0x50 + 0x24], [0, 0x06, 0, 0x04]); // stride, size
+    assert_eq!(buf[0x110..0x118], [0, 0, 0, 1, 0, 0, 0x20, 0]); // wq.pas[0]
+
+    let frame: Vec<u8> = (0u8..18).collect();
+    let mut wqe = [0u8; 64];
+    {
+        let mut ctrl = WqeCtrlSeg::new_checked(&mut wqe[0..16]).unwrap();
+        ctrl.set_opcode(WqeOpcode::Send.as_raw().into()).unwrap();
+        ctrl.set_qpn(0x12).unwrap(); // the SQN
+        ctrl.set_ds(4).unwrap(); // ctrl + eth (+16 inline bytes) + data
+        let mut eth = WqeEthSeg::new_checked(&mut wqe[16..32]).unwrap();
+        eth.set_cs_flags(eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM)
+            .unwrap();
+        eth.set_inline_hdr_sz(ETH_L2_INLINE_HEADER_SIZE as u32)
+            .unwrap();
+        eth.set_inline_hdr_start(&[frame[0], frame[1]]).unwrap();
+    }
+    wqe[32..48].copy_from_slice(&frame[2..]);
+    assert_eq!(wqe[16 + 4], 0xc0);
+    assert_eq!(wqe[16 + 12..16 + 16], [0, 18, 0, 1]);
+    assert_eq!(wqe[32..34], [2, 3]);
+    let eth = WqeEthSeg::new_checked(&wqe[16..32]).unwrap();
+    assert_eq!(eth.insert_type(), 18, "the union's other reading");
+}
+
+/// The received-frame flags of an Ethernet CQE.
+#[test]
+fn ethernet_cqe_flags_golden() {
+    let mut cqe = [0u8; 64];
+    cqe[0x1c] = 0x07; // L2, L3, L4 ok
+    cqe[0x1d] = (cqe_l4_hdr_type::UDP << 4 | cqe_eth_l3_hdr_type::IPV4 << 2 | 1) as u8;
+    cqe[0x2c..0x30].copy_from_slice(&60u32.to_be_bytes());
+    let c = Cqe64::new_checked(&cqe[..]).unwrap();
+    assert_eq!((c.l2_ok(), c.l3_ok(), c.l4_ok()), (1, 1, 1));
+    assert_eq!(c.l4_hdr_type(), cqe_l4_hdr_type::UDP);
+    assert_eq!(c.eth_l3_hdr_type(), cqe_eth_l3_hdr_type::IPV4);
+    assert_eq!(c.vlan_present(), 1);
+    assert_eq!(c.byte_cnt(), 60);
+}

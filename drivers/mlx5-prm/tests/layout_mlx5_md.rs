@@ -402,6 +402,14 @@ const MLX5_MD: &[(&str, &str, (u32, u32), &str)] = &[
     ("cqe64", "flags_rqpn.rqpn", dw(0x18, 23, 0), "§10"),
     ("cqe64", "hds_ip_ext", at(0x1c, 1), "§10"),
     ("cqe64", "l4_l3_hdr_type", at(0x1d, 1), "§10"),
+    // Received-frame flags of an Ethernet CQE: K device.h (CQE_L*_OK, get_cqe_l4_hdr_type,
+    // cqe_has_vlan) and rdma-core cq.c (get_cqe_l3_hdr_type), not mlx5.md.
+    ("cqe64", "hds_ip_ext.l4_ok", bit(0x1c, 26), "K device.h CQE_L4_OK"),
+    ("cqe64", "hds_ip_ext.l3_ok", bit(0x1c, 25), "K device.h CQE_L3_OK"),
+    ("cqe64", "hds_ip_ext.l2_ok", bit(0x1c, 24), "K device.h CQE_L2_OK"),
+    ("cqe64", "l4_l3_hdr_type.l4_hdr_type", dw(0x1c, 22, 20), "K device.h get_cqe_l4_hdr_type"),
+    ("cqe64", "l4_l3_hdr_type.l3_hdr_type", dw(0x1c, 19, 18), "rdma-core cq.c get_cqe_l3_hdr_type"),
+    ("cqe64", "l4_l3_hdr_type.vlan", bit(0x1c, 16), "K device.h cqe_has_vlan"),
     ("cqe64", "vlan_info", at(0x1e, 2), "§10"),
     ("cqe64", "srqn_uidx", dw(0x20, 23, 0), "§10"),
     ("cqe64", "imm_inval_pkey", at(0x24, 4), "§10"),
@@ -445,6 +453,18 @@ const MLX5_MD: &[(&str, &str, (u32, u32), &str)] = &[
     ("pages_req_event", "ec_function", at(0x0, 2), "§11"),
     ("pages_req_event", "function_id", at(0x2, 2), "§11"),
     ("pages_req_event", "num_pages", at(0x4, 4), "§11"),
+    // The raw Ethernet send segment: K include/linux/mlx5/qp.h struct mlx5_wqe_eth_seg.
+    ("wqe_eth_seg", "swp_outer_l4_offset", at(0x0, 1), "K qp.h"),
+    ("wqe_eth_seg", "swp_outer_l3_offset", at(0x1, 1), "K qp.h"),
+    ("wqe_eth_seg", "swp_inner_l4_offset", at(0x2, 1), "K qp.h"),
+    ("wqe_eth_seg", "swp_inner_l3_offset", at(0x3, 1), "K qp.h"),
+    ("wqe_eth_seg", "cs_flags", at(0x4, 1), "K qp.h"),
+    ("wqe_eth_seg", "swp_flags", at(0x5, 1), "K qp.h"),
+    ("wqe_eth_seg", "mss", at(0x6, 2), "K qp.h"),
+    ("wqe_eth_seg", "inline_hdr.sz", at(0xc, 2), "K qp.h"),
+    ("wqe_eth_seg", "inline_hdr.start", at(0xe, 2), "K qp.h"),
+    ("wqe_eth_seg", "insert.type", at(0xc, 2), "K qp.h"),
+    ("wqe_eth_seg", "insert.vlan_tci", at(0xe, 2), "K qp.h"),
 ];
 
 /// Structure sizes in bytes as mlx5.md gives them.
@@ -481,6 +501,7 @@ const SIZES: &[(&str, usize, &str)] = &[
     ("eqe", 64, "§11"),
     ("mbox_in", 8, "§4.3"),
     ("mbox_out", 8, "§4.3"),
+    ("wqe_eth_seg", 16, "K qp.h"),
 ];
 
 #[test]

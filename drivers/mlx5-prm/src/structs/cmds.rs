@@ -16,13 +16,15 @@ prm_struct! {
 }
 
 prm_struct! {
-    /// QUERY_HCA_CAP output: the capability page at 0x10 (mlx5.md §5.2); general caps and RoCE caps as nested views.
+    /// QUERY_HCA_CAP output: the capability page at 0x10 (mlx5.md §5.2); general, RoCE, Ethernet offload and NIC flow table caps as nested views (the page is the union of them).
     pub struct QueryHcaCapOut, mod query_hca_cap_out = "query_hca_cap_out", size_bits: 0x8080, source: Source::Ifc;
     {
         status, set_status: u32 [0x0, 8];
         syndrome, set_syndrome: u32 [0x20, 32];
         cmd_hca_cap, cmd_hca_cap_mut: {CmdHcaCap} [0x80, 2048] = "capability.cmd_hca_cap";
         roce_cap, roce_cap_mut: {RoceCap} [0x80, 2048] = "capability.roce_cap";
+        per_protocol_networking_offload_caps, per_protocol_networking_offload_caps_mut: {PerProtocolNetworkingOffloadCaps} [0x80, 2048] = "capability.per_protocol_networking_offload_caps";
+        flow_table_nic_cap, flow_table_nic_cap_mut: {FlowTableNicCap} [0x80, 32768] = "capability.flow_table_nic_cap";
     }
 }
 
@@ -38,6 +40,8 @@ prm_struct! {
         function_id, set_function_id: u32 [0x50, 16];
         cmd_hca_cap, cmd_hca_cap_mut: {CmdHcaCap} [0x80, 2048] = "capability.cmd_hca_cap";
         roce_cap, roce_cap_mut: {RoceCap} [0x80, 2048] = "capability.roce_cap";
+        per_protocol_networking_offload_caps, per_protocol_networking_offload_caps_mut: {PerProtocolNetworkingOffloadCaps} [0x80, 2048] = "capability.per_protocol_networking_offload_caps";
+        flow_table_nic_cap, flow_table_nic_cap_mut: {FlowTableNicCap} [0x80, 32768] = "capability.flow_table_nic_cap";
     }
 }
 

@@ -79,6 +79,16 @@ prm_struct! {
         relaxed_ordering_read, set_relaxed_ordering_read: u32 [0x32a, 1];
         log_max_pd, set_log_max_pd: u32 [0x32b, 5];
         log_max_xrcd, set_log_max_xrcd: u32 [0x33b, 5];
+        vport_counters, set_vport_counters: u32 [0x181, 1];
+        eth_virt, set_eth_virt: u32 [0x1a3, 1];
+        log_max_rq, set_log_max_rq: u32 [0x363, 5];
+        log_max_sq, set_log_max_sq: u32 [0x36b, 5];
+        log_max_tir, set_log_max_tir: u32 [0x373, 5];
+        log_max_tis, set_log_max_tis: u32 [0x37b, 5];
+        basic_cyclic_rcv_wqe, set_basic_cyclic_rcv_wqe: u32 [0x380, 1];
+        log_max_rqt, set_log_max_rqt: u32 [0x38b, 5];
+        log_max_rqt_size, set_log_max_rqt_size: u32 [0x393, 5];
+        log_max_tis_per_sq, set_log_max_tis_per_sq: u32 [0x39b, 5];
         roce_rw_supported, set_roce_rw_supported: u32 [0x3a1, 1];
         log_max_wq_sz, set_log_max_wq_sz: u32 [0x3db, 5];
         log_max_current_mc_list, set_log_max_current_mc_list: u32 [0x3f3, 5];

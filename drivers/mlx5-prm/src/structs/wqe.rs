@@ -25,8 +25,22 @@ prm_struct! {
         /// Source QPN (responder; `flags_rqpn` [23:0]).
         rqpn, set_rqpn: u32 [0xc8, 24] = "flags_rqpn.rqpn";
         hds_ip_ext, set_hds_ip_ext: u32 [0xe0, 8];
+        /// Received L4 checksum verified (`hds_ip_ext` bit2, K device.h `CQE_L4_OK`).
+        l4_ok, set_l4_ok: u32 [0xe5, 1] = "hds_ip_ext.l4_ok", doc "K device.h CQE_L4_OK";
+        /// Received IPv4 header checksum verified (`hds_ip_ext` bit1, `CQE_L3_OK`).
+        l3_ok, set_l3_ok: u32 [0xe6, 1] = "hds_ip_ext.l3_ok", doc "K device.h CQE_L3_OK";
+        /// Received L2 (FCS) good (`hds_ip_ext` bit0, `CQE_L2_OK`).
+        l2_ok, set_l2_ok: u32 [0xe7, 1] = "hds_ip_ext.l2_ok", doc "K device.h CQE_L2_OK";
         /// bit0 = VLAN present.
         l4_l3_hdr_type, set_l4_l3_hdr_type: u32 [0xe8, 8];
+        /// L4 header of a received frame ([`cqe_l4_hdr_type`](crate::cqe_l4_hdr_type); K
+        /// device.h `get_cqe_l4_hdr_type`: bits [6:4]).
+        l4_hdr_type, set_l4_hdr_type: u32 [0xe9, 3] = "l4_l3_hdr_type.l4_hdr_type", doc "K device.h get_cqe_l4_hdr_type";
+        /// L3 header of a received Ethernet frame: 0 none, 1 IPv6, 2 IPv4 (rdma-core
+        /// mlx5dv.h `MLX5_CQE_L3_HDR_TYPE_*`, cq.c `get_cqe_l3_hdr_type`: bits [3:2]).
+        eth_l3_hdr_type, set_eth_l3_hdr_type: u32 [0xec, 2] = "l4_l3_hdr_type.l3_hdr_type", doc "rdma-core cq.c get_cqe_l3_hdr_type";
+        /// A VLAN tag was stripped into `vlan_info` (K device.h `cqe_has_vlan`: bit0).
+        vlan_present, set_vlan_present: u32 [0xef, 1] = "l4_l3_hdr_type.vlan", doc "K device.h cqe_has_vlan";
         vlan_info, set_vlan_info: u32 [0xf0, 16];
         /// SRQ number or user_index (CQE v1): the low 24 bits of the BE32 at 0x20.
         srqn_uidx, set_srqn_uidx: u32 [0x108, 24];
