@@ -738,48 +738,63 @@ mod tests {
     /// bytes — headers, zeroed pad and ICRC — for every opcode the engine
     /// speaks, across field values (all AETH syndrome bytes, QPN and PSN
     /// extremes, every pad length).
-    #[test]
-    fn emit_writes_what_the_wire_builder_writes() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
+    /// A xorshift stream for the equivalence tests.
+    fn stream(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    /// Headers for `opcode` with every field drawn from `next` (the AETH
+    /// word whole: any syndrome byte).
+    fn random_out(opcode: u8, next: &mut impl FnMut() -> u64) -> Out {
+        let r = next();
+        Out {
+            opcode,
+            se: r & 1 != 0,
+            dest_qp: Qpn::from_wire((r >> 8) as u32),
+            ack_req: r & 2 != 0,
+            psn: Psn::from_wire((r >> 32) as u32),
+            reth: Reth {
+                va: next(),
+                rkey: Rkey(next() as u32),
+                len: next() as u32,
+            },
+            aeth: next() as u32,
+            imm: next() as u32,
+            ieth: next() as u32,
+            atomic: AtomicEth {
+                va: next(),
+                rkey: Rkey(next() as u32),
+                swap_add: next(),
+                compare: next(),
+            },
+            atomic_orig: next(),
+            qkey: next() as u32,
+            src_qp: Qpn::from_wire(next() as u32),
+        }
+    }
+
+    /// The direct writer and the wire module's builder write the same
+    /// bytes — headers, zeroed pad and ICRC — for every opcode the engine
+    /// speaks, across field values (AETH syndrome bytes, QPN and PSN
+    /// extremes, every pad length).
+    #[test]
+    fn emit_writes_what_the_wire_builder_writes() {
+        let mut next = stream(0x9e37_79b9_7f4a_7c15);
         let mut checked = 0;
         for opcode in 0..=255u8 {
             let Some(flags) = op_flags(opcode) else {
                 continue;
             };
-            for round in 0..64u32 {
-                let r = next();
-                let o = Out {
-                    opcode,
-                    se: r & 1 != 0,
-                    dest_qp: Qpn::from_wire((r >> 8) as u32),
-                    ack_req: r & 2 != 0,
-                    psn: Psn::from_wire((r >> 32) as u32),
-                    reth: Reth {
-                        va: next(),
-                        rkey: Rkey(next() as u32),
-                        len: next() as u32,
-                    },
-                    aeth: (round << 26) | (round << 24) | ((r >> 40) as u32 & 0x00ff_ffff),
-                    imm: next() as u32,
-                    ieth: next() as u32,
-                    atomic: AtomicEth {
-                        va: next(),
-                        rkey: Rkey(next() as u32),
-                        swap_add: next(),
-                        compare: next(),
-                    },
-                    atomic_orig: next(),
-                    qkey: next() as u32,
-                    src_qp: Qpn::from_wire(next() as u32),
-                };
+            for round in 0..64usize {
+                let o = random_out(opcode, &mut next);
                 let paylen = if flags & f::PAYLOAD != 0 {
-                    (round as usize * 7) % 37
+                    (round * 7) % 37
                 } else {
                     0
                 };
@@ -807,13 +822,7 @@ mod tests {
     /// or the same error.
     #[test]
     fn parse_reads_what_the_wire_view_reads() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = stream(0x2545_f491_4f6c_dd1d);
         let same = |b: &[u8]| {
             let (d, v) = (parse(b), parse_via_view(b));
             assert_eq!(format!("{d:?}"), format!("{v:?}"), "{b:02x?}");
@@ -827,30 +836,7 @@ mod tests {
                     } else {
                         0
                     };
-                    let o = Out {
-                        opcode,
-                        dest_qp: Qpn::from_wire(next() as u32),
-                        psn: Psn::from_wire(next() as u32),
-                        ack_req: round & 1 == 1,
-                        reth: Reth {
-                            va: next(),
-                            rkey: Rkey(next() as u32),
-                            len: next() as u32,
-                        },
-                        aeth: next() as u32,
-                        imm: next() as u32,
-                        ieth: next() as u32,
-                        atomic: AtomicEth {
-                            va: next(),
-                            rkey: Rkey(next() as u32),
-                            swap_add: next(),
-                            compare: next(),
-                        },
-                        atomic_orig: next(),
-                        qkey: next() as u32,
-                        src_qp: Qpn::from_wire(next() as u32),
-                        ..Out::default()
-                    };
+                    let o = random_out(opcode, &mut next);
                     let mut b = vec![0u8; packet_len(opcode, paylen)];
                     let at = emit(&mut b, &o, paylen).expect("fits");
                     for (i, v) in b[at..at + paylen].iter_mut().enumerate() {
