@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire responder requester mlx5_firmware mlx5_wqe mlx5_cqe rxe_rx)
+[ ${#targets[@]} -gt 0 ] || targets=(wire responder requester mlx5_firmware mlx5_wqe mlx5_cqe rxe_rx l2)
 seconds=${FUZZ_SECONDS:-60}
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

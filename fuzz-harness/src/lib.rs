@@ -34,6 +34,15 @@
 //!   position, none is overwritten unconsumed, an error CQE leaves the QP in
 //!   ERR, memory no MKey grants never changes.
 //!
+//! - [`l2::frames`]: rnic-roce's neighbour engine (ARP / IPv6 neighbour
+//!   discovery responder and resolver) fed hostile frames — raw, and ARP /
+//!   solicitations / advertisements built from the input, truncated or
+//!   damaged — between resolves, static entries and timers. No entry
+//!   appears that the program did not resolve or pin, static entries keep
+//!   their MAC, every frame lands in exactly one counter, the cache and
+//!   queues stay bounded, and every frame sent is valid ARP / ND from an
+//!   own address.
+//!
 //! - [`rxe::rx`]: a live rnic-rxe device (caller-driven, no sockets read)
 //!   fed hostile datagrams through the receive path's own delivery function
 //!   (ICRC check, QPN lookup, the per-QP engine, memory keys, CQ writes).
@@ -48,6 +57,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod l2;
 pub mod mlx5;
 pub mod rxe;
 pub mod wire;

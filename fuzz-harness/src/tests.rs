@@ -53,6 +53,45 @@ fn wire_corpus_and_random_inputs() {
 }
 
 #[test]
+fn l2_corpus_and_random_inputs() {
+    assert!(replay("l2", crate::l2::frames) >= 5);
+    random_inputs(8, 1500, 300, crate::l2::frames);
+}
+
+/// The L2 seeds reach what they were written for.
+#[test]
+fn the_l2_seeds_do_what_they_say() {
+    use rnic_roce::neigh::State;
+    let seeds = crate::l2::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    let end = crate::l2::run(get("arp-resolve"));
+    assert_eq!(end.entries.len(), 1, "{end:?}");
+    assert_eq!(end.entries[0].state, State::Reachable, "{end:?}");
+    assert_eq!(
+        (end.counters.resolved, end.counters.learned),
+        (1, 1),
+        "{end:?}"
+    );
+    let end = crate::l2::run(get("nd-resolve-stale-probe"));
+    let c = end.counters;
+    assert_eq!((c.resolved, c.probes_sent, c.failed), (1, 3, 1), "{end:?}");
+    assert_eq!(end.entries[0].state, State::Failed, "{end:?}");
+    let end = crate::l2::run(get("arp-flood"));
+    let c = end.counters;
+    assert_eq!((c.answered, c.ignored.rate_limited), (10, 30), "{end:?}");
+    assert!(end.entries.is_empty());
+    let end = crate::l2::run(get("ns-dad-damaged"));
+    let c = end.counters;
+    assert_eq!(
+        (c.answered, c.malformed.nd_rule, c.frames_in),
+        (2, 1, 3),
+        "{end:?}"
+    );
+    let end = crate::l2::run(get("garbage"));
+    assert_eq!(end.counters.dispositions(), end.counters.frames_in);
+}
+
+#[test]
 fn responder_corpus_and_random_inputs() {
     assert!(replay("responder", engine::responder) >= 3);
     random_inputs(2, 600, 600, engine::responder);
@@ -334,7 +373,7 @@ fn req_cqe(pos: u32, log: u32, qpn: u32, counter: u16) -> [u8; 64] {
 #[test]
 fn the_sole_qp_rig_completes_writes_through_poll_send_as_the_two_qp_rig_does() {
     use rnic_core::{WcOpcode, WcStatus};
-    use rnic_mlx5::fuzzing::{CqRig, OTHER_QPN, QPN};
+    use rnic_mlx5::rdma::fuzzing::{CqRig, OTHER_QPN, QPN};
     let run = |mut rig: CqRig| {
         let mut got = Vec::new();
         for i in 0..5u32 {
@@ -452,6 +491,13 @@ fn the_round_trip_check_can_fail() {
     wire::assert_round_trip_fails_for_a_truncated_payload();
 }
 
+/// The L2 harness's "no entry nobody asked for" check fires.
+#[test]
+#[should_panic(expected = "nobody asked for")]
+fn the_l2_entry_check_can_fail() {
+    crate::l2::check_an_unasked_entry();
+}
+
 /// The hole check fires on a READ completion whose bytes were not written.
 #[test]
 #[should_panic(expected = "never written")]
@@ -492,6 +538,7 @@ fn write_seed_corpus() {
         ("mlx5_wqe", wqe::seeds()),
         ("mlx5_cqe", cqe::seeds()),
         ("rxe_rx", crate::rxe::rxe_rx_seeds()),
+        ("l2", crate::l2::seeds()),
     ] {
         let dir = corpus(target);
         std::fs::create_dir_all(&dir).expect("mkdir");

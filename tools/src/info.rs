@@ -177,7 +177,7 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
             "log_max_ra_res_qp": log_max_ra_res_qp,
             "max_wqe_sz_sq": max_wqe_sz_sq,
             "max_wqe_sz_rq": max_wqe_sz_rq,
-            "max_inline_data": rnic::mlx5::wqe::MAX_INLINE_DATA,
+            "max_inline_data": rnic::mlx5::rdma::wqe::MAX_INLINE_DATA,
             "gid_table_size": gid_table_size,
             "roce": i.roce,
             "roce_versions": versions,
@@ -204,7 +204,7 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
             "host_kernel": hca.host_neighbours(),
             "entries": neighbours.iter().map(|n| json!({
                 "ip": n.ip.to_string(),
-                "mac": rnic::mlx5::neigh::mac_text(&n.mac),
+                "mac": rnic::mlx5::firmware::neigh::mac_text(&n.mac),
                 "source": n.source.to_string(),
             })).collect::<Vec<_>>(),
         },
@@ -265,7 +265,7 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
         "\tmax_wqe_sz_sq/rq:\t{}/{} bytes, inline up to {} bytes",
         opt(max_wqe_sz_sq),
         opt(max_wqe_sz_rq),
-        rnic::mlx5::wqe::MAX_INLINE_DATA
+        rnic::mlx5::rdma::wqe::MAX_INLINE_DATA
     );
     let _ = writeln!(
         t,

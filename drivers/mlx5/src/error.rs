@@ -421,7 +421,7 @@ pub enum Mlx5Error {
         /// Index of the failed request in the batch.
         index: usize,
         /// Why.
-        reason: crate::wqe::PostFailure,
+        reason: PostFailure,
     },
     /// A receive request could not be posted; those before it were.
     #[error("post_recv: request {index} not posted: {reason}")]
@@ -429,7 +429,7 @@ pub enum Mlx5Error {
         /// Index of the failed request in the batch.
         index: usize,
         /// Why.
-        reason: crate::wqe::PostFailure,
+        reason: PostFailure,
     },
     /// The function is in a fatal state (§2): no command is sent any more.
     #[error(
@@ -511,13 +511,142 @@ fn command_advice(status: CmdStatus) -> &'static str {
     }
 }
 
-impl From<crate::wqe::Refused> for Mlx5Error {
+impl From<Refused> for Mlx5Error {
     /// The direct fast path's refusal as the general path reports it (one
     /// request, index 0).
-    fn from(r: crate::wqe::Refused) -> Mlx5Error {
+    fn from(r: Refused) -> Mlx5Error {
         Mlx5Error::PostSend {
             index: 0,
             reason: r.into(),
         }
     }
 }
+
+/// Why a work request could not be posted (no allocation: the hot path's
+/// errors are `Copy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostFailure {
+    /// The send or receive queue has no room for the request.
+    #[error("the queue is full ({outstanding} outstanding); poll the CQ and retry")]
+    QueueFull {
+        /// Entries (WQEBBs for the SQ, WQEs for the RQ) still owned by the device.
+        outstanding: u32,
+    },
+    /// More SGEs than the queue was created for.
+    #[error("{got} SGEs, the queue takes at most {max}")]
+    TooManySge {
+        /// SGEs in the request.
+        got: usize,
+        /// The queue's limit.
+        max: usize,
+    },
+    /// The inline payload is larger than the queue's `max_inline_data`.
+    #[error("{got} inline bytes, the queue takes at most {max}")]
+    InlineTooLong {
+        /// Bytes asked for.
+        got: usize,
+        /// The queue's limit.
+        max: usize,
+    },
+    /// An inline SGE lies outside every region the QP was given with `Qp::use_region`.
+    #[error(
+        "inline SGE at {addr:#x} (+{len}) under lkey {lkey:#x} is in no region of this QP; call Qp::use_region"
+    )]
+    InlineRegion {
+        /// Address of the SGE.
+        addr: u64,
+        /// Length.
+        len: u32,
+        /// Its lkey.
+        lkey: u32,
+    },
+    /// A UD send whose vector names neither a `dmac` nor a link-local GID:
+    /// the post path resolves no neighbours (audit row 7).
+    #[error(
+        "the UD destination {dgid} has no destination MAC: create an address handle (which \
+         resolves the neighbour) or give the vector's dmac"
+    )]
+    UnresolvedMac {
+        /// The destination GID.
+        dgid: rnic_core::Gid,
+    },
+    /// The operation does not exist on this QP type (RDMA on UD, …).
+    #[error("{op} is not supported on this QP type")]
+    Unsupported {
+        /// The operation's name.
+        op: &'static str,
+    },
+    /// An atomic needs exactly one 8-byte SGE and an 8-byte aligned remote address.
+    #[error("an atomic needs one 8-byte SGE and an 8-byte aligned remote address")]
+    BadAtomic,
+    /// A UD send without its destination.
+    #[error("a UD send needs `SendWr::ud`")]
+    NoUdDest,
+    /// The QP is not in a state that accepts this queue's requests.
+    #[error("the QP is in state {state}; sends need RTS, receives INIT or later")]
+    BadState {
+        /// The state's name.
+        state: &'static str,
+    },
+    /// The function is in a fatal state (health syndrome): nothing is posted.
+    #[error(
+        "the device is in a fatal state; every QP is in ERR, poll the CQs for flushed completions"
+    )]
+    DeviceFatal,
+}
+
+/// Why the direct fast path ([`crate::Qp::post_write_inline`]) posted
+/// nothing: the [`PostFailure`]s that path can meet, small and `Copy` so
+/// that it comes back in a register (8 bytes with its `Result`: a refusal
+/// costs the hot path no stack frame). Its message is the [`PostFailure`]'s; `PostFailure::from` and
+/// `Mlx5Error::from` turn it into the general path's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// [`PostFailure::QueueFull`].
+    QueueFull {
+        /// WQEBBs still owned by the device.
+        outstanding: u32,
+    },
+    /// [`PostFailure::InlineTooLong`].
+    InlineTooLong {
+        /// Bytes asked for (at most [`crate::rdma::wq::FAST_INLINE_MAX`]).
+        got: u16,
+        /// The queue's limit (at most [`crate::rdma::wqe::MAX_INLINE_DATA`]).
+        max: u16,
+    },
+    /// [`PostFailure::BadState`]: the QP is not in RTS.
+    BadState {
+        /// The QP's state.
+        state: rnic_mlx5_prm::QpState,
+    },
+    /// [`PostFailure::Unsupported`]: an RDMA WRITE on a UD QP.
+    WriteOnUd,
+    /// [`PostFailure::DeviceFatal`].
+    DeviceFatal,
+}
+
+impl From<Refused> for PostFailure {
+    fn from(r: Refused) -> PostFailure {
+        match r {
+            Refused::QueueFull { outstanding } => PostFailure::QueueFull { outstanding },
+            Refused::InlineTooLong { got, max } => PostFailure::InlineTooLong {
+                got: usize::from(got),
+                max: usize::from(max),
+            },
+            Refused::BadState { state } => PostFailure::BadState {
+                state: state.name().unwrap_or("?"),
+            },
+            Refused::WriteOnUd => PostFailure::Unsupported { op: "RDMA WRITE" },
+            Refused::DeviceFatal => PostFailure::DeviceFatal,
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        PostFailure::from(*self).fmt(f)
+    }
+}
+
+impl std::error::Error for Refused {}

@@ -74,7 +74,9 @@ use rnic_core::{
 use rnic_mlx5_prm::QpState as PrmQpState;
 use tracing::{debug, warn};
 
-use crate::wqe::{DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure};
+use crate::rdma::wqe::{
+    DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure,
+};
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
 
 /// The memory an mlx5 function reaches: its own [`DmaBuffer`]s.
@@ -737,6 +739,25 @@ impl fmt::Debug for Mlx5Ah {
         f.debug_struct("Mlx5Ah")
             .field("av", &self.av)
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::rdma::wq::UdSegment for rnic_core::UdSend<'_> {
+    /// The handle's template when this driver made it (an
+    /// [`crate::Mlx5Provider`] refuses a handle of another device before
+    /// the post reaches the queue); otherwise built from its vector.
+    #[inline]
+    fn datagram(
+        &self,
+        qpn: u32,
+    ) -> Result<[u8; crate::rdma::wqe::DATAGRAM_SEG_BYTES], PostFailure> {
+        match self.ah.driver::<Mlx5Ah>() {
+            Some(ah) => ah
+                .template
+                .segment(qpn, self.remote_qpn.get(), self.remote_qkey)
+                .map_err(|_| PostFailure::NoUdDest),
+            None => crate::rdma::wq::datagram_of(&rnic_core::UdDestination::ud_dest(self), qpn),
+        }
     }
 }
 

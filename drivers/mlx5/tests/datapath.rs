@@ -947,7 +947,7 @@ fn a_qp_sharing_its_blueflame_register_posts_through_the_doorbell_on_every_path(
     // Write-combining BAR0, every register of its own taken first: the QP
     // shares register 3, which never takes a BlueFlame copy (audit row 5);
     // the direct and the generic posts both ring the 8-byte doorbell.
-    let mut r = rig_with(Bar0Mapping::Wc, rnic_mlx5::events::SHARED_BF_REG);
+    let mut r = rig_with(Bar0Mapping::Wc, rnic_mlx5::firmware::events::SHARED_BF_REG);
     assert!(!r.qp.blueflame());
     let raddr = r.peer.mr.addr();
     let rkey = r.peer.mr.rkey();

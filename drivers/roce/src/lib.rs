@@ -10,6 +10,11 @@
 //!   AtomicAckETH, DETH), the opcode table, the whole RoCE packet
 //!   (BTH..ICRC), the ICRC exactly as rxe computes it, and the minimal
 //!   Ethernet / IPv4 / IPv6 / UDP layers needed to dissect and emit frames.
+//! * [`neigh`] — the L2 neighbour layer of a port without a kernel netdev:
+//!   ARP / IPv6 neighbour discovery responder for the port's own addresses
+//!   and a resolver with a neighbour cache (states, timers, retries, rate
+//!   limits, counters), sans-IO. Its wire formats are [`wire::arp`] and
+//!   [`wire::icmpv6`].
 //! * [`pcap`] — a classic-pcap reader and writer for golden tests and
 //!   capture tools.
 //!
@@ -60,6 +65,7 @@
 #![warn(missing_docs)]
 
 pub mod ident;
+pub mod neigh;
 pub mod pcap;
 pub mod transport;
 pub mod wire;

@@ -1,11 +1,11 @@
 //! The `mlx5_cqe` target: the driver's CQ and EQ consumers (rnic-mlx5, over plain DMA
-//! buffers: [`rnic_mlx5::fuzzing`]) fed CQEs and EQEs a hostile device writes (see
+//! buffers: [`rnic_mlx5::rdma::fuzzing`]) fed CQEs and EQEs a hostile device writes (see
 //! [`completions`]).
 
 use std::collections::VecDeque;
 
 use rnic_core::{WcOpcode, WcStatus, WorkCompletion};
-use rnic_mlx5::fuzzing::{CqRig, EqRig, OTHER_QPN, QPN};
+use rnic_mlx5::rdma::fuzzing::{CqRig, EqRig, OTHER_QPN, QPN};
 use rnic_mlx5_prm::{CQE_FORMAT_COMPRESSED, Cqe64, CqeOpcode, EQE_BYTES, Eqe, ErrCqe, EventType};
 
 use crate::Input;

@@ -36,6 +36,10 @@ pub enum Header {
     CnpReserved,
     /// The 4-byte ICRC trailer.
     Icrc,
+    /// An ARP packet (RFC 826).
+    Arp,
+    /// An ICMPv6 message (RFC 4443), neighbour discovery included.
+    Icmpv6,
 }
 
 impl From<ExtHeader> for Header {
@@ -70,6 +74,8 @@ impl fmt::Display for Header {
             Header::Deth => "DETH",
             Header::CnpReserved => "CNP reserved bytes",
             Header::Icrc => "ICRC",
+            Header::Arp => "ARP",
+            Header::Icmpv6 => "ICMPv6",
         })
     }
 }
@@ -92,6 +98,78 @@ impl fmt::Display for NotRoce {
             NotRoce::EtherType(t) => write!(f, "EtherType {t:#06x} is not IPv4 or IPv6"),
             NotRoce::IpProtocol(p) => write!(f, "IP protocol {p} is not UDP (17)"),
             NotRoce::UdpDstPort(p) => write!(f, "UDP destination port {p} is not 4791"),
+        }
+    }
+}
+
+/// Which validity rule of RFC 4861 (§6.1, §7.1) a neighbour discovery
+/// message breaks. Nodes silently discard such messages; rnic counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NdViolation {
+    /// The IPv6 hop limit is not 255, so the message may come from off-link.
+    HopLimit(u8),
+    /// The ICMPv6 code is not 0.
+    Code(u8),
+    /// The message is shorter than its type's fixed part.
+    Length {
+        /// The ICMPv6 message length.
+        len: usize,
+        /// The minimum for its type.
+        min: usize,
+    },
+    /// An option has length 0 or runs past the end of the message.
+    OptionLength {
+        /// The option's type.
+        option: u8,
+    },
+    /// A link-layer address option of the wrong length for Ethernet (not 1 unit of 8 bytes).
+    LinkLayerOption {
+        /// The option's type.
+        option: u8,
+        /// Its length in units of 8 bytes.
+        units: u8,
+    },
+    /// The target address of a solicitation or advertisement is multicast.
+    MulticastTarget,
+    /// A solicitation from the unspecified address (duplicate address
+    /// detection) is not sent to a solicited-node multicast address.
+    DadDestination,
+    /// A solicitation from the unspecified address carries a source
+    /// link-layer address option.
+    DadSourceLinkLayer,
+    /// A multicast advertisement has the Solicited flag set.
+    SolicitedMulticast,
+}
+
+impl fmt::Display for NdViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NdViolation::HopLimit(h) => write!(f, "hop limit {h} is not 255"),
+            NdViolation::Code(c) => write!(f, "ICMPv6 code {c} is not 0"),
+            NdViolation::Length { len, min } => {
+                write!(
+                    f,
+                    "{len}-byte message is shorter than its {min}-byte fixed part"
+                )
+            }
+            NdViolation::OptionLength { option } => {
+                write!(f, "option {option} has length 0 or runs past the end")
+            }
+            NdViolation::LinkLayerOption { option, units } => write!(
+                f,
+                "link-layer address option {option} is {units} units long, Ethernet needs 1"
+            ),
+            NdViolation::MulticastTarget => f.write_str("target address is multicast"),
+            NdViolation::DadDestination => f.write_str(
+                "solicitation from :: is not sent to the target's solicited-node address",
+            ),
+            NdViolation::DadSourceLinkLayer => {
+                f.write_str("solicitation from :: carries a source link-layer address")
+            }
+            NdViolation::SolicitedMulticast => {
+                f.write_str("advertisement to a multicast address has the Solicited flag")
+            }
         }
     }
 }
@@ -207,6 +285,34 @@ pub enum Error {
         /// The length of the slice passed.
         given: usize,
     },
+    /// An ARP packet for another hardware or protocol type than Ethernet/IPv4.
+    #[error(
+        "ARP hardware type {htype}, protocol {ptype:#06x}, address lengths {hlen}/{plen}: only Ethernet/IPv4 (1, 0x0800, 6/4) is spoken"
+    )]
+    ArpFormat {
+        /// Hardware type (1 = Ethernet).
+        htype: u16,
+        /// Protocol type (0x0800 = IPv4).
+        ptype: u16,
+        /// Hardware address length.
+        hlen: u8,
+        /// Protocol address length.
+        plen: u8,
+    },
+    /// An ARP operation other than request (1) or reply (2), e.g. RARP.
+    #[error("ARP operation {0} is neither request (1) nor reply (2)")]
+    ArpOperation(u16),
+    /// The ICMPv6 checksum (over the IPv6 pseudo-header) is wrong.
+    #[error("ICMPv6 checksum {found:#06x}, expected {computed:#06x}")]
+    Icmpv6Checksum {
+        /// The checksum computed over pseudo-header and message.
+        computed: u16,
+        /// The checksum field.
+        found: u16,
+    },
+    /// A neighbour discovery message that RFC 4861 says to discard.
+    #[error("invalid neighbour discovery message: {0}")]
+    Nd(NdViolation),
     /// The output buffer is too small to emit into.
     #[error("buffer of {have} bytes is too small: {need} needed")]
     BufferTooSmall {

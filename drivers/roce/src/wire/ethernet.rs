@@ -4,6 +4,7 @@
 //! sockets hand frames over without it.
 
 use core::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::bytes::{self, read_bytes, read_u16, write_bytes, write_u16};
 use super::{Error, Header, Result};
@@ -31,6 +32,37 @@ pub struct EthernetAddress(pub [u8; 6]);
 impl EthernetAddress {
     /// The broadcast address.
     pub const BROADCAST: EthernetAddress = EthernetAddress([0xff; 6]);
+
+    /// Whether this is a group address (the I/G bit, bit 0 of the first
+    /// octet, is set): broadcast and multicast.
+    pub const fn is_multicast(&self) -> bool {
+        self.0[0] & 1 != 0
+    }
+
+    /// Whether this is the broadcast address.
+    pub fn is_broadcast(&self) -> bool {
+        *self == Self::BROADCAST
+    }
+
+    /// Whether this is an individual (unicast) address other than all zeros:
+    /// one a station may use as its own.
+    pub fn is_unicast(&self) -> bool {
+        !self.is_multicast() && self.0 != [0; 6]
+    }
+
+    /// The multicast MAC an IPv4 group address maps to (RFC 1112 §6.4):
+    /// 01:00:5e followed by the group's low 23 bits.
+    pub const fn from_ipv4_multicast(group: Ipv4Addr) -> EthernetAddress {
+        let [_, b, c, d] = group.octets();
+        EthernetAddress([0x01, 0x00, 0x5e, b & 0x7f, c, d])
+    }
+
+    /// The multicast MAC an IPv6 multicast address maps to (RFC 2464 §7):
+    /// 33:33 followed by its last four octets.
+    pub const fn from_ipv6_multicast(group: Ipv6Addr) -> EthernetAddress {
+        let o = group.octets();
+        EthernetAddress([0x33, 0x33, o[12], o[13], o[14], o[15]])
+    }
 }
 
 impl fmt::Display for EthernetAddress {

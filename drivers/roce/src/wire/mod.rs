@@ -14,11 +14,13 @@
 //! | [`roce`] | the whole transport packet BTH..ICRC (the UDP payload) |
 //! | [`icrc`] | the invariant CRC, as rxe computes it |
 //! | [`ethernet`], [`ip`] | Ethernet (+802.1Q), IPv4, IPv6, UDP |
+//! | [`arp`], [`icmpv6`] | ARP (RFC 826) and ICMPv6 neighbour discovery (RFC 4861), for [`crate::neigh`] |
 //! | [`frame`] | dissect a captured frame / IP datagram down to RoCE, and emit one |
 
 pub(crate) mod bytes;
 
 pub mod aeth;
+pub mod arp;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
@@ -26,6 +28,7 @@ pub mod deth;
 mod error;
 pub mod ethernet;
 pub mod frame;
+pub mod icmpv6;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
@@ -39,7 +42,7 @@ pub use atomic_ack_eth::{Packet as AtomicAckEthPacket, Repr as AtomicAckEthRepr}
 pub use atomic_eth::{Packet as AtomicEthPacket, Repr as AtomicEthRepr};
 pub use bth::{Packet as BthPacket, Repr as BthRepr};
 pub use deth::{Packet as DethPacket, Repr as DethRepr};
-pub use error::{Error, Header, NotRoce, Result};
+pub use error::{Error, Header, NdViolation, NotRoce, Result};
 pub use ethernet::{
     EtherType, EthernetAddress, Packet as EthernetPacket, Repr as EthernetRepr, VlanTag,
 };

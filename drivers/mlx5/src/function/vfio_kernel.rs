@@ -11,7 +11,7 @@ use rnic_dma::{DmaDomain, IovaAllocator, Mapper, Mmio};
 use rnic_vfio::{Sysfs, VFIO_PCI_MSIX_IRQ_INDEX, VfioDevice, VfioError, VfioMapper, ZERO_PAGE};
 
 use crate::error::Mlx5Error;
-use crate::memory::{DmaBuffer, IovaSpace, split_apertures};
+use crate::function::memory::{DmaBuffer, IovaSpace, split_apertures};
 use crate::{BlockWindow, FunctionId, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction, Vector, sys};
 
 /// A function bound to vfio-pci and owned through the kernel's VFIO.
@@ -112,8 +112,8 @@ impl PciFunction for VfioFunction {
 
     /// `RLIMIT_MEMLOCK` (unless the process has `CAP_IPC_LOCK`) and
     /// vfio_iommu_type1's `dma_entry_limit`.
-    fn dma_budget(&self) -> crate::pages::DmaBudget {
-        crate::pages::DmaBudget {
+    fn dma_budget(&self) -> crate::function::DmaBudget {
+        crate::function::DmaBudget {
             memlock: sys::memlock_limit().filter(|_| !sys::has_cap_ipc_lock()),
             entries: sys::vfio_dma_entry_limit(),
         }

@@ -24,13 +24,13 @@
 //! ICM pressure; K core/pagealloc.c:700-776, core/cmd.c:1015-1053). The
 //! event thread never posts a command, so it can always deliver the
 //! completion the page worker waits for. It also reads the health buffer
-//! every [`HEALTH_PERIOD`] ([`crate::health`]). Both threads stop and are
+//! every [`HEALTH_PERIOD`] ([`crate::firmware::health`]). Both threads stop and are
 //! joined before DESTROY_EQ.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,15 +46,40 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::cmd::CommandEvents;
-use crate::cq::CqNotify;
-use crate::health::HealthShared;
-use crate::memory::lock;
-use crate::pages::{MAX_PAGES_PER_REQUEST, Pages};
-use crate::track::QpShared;
+use crate::firmware::cmd::CommandEvents;
+use crate::firmware::health::HealthShared;
+use crate::firmware::pages::{MAX_PAGES_PER_REQUEST, Pages};
+use crate::function::memory::lock;
 use rnic_core::Memory;
 
 use crate::{DmaBuffer, Hca, Mlx5Error, Vector, sys};
+
+/// Shared with the event queue: completion events for one CQ, counted,
+/// and signalled on an eventfd (where the CQ has one) that a caller can
+/// poll or epoll (`Cq::event_fd` in the RDMA layer).
+#[derive(Debug, Default)]
+pub(crate) struct CqNotify {
+    pub events: AtomicU32,
+    pub fd: Option<nix::sys::eventfd::EventFd>,
+}
+
+impl CqNotify {
+    /// With an eventfd for waiters.
+    pub(crate) fn with_fd() -> nix::Result<CqNotify> {
+        Ok(CqNotify {
+            events: AtomicU32::new(0),
+            fd: Some(crate::sys::eventfd()?),
+        })
+    }
+
+    /// One completion event (the event thread, under the EQ's lock).
+    pub(crate) fn signal(&self) {
+        self.events.fetch_add(1, Ordering::Release);
+        if let Some(fd) = &self.fd {
+            crate::sys::eventfd_signal(fd);
+        }
+    }
+}
 
 /// EQ entries asked for (the ring has this + [`NUM_SPARE_EQE`], rounded up
 /// to a power of two: 256).
@@ -87,7 +112,7 @@ pub struct EventCounters {
     pub pages_given: u64,
     /// Pages taken back at run time.
     pub pages_taken: u64,
-    /// Page requests refused as beyond [`crate::init::MAX_PAGES_PER_REQUEST`].
+    /// Page requests refused as beyond [`crate::firmware::init::MAX_PAGES_PER_REQUEST`].
     pub pages_refused: u64,
     /// Page requests answered with CANT_GIVE (memory could not be had, or
     /// the request was refused).
@@ -675,7 +700,7 @@ impl Hca {
     }
 
     /// Let the fatal transition reach `qp` (its flush flag).
-    pub(crate) fn register_qp(&self, qp: &Arc<QpShared>) {
+    pub(crate) fn register_qp(&self, qp: Arc<dyn crate::firmware::health::Flush>) {
         self.runtime.health.register_qp(qp);
     }
 
@@ -687,9 +712,9 @@ impl Hca {
     }
 
     /// Read the health buffer and counter (§2) and judge them
-    /// ([`crate::health`]): fatal is `rfr && synd`, PCI gone, the NIC
+    /// ([`crate::firmware::health`]): fatal is `rfr && synd`, PCI gone, the NIC
     /// interface disabled or in SW reset, or the counter standing still
-    /// for [`crate::health::HEALTH_STUCK`]. A fatal function has every QP in
+    /// for [`crate::firmware::health::HEALTH_STUCK`]. A fatal function has every QP in
     /// ERR, posts fail with [`crate::PostFailure::DeviceFatal`], CQ polls
     /// return the outstanding work flushed, and no further command is sent.
     /// A syndrome without `rfr` is reported ([`Hca::health_report`], a log
@@ -699,7 +724,7 @@ impl Hca {
     }
 
     /// What the health checks found so far (non-fatal syndromes included).
-    pub fn health_report(&self) -> crate::health::HealthReport {
+    pub fn health_report(&self) -> crate::firmware::health::HealthReport {
         self.runtime.health.report()
     }
 
@@ -773,7 +798,7 @@ mod tests {
     use rnic_dma::{IovaAllocator, RecordingMapper};
     use rnic_mlx5_prm::Eqe;
 
-    use crate::memory::IovaSpace;
+    use crate::function::memory::IovaSpace;
 
     struct FakeEq {
         buf: Arc<DmaBuffer>,

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rnic_core::{Memory, Qpn, Rkey, WcFlags, WcOpcode, WcStatus, WorkCompletion};
@@ -26,12 +26,13 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, warn};
 
-use crate::ring::{BlockCursor, WordCell, WordRing};
-use crate::track::{
+use crate::firmware::events::CqNotify;
+use crate::rdma::ring::{BlockCursor, WordCell, WordRing};
+use crate::rdma::track::{
     QpShared, SqSlots, WC_CODE_CMP_SWAP, WC_CODE_FETCH_ADD, WC_CODE_READ, WC_CODE_SEND,
     WC_CODE_WRITE, wc_opcode_code, wc_opcode_from_code,
 };
-use crate::wqe::be_pair;
+use crate::rdma::wqe::be_pair;
 use crate::{DmaBuffer, Hca, Mlx5Error};
 
 /// Counters of what a CQ saw that it could not use (hostile or unexpected
@@ -87,7 +88,7 @@ const SC_QPN_SHIFT: u32 = 32;
 
 impl SendCompletion {
     /// A completion of QP `qpn`'s WQE `wr_id`, of tracking opcode code
-    /// `code` (`crate::track`: 0 ..= 4, or 0xff, which the word keeps as 7).
+    /// `code` (`crate::rdma::track`: 0 ..= 4, or 0xff, which the word keeps as 7).
     #[inline(always)]
     fn new(
         wr_id: u64,
@@ -194,33 +195,6 @@ impl From<SendCompletion> for WorkCompletion {
             byte_len: c.byte_len(),
             qp_num: c.qp_num(),
             ..WorkCompletion::default()
-        }
-    }
-}
-
-/// Shared with the event queue: completion events for one CQ, counted,
-/// and signalled on an eventfd (where the CQ has one) that a caller can
-/// poll or epoll ([`Cq::event_fd`]).
-#[derive(Debug, Default)]
-pub(crate) struct CqNotify {
-    pub events: AtomicU32,
-    fd: Option<nix::sys::eventfd::EventFd>,
-}
-
-impl CqNotify {
-    /// With an eventfd for waiters.
-    pub(crate) fn with_fd() -> nix::Result<CqNotify> {
-        Ok(CqNotify {
-            events: AtomicU32::new(0),
-            fd: Some(crate::sys::eventfd()?),
-        })
-    }
-
-    /// One completion event (the event thread, under the EQ's lock).
-    pub(crate) fn signal(&self) {
-        self.events.fetch_add(1, Ordering::Release);
-        if let Some(fd) = &self.fd {
-            crate::sys::eventfd_signal(fd);
         }
     }
 }
@@ -918,7 +892,7 @@ impl CqRing {
     /// it was at or after that write, so every byte the device wrote before
     /// it (or with it) — the same as the barrier-then-reload it replaces.
     ///
-    /// [`SqTrack::complete`]: crate::track::SqTrack::complete
+    /// [`SqTrack::complete`]: crate::rdma::track::SqTrack::complete
     #[inline(always)]
     pub(crate) fn take_lean(&mut self) -> Option<(u64, u32)> {
         let cqe = self.cqes.current();
@@ -1060,7 +1034,7 @@ impl CqRing {
 
     /// [`CqRing::poll_send`]'s lean case, taken ([`CqRing::take_lean`]: no
     /// length, whatever the recorded opcode `code`, `0 ..= 7`:
-    /// [`crate::track::sq_meta`]); `ci` advanced. Always `Some`.
+    /// [`crate::rdma::track::sq_meta`]); `ci` advanced. Always `Some`.
     #[inline(always)]
     pub(crate) fn lean_send(&mut self, wr_id: u64, code: u32) -> Option<SendCompletion> {
         let c = Some(SendCompletion {
@@ -1202,7 +1176,7 @@ impl Cq {
 
     /// Wait up to `timeout` for a completion event of this CQ (after
     /// [`Cq::arm`]); `true` if one came. The event thread delivers them
-    /// (`crate::events`); this blocks on the CQ's eventfd.
+    /// (`crate::firmware::events`); this blocks on the CQ's eventfd.
     pub fn wait_event(&mut self, timeout: Duration) -> Result<bool, Mlx5Error> {
         let start = Instant::now();
         loop {

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use rnic_core::Gid;
 use tracing::{debug, info};
 
-use crate::memory::lock;
+use crate::function::memory::lock;
 use crate::{Hca, Mlx5Error};
 
 /// How [`Hca::resolve_neighbour`] may look beyond the caller, the
@@ -154,7 +154,7 @@ impl Hca {
             return Err(Mlx5Error::QpOptions {
                 reason: format!(
                     "neighbour {ip}: {} is not a unicast MAC address",
-                    crate::neigh::mac_text(&mac)
+                    crate::firmware::neigh::mac_text(&mac)
                 ),
             });
         }

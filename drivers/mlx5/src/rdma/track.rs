@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use rnic_core::WcOpcode;
 
-use crate::ring::{BlockHead, WordRing, Wqebb};
+use crate::rdma::ring::{BlockHead, WordRing, Wqebb};
 
 /// Completion opcode codes stored per WQE (one byte).
 pub(crate) const WC_CODE_SEND: u32 = 0;
@@ -470,12 +470,18 @@ pub(crate) struct QpShared {
     pub flush: AtomicBool,
     /// The fast WRITE paths' gate: an RDMA WRITE of `n` inline bytes
     /// passes every check but queue space iff `n < gate` — the poster's
-    /// [`crate::wq::fast_inline_limit`] of state, service and inline limit
-    /// ([`crate::wq::WorkQueues::set_state`]), 0 once `flush` is set. One
+    /// [`crate::rdma::wq::fast_inline_limit`] of state, service and inline limit
+    /// ([`crate::rdma::wq::WorkQueues::set_state`]), 0 once `flush` is set. One
     /// load and compare on the hot path for all of them and device health.
     pub gate: AtomicU32,
     /// The QP was destroyed: CQs drop it at their next attach.
     pub destroyed: AtomicBool,
+}
+
+impl crate::firmware::health::Flush for QpShared {
+    fn set_flush(&self) {
+        QpShared::set_flush(self);
+    }
 }
 
 impl QpShared {

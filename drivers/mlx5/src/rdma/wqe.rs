@@ -30,134 +30,14 @@ pub const MAX_SEND_SGE: usize = 16;
 /// The most scatter entries one receive WQE takes.
 pub const MAX_RECV_SGE: usize = 16;
 
-/// Why a work request could not be posted (no allocation: the hot path's
-/// errors are `Copy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostFailure {
-    /// The send or receive queue has no room for the request.
-    #[error("the queue is full ({outstanding} outstanding); poll the CQ and retry")]
-    QueueFull {
-        /// Entries (WQEBBs for the SQ, WQEs for the RQ) still owned by the device.
-        outstanding: u32,
-    },
-    /// More SGEs than the queue was created for.
-    #[error("{got} SGEs, the queue takes at most {max}")]
-    TooManySge {
-        /// SGEs in the request.
-        got: usize,
-        /// The queue's limit.
-        max: usize,
-    },
-    /// The inline payload is larger than the queue's `max_inline_data`.
-    #[error("{got} inline bytes, the queue takes at most {max}")]
-    InlineTooLong {
-        /// Bytes asked for.
-        got: usize,
-        /// The queue's limit.
-        max: usize,
-    },
-    /// An inline SGE lies outside every region the QP was given with `Qp::use_region`.
-    #[error(
-        "inline SGE at {addr:#x} (+{len}) under lkey {lkey:#x} is in no region of this QP; call Qp::use_region"
-    )]
-    InlineRegion {
-        /// Address of the SGE.
-        addr: u64,
-        /// Length.
-        len: u32,
-        /// Its lkey.
-        lkey: u32,
-    },
-    /// A UD send whose vector names neither a `dmac` nor a link-local GID:
-    /// the post path resolves no neighbours (audit row 7).
-    #[error(
-        "the UD destination {dgid} has no destination MAC: create an address handle (which \
-         resolves the neighbour) or give the vector's dmac"
-    )]
-    UnresolvedMac {
-        /// The destination GID.
-        dgid: rnic_core::Gid,
-    },
-    /// The operation does not exist on this QP type (RDMA on UD, …).
-    #[error("{op} is not supported on this QP type")]
-    Unsupported {
-        /// The operation's name.
-        op: &'static str,
-    },
-    /// An atomic needs exactly one 8-byte SGE and an 8-byte aligned remote address.
-    #[error("an atomic needs one 8-byte SGE and an 8-byte aligned remote address")]
-    BadAtomic,
-    /// A UD send without its destination.
-    #[error("a UD send needs `SendWr::ud`")]
-    NoUdDest,
-    /// The QP is not in a state that accepts this queue's requests.
-    #[error("the QP is in state {state}; sends need RTS, receives INIT or later")]
-    BadState {
-        /// The state's name.
-        state: &'static str,
-    },
-    /// The function is in a fatal state (health syndrome): nothing is posted.
-    #[error(
-        "the device is in a fatal state; every QP is in ERR, poll the CQs for flushed completions"
-    )]
-    DeviceFatal,
-}
+pub use crate::error::{PostFailure, Refused};
 
-/// Why the direct fast path ([`crate::Qp::post_write_inline`]) posted
-/// nothing: the [`PostFailure`]s that path can meet, small and `Copy` so
-/// that it comes back in a register (8 bytes with its `Result`: a refusal
-/// costs the hot path no stack frame). Its message is the [`PostFailure`]'s; `PostFailure::from` and
-/// `Mlx5Error::from` turn it into the general path's error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
-    /// [`PostFailure::QueueFull`].
-    QueueFull {
-        /// WQEBBs still owned by the device.
-        outstanding: u32,
-    },
-    /// [`PostFailure::InlineTooLong`].
-    InlineTooLong {
-        /// Bytes asked for (at most [`crate::wq::FAST_INLINE_MAX`]).
-        got: u16,
-        /// The queue's limit (at most [`MAX_INLINE_DATA`]).
-        max: u16,
-    },
-    /// [`PostFailure::BadState`]: the QP is not in RTS.
-    BadState {
-        /// The QP's state.
-        state: rnic_mlx5_prm::QpState,
-    },
-    /// [`PostFailure::Unsupported`]: an RDMA WRITE on a UD QP.
-    WriteOnUd,
-    /// [`PostFailure::DeviceFatal`].
-    DeviceFatal,
+/// The RoCEv2 UDP source port when none is given: 0xC000 | a hash of the
+/// two QPNs (rxe's range), so flows of different QP pairs spread.
+pub fn default_udp_sport(local: u32, remote: u32) -> u16 {
+    let h = local.wrapping_mul(0x9e37_79b9) ^ remote;
+    0xc000 | ((h ^ (h >> 14)) & 0x3fff) as u16
 }
-
-impl From<Refused> for PostFailure {
-    fn from(r: Refused) -> PostFailure {
-        match r {
-            Refused::QueueFull { outstanding } => PostFailure::QueueFull { outstanding },
-            Refused::InlineTooLong { got, max } => PostFailure::InlineTooLong {
-                got: usize::from(got),
-                max: usize::from(max),
-            },
-            Refused::BadState { state } => PostFailure::BadState {
-                state: state.name().unwrap_or("?"),
-            },
-            Refused::WriteOnUd => PostFailure::Unsupported { op: "RDMA WRITE" },
-            Refused::DeviceFatal => PostFailure::DeviceFatal,
-        }
-    }
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        PostFailure::from(*self).fmt(f)
-    }
-}
-
-impl std::error::Error for Refused {}
 
 const _: () = assert!(std::mem::size_of::<Result<(), Refused>>() <= 8);
 
@@ -516,7 +396,7 @@ impl DatagramTemplate {
         av.set_q_key(remote_qkey)?;
         av.set_destination_qp_dct(remote_qpn)?;
         if self.udp_sport.is_none() {
-            let sport = crate::qp::default_udp_sport(local_qpn, remote_qpn);
+            let sport = default_udp_sport(local_qpn, remote_qpn);
             av.set_rlid_udp_sport(sport.into())?;
         }
         Ok(b)
@@ -569,7 +449,7 @@ mod tests {
         for av in cases {
             let dmac = av
                 .dmac
-                .or_else(|| crate::neigh::link_local_mac(&av.dgid))
+                .or_else(|| crate::firmware::neigh::link_local_mac(&av.dgid))
                 .unwrap_or(own);
             let t = DatagramTemplate::new(&av, dmac).unwrap();
             for (local, remote, qkey) in [(0x11, 0x22, 0x1111_1111), (0xff_ffff, 0xab_cdef, 7)] {
@@ -580,7 +460,7 @@ mod tests {
                 };
                 let sport = av
                     .udp_sport
-                    .unwrap_or_else(|| crate::qp::default_udp_sport(local, remote));
+                    .unwrap_or_else(|| default_udp_sport(local, remote));
                 assert_eq!(
                     t.segment(local, remote, qkey).unwrap(),
                     datagram_seg(&dest, dmac, sport).unwrap(),

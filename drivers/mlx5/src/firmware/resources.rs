@@ -19,7 +19,7 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, info, warn};
 
-use crate::memory::lock;
+use crate::function::memory::lock;
 use crate::{DmaBuffer, Hca, Mlx5Error};
 
 fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {

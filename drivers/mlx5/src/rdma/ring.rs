@@ -550,7 +550,7 @@ impl WordCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::IovaSpace;
+    use crate::function::memory::IovaSpace;
     use rnic_dma::{IovaAllocator, RecordingMapper};
 
     fn buffer() -> Arc<DmaBuffer> {

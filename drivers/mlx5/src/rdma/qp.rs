@@ -38,13 +38,14 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, warn};
 
-use crate::bf::BlockPair;
-use crate::cq::{Cq, CqCore};
-use crate::ring::{BlockHead, Wqebb};
-use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
-use crate::wq::{Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
-use crate::wqe::{
+use crate::rdma::bf::BlockPair;
+use crate::rdma::cq::{Cq, CqCore};
+use crate::rdma::ring::{BlockHead, Wqebb};
+use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
+use crate::rdma::wq::{QpCounters, Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
+use crate::rdma::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, Refused, SendLimits,
+    default_udp_sport,
 };
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
@@ -84,21 +85,6 @@ impl Default for QpOptions {
             sq_sig_all: false,
         }
     }
-}
-
-/// What a QP counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpCounters {
-    /// Send WQEs posted.
-    pub sends: u64,
-    /// Receive WQEs posted.
-    pub recvs: u64,
-    /// Doorbells rung with a BlueFlame copy.
-    pub blueflame: u64,
-    /// Doorbells rung with the 8-byte control word.
-    pub doorbells: u64,
-    /// Posts refused because the SQ or RQ was full (stalls).
-    pub queue_full: u64,
 }
 
 struct BlueFlame {
@@ -203,13 +189,6 @@ fn ceil_log2(v: u32) -> u32 {
     v.max(1).next_power_of_two().trailing_zeros()
 }
 
-/// The RoCEv2 UDP source port when none is given: 0xC000 | a hash of the
-/// two QPNs (rxe's range), so flows of different QP pairs spread.
-pub fn default_udp_sport(local: u32, remote: u32) -> u16 {
-    let h = local.wrapping_mul(0x9e37_79b9) ^ remote;
-    0xc000 | ((h ^ (h >> 14)) & 0x3fff) as u16
-}
-
 macro_rules! modify_qp {
     ($self:ident, $In:ident, $Out:ident, $op:expr, $what:literal, |$q:ident| $fill:block) => {{
         let mut buf = vec![0u8; $In::<&[u8]>::SIZE_BYTES];
@@ -307,8 +286,10 @@ impl Qp {
         let sq_bytes = sq_wqebbs as usize * WQEBB_BYTES;
         let wq_bytes = (rq_bytes + sq_bytes).div_ceil(4096) * 4096;
         let buf = hca.function().alloc_dma(wq_bytes + 64)?;
-        let (sq_ring, dbrec) = crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8)
-            .ok_or_else(|| bad("the SQ or doorbell record lies outside the QP buffer".into()))?;
+        let (sq_ring, dbrec) =
+            crate::rdma::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).ok_or_else(
+                || bad("the SQ or doorbell record lies outside the QP buffer".into()),
+            )?;
         let iova = buf.iova().get();
         let pages = wq_bytes / 4096;
         let send_core = send_cq.core().clone();
@@ -373,7 +354,7 @@ impl Qp {
             gate: std::sync::atomic::AtomicU32::new(0),
             destroyed: AtomicBool::new(false),
         });
-        hca.register_qp(&shared);
+        hca.register_qp(shared.clone());
         match recv_cq {
             Some(r) => {
                 send_cq.attach(shared.clone(), true, false);
@@ -390,7 +371,7 @@ impl Qp {
         let uar_wc = hca.uar_wc();
         let (bf_index, exclusive) = match uar_wc.and_then(|_| hca.alloc_bf_reg()) {
             Some(i) => (i, Some(i)),
-            None if uar_wc.is_some() => (crate::events::SHARED_BF_REG, None),
+            None if uar_wc.is_some() => (crate::firmware::events::SHARED_BF_REG, None),
             None => ((qpn as usize) % rnic_mlx5_prm::UAR_NUM_BF_REGS, None),
         };
         let combine = exclusive.is_some();
@@ -443,7 +424,7 @@ impl Qp {
                 rq_mask_words: rq_bytes / 8 - 1,
                 rq_head: 0,
                 max_recv_sge: opts.max_recv_sge as usize,
-                recv_terminator: crate::wqe::recv_terminator(hca.terminator_lkey()),
+                recv_terminator: crate::rdma::wqe::recv_terminator(hca.terminator_lkey()),
                 dbrec_word: wq_bytes / 8,
                 limits: SendLimits {
                     max_sge: opts.max_send_sge as usize,
@@ -458,7 +439,7 @@ impl Qp {
                 sq_limit: 0,
                 write_ctrl: 0,
                 write_ctrl1: 0,
-                inline_src: crate::wq::InlineSource::empty(),
+                inline_src: crate::rdma::wq::InlineSource::empty(),
             },
         })
     }
@@ -614,7 +595,7 @@ impl Qp {
     ) -> Result<(), Mlx5Error> {
         let ud = self.wq.limits.ud;
         // The peer's MAC, never the function's own as a silent fallback
-        // (audit row 7; `crate::neigh`). UD QPs have no path.
+        // (audit row 7; `crate::firmware::neigh`). UD QPs have no path.
         let dmac = if ud {
             [0; 6]
         } else {
@@ -865,7 +846,7 @@ impl Qp {
     }
 
     /// The direct fast path (mlx5dv-class): post one RDMA WRITE of `N` ≤
-    /// [`FAST_INLINE_MAX`](crate::wq::FAST_INLINE_MAX) (28) inline bytes to `remote_addr` under `rkey`,
+    /// [`FAST_INLINE_MAX`](crate::rdma::wq::FAST_INLINE_MAX) (28) inline bytes to `remote_addr` under `rkey`,
     /// completion requested iff `signaled` (or the QP signals all). The WQE
     /// is built whole from its constant parts (opcode, QPN, `ds` computed
     /// from `N` at compile time) and the few that change, stored as one

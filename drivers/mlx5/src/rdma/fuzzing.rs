@@ -10,7 +10,7 @@
 //! QP (the CQ's sole QP: its lean path, [`crate::Cq::poll_send`] and the
 //! first CQE of [`crate::Cq::poll`], takes the requester successes naming
 //! an outstanding WQE; [`OTHER_QPN`] names no QP). Posts go through the real
-//! [`crate::wq`] writers (the single-WRITE shortcut and the general writer),
+//! [`crate::rdma::wq`] writers (the single-WRITE shortcut and the general writer),
 //! polls through the real [`crate::Cq::poll`] / [`crate::Cq::poll_send`]
 //! decoders, flushes through the fatal-device path.
 //!
@@ -27,13 +27,14 @@ use rnic_core::{Lkey, Memory, RecvWr, Rkey, SendFlags, SendWr, Sge, WorkCompleti
 use rnic_dma::{IovaAllocator, RecordingMapper};
 use rnic_mlx5_prm::{CQE_BYTES, CQE_OP_OWN_INIT, EQE_BYTES, EQE_OWNER_INIT, QpState};
 
-use crate::cq::{CqCounters, CqNotify, CqRing, SendCompletion, cq_buffer_bytes};
-use crate::events::{EqState, EventCounters, drain_ring};
-use crate::memory::IovaSpace;
-use crate::qp::QpCounters;
-use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
-use crate::wq::{Region, WorkQueues};
-use crate::wqe::SendLimits;
+use crate::firmware::events::CqNotify;
+use crate::firmware::events::{EqState, EventCounters, drain_ring};
+use crate::function::memory::IovaSpace;
+use crate::rdma::cq::{CqCounters, CqRing, SendCompletion, cq_buffer_bytes};
+use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
+use crate::rdma::wq::QpCounters;
+use crate::rdma::wq::{Region, WorkQueues};
+use crate::rdma::wqe::SendLimits;
 use crate::{DmaBuffer, Mlx5Error};
 
 /// QPN of the rig's QP with work queues.
@@ -120,10 +121,12 @@ impl CqRig {
         };
         let mine = shared(QPN);
         let other = with_other.then(|| shared(OTHER_QPN));
-        let (sq_ring, dbrec) = crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8)
-            .ok_or(Mlx5Error::QpOptions {
-                reason: "fuzz QP buffer too small".into(),
-            })?;
+        let (sq_ring, dbrec) =
+            crate::rdma::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).ok_or(
+                Mlx5Error::QpOptions {
+                    reason: "fuzz QP buffer too small".into(),
+                },
+            )?;
         let sq = SqBlocks::new(sq_ring, &mine).ok_or(Mlx5Error::QpOptions {
             reason: "fuzz QP ring and tracking differ in size".into(),
         })?;
@@ -142,7 +145,7 @@ impl CqRig {
             rq_mask_words: rq_bytes / 8 - 1,
             rq_head: 0,
             max_recv_sge: 2,
-            recv_terminator: crate::wqe::RECV_TERMINATOR,
+            recv_terminator: crate::rdma::wqe::RECV_TERMINATOR,
             dbrec_word: wq_bytes / 8,
             limits: SendLimits {
                 max_sge: 2,
@@ -162,7 +165,7 @@ impl CqRig {
             sq_limit: 0,
             write_ctrl: 0,
             write_ctrl1: 0,
-            inline_src: crate::wq::InlineSource::empty(),
+            inline_src: crate::rdma::wq::InlineSource::empty(),
         };
         wq.set_state(QpState::Rts);
         let n = 1usize << log;

@@ -4,7 +4,7 @@
 //!
 //! [`Pages`] is shared (`Arc`) by the [`crate::Hca`] — bring-up gives the boot
 //! and init pages, teardown takes them all back — and by the page worker of
-//! the event queue ([`crate::events`]), which answers run-time page
+//! the event queue ([`crate::firmware::events`]), which answers run-time page
 //! requests on the command queue's reserved page slot while a regular
 //! command may be waiting for exactly those pages (audit row 1: K
 //! core/pagealloc.c:700-776 serves them from a work queue fed by the EQ; RC
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use rnic_mlx5_prm::{CmdOpcode, ManagePagesIn, ManagePagesOut, manage_pages_op_mod};
 use tracing::{info, warn};
 
-use crate::cmd::CmdQueue;
-use crate::init::PageCounts;
-use crate::memory::lock;
+use crate::firmware::cmd::CmdQueue;
+use crate::function::budget::BASE_PIN_BYTES;
+use crate::function::memory::lock;
 use crate::{DmaBuffer, Mlx5Error, PciFunction};
 
 /// Bytes of a firmware page (MANAGE_PAGES gives 4 KiB pages, §5.2).
@@ -39,60 +39,15 @@ pub const RECLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between two reclaim rounds that returned nothing.
 const RECLAIM_RETRY: Duration = Duration::from_millis(10);
 
-/// What the kernel lets a VFIO owner pin and map (audit row 23): every
-/// firmware page, queue and mailbox is pinned through VFIO type1, one DMA
-/// mapping per buffer. `None` is no limit.
+/// Pages given to the firmware (§3 steps 7 and 12).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DmaBudget {
-    /// `RLIMIT_MEMLOCK` in bytes, unless the process has `CAP_IPC_LOCK`.
-    pub memlock: Option<u64>,
-    /// vfio_iommu_type1's `dma_entry_limit`.
-    pub entries: Option<u64>,
-}
-
-/// Bytes pinned besides the firmware pages (command queue, mailboxes, EQ,
-/// a first CQ and QP): what bring-up needs before the firmware asks.
-pub const BASE_PIN_BYTES: u64 = 1 << 20;
-
-impl DmaBudget {
-    /// Refuse to pin `bytes` more on top of `pinned` (in `buffers` more
-    /// mappings on top of `mapped`) when the budget cannot hold them, with
-    /// the fix.
-    pub fn check(
-        &self,
-        function: &str,
-        pinned: u64,
-        bytes: u64,
-        mapped: u64,
-        buffers: u64,
-    ) -> Result<(), Mlx5Error> {
-        if let Some(limit) = self.memlock
-            && pinned.saturating_add(bytes) > limit
-        {
-            return Err(Mlx5Error::DmaBudget {
-                function: function.into(),
-                what: "RLIMIT_MEMLOCK",
-                needed: pinned.saturating_add(bytes),
-                limit,
-                fix: "run with `ulimit -l unlimited` (limits.conf `memlock unlimited`, systemd \
-                      `LimitMEMLOCK=infinity`) or give the process CAP_IPC_LOCK: every firmware \
-                      page is pinned through VFIO",
-            });
-        }
-        if let Some(limit) = self.entries
-            && mapped.saturating_add(buffers) > limit
-        {
-            return Err(Mlx5Error::DmaBudget {
-                function: function.into(),
-                what: "vfio_iommu_type1 dma_entry_limit",
-                needed: mapped.saturating_add(buffers),
-                limit,
-                fix: "raise it: `echo 262144 > /sys/module/vfio_iommu_type1/parameters/\
-                      dma_entry_limit` (or modprobe vfio_iommu_type1 dma_entry_limit=262144)",
-            });
-        }
-        Ok(())
-    }
+pub struct PageCounts {
+    /// Boot pages given (QUERY_PAGES op_mod 1).
+    pub boot: u64,
+    /// Init pages given (QUERY_PAGES op_mod 2).
+    pub init: u64,
+    /// Pages the firmware holds now.
+    pub held: u64,
 }
 
 /// One DMA buffer of firmware pages and how many of them the firmware holds.
@@ -415,26 +370,6 @@ impl Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_budget_refuses_what_memlock_or_the_mapping_limit_cannot_hold_with_the_fix() {
-        let b = DmaBudget {
-            memlock: Some(64 << 20),
-            entries: Some(100),
-        };
-        b.check("f", 1 << 20, 32 << 20, 10, 64).unwrap();
-        let e = b.check("f", 1 << 20, 64 << 20, 10, 1).unwrap_err();
-        assert!(
-            matches!(e, Mlx5Error::DmaBudget { what: "RLIMIT_MEMLOCK", limit, .. } if limit == 64 << 20),
-            "{e}"
-        );
-        assert!(e.to_string().contains("ulimit -l unlimited"), "{e}");
-        let e = b.check("f", 0, 4096, 99, 2).unwrap_err();
-        assert!(e.to_string().contains("dma_entry_limit"), "{e}");
-        DmaBudget::default()
-            .check("f", u64::MAX / 2, u64::MAX / 2, u64::MAX / 2, 1)
-            .unwrap();
-    }
 
     #[test]
     fn page_pool_frees_a_chunk_when_all_its_pages_are_back() {

@@ -48,7 +48,9 @@ use vfio_bindings::bindings::vfio as b;
 use vfio_user::Client;
 
 use crate::error::Mlx5Error;
-use crate::memory::{DmaBuffer, IovaSpace, lock, lookup_fd, not_file_backed, split_apertures};
+use crate::function::memory::{
+    DmaBuffer, IovaSpace, lock, lookup_fd, not_file_backed, split_apertures,
+};
 use crate::{
     BlockWindow, FunctionId, PCI_BAR_PREFETCHABLE, PCI_BAR0, PCI_DEVICE_ID, PCI_VENDOR_ID,
     PciFunction, Vector, sys,
@@ -85,7 +87,7 @@ impl Shared {
 }
 
 /// rnic-dma's [`Mapper`] over a vfio-user connection: `map` sends `DMA_MAP`
-/// with the memfd behind the host range (see [`crate::memory`]), `unmap`
+/// with the memfd behind the host range (see [`crate::function::memory`]), `unmap`
 /// sends `DMA_UNMAP`.
 #[derive(Clone, Debug)]
 pub struct VfioUserMapper(Arc<Shared>);

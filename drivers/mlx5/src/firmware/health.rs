@@ -29,9 +29,8 @@ use std::time::{Duration, Instant};
 use rnic_mlx5_prm::{FW_VERSION_PCI_DEAD, HealthSyndrome, NicState, health_buffer, initial_seg};
 use tracing::{error, warn};
 
-use crate::cmd::read_iseg;
-use crate::memory::lock;
-use crate::track::QpShared;
+use crate::firmware::read_iseg;
+use crate::function::memory::lock;
 use crate::{Mlx5Error, PciFunction};
 
 /// How long the health counter may stand still before the function is
@@ -139,6 +138,13 @@ pub struct HealthReport {
     pub fatal: bool,
 }
 
+/// What the fatal transition does to a queue of the RDMA layer above: flush
+/// it (its posts refuse, its outstanding work completes in error).
+pub(crate) trait Flush: Send + Sync {
+    /// Flush the queue (idempotent).
+    fn set_flush(&self);
+}
+
 /// Health state shared by the [`crate::Hca`], its event thread and its
 /// health poller.
 #[derive(Debug)]
@@ -146,8 +152,8 @@ pub(crate) struct HealthShared {
     function: Arc<dyn PciFunction>,
     fatal: AtomicBool,
     /// The function's QPs: the fatal transition sets their flush flags, so
-    /// a post checks one flag of its own QP (`QpShared::flush`) for both.
-    qps: Mutex<Vec<Weak<QpShared>>>,
+    /// a post checks one flag of its own QP for both.
+    qps: Mutex<Vec<Weak<dyn Flush>>>,
     /// The last counter value and when it was first seen.
     watch: Mutex<Option<(u32, Instant)>>,
     report: Mutex<HealthReport>,
@@ -172,11 +178,11 @@ impl HealthShared {
     /// Registered before the check of `fatal`, so either the transition
     /// sees it in the list or this sees the flag set (both under the list's
     /// lock).
-    pub(crate) fn register_qp(&self, qp: &Arc<QpShared>) {
+    pub(crate) fn register_qp(&self, qp: Arc<dyn Flush>) {
         {
             let mut qps = lock(&self.qps);
             qps.retain(|w| w.strong_count() > 0);
-            qps.push(Arc::downgrade(qp));
+            qps.push(Arc::downgrade(&qp));
         }
         if self.fatal.load(Ordering::SeqCst) {
             qp.set_flush();

@@ -31,12 +31,13 @@ use rnic_mlx5_prm::{
 };
 use tracing::{info, info_span, warn};
 
-use crate::cmd::{CmdQueue, CmdQueueOptions, decode_timeout, read_iseg};
-use crate::memory::lock;
-use crate::pages::Pages;
+use crate::firmware::cmd::{CmdQueue, CmdQueueOptions, decode_timeout};
+use crate::firmware::pages::Pages;
+use crate::firmware::read_iseg;
+use crate::function::memory::lock;
 use crate::{Mlx5Error, PciFunction};
 
-pub use crate::pages::{FW_PAGE_BYTES, MAX_PAGES_PER_REQUEST, PAGES_PER_COMMAND};
+pub use crate::firmware::pages::{FW_PAGE_BYTES, MAX_PAGES_PER_REQUEST, PAGES_PER_COMMAND};
 /// How often `initializing` is polled (§3 step 2: every 2 ms).
 pub const INIT_POLL: Duration = Duration::from_millis(2);
 
@@ -71,8 +72,8 @@ pub struct HcaOptions {
     /// Sent with SET_DRIVER_VERSION (at most 64 bytes are sent).
     pub driver_version: String,
     /// Where peers' MAC addresses may come from besides the caller, the
-    /// function's own GIDs and static entries (`crate::neigh`).
-    pub neighbours: crate::neigh::NeighbourOptions,
+    /// function's own GIDs and static entries (`crate::firmware::neigh`).
+    pub neighbours: crate::firmware::neigh::NeighbourOptions,
     /// Use a write-combining mapping of the UAR for BlueFlame copies where
     /// the transport has one ([`PciFunction::uar_wc`]); `false` rings
     /// 8-byte doorbells only. Default `true`.
@@ -132,18 +133,8 @@ impl fmt::Display for PortType {
     }
 }
 
-/// Pages given to the firmware (§3 steps 7 and 12).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PageCounts {
-    /// Boot pages given (QUERY_PAGES op_mod 1).
-    pub boot: u64,
-    /// Init pages given (QUERY_PAGES op_mod 2).
-    pub init: u64,
-    /// Pages the firmware holds now.
-    pub held: u64,
-}
-
-pub use crate::health::Health;
+pub use crate::firmware::health::Health;
+pub use crate::firmware::pages::PageCounts;
 
 /// What a brought-up function is: versions, the capabilities that matter,
 /// its UAR and PD (for `rnicctl info`).
@@ -254,9 +245,9 @@ pub struct Hca {
     terminator_lkey: u32,
     // Dropped after the teardown commands ran, before the command queue.
     pub(crate) pages: Arc<Pages>,
-    pub(crate) runtime: crate::events::HcaRuntime,
-    pub(crate) roce: Mutex<crate::resources::RoceState>,
-    pub(crate) neighbours: crate::neigh::Neighbours,
+    pub(crate) runtime: crate::firmware::events::HcaRuntime,
+    pub(crate) roce: Mutex<crate::firmware::resources::RoceState>,
+    pub(crate) neighbours: crate::firmware::neigh::Neighbours,
     cmdq: Arc<CmdQueue>,
     function: Arc<dyn PciFunction>,
     torn_down: bool,
@@ -330,7 +321,7 @@ impl Hca {
         // anything must fit the kernel's budget (the firmware's pages are
         // checked as it asks).
         f.dma_budget()
-            .check(f.name(), 0, crate::pages::BASE_PIN_BYTES, 0, 16)?;
+            .check(f.name(), 0, crate::function::budget::BASE_PIN_BYTES, 0, 16)?;
         // Step 0: memory space (BAR0 reads) and bus mastering.
         f.enable_bus_master()?;
         // Reset first if a previous driver left the function set up (§12).
@@ -413,9 +404,12 @@ impl Hca {
             uar_wc: None,
             terminator_lkey: rnic_mlx5_prm::INVALID_LKEY,
             pages: Arc::new(Pages::new(function.clone(), cmdq.clone())),
-            runtime: crate::events::HcaRuntime::new(function.clone()),
+            runtime: crate::firmware::events::HcaRuntime::new(function.clone()),
             roce: Default::default(),
-            neighbours: crate::neigh::Neighbours::new(opts.neighbours, function.host_neighbours()),
+            neighbours: crate::firmware::neigh::Neighbours::new(
+                opts.neighbours,
+                function.host_neighbours(),
+            ),
             cmdq,
             function,
             torn_down: false,
@@ -1071,7 +1065,7 @@ impl Hca {
         if !hung && self.done.enabled {
             let r = self
                 .pages
-                .reclaim_all(crate::pages::RECLAIM_TIMEOUT)
+                .reclaim_all(crate::firmware::pages::RECLAIM_TIMEOUT)
                 .map(|n| info!(pages = n, "pages reclaimed"));
             step(&mut hung, "MANAGE_PAGES take", r);
         }

@@ -69,7 +69,8 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, info, warn};
 
-use crate::memory::lock;
+use crate::firmware::read_iseg;
+use crate::function::memory::lock;
 use crate::{DmaBuffer, Mlx5Error, PciFunction};
 
 /// Bytes of the command queue page (one 4 KiB page, 4 KiB aligned; §3 step 3).
@@ -470,18 +471,6 @@ fn bar_err(e: rnic_dma::DmaError) -> Mlx5Error {
     Mlx5Error::Bar(e)
 }
 
-/// Read the dword holding `field` from the init segment and extract it.
-pub(crate) fn read_iseg(
-    function: &dyn PciFunction,
-    field: &rnic_mlx5_prm::FieldLayout,
-) -> Result<u32, Mlx5Error> {
-    let dword = function
-        .bar0()
-        .read32_be(field.dword_offset())
-        .map_err(bar_err)?;
-    Ok(field.extract(dword))
-}
-
 impl CmdQueue {
     /// Set up the command queue (§3 step 3, §4.3): read the geometry,
     /// allocate one zeroed 4 KiB-aligned page, write its address high dword
@@ -798,7 +787,7 @@ impl CmdQueue {
             }
             let waited = start.elapsed();
             if waited >= self.timeout {
-                let health = crate::init::Health::read(self.function.as_ref());
+                let health = crate::firmware::health::Health::read(self.function.as_ref());
                 warn!(
                     %opcode, slot, token = posted.token, after = ?waited, ?health,
                     "command timed out; slot reserved until the device returns it"

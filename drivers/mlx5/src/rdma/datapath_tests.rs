@@ -17,12 +17,12 @@ use rnic_mlx5_prm::{
     WqeOpcode, WqeRaddrSeg,
 };
 
-use crate::cq::{CqRing, cq_buffer_bytes};
-use crate::memory::IovaSpace;
-use crate::qp::QpCounters;
-use crate::track::{QpShared, RqTrack, SqBlocks, SqTrack};
-use crate::wq::{Region, WorkQueues, next_bf_offset};
-use crate::wqe::{PostFailure, Refused, SendLimits};
+use crate::function::memory::IovaSpace;
+use crate::rdma::cq::{CqRing, cq_buffer_bytes};
+use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
+use crate::rdma::wq::QpCounters;
+use crate::rdma::wq::{Region, WorkQueues, next_bf_offset};
+use crate::rdma::wqe::{PostFailure, Refused, SendLimits};
 use crate::{DmaBuffer, Mlx5Error};
 
 fn space() -> Arc<IovaSpace> {
@@ -54,7 +54,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         destroyed: AtomicBool::new(false),
     });
     let (sq_ring, dbrec) =
-        crate::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).unwrap();
+        crate::rdma::wq::views(&buf, rq_bytes / 8, sq_bytes / 8, wq_bytes / 8).unwrap();
     let sq = SqBlocks::new(sq_ring, &shared).unwrap();
     let mut wq = WorkQueues {
         qpn: QPN,
@@ -71,7 +71,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         rq_mask_words: rq_bytes / 8 - 1,
         rq_head: 0,
         max_recv_sge: 2,
-        recv_terminator: crate::wqe::RECV_TERMINATOR,
+        recv_terminator: crate::rdma::wqe::RECV_TERMINATOR,
         dbrec_word: wq_bytes / 8,
         limits: SendLimits {
             max_sge: 2,
@@ -91,7 +91,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
         sq_limit: 0,
         write_ctrl: 0,
         write_ctrl1: 0,
-        inline_src: crate::wq::InlineSource::empty(),
+        inline_src: crate::rdma::wq::InlineSource::empty(),
     };
     wq.set_state(QpState::Rts);
     (wq, data)
@@ -780,7 +780,7 @@ fn fast_equals_generic<const N: usize>(
     let fast = b
         .post_write_inline(wr_id, 0x7000_0000 + wr_id, 0x4321, bytes, signaled, false)
         .unwrap();
-    let ds = crate::wq::inline_write_ds(N) as usize;
+    let ds = crate::rdma::wq::inline_write_ds(N) as usize;
     let at = a.sq_word_base * 8 + (head as usize % SQ_BBS as usize) * 64;
     assert_eq!(
         read(&a.buf, at, ds * 16),
@@ -844,19 +844,19 @@ fn sq_blocks_pair_a_ring_only_with_tracking_of_its_size_and_commit_to_both_modul
     // A ring of half or twice the tracking's blocks: refused.
     let buf = s.alloc(4096).unwrap();
     for words in [SQ_BBS as usize * 4, SQ_BBS as usize * 16] {
-        let (ring, _) = crate::wq::views(&buf, 0, words, 511).unwrap();
+        let (ring, _) = crate::rdma::wq::views(&buf, 0, words, 511).unwrap();
         assert!(SqBlocks::new(ring, &wq.shared).is_none(), "{words} words");
     }
-    let (ring, _) = crate::wq::views(&buf, 0, SQ_BBS as usize * 8, 511).unwrap();
+    let (ring, _) = crate::rdma::wq::views(&buf, 0, SQ_BBS as usize * 8, 511).unwrap();
     let blocks = SqBlocks::new(ring, &wq.shared).expect("the same size");
     // Past the ring's end, beyond 32 bits: block and slot both modulo, the
     // slot's start the full 64-bit position.
     let head = (1u64 << 32) + u64::from(SQ_BBS) * 3 + 5;
     let words: [u64; 8] = std::array::from_fn(|i| 0x1111 * (i as u64 + 1));
-    let meta = crate::track::sq_meta(1, 1);
+    let meta = crate::rdma::track::sq_meta(1, 1);
     blocks.commit(
         head,
-        &crate::ring::Wqebb::<crate::ring::Words>::from_words(words),
+        &crate::rdma::ring::Wqebb::<crate::rdma::ring::Words>::from_words(words),
         77,
         meta,
     );
@@ -928,7 +928,7 @@ fn the_fast_inline_write_writes_the_bytes_the_generic_path_writes() {
     a.sig_all = true;
     b.sig_all = true;
     fast_equals_generic(&mut a, &mut b, &data, b"8 bytes!", false, 999);
-    assert_eq!(crate::wq::FAST_INLINE_MAX, 28);
+    assert_eq!(crate::rdma::wq::FAST_INLINE_MAX, 28);
 }
 
 #[test]
@@ -1123,7 +1123,7 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
     let payload: Vec<u8> = (0x41..0x41 + 40).collect();
     data.write(64, &payload).unwrap();
     let base = data.as_ptr() as u64 + 64;
-    for (n, len) in (1..=crate::wq::FAST_INLINE_MAX as u32).enumerate() {
+    for (n, len) in (1..=crate::rdma::wq::FAST_INLINE_MAX as u32).enumerate() {
         let sge = [Sge::new(base, len, Lkey(0x500))];
         let mut wr = SendWr::rdma_write(n as u64, &sge, 0x7000_0000 + n as u64, Rkey(0x99));
         wr.flags = SendFlags::INLINE;
@@ -1136,7 +1136,7 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
         let (rb, r) = b.post_send_general(&[wr], false);
         r.unwrap();
         assert_eq!(ra, rb, "len {len}");
-        let ds = crate::wq::inline_write_ds(len as usize) as usize;
+        let ds = crate::rdma::wq::inline_write_ds(len as usize) as usize;
         let at = a.sq_word_base * 8 + (head as usize % SQ_BBS as usize) * 64;
         assert_eq!(
             read(&a.buf, at, ds * 16),
@@ -1307,7 +1307,7 @@ fn the_small_write_shortcut_writes_the_bytes_the_general_writer_writes() {
                 assert_eq!(ring.unwrap().wqebbs, 1);
                 assert_eq!((a.sq_head(), b.sq_head()), (head + 1, head + 1));
                 let at = sq_at(&a, (head % SQ_BBS) as usize);
-                let ds = crate::wq::inline_write_ds(len as usize) as usize;
+                let ds = crate::rdma::wq::inline_write_ds(len as usize) as usize;
                 assert_eq!(
                     read(&a.buf, at, ds * 16),
                     read(&b.buf, at, ds * 16),
@@ -1502,7 +1502,7 @@ fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
         r.unwrap();
         assert!(ring.is_some());
         let at = sq_at(&a, (head % SQ_BBS) as usize);
-        let ds = crate::wq::inline_write_ds(len as usize) as usize;
+        let ds = crate::rdma::wq::inline_write_ds(len as usize) as usize;
         assert_eq!(read(&a.buf, at, ds * 16), read(&b.buf, at, ds * 16));
         let off = (addr - start) as usize;
         assert_eq!(

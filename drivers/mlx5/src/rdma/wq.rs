@@ -8,26 +8,38 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use rnic_core::{
-    Memory, RecvWr, SendFlags, SendOp, SendWr, UdDest, UdDestination, UdSend, WcOpcode,
-};
+use rnic_core::{Memory, RecvWr, SendFlags, SendOp, SendWr, UdDest, UdDestination, WcOpcode};
 use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{BLUEFLAME_MAX_BYTES, QpState, WQEBB_BYTES, WqeOpcode, qp_doorbell_record};
 
-use crate::neigh::link_local_mac;
-use crate::qp::{QpCounters, default_udp_sport};
-use crate::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
-use crate::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
-use crate::wqe::{
+use crate::firmware::neigh::link_local_mac;
+use crate::rdma::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
+use crate::rdma::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
+use crate::rdma::wqe::{
     DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, Refused, RingWriter, SendLimits,
-    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, fm_ce_se, inline_header, plan,
-    push_sges, raddr_words,
+    atomic_words, be_pair, ctrl_words, data_words, datagram_seg, default_udp_sport, fm_ce_se,
+    inline_header, plan, push_sges, raddr_words,
 };
-use crate::{DmaBuffer, Mlx5Ah, Mlx5Error};
+use crate::{DmaBuffer, Mlx5Error};
+
+/// What a QP counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Send WQEs posted.
+    pub sends: u64,
+    /// Receive WQEs posted.
+    pub recvs: u64,
+    /// Doorbells rung with a BlueFlame copy.
+    pub blueflame: u64,
+    /// Doorbells rung with the 8-byte control word.
+    pub doorbells: u64,
+    /// Posts refused because the SQ or RQ was full (stalls).
+    pub queue_full: u64,
+}
 
 /// A UD destination whose datagram segment the send path can take: built
 /// from the vector ([`UdDest`]), or through an address handle
-/// ([`UdSend`]) copied from the [`DatagramTemplate`] its [`Mlx5Ah`] made
+/// ([`UdSend`]) copied from the [`DatagramTemplate`] its [`crate::Mlx5Ah`] made
 /// at `create_ah` — the same bytes either way.
 pub trait UdSegment: UdDestination {
     /// The datagram segment of a send from local QP `qpn`.
@@ -37,7 +49,10 @@ pub trait UdSegment: UdDestination {
 /// [`UdSegment::datagram`] built field by field from the vector.
 /// The destination MAC is the vector's, or a link-local GID's own: the post
 /// path resolves no neighbours (an address handle does, at `create_ah`).
-fn datagram_of(dest: &UdDest, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
+pub(crate) fn datagram_of(
+    dest: &UdDest,
+    qpn: u32,
+) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
     let dmac = dest
         .av
         .dmac
@@ -57,22 +72,6 @@ impl UdSegment for UdDest {
     }
 }
 
-impl UdSegment for UdSend<'_> {
-    /// The handle's template when this driver made it (an
-    /// [`crate::Mlx5Provider`] refuses a handle of another device before
-    /// the post reaches the queue); otherwise built from its vector.
-    #[inline]
-    fn datagram(&self, qpn: u32) -> Result<[u8; DATAGRAM_SEG_BYTES], PostFailure> {
-        match self.ah.driver::<Mlx5Ah>() {
-            Some(ah) => ah
-                .template
-                .segment(qpn, self.remote_qpn.get(), self.remote_qkey)
-                .map_err(|_| PostFailure::NoUdDest),
-            None => datagram_of(&self.ud_dest(), qpn),
-        }
-    }
-}
-
 /// The region [`WorkQueues::post_small_write`] read its last payload
 /// from, as a view that keeps the buffer (`Arc`) and the base pointer of
 /// its words: one key compare and one range check per post, no walk of
@@ -89,7 +88,7 @@ pub(crate) struct InlineSource {
 }
 
 // SAFETY: a pointer into the mapping `_buf` owns (`Send + Sync`), used only
-// to form `&AtomicU64`s, as `crate::ring::WordRing`.
+// to form `&AtomicU64`s, as `crate::rdma::ring::WordRing`.
 unsafe impl Send for InlineSource {}
 // SAFETY: as `Send`; `&InlineSource` hands out only `&AtomicU64` loads.
 unsafe impl Sync for InlineSource {}
@@ -227,7 +226,7 @@ pub const FAST_INLINE_MAX: usize = WQEBB_BYTES - 16 - 16 - 4;
 pub const WRITE_CTRL_DS: u32 = inline_write_ds(8);
 
 /// `ds` of an RDMA WRITE of `n` (> 0) inline bytes: control, remote
-/// address, the inline segment padded to 16 (§9.3, as [`crate::wqe::plan`]).
+/// address, the inline segment padded to 16 (§9.3, as [`crate::rdma::wqe::plan`]).
 #[inline(always)]
 pub const fn inline_write_ds(n: usize) -> u32 {
     if n == 0 {
@@ -421,7 +420,7 @@ pub(crate) struct WorkQueues {
     /// ([`WorkQueues::sends`]), so a one-WQEBB post counts nothing.
     pub sq_extra: u64,
     /// The QP rings through a BlueFlame block pair of its own (an
-    /// exclusive register with a [`crate::bf::BlockWindow`]): only then
+    /// exclusive register with a [`crate::function::wc::BlockWindow`]): only then
     /// may `shared.gate` open, since the paths behind it
     /// ([`WorkQueues::fast_head`]) ring that pair unconditionally.
     pub block_pair: bool,
