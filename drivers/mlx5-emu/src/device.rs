@@ -20,7 +20,7 @@
 //! stop for several of its polls declares the device dead (mlx5.md §2).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use rnic_mlx5_prm::{NicState, health_buffer, initial_seg};
@@ -33,6 +33,7 @@ use crate::bar::{
 use crate::config::ConfigSpace;
 use crate::dma::{DmaFault, DmaSpace, FaultKind};
 use crate::error::EmuError;
+use crate::eth::{EthPort, PortCounters, Wire};
 use crate::firmware::FirmwareOptions;
 use crate::irq::{IrqError, Msix, Signal};
 use crate::watch::DoorbellHandler;
@@ -63,6 +64,11 @@ pub struct Options {
     pub firmware: FirmwareOptions,
     /// BAR0 caching as advertised in config space (default uncached).
     pub bar0: Bar0Mapping,
+    /// What the port is cabled to (default [`Wire::Udp`]: RoCE over host UDP sockets).
+    pub wire: Wire,
+    /// The port MTU on an Ethernet wire: the most L2 payload bytes a frame may carry in
+    /// either direction (default 9000; larger frames are dropped and counted).
+    pub port_mtu: u32,
 }
 
 impl Default for Options {
@@ -73,6 +79,8 @@ impl Default for Options {
             fw: FwRev::default(),
             firmware: FirmwareOptions::default(),
             bar0: Bar0Mapping::Uc,
+            wire: Wire::Udp,
+            port_mtu: 9000,
         }
     }
 }
@@ -128,6 +136,10 @@ pub struct Device {
     uars: Mutex<Vec<u32>>,
     uar_gen: AtomicU64,
     handler: Mutex<Box<dyn DoorbellHandler>>,
+    /// The port's counters (both wires).
+    port_counters: Arc<PortCounters>,
+    /// The Ethernet port (an Ethernet wire).
+    eth: Option<Arc<EthPort>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -144,6 +156,17 @@ impl Device {
     /// A powered-on function with `handler` as its firmware hook.
     pub fn new(options: Options, handler: Box<dyn DoorbellHandler>) -> Result<Device, EmuError> {
         let now = Instant::now();
+        let port_counters = Arc::new(PortCounters::default());
+        let eth = if options.wire.is_ethernet() {
+            Some(EthPort::start(
+                options.wire,
+                options.firmware.mac,
+                options.port_mtu,
+                port_counters.clone(),
+            )?)
+        } else {
+            None
+        };
         let dev = Device {
             bar: Bar::new(BAR0_SIZE)?,
             config: Mutex::new(ConfigSpace::power_on(options.bar0)),
@@ -165,6 +188,8 @@ impl Device {
             uars: Mutex::new(Vec::new()),
             uar_gen: AtomicU64::new(0),
             handler: Mutex::new(handler),
+            port_counters,
+            eth,
         };
         dev.power_on_segment();
         dev.stats.resets.fetch_add(1, Ordering::Relaxed);
@@ -195,6 +220,22 @@ impl Device {
     /// The options it was started with.
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// The port's counters (frames by direction, cast and drop cause).
+    pub fn port_counters(&self) -> &Arc<PortCounters> {
+        &self.port_counters
+    }
+
+    /// The address the port's dgram wire is bound to (its port chosen by the kernel when the
+    /// wire said port 0); `None` on other wires.
+    pub fn port_local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.eth.as_ref().and_then(|p| p.local)
+    }
+
+    /// The Ethernet port (on an Ethernet wire).
+    pub(crate) fn eth_port(&self) -> Option<&Arc<EthPort>> {
+        self.eth.as_ref()
     }
 
     /// Read config space.
@@ -471,6 +512,14 @@ impl Device {
             period
         } else {
             period.min(boot.ready_at.saturating_duration_since(now))
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Some(p) = &self.eth {
+            p.stop();
         }
     }
 }

@@ -65,6 +65,15 @@ pub enum EmuError {
         /// Why.
         reason: &'static str,
     },
+    /// The port's Ethernet link could not be opened.
+    #[error("opening the port's wire {wire} failed: {source}")]
+    Wire {
+        /// The wire (`--wire` syntax).
+        wire: String,
+        /// The cause (with what to do).
+        #[source]
+        source: io::Error,
+    },
     /// Spawning a thread failed.
     #[error("spawning the {what} thread failed: {source}")]
     Thread {

@@ -79,6 +79,7 @@ pub mod control;
 pub mod device;
 pub mod dma;
 mod error;
+pub mod eth;
 pub mod firmware;
 pub mod hca;
 pub mod irq;
@@ -92,6 +93,7 @@ pub use bar::{BAR0_SIZE, FwRev};
 pub use device::{Bar0Mapping, Device, DeviceStats, Options};
 pub use dma::{DmaFault, FaultKind};
 pub use error::EmuError;
+pub use eth::{PortCounters, PortStats, Wire};
 pub use firmware::{
     Accounting, Faults, Firmware, FirmwareHandle, FirmwareOptions, FirmwareStats, Phase, PortSpeed,
     PortType, Strictness,

@@ -8,12 +8,14 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use nix::sys::signal::{SigSet, Signal};
 use rnic_mlx5_emu::control::{ControlListener, Controller};
+use rnic_mlx5_emu::eth::{mac_from_name, parse_mac};
 use rnic_mlx5_emu::firmware::strict::CHECKS;
 use rnic_mlx5_emu::report::{Reporter, StateReport};
 use rnic_mlx5_emu::{
     AfterDisconnect, Bar0Mapping, Disconnect, Emulator, FirmwareOptions, Options, PortSpeed,
-    PortType, Strictness,
+    PortType, Strictness, Wire,
 };
+use rnic_mlx5_prm::inline_mode;
 
 /// An emulated ConnectX-5 (mlx5, PCI 15b3:1017) function served over a
 /// vfio-user UNIX socket, for running the rnic mlx5 driver without hardware.
@@ -29,6 +31,11 @@ use rnic_mlx5_emu::{
 /// disconnect) stops it: the socket is removed and it exits 0. SIGUSR1
 /// rewrites the --state-file. Logs go to
 /// stderr (RUST_LOG=debug for every doorbell and DMA mapping).
+///
+/// The port: by default RoCE v2 runs over UDP sockets of this host
+/// (`--wire udp`); `--wire dgram:…` or `--wire packet:IFNAME` make it an
+/// Ethernet port with the function's MAC (`--mac`), carrying whole frames
+/// (see --wire; docs/mlx5-emu.md "The Ethernet port").
 #[derive(Debug, Parser)]
 #[command(name = "rnic-mlx5-emu", version)]
 struct Args {
@@ -118,6 +125,41 @@ struct Args {
     /// is always accepted).
     #[arg(long, value_enum, default_value_t = TsFormatArg::FreeRunning)]
     roce_qp_ts_format: TsFormatArg,
+    /// What the function's port is cabled to. `udp` (the default): RoCE v2
+    /// over UDP/4791 sockets of this host, one per GID, no L2.
+    /// `dgram:local=ADDR:PORT,remote=ADDR:PORT`: Ethernet frames, one per UDP
+    /// datagram between the two addresses — QEMU's `-netdev dgram` (and
+    /// `-netdev socket,udp=`) protocol, so a guest's NIC is cabled straight
+    /// to the port. `packet:IFNAME`: Ethernet frames on a host interface
+    /// through AF_PACKET (promiscuous; needs root), e.g. a veth end. On an
+    /// Ethernet wire every frame is whole (RoCE v2 and everything else),
+    /// unicast for other MACs is dropped, and only the NIC RX flow table
+    /// rules the driver installs let other frames in.
+    #[arg(long, value_name = "WIRE", default_value = "udp")]
+    wire: Wire,
+    /// The function's MAC address (its vport's permanent address). Default:
+    /// a locally administered address derived from the --socket path.
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    mac: Option<[u8; 6]>,
+    /// The port MTU on an Ethernet wire: the most L2 payload bytes a frame
+    /// may carry, either way (larger frames are dropped and counted). The
+    /// vport MTU the driver sees is at most this.
+    #[arg(long, value_name = "BYTES", default_value_t = 9000,
+          value_parser = clap::value_parser!(u32).range(68..=9978))]
+    port_mtu: u32,
+    /// The vport context's min_wqe_inline_mode: the headers every raw
+    /// Ethernet send WQE must carry inline (CREATE_SQ refuses an SQ asking
+    /// for less): none, l2 (18 bytes), ip, tcp-udp.
+    #[arg(long, value_enum, default_value_t = MinInlineArg::L2)]
+    min_inline: MinInlineArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum MinInlineArg {
+    None,
+    L2,
+    Ip,
+    TcpUdp,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -239,12 +281,23 @@ fn main() -> ExitCode {
                 TsFormatArg::RealTime => 1,
                 TsFormatArg::Both => 2,
             },
+            mac: args
+                .mac
+                .unwrap_or_else(|| mac_from_name(args.socket.as_os_str().as_encoded_bytes())),
+            min_inline: match args.min_inline {
+                MinInlineArg::None => inline_mode::NONE,
+                MinInlineArg::L2 => inline_mode::L2,
+                MinInlineArg::Ip => inline_mode::IP,
+                MinInlineArg::TcpUdp => inline_mode::TCP_UDP,
+            },
             ..FirmwareOptions::default()
         },
         bar0: match args.bar0 {
             Bar0Arg::Uc => Bar0Mapping::Uc,
             Bar0Arg::Wc => Bar0Mapping::Wc,
         },
+        wire: args.wire,
+        port_mtu: args.port_mtu,
         ..Options::default()
     };
     let (tx, rx) = mpsc::channel();

@@ -12,7 +12,8 @@
 //!         "injected_error_cqes":0},
 //!  "faults":{"injected":0,"swallowed":0,"delayed":1,"late_pending":0,"late_dropped":0,
 //!            "ignored_busy":0,…},
-//!  "strictness":{"page-requests":false,"blueflame":false,…}}
+//!  "strictness":{"page-requests":false,"blueflame":false,…},
+//!  "wire":"packet:veth0","port":{"rx_frames":12,"rx_other_mac":3,"rx_no_rule":2,…}}
 //! ```
 //!
 //! `accounting` is what the function holds when the file was written (after
@@ -102,6 +103,8 @@ impl Reporter {
                 .firmware
                 .as_ref()
                 .map(|_| self.dev.options().firmware.strictness.iter().collect()),
+            wire: self.dev.options().wire.to_string(),
+            port: self.dev.port_counters().snapshot().iter().collect(),
         }
     }
 }
@@ -131,6 +134,11 @@ pub struct StateReport {
     pub faults: Option<Vec<(&'static str, u64)>>,
     /// Which checks of [`crate::Strictness`] are on (`None` without the firmware).
     pub strictness: Option<Vec<(&'static str, bool)>>,
+    /// What the port is cabled to (`--wire` syntax).
+    pub wire: String,
+    /// The port's counters ([`crate::PortStats`]): frames by direction and cast, drops by
+    /// cause.
+    pub port: Vec<(&'static str, u64)>,
 }
 
 impl StateReport {
@@ -172,6 +180,8 @@ impl StateReport {
             None => o.push_str("null"),
             Some(s) => push_counters(&mut o, s),
         }
+        let _ = write!(o, ",\"wire\":{},\"port\":", json_str(&self.wire));
+        push_counters(&mut o, &self.port);
         o.push('}');
         o
     }
@@ -204,7 +214,8 @@ fn push_accounting(o: &mut String, a: Option<&Accounting>) {
     let _ = write!(
         o,
         "{{\"phase\":\"{}\",\"pages_held\":{},\"uars\":{},\"pds\":{},\"tds\":{},\"eqs\":{},\
-         \"cqs\":{},\"qps\":{},\"mkeys\":{},\"gids\":{},\"dma_mappings\":{},\"clean\":{}}}",
+         \"cqs\":{},\"qps\":{},\"mkeys\":{},\"gids\":{},\"eth_objects\":{},\"flow_objects\":{},\
+         \"dma_mappings\":{},\"clean\":{}}}",
         phase_name(a.phase),
         a.pages_held,
         a.uars,
@@ -215,6 +226,8 @@ fn push_accounting(o: &mut String, a: Option<&Accounting>) {
         a.qps,
         a.mkeys,
         a.gids,
+        a.eth_objects,
+        a.flow_objects,
         a.dma_mappings,
         a.is_clean()
     );
@@ -268,6 +281,8 @@ mod tests {
             qps: 1,
             mkeys: 1,
             gids: 1,
+            eth_objects: 0,
+            flow_objects: 0,
             dma_mappings: 9,
         };
         let r = StateReport {
@@ -284,15 +299,19 @@ mod tests {
             hca: None,
             faults: None,
             strictness: Some(vec![("page-requests", true), ("cq-pas", false)]),
+            wire: "packet:veth0".into(),
+            port: vec![("rx_frames", 3), ("rx_other_mac", 1)],
         };
         assert_eq!(
             r.to_json(),
             "{\"version\":1,\"pid\":7,\"socket\":\"/tmp/x.sock\",\"running\":false,\
              \"connections\":1,\"accounting\":null,\"last_driver\":{\"connection\":1,\"left\":\
              {\"phase\":\"initialized\",\"pages_held\":48,\"uars\":1,\"pds\":1,\"tds\":0,\
-             \"eqs\":1,\"cqs\":2,\"qps\":1,\"mkeys\":1,\"gids\":1,\"dma_mappings\":9,\
+             \"eqs\":1,\"cqs\":2,\"qps\":1,\"mkeys\":1,\"gids\":1,\"eth_objects\":0,\
+             \"flow_objects\":0,\"dma_mappings\":9,\
              \"clean\":false}},\"device\":{\"resets\":2,\"a\":0,\"b\":0,\"c\":0},\"hca\":null,\
-             \"faults\":null,\"strictness\":{\"page-requests\":true,\"cq-pas\":false}}"
+             \"faults\":null,\"strictness\":{\"page-requests\":true,\"cq-pas\":false},\
+             \"wire\":\"packet:veth0\",\"port\":{\"rx_frames\":3,\"rx_other_mac\":1}}"
         );
     }
 }

@@ -163,3 +163,100 @@ pub(crate) fn set_socket_buffers(fd: BorrowedFd<'_>, bytes: usize) {
         let _ = setsockopt(&fd, sockopt::SndBuf, &bytes);
     }
 }
+
+/// The index of network interface `name` (`if_nametoindex`).
+pub(crate) fn ifindex(name: &str) -> std::io::Result<u32> {
+    nix::net::if_::if_nametoindex(name).map_err(std::io::Error::from)
+}
+
+/// An AF_PACKET raw socket (all ethertypes) bound to interface `ifindex`, in promiscuous
+/// mode (`PACKET_MR_PROMISC`: frames for every MAC, the port filters them itself), not
+/// receiving what it sends itself (`PACKET_IGNORE_OUTGOING`). Needs CAP_NET_RAW.
+pub(crate) fn packet_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, socket};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Packet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::EthAll,
+    )?;
+    let index = libc::c_int::try_from(ifindex).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: all-zero bytes are a valid `sockaddr_ll` (plain integers and a byte array).
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = index;
+    // SAFETY: `fd` is a live socket we own; `sll` is a sockaddr_ll on this stack frame and its
+    // exact size is passed; the kernel only reads it during the call.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mreq = libc::packet_mreq {
+        mr_ifindex: index,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    // SAFETY: as above: a live socket, a packet_mreq on this stack frame with its size; the
+    // kernel copies it. The membership ends when the socket is closed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&raw const mreq).cast(),
+            size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let one: libc::c_int = 1;
+    // SAFETY: as above, with a c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            (&raw const one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Send one frame on a bound AF_PACKET socket.
+pub(crate) fn packet_send(fd: BorrowedFd<'_>, frame: &[u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    nix::sys::socket::send(fd.as_raw_fd(), frame, nix::sys::socket::MsgFlags::empty())
+        .map_err(std::io::Error::from)
+}
+
+/// Receive one frame from an AF_PACKET socket, waiting up to `timeout`: its full length
+/// (`MSG_TRUNC`: larger than `buf` when it was cut).
+pub(crate) fn packet_recv(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    timeout: std::time::Duration,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, setsockopt, sockopt};
+    use nix::sys::time::TimeVal;
+    use std::os::fd::AsRawFd;
+    let tv = TimeVal::new(
+        i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        i64::from(timeout.subsec_micros()),
+    );
+    setsockopt(&fd, sockopt::ReceiveTimeout, &tv)?;
+    nix::sys::socket::recv(fd.as_raw_fd(), buf, MsgFlags::MSG_TRUNC).map_err(std::io::Error::from)
+}

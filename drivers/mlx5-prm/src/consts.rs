@@ -939,6 +939,15 @@ pub mod match_criteria {
     pub const MISC_PARAMETERS_5: u32 = 1 << 6;
 }
 
+/// `cmd_hca_cap.flex_parser_protocols` bits: protocols the flexible parser can match, e.g.
+/// ICMP / ICMPv6 type and code in `misc_parameters_3` (K device.h `MLX5_FLEX_PROTO_*`).
+pub mod flex_parser_proto {
+    /// ICMP (IPv4): `icmp_type`, `icmp_code`.
+    pub const ICMP: u32 = 1 << 8;
+    /// ICMPv6: `icmpv6_type`, `icmpv6_code` (IPv6 neighbour discovery).
+    pub const ICMPV6: u32 = 1 << 9;
+}
+
 /// QUERY_VPORT_COUNTER `op_mod` (K `MLX5_QUERY_VPORT_COUNTER_IN_OP_MOD_VPORT_COUNTERS`).
 pub const QUERY_VPORT_COUNTER_OP_MOD_VPORT: u32 = 0x0;
 

@@ -1,6 +1,8 @@
 //! The capability pages the firmware reports (QUERY_HCA_CAP) and accepts (SET_HCA_CAP):
-//! general (`cmd_hca_cap`) and RoCE (`roce_cap`), each as a *max* page (what the device
-//! supports) and a *current* page (what is enabled now).
+//! general (`cmd_hca_cap`), Ethernet offloads (`per_protocol_networking_offload_caps`), RoCE
+//! (`roce_cap`) and NIC flow table (`flow_table_nic_cap`), each as a *max* page (what the
+//! device supports) and a *current* page (what is enabled now). The Ethernet and flow table
+//! pages have no settable field.
 //!
 //! Values are a plausible ConnectX-5 Ethernet function (mlx5.md §5.3 names the fields; the
 //! numbers are ours, listed in docs/mlx5-emu.md). SET_HCA_CAP semantics (mlx5.md §3.1 step 10:
@@ -8,8 +10,11 @@
 //! in the settable fields listed here, and each settable field must not exceed its max value.
 
 use rnic_mlx5_prm::{
-    CmdHcaCap, FieldLayout, PORT_TYPE_ETH, PORT_TYPE_IB, ROCE_VERSION_1_CAP, ROCE_VERSION_2_CAP,
-    cmd_hca_cap, get_bits, roce_cap, set_bits,
+    CmdHcaCap, FieldLayout, FlowTableNicCap, PORT_TYPE_ETH, PORT_TYPE_IB,
+    PerProtocolNetworkingOffloadCaps, ROCE_VERSION_1_CAP, ROCE_VERSION_2_CAP, cap_inline_mode,
+    cmd_hca_cap, flex_parser_proto, flow_table_fields_supported as ffs, flow_table_nic_cap,
+    flow_table_prop_layout as ftp, get_bits, per_protocol_networking_offload_caps as eth_cap,
+    roce_cap, set_bits,
 };
 
 use super::syndrome;
@@ -120,13 +125,17 @@ impl CapPair {
     }
 }
 
-/// Both capability types the firmware has.
+/// The capability types the firmware has.
 #[derive(Clone, Debug)]
 pub struct Caps {
     /// General (`cap_type` 0).
     pub general: CapPair,
     /// RoCE (`cap_type` 4).
     pub roce: CapPair,
+    /// Ethernet offloads (`cap_type` 1).
+    pub eth: CapPair,
+    /// NIC flow table (`cap_type` 7).
+    pub flow: CapPair,
 }
 
 /// Write each (field, value) into `page` through its layout. The values never exceed their
@@ -206,6 +215,19 @@ fn general_page(max: bool, o: &FirmwareOptions) -> Vec<u8> {
         // Current as well as max: the firmware reports the ports already (a driver that
         // copies current keeps them).
         (cmd_hca_cap::num_vhca_ports, u32::from(o.num_vhca_ports)),
+        // Raw Ethernet and flow steering (issue 27).
+        (cmd_hca_cap::nic_flow_table, 1),
+        (cmd_hca_cap::vport_counters, 1),
+        (cmd_hca_cap::log_max_rq, 16),
+        (cmd_hca_cap::log_max_sq, 16),
+        (cmd_hca_cap::log_max_tir, 16),
+        (cmd_hca_cap::log_max_tis, 16),
+        (cmd_hca_cap::log_max_tis_per_sq, 0),
+        (cmd_hca_cap::basic_cyclic_rcv_wqe, 1),
+        (
+            cmd_hca_cap::flex_parser_protocols,
+            flex_parser_proto::ICMP | flex_parser_proto::ICMPV6,
+        ),
         (
             cmd_hca_cap::terminate_scatter_list_mkey,
             u32::from(o.terminate_scatter_key),
@@ -234,6 +256,75 @@ fn roce_page(max: bool, o: &FirmwareOptions) -> Vec<u8> {
     page
 }
 
+/// Ethernet offloads: checksums, VLAN stripping; no LSO, LRO, RSS or tunnels; send WQEs inline
+/// what the vport context's `min_wqe_inline_mode` says.
+fn eth_page() -> Vec<u8> {
+    let mut page = vec![0u8; CAP_PAGE_BYTES];
+    let sets = [
+        (eth_cap::csum_cap, 1),
+        (eth_cap::vlan_cap, 1),
+        (eth_cap::wqe_inline_mode, cap_inline_mode::VPORT_CONTEXT),
+    ];
+    fill(&mut page, &sets);
+    page
+}
+
+/// NIC flow tables: the receive type only, the fields the port's parser matches.
+fn flow_page() -> Vec<u8> {
+    let mut page = vec![0u8; CAP_PAGE_BYTES];
+    let rx = flow_table_nic_cap::flow_table_properties_nic_receive.bit_offset;
+    let at = |f: FieldLayout| FieldLayout {
+        bit_offset: rx + f.bit_offset,
+        ..f
+    };
+    let field = |f: FieldLayout| FieldLayout {
+        bit_offset: rx + ftp::ft_field_support.bit_offset + f.bit_offset,
+        ..f
+    };
+    let mut sets = vec![
+        (at(ftp::ft_support), 1),
+        (at(ftp::modify_root), 1),
+        (at(ftp::reset_root_to_default), 1),
+        (at(ftp::log_max_ft_size), 16),
+        (at(ftp::max_ft_level), 63),
+        (at(ftp::log_max_ft_num), 8),
+        (at(ftp::log_max_destination), 4),
+        (at(ftp::log_max_flow), 16),
+    ];
+    for f in [
+        ffs::outer_dmac,
+        ffs::outer_smac,
+        ffs::outer_ether_type,
+        ffs::outer_ip_version,
+        ffs::outer_first_prio,
+        ffs::outer_first_cfi,
+        ffs::outer_first_vid,
+        ffs::outer_ipv4_ttl,
+        ffs::outer_sip,
+        ffs::outer_dip,
+        ffs::outer_frag,
+        ffs::outer_ip_protocol,
+        ffs::outer_ip_ecn,
+        ffs::outer_ip_dscp,
+        ffs::outer_udp_sport,
+        ffs::outer_udp_dport,
+        ffs::outer_tcp_sport,
+        ffs::outer_tcp_dport,
+        ffs::outer_tcp_flags,
+    ] {
+        sets.push((field(f), 1));
+        sets.push((
+            FieldLayout {
+                bit_offset: rx + ftp::ft_field_bitmask_support.bit_offset + f.bit_offset,
+                ..f
+            },
+            1,
+        ));
+    }
+    fill(&mut page, &sets);
+    page
+}
+
 impl Default for Caps {
     /// The power-on capabilities of a default firmware.
     fn default() -> Caps {
@@ -257,7 +348,29 @@ impl Caps {
                 settable: ROCE_SETTABLE,
                 declared: roce_cap::LAYOUT.fields,
             },
+            eth: CapPair {
+                max: eth_page(),
+                current: eth_page(),
+                settable: &[],
+                declared: eth_cap::LAYOUT.fields,
+            },
+            flow: CapPair {
+                max: flow_page(),
+                current: flow_page(),
+                settable: &[],
+                declared: flow_table_nic_cap::LAYOUT.fields,
+            },
         }
+    }
+
+    /// The current Ethernet offload capabilities as a view.
+    pub fn eth(&self) -> PerProtocolNetworkingOffloadCaps<&[u8]> {
+        PerProtocolNetworkingOffloadCaps::new_unchecked(&self.eth.current[..])
+    }
+
+    /// The current NIC flow table capabilities as a view.
+    pub fn flow(&self) -> FlowTableNicCap<&[u8]> {
+        FlowTableNicCap::new_unchecked(&self.flow.current[..])
     }
 
     /// The current general capabilities as a view.

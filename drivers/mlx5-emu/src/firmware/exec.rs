@@ -12,14 +12,15 @@ use std::sync::{Arc, Mutex, Weak};
 use rnic_mlx5_prm::{
     AccessRegisterIn, AllocPdOut, AllocTransportDomainOut, AllocUarOut, CmdOpcode, CmdStatus,
     DeallocPdIn, DeallocTransportDomainIn, DeallocUarIn, EnableHcaIn, ManagePagesIn,
-    ManagePagesOut, MboxIn, ModifyNicVportContextIn, PtysReg, QueryHcaCapIn, QueryIssiOut,
-    QueryNicVportContextIn, QueryNicVportContextOut, QueryPagesIn, QueryPagesOut,
-    QuerySpecialContextsOut, QueryVportStateIn, QueryVportStateOut, RegisterHostEndianness,
-    SetDriverVersionIn, SetHcaCapIn, SetIssiIn, TeardownHcaIn, access_reg_op_mod,
-    access_register_in, cap_type, cmd_hca_cap, get_bits, manage_pages_in, manage_pages_op_mod,
-    modify_nic_vport_context_in, modify_nic_vport_field_select, ptys_proto, ptys_reg,
-    query_hca_cap_out, query_pages_op_mod, register_host_endianness, register_id, roce_cap,
-    set_hca_cap_in, teardown_profile, vport_state_op_mod,
+    ManagePagesOut, MboxIn, ModifyNicVportContextIn, PtysReg, QUERY_VPORT_COUNTER_OP_MOD_VPORT,
+    QueryHcaCapIn, QueryIssiOut, QueryNicVportContextIn, QueryNicVportContextOut, QueryPagesIn,
+    QueryPagesOut, QuerySpecialContextsOut, QueryVportCounterIn, QueryVportCounterOut,
+    QueryVportStateIn, QueryVportStateOut, RegisterHostEndianness, SetDriverVersionIn, SetHcaCapIn,
+    SetIssiIn, TeardownHcaIn, access_reg_op_mod, access_register_in, cap_type, cmd_hca_cap,
+    get_bits, manage_pages_in, manage_pages_op_mod, modify_nic_vport_context_in,
+    modify_nic_vport_field_select, ptys_proto, ptys_reg, query_hca_cap_out, query_pages_op_mod,
+    register_host_endianness, register_id, roce_cap, set_hca_cap_in, teardown_profile,
+    vport_state_op_mod,
 };
 
 use super::caps::{CAP_PAGE_BYTES, Caps};
@@ -193,6 +194,11 @@ fn spec(op: CmdOpcode) -> Option<(usize, usize, Needs)> {
             p::query_special_contexts_out::SIZE_BYTES,
             Needs::Initialized,
         ),
+        CmdOpcode::QueryVportCounter => (
+            p::query_vport_counter_in::SIZE_BYTES,
+            p::query_vport_counter_out::SIZE_BYTES,
+            Needs::Initialized,
+        ),
         _ => {
             let (i, o) = crate::hca::spec(op)?;
             (i, o, Needs::Initialized)
@@ -241,6 +247,9 @@ pub struct State {
     pub(crate) parked: Vec<Parked>,
     /// Pages asked for by PAGE_REQUESTs for parked commands and not yet given.
     pub(crate) asked: u64,
+    /// The port counters when the function last cleared its vport counters (or powered on):
+    /// QUERY_VPORT_COUNTER reports what came since.
+    pub(crate) vport_base: crate::eth::PortStats,
 }
 
 /// A command held for firmware pages ([`super::Strictness::page_requests`]): its slot stays
@@ -271,10 +280,13 @@ pub(crate) enum Gate {
 
 /// Bytes of capability type `t`'s structure (the rest of its 4 KiB area is reserved).
 fn cap_struct_bytes(t: u32) -> usize {
-    if t == cap_type::ROCE {
-        roce_cap::SIZE_BYTES
-    } else {
-        cmd_hca_cap::SIZE_BYTES
+    match t {
+        cap_type::ROCE => roce_cap::SIZE_BYTES,
+        cap_type::ETHERNET_OFFLOADS => {
+            rnic_mlx5_prm::per_protocol_networking_offload_caps::SIZE_BYTES
+        }
+        cap_type::NIC_FLOW_TABLE => rnic_mlx5_prm::flow_table_nic_cap::SIZE_BYTES,
+        _ => cmd_hca_cap::SIZE_BYTES,
     }
 }
 
@@ -305,12 +317,16 @@ impl State {
             run_pages: 0,
             parked: Vec::new(),
             asked: 0,
+            vport_base: crate::eth::PortStats::default(),
         }
     }
 
     /// A power-on state whose HCA reaches the device through `dev`.
     pub(crate) fn attached(options: FirmwareOptions, dev: Weak<Device>) -> State {
-        let s = State::new(options);
+        let mut s = State::new(options);
+        if let Some(d) = dev.upgrade() {
+            s.vport_base = d.port_counters().snapshot();
+        }
         lock(&s.hca).attach(dev);
         s
     }
@@ -418,6 +434,66 @@ impl State {
     fn init_missing(&self) -> u64 {
         let total = u64::from(self.options.boot_pages) + u64::from(self.options.init_pages);
         total.saturating_sub(self.held()) - self.boot_missing()
+    }
+
+    /// QUERY_VPORT_COUNTER: the vport's packets and octets since power-on (or the last
+    /// `clear`), from the port's counters.
+    fn query_vport_counter(&mut self, dev: &Device, input: &[u8], out: &mut [u8]) -> Outcome {
+        let v = QueryVportCounterIn::new_unchecked(input);
+        if v.other_vport() != 0 || v.vport_number() != 0 {
+            return param(syn::OTHER_VPORT);
+        }
+        if v.op_mod() != QUERY_VPORT_COUNTER_OP_MOD_VPORT || v.port_num() > 1 {
+            return param(syn::VPORT_COUNTER_OP_MOD);
+        }
+        let now = dev.port_counters().snapshot();
+        let d = now.since(&self.vport_base);
+        let mut o = QueryVportCounterOut::new_unchecked(out);
+        let set = |mut t: rnic_mlx5_prm::TrafficCounter<&mut [u8]>, packets: u64, octets: u64| {
+            let _ = t.set_packets(packets);
+            let _ = t.set_octets(octets);
+        };
+        set(o.received_errors_mut(), d.rx_malformed + d.rx_mtu, 0);
+        set(
+            o.transmit_errors_mut(),
+            d.tx_errors + d.tx_mtu + d.tx_bad_dmac + d.tx_bad_smac,
+            0,
+        );
+        set(
+            o.received_eth_unicast_mut(),
+            d.rx_unicast,
+            d.rx_unicast_octets,
+        );
+        set(
+            o.received_eth_multicast_mut(),
+            d.rx_multicast,
+            d.rx_multicast_octets,
+        );
+        set(
+            o.received_eth_broadcast_mut(),
+            d.rx_broadcast,
+            d.rx_broadcast_octets,
+        );
+        set(
+            o.transmitted_eth_unicast_mut(),
+            d.tx_unicast,
+            d.tx_unicast_octets,
+        );
+        set(
+            o.transmitted_eth_multicast_mut(),
+            d.tx_multicast,
+            d.tx_multicast_octets,
+        );
+        set(
+            o.transmitted_eth_broadcast_mut(),
+            d.tx_broadcast,
+            d.tx_broadcast_octets,
+        );
+        set(o.local_loopback_mut(), d.rx_loopback, 0);
+        if v.clear() == 1 {
+            self.vport_base = now;
+        }
+        Ok(())
     }
 
     fn live_objects(&self) -> usize {
@@ -578,11 +654,16 @@ impl State {
             }
             CmdOpcode::DeallocTransportDomain => {
                 let td = DeallocTransportDomainIn::new_unchecked(input).transport_domain();
-                if !self.tds.remove(&td) {
+                if !self.tds.contains(&td) {
                     return refuse(CmdStatus::BadRes, syn::TD_NOT_ALLOCATED);
                 }
+                if lock(&self.hca).uses_td(td) {
+                    return refuse(CmdStatus::BadResState, syn::TD_IN_USE);
+                }
+                self.tds.remove(&td);
                 Ok(())
             }
+            CmdOpcode::QueryVportCounter => self.query_vport_counter(dev, input, out),
             CmdOpcode::QueryVportState => {
                 let v = QueryVportStateIn::new_unchecked(input);
                 if v.other_vport() != 0 || v.vport_number() != 0 {
@@ -610,6 +691,7 @@ impl State {
                 let mut be = [0u8; 8];
                 be[2..].copy_from_slice(&mac);
                 let _ = c.set_permanent_address(u64::from_be_bytes(be));
+                let _ = c.set_min_wqe_inline_mode(self.options.min_inline);
                 Ok(())
             }
             CmdOpcode::ModifyNicVportContext => self.modify_nic_vport(input),
@@ -629,10 +711,12 @@ impl State {
                 let ctx = Ctx {
                     pds: &self.pds,
                     uars: &self.uars,
+                    tds: &self.tds,
                     caps: &self.caps,
                     mac: self.options.mac,
                     mtu: hca.vport_mtu(self.mtu),
                     roce_en: self.roce_en,
+                    min_inline: self.options.min_inline,
                 };
                 hca.command(dev, op, input, out, &ctx)
             }
@@ -768,9 +852,20 @@ impl State {
 
     fn cap_type_of(op_mod: u32) -> Option<u32> {
         match op_mod >> 1 {
-            cap_type::GENERAL => Some(cap_type::GENERAL),
-            cap_type::ROCE => Some(cap_type::ROCE),
+            t @ (cap_type::GENERAL
+            | cap_type::ROCE
+            | cap_type::ETHERNET_OFFLOADS
+            | cap_type::NIC_FLOW_TABLE) => Some(t),
             _ => None,
+        }
+    }
+
+    fn cap_pair(&mut self, t: u32) -> &mut super::caps::CapPair {
+        match t {
+            cap_type::ROCE => &mut self.caps.roce,
+            cap_type::ETHERNET_OFFLOADS => &mut self.caps.eth,
+            cap_type::NIC_FLOW_TABLE => &mut self.caps.flow,
+            _ => &mut self.caps.general,
         }
     }
 
@@ -785,16 +880,12 @@ impl State {
         if self.boot_missing() > 0 {
             return refuse(CmdStatus::BadSysState, syn::CAP_WITHOUT_BOOT_PAGES);
         }
-        let pair = if t == cap_type::ROCE {
-            &self.caps.roce
-        } else {
-            &self.caps.general
-        };
-        let page = pair.page(v.op_mod() & 1 == 1);
+        let tail = self.options.strictness.cap_payload;
+        let page = self.cap_pair(t).page(v.op_mod() & 1 == 1);
         let at = query_hca_cap_out::cmd_hca_cap.byte_offset();
         if let Some(dst) = out.get_mut(at..at + CAP_PAGE_BYTES) {
             dst.copy_from_slice(page);
-            if self.options.strictness.cap_payload {
+            if tail {
                 dst[cap_struct_bytes(t)..].fill(CAP_TAIL_PATTERN);
             }
         }
@@ -830,12 +921,7 @@ impl State {
             );
             return param(syn::CAP_PAYLOAD);
         }
-        let pair = if t == cap_type::ROCE {
-            &mut self.caps.roce
-        } else {
-            &mut self.caps.general
-        };
-        pair.set(page).map_err(|r| {
+        self.cap_pair(t).set(page).map_err(|r| {
             tracing::info!(field = r.field, "SET_HCA_CAP refused");
             Refusal {
                 status: CmdStatus::BadParam,

@@ -159,6 +159,11 @@ pub struct FirmwareOptions {
     /// RoCE cap `qp_ts_format` (default 0: free-running only; 1 real-time only; 2 both).
     /// CREATE_QP's `ts_format` must be one it allows.
     pub roce_qp_ts_format: u32,
+    /// The vport context's `min_wqe_inline_mode` (default [`inline_mode::L2`]): the headers
+    /// every raw Ethernet send WQE must carry inline; CREATE_SQ refuses an SQ asking for less.
+    ///
+    /// [`inline_mode::L2`]: rnic_mlx5_prm::inline_mode::L2
+    pub min_inline: u32,
 }
 
 impl Default for FirmwareOptions {
@@ -178,6 +183,7 @@ impl Default for FirmwareOptions {
             terminate_scatter_key: false,
             atomic: true,
             roce_qp_ts_format: 0,
+            min_inline: rnic_mlx5_prm::inline_mode::L2,
         }
     }
 }
@@ -279,6 +285,10 @@ pub struct Accounting {
     pub mkeys: usize,
     /// GID table entries set (each binds a RoCE address).
     pub gids: usize,
+    /// Raw Ethernet objects alive: TISes, SQs, RQs, TIRs.
+    pub eth_objects: usize,
+    /// Flow steering objects alive: flow tables, groups, entries.
+    pub flow_objects: usize,
     /// The driver's live DMA mappings (0 when no device is attached).
     pub dma_mappings: usize,
 }
@@ -295,6 +305,8 @@ impl Accounting {
             && self.qps == 0
             && self.mkeys == 0
             && self.gids == 0
+            && self.eth_objects == 0
+            && self.flow_objects == 0
             && self.dma_mappings == 0
     }
 }
@@ -455,6 +467,8 @@ impl FirmwareHandle {
             qps: live.qps,
             mkeys: live.mkeys,
             gids: live.gids,
+            eth_objects: live.eth,
+            flow_objects: live.flow,
             dma_mappings,
         }
     }

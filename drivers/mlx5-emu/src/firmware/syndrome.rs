@@ -5,7 +5,8 @@
 //! emulator's own. Layout: `0x0e00_0000 | group << 12 | n` — the `0x0e` top byte marks
 //! "emulator", the group is the command family (0 = command interface, 1 = HCA life cycle,
 //! 2 = pages, 3 = capabilities, 4 = registers, 5 = resources, 6 = vport, 7 = RoCE
-//! addresses, 8 = EQ, 9 = CQ, 0xa = MKey, 0xb = QP). Every value is listed
+//! addresses, 8 = EQ, 9 = CQ, 0xa = MKey, 0xb = QP, 0xc = raw Ethernet objects, 0xd = flow
+//! steering). Every value is listed
 //! in docs/mlx5-emu.md (a unit test holds the two together).
 
 macro_rules! syndromes {
@@ -130,6 +131,8 @@ syndromes! {
     VPORT_MTU = 0x0e00_6004 => "MODIFY_NIC_VPORT_CONTEXT: mtu outside 68..=9978",
     /// RoCE setup on an InfiniBand port.
     ROCE_ON_IB_PORT = 0x0e00_6005 => "MODIFY_NIC_VPORT_CONTEXT roce_en / SET_ROCE_ADDRESS: the port is InfiniBand (cap port_type 0); RoCE needs it in Ethernet mode",
+    /// QUERY_VPORT_COUNTER with an op_mod or port this firmware does not count.
+    VPORT_COUNTER_OP_MOD = 0x0e00_6006 => "QUERY_VPORT_COUNTER: op_mod must be 0 (vport counters) and port_num 0 or 1",
     /// DEALLOC_PD / DEALLOC_UAR while an object still uses it.
     RESOURCE_IN_USE = 0x0e00_5008 => "DEALLOC_PD/DEALLOC_UAR: an MKey, EQ, CQ or QP still uses it",
 
@@ -177,8 +180,8 @@ syndromes! {
     DBR_ALIGN = 0x0e00_9003 => "CREATE_CQ/CREATE_QP: dbr_addr not 8-byte aligned",
     /// Not a CQ.
     CQ_NOT_FOUND = 0x0e00_9004 => "DESTROY_CQ/CREATE_QP: no such CQ",
-    /// A QP still reports to the CQ.
-    CQ_IN_USE = 0x0e00_9005 => "DESTROY_CQ: a QP still names this CQ",
+    /// A QP, SQ or RQ still reports to the CQ.
+    CQ_IN_USE = 0x0e00_9005 => "DESTROY_CQ: a QP, SQ or RQ still names this CQ",
     /// CREATE_CQ whose inlen lists more pas[] entries than the ring has pages.
     CQ_PAS_LENGTH = 0x0e00_9006 => "CREATE_CQ: pas[] (inlen) lists more pages than the CQ ring has",
 
@@ -221,6 +224,115 @@ syndromes! {
     QP_ATOMIC = 0x0e00_b00c => "QP modify: rae or atomic_mode set but the device has no atomic capability (cap atomic 0)",
     /// ts_format the RoCE cap does not allow.
     QP_TS_FORMAT = 0x0e00_b00d => "CREATE_QP: ts_format not allowed by the RoCE cap qp_ts_format (0 free-running only, 1 real-time only, 2 both)",
+
+    /// No free TIS number.
+    TIS_EXHAUSTED = 0x0e00_c001 => "CREATE_TIS: 2^log_max_tis TISes exist",
+    /// Not a TIS.
+    TIS_NOT_FOUND = 0x0e00_c002 => "DESTROY_TIS/CREATE_SQ: no such TIS",
+    /// Unsupported TIS context bits.
+    TIS_CONTEXT = 0x0e00_c003 => "CREATE_TIS: strict_lag_tx_port_affinity, tls_en, lag_tx_port_affinity, underlay_qpn or pd set, or prio above 7",
+    /// The transport domain is not allocated.
+    TD_UNKNOWN = 0x0e00_c004 => "CREATE_TIS/CREATE_TIR: transport_domain not allocated",
+    /// An SQ names the TIS.
+    TIS_IN_USE = 0x0e00_c005 => "DESTROY_TIS: an SQ still names this TIS",
+    /// No free SQ number.
+    SQ_EXHAUSTED = 0x0e00_c006 => "CREATE_SQ: 2^log_max_sq SQs exist (or the QP number space is full)",
+    /// Not an SQ.
+    SQ_NOT_FOUND = 0x0e00_c007 => "MODIFY/DESTROY/QUERY_SQ: no such SQ",
+    /// Unsupported SQ context bits.
+    SQ_CONTEXT = 0x0e00_c008 => "CREATE_SQ: state not RST, tis_lst_sz not 1, hairpin/non_wire/rlky/cd_master/fre/multi-packet/reg_umr/swp/rate limit/QoS group set, or ts_format not allowed by cap sq_ts_format",
+    /// The SQ would inline fewer headers than the port requires.
+    SQ_INLINE = 0x0e00_c009 => "CREATE_SQ: min_wqe_inline_mode below what the port requires (Ethernet cap wqe_inline_mode: the vport context's min_wqe_inline_mode) or above 3",
+    /// Unsupported work queue.
+    WQ_CONTEXT = 0x0e00_c00a => "CREATE_SQ/CREATE_RQ: wq_type not cyclic, umem, signature, end padding, cd_slave, striding, log_wq_sz above log_max_wq_sz, or log_wq_stride not 6 (SQ) / 4..=log2(max_wqe_sz_rq) (RQ)",
+    /// The transition is not legal from the current state (or the current state named is not
+    /// the queue's).
+    WQ_STATE = 0x0e00_c00b => "MODIFY_SQ/MODIFY_RQ: sq_state/rq_state is not the queue's state, or the transition is not RST→RDY, RDY→ERR, RDY→RST or ERR→RST",
+    /// A modify_bitmask this firmware does not modify.
+    WQ_BITMASK = 0x0e00_c00c => "MODIFY_SQ: modify_bitmask must be 0; MODIFY_RQ: only vsd (bit 1)",
+    /// No free RQ number.
+    RQ_EXHAUSTED = 0x0e00_c00d => "CREATE_RQ: 2^log_max_rq RQs exist (or the QP number space is full)",
+    /// Not an RQ.
+    RQ_NOT_FOUND = 0x0e00_c00e => "MODIFY/DESTROY/QUERY_RQ: no such RQ",
+    /// Unsupported RQ context bits.
+    RQ_CONTEXT = 0x0e00_c00f => "CREATE_RQ: state not RST, mem_rq_type not inline, rlky/delay_drop/scatter_fcs/hairpin/counter_set_id/rmpn set, or ts_format not allowed by cap rq_ts_format",
+    /// A TIR names the RQ.
+    RQ_IN_USE = 0x0e00_c011 => "DESTROY_RQ: a TIR still dispatches to this RQ",
+    /// No free TIR number.
+    TIR_EXHAUSTED = 0x0e00_c012 => "CREATE_TIR: 2^log_max_tir TIRs exist",
+    /// Not a TIR.
+    TIR_NOT_FOUND = 0x0e00_c013 => "DESTROY/QUERY_TIR: no such TIR",
+    /// Unsupported TIR context.
+    TIR_CONTEXT = 0x0e00_c014 => "CREATE_TIR: disp_type not direct (no RQ tables), or hashing, LRO, TLS or tunnel offload set",
+    /// The TIR's RQ does not exist.
+    TIR_RQ = 0x0e00_c015 => "CREATE_TIR: inline_rqn is not an RQ",
+    /// A flow table entry forwards to the TIR.
+    TIR_IN_USE = 0x0e00_c016 => "DESTROY_TIR: a flow table entry forwards to this TIR",
+    /// A TIS or TIR names the transport domain.
+    TD_IN_USE = 0x0e00_c017 => "DEALLOC_TRANSPORT_DOMAIN: a TIS or TIR still names it",
+
+    /// A table type other than NIC RX.
+    FLOW_TABLE_TYPE = 0x0e00_d001 => "flow commands: table_type must be 0 (NIC RX, the only type flow_table_nic_cap supports)",
+    /// Another vport or eswitch named.
+    FLOW_VPORT = 0x0e00_d002 => "flow commands: other_vport, vport_number, other_eswitch and eswitch_owner_vhca_id must be 0",
+    /// Unsupported flow table context.
+    FLOW_TABLE_CONTEXT = 0x0e00_d003 => "CREATE_FLOW_TABLE: reformat_en, decap_en, sw_owner, termination_table, rtc_valid or a miss table set, or table_miss_action not default",
+    /// Level above the cap.
+    FLOW_TABLE_LEVEL = 0x0e00_d004 => "CREATE_FLOW_TABLE: level above max_ft_level",
+    /// Size above the cap.
+    FLOW_TABLE_SIZE = 0x0e00_d005 => "CREATE_FLOW_TABLE: log_size above log_max_ft_size",
+    /// Too many tables.
+    FLOW_TABLE_EXHAUSTED = 0x0e00_d006 => "CREATE_FLOW_TABLE: 2^log_max_ft_num tables exist",
+    /// Not a flow table.
+    FLOW_TABLE_NOT_FOUND = 0x0e00_d007 => "flow commands: table_id is not a flow table",
+    /// The table is the root.
+    FLOW_TABLE_IS_ROOT = 0x0e00_d008 => "DESTROY_FLOW_TABLE: the table is the root (SET_FLOW_TABLE_ROOT another table, or op_mod 1, first)",
+    /// The table still has groups.
+    FLOW_TABLE_HAS_GROUPS = 0x0e00_d009 => "DESTROY_FLOW_TABLE: the table still has flow groups",
+    /// An entry forwards to the table.
+    FLOW_TABLE_IN_USE = 0x0e00_d00a => "DESTROY_FLOW_TABLE: an entry of another table forwards to it",
+    /// Group range outside the table.
+    FLOW_GROUP_RANGE = 0x0e00_d00b => "CREATE_FLOW_GROUP: start_flow_index > end_flow_index, or end_flow_index outside the table (2^log_size)",
+    /// Group range overlaps another.
+    FLOW_GROUP_OVERLAP = 0x0e00_d00c => "CREATE_FLOW_GROUP: the index range overlaps another group of the table",
+    /// Criteria the port cannot match.
+    FLOW_CRITERIA_UNSUPPORTED = 0x0e00_d00d => "CREATE_FLOW_GROUP: match_criteria_enable other than outer headers (bit 0) and misc set 3 (bit 4), or mask bits in fields the port does not match (ft_field_support, flex_parser_protocols)",
+    /// Mask bits in a set not enabled.
+    FLOW_CRITERIA_NOT_ENABLED = 0x0e00_d00e => "CREATE_FLOW_GROUP: mask bits in a criteria set match_criteria_enable does not enable",
+    /// A group type this firmware lacks.
+    FLOW_GROUP_TYPE = 0x0e00_d00f => "CREATE_FLOW_GROUP: group_type, match_definer_id or source_eswitch_owner_vhca_id_valid set",
+    /// Not a flow group.
+    FLOW_GROUP_NOT_FOUND = 0x0e00_d010 => "DESTROY_FLOW_GROUP/SET_FLOW_TABLE_ENTRY: group_id is not a group of the table",
+    /// The group still has entries.
+    FLOW_GROUP_HAS_ENTRIES = 0x0e00_d011 => "DESTROY_FLOW_GROUP: the group still has entries",
+    /// Flow index outside the group.
+    FLOW_INDEX = 0x0e00_d012 => "SET_FLOW_TABLE_ENTRY: flow_index outside its group's start..=end",
+    /// An entry already at the index.
+    FLOW_ENTRY_EXISTS = 0x0e00_d013 => "SET_FLOW_TABLE_ENTRY: an entry is at flow_index (delete it first)",
+    /// Value bits outside the group's mask.
+    FLOW_VALUE_OUTSIDE_MASK = 0x0e00_d014 => "SET_FLOW_TABLE_ENTRY: match_value has bits outside the group's match_criteria",
+    /// Same match as another entry.
+    FLOW_ENTRY_DUPLICATE = 0x0e00_d015 => "SET_FLOW_TABLE_ENTRY: another entry of the group has the same match_value",
+    /// Unsupported action.
+    FLOW_ACTION = 0x0e00_d016 => "SET_FLOW_TABLE_ENTRY: action must be FWD_DEST (4) or DROP (2), without flow counters",
+    /// Bad destination count.
+    FLOW_DEST_COUNT = 0x0e00_d017 => "SET_FLOW_TABLE_ENTRY: FWD_DEST with 0 or more than 2^log_max_destination destinations, or destinations without FWD_DEST",
+    /// Bad destination type.
+    FLOW_DEST_TYPE = 0x0e00_d018 => "SET_FLOW_TABLE_ENTRY: destination type other than TIR (2) or flow table (1), or reformat/eswitch fields set",
+    /// No such TIR.
+    FLOW_DEST_TIR = 0x0e00_d019 => "SET_FLOW_TABLE_ENTRY: a TIR destination is not a TIR",
+    /// Bad destination table.
+    FLOW_DEST_TABLE = 0x0e00_d01a => "SET_FLOW_TABLE_ENTRY: a table destination is not a table of a higher level",
+    /// The input does not hold the destination list.
+    FLOW_DEST_LENGTH = 0x0e00_d01b => "SET_FLOW_TABLE_ENTRY: inlen shorter than the flow context plus 16 bytes per destination",
+    /// No such entry.
+    FLOW_ENTRY_NOT_FOUND = 0x0e00_d01c => "DELETE/QUERY_FLOW_TABLE_ENTRY: no entry at flow_index",
+    /// Modifying entries is not supported.
+    FLOW_ENTRY_OP_MOD = 0x0e00_d01d => "SET_FLOW_TABLE_ENTRY: op_mod / modify_enable_mask must be 0 (entries are not modified in place: flow_modify_en 0)",
+    /// SET_FLOW_TABLE_ROOT fields this firmware lacks.
+    FLOW_ROOT_OP_MOD = 0x0e00_d01e => "SET_FLOW_TABLE_ROOT: op_mod other than 0 (set) or 1 (disconnect, table_id 0), or underlay_qpn / another vport's table named",
+    /// Unsupported flow context fields.
+    FLOW_ENTRY_CONTEXT = 0x0e00_d01f => "SET_FLOW_TABLE_ENTRY: push_vlan, extended_destination, hairpin, flow_source, encryption, packet reformat, modify header or ignore_flow_level set",
 }
 
 /// The description of `syndrome`, if it is one of ours.

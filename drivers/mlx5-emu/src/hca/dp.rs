@@ -65,6 +65,10 @@ impl Hca {
                 gids,
                 stats,
                 txbuf,
+                eth,
+                counters,
+                loopback,
+                framebuf,
                 ..
             } = self;
             let qp = qps.get_mut(&qpn)?;
@@ -82,6 +86,12 @@ impl Hca {
                 default_sport: qp.sport,
                 halted: !dev.serving(),
                 link_up: dev.link_up(),
+                counters,
+                eth: eth.as_deref().map(|port| super::port::EthTx {
+                    port,
+                    loopback,
+                    frame: framebuf,
+                }),
             };
             let mut io = Io {
                 mem: &mut mem,
@@ -94,6 +104,7 @@ impl Hca {
             r
         };
         self.settle(dev, qpn, cq.0);
+        self.drain_loopback(dev);
         Some(r)
     }
 
@@ -223,6 +234,9 @@ impl Hca {
         let qpn = (value as u32) >> 8;
         match self.qps.get(&qpn) {
             Some(qp) if qp.uar == page => self.pump(dev, qpn),
+            _ if self.raw.sqs.get(&qpn).is_some_and(|sq| sq.wq.uar == page) => {
+                self.raw_sq_pump(dev, qpn);
+            }
             _ => {
                 self.stats.bad_doorbells += 1;
                 tracing::debug!(
@@ -240,30 +254,22 @@ impl Hca {
     /// holds them (its basic blocks, at most a BlueFlame half's 256 bytes); `None` when the
     /// doorbell names no QP of the page or the ring cannot be read.
     pub(crate) fn bf_expected(&self, dev: &Device, page: u32, value: u64) -> Option<Vec<u8>> {
-        let qp = self.qps.get(&((value as u32) >> 8))?;
+        let n = (value as u32) >> 8;
+        if let Some(sq) = self.raw.sqs.get(&n) {
+            if sq.wq.uar != page {
+                return None;
+            }
+            let bb = |i: u16| u64::from(u32::from(i) & ((1 << sq.wq.log_sz) - 1)) * 64;
+            return bf_read(dev, &sq.wq.ring, (value >> 40) as u16, bb);
+        }
+        let qp = self.qps.get(&n)?;
         if qp.uar != page || qp.no_sq {
             return None;
         }
         let ring = qp.wq.as_ref()?;
         let nbb = 1u32 << qp.log_sq;
-        let index = (value >> 40) as u16;
         let bb = |i: u16| qp.sq_offset + u64::from(u32::from(i) & (nbb - 1)) * 64;
-        let mut ctrl = [0u8; 16];
-        if !ring.read(dev, bb(index), &mut ctrl) {
-            return None;
-        }
-        let wqebbs = WqeCtrlSeg::new_unchecked(&ctrl[..])
-            .ds()
-            .div_ceil(4)
-            .clamp(1, 4);
-        let mut w = vec![0u8; wqebbs as usize * 64];
-        for k in 0..wqebbs as usize {
-            let i = index.wrapping_add(k as u16);
-            if !ring.read(dev, bb(i), &mut w[k * 64..k * 64 + 64]) {
-                return None;
-            }
-        }
-        Some(w)
+        bf_read(dev, ring, (value >> 40) as u16, bb)
     }
 
     /// Serve every QP of UAR page `page` (but `except`, just served) whose doorbell record's
@@ -288,6 +294,28 @@ impl Hca {
         for qpn in behind {
             self.stats.swept_doorbells += 1;
             self.pump(dev, qpn);
+        }
+        let raw_behind: Vec<u32> = self
+            .raw
+            .sqs
+            .iter()
+            .filter(|(n, sq)| {
+                **n != except
+                    && sq.wq.uar == page
+                    && matches!(
+                        sq.state,
+                        rnic_mlx5_prm::WqState::Rdy | rnic_mlx5_prm::WqState::Err
+                    )
+            })
+            .filter_map(|(n, sq)| {
+                let mut b = [0u8; 4];
+                dev.dma_read(sq.wq.dbr + 4, &mut b).ok()?;
+                (u32::from_be_bytes(b) as u16 != sq.fetched).then_some(*n)
+            })
+            .collect();
+        for sqn in raw_behind {
+            self.stats.swept_doorbells += 1;
+            self.raw_sq_pump(dev, sqn);
         }
     }
 
@@ -673,6 +701,32 @@ impl Hca {
         });
         d.clamp(Duration::from_micros(50), Duration::from_millis(50))
     }
+}
+
+/// The WQE at basic block `index` of `ring` (`bb` maps an index to its ring offset): its
+/// basic blocks, at most a BlueFlame half's 256 bytes.
+fn bf_read(
+    dev: &Device,
+    ring: &super::queues::Ring,
+    index: u16,
+    bb: impl Fn(u16) -> u64,
+) -> Option<Vec<u8>> {
+    let mut ctrl = [0u8; 16];
+    if !ring.read(dev, bb(index), &mut ctrl) {
+        return None;
+    }
+    let wqebbs = WqeCtrlSeg::new_unchecked(&ctrl[..])
+        .ds()
+        .div_ceil(4)
+        .clamp(1, 4);
+    let mut w = vec![0u8; wqebbs as usize * 64];
+    for k in 0..wqebbs as usize {
+        let i = index.wrapping_add(k as u16);
+        if !ring.read(dev, bb(i), &mut w[k * 64..k * 64 + 64]) {
+            return None;
+        }
+    }
+    Some(w)
 }
 
 /// The requester wrote an atomic's original value in host order; mlx5 without the 8-byte

@@ -1,6 +1,8 @@
 //! The emulated HCA behind the command interface: GID table and RoCE ports, EQs, CQs,
 //! MKeys, QPs (their commands, with full checks and stable syndromes) and the data path
-//! that joins the driver's rings to the rnic-roce transport engine over UDP/4791.
+//! that joins the driver's rings to the rnic-roce transport engine over UDP/4791 — or, on an
+//! Ethernet wire ([`crate::eth`]), over Ethernet frames; the raw Ethernet objects (TIS, SQ,
+//! RQ, TIR) and the NIC RX flow tables that steer the frames that are not RoCE.
 //!
 //! # Locking
 //!
@@ -10,13 +12,16 @@
 //! handler lock.
 
 mod dp;
+mod l2;
 mod mkey;
 mod port;
 mod qp;
 mod queues;
+mod raw;
+mod steer;
 mod wqe;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -30,6 +35,7 @@ use rnic_mlx5_prm::{
 pub use port::{GID_TABLE, ROCE_PORT};
 
 use crate::device::Device;
+use crate::eth::{EthPort, PortCounters};
 pub(crate) use crate::firmware::Refusal;
 use crate::firmware::caps::Caps;
 use crate::firmware::syndrome as syn;
@@ -62,10 +68,13 @@ fn vhca_port_ok(ctx: &Ctx<'_>, port: u32) -> bool {
 pub(crate) struct Ctx<'a> {
     pub(crate) pds: &'a BTreeSet<u32>,
     pub(crate) uars: &'a BTreeSet<u32>,
+    pub(crate) tds: &'a BTreeSet<u32>,
     pub(crate) caps: &'a Caps,
     pub(crate) mac: [u8; 6],
     pub(crate) mtu: u32,
     pub(crate) roce_en: bool,
+    /// The vport context's `min_wqe_inline_mode`.
+    pub(crate) min_inline: u32,
 }
 
 /// Data-path counters (survive nothing: they belong to one HCA life).
@@ -156,6 +165,10 @@ pub(crate) struct Live {
     pub(crate) qps: usize,
     pub(crate) mkeys: usize,
     pub(crate) gids: usize,
+    /// TISes, SQs, RQs and TIRs.
+    pub(crate) eth: usize,
+    /// Flow tables, groups and entries.
+    pub(crate) flow: usize,
 }
 
 /// The HCA; see the module docs.
@@ -171,6 +184,19 @@ pub struct Hca {
     stats: HcaStats,
     txbuf: Vec<u8>,
     injections: Vec<CqeInjection>,
+    raw: raw::Raw,
+    steer: steer::Steering,
+    /// The Ethernet port (an Ethernet wire), else `None` (the udp wire).
+    eth: Option<Arc<EthPort>>,
+    /// The port's counters (the device's).
+    counters: Arc<PortCounters>,
+    /// Frames the function sent to itself, waiting for its receive path: (frame, the
+    /// transport domain of the SQ that sent it; `None` for RoCE).
+    loopback: VecDeque<(Vec<u8>, Option<u32>)>,
+    /// The loopback queue is being drained (frames it produces wait their turn).
+    draining: bool,
+    /// Frame assembly buffer of the RoCE sender.
+    framebuf: Vec<u8>,
 }
 
 impl std::fmt::Debug for Hca {
@@ -226,6 +252,57 @@ pub(crate) fn spec(op: CmdOpcode) -> Option<(usize, usize)> {
         CmdOpcode::Qp2Err => (p::qp_2err_in::SIZE_BYTES, p::qp_2err_out::SIZE_BYTES),
         CmdOpcode::Qp2Rst => (p::qp_2rst_in::SIZE_BYTES, p::qp_2rst_out::SIZE_BYTES),
         CmdOpcode::QueryQp => (p::query_qp_in::SIZE_BYTES, p::query_qp_out::SIZE_BYTES),
+        CmdOpcode::CreateTis => (p::create_tis_in::SIZE_BYTES, p::create_tis_out::SIZE_BYTES),
+        CmdOpcode::DestroyTis => (
+            p::destroy_tis_in::SIZE_BYTES,
+            p::destroy_tis_out::SIZE_BYTES,
+        ),
+        CmdOpcode::CreateSq => (p::create_sq_in::SIZE_BYTES, p::create_sq_out::SIZE_BYTES),
+        CmdOpcode::ModifySq => (p::modify_sq_in::SIZE_BYTES, p::modify_sq_out::SIZE_BYTES),
+        CmdOpcode::DestroySq => (p::destroy_sq_in::SIZE_BYTES, p::destroy_sq_out::SIZE_BYTES),
+        CmdOpcode::QuerySq => (p::query_sq_in::SIZE_BYTES, p::query_sq_out::SIZE_BYTES),
+        CmdOpcode::CreateRq => (p::create_rq_in::SIZE_BYTES, p::create_rq_out::SIZE_BYTES),
+        CmdOpcode::ModifyRq => (p::modify_rq_in::SIZE_BYTES, p::modify_rq_out::SIZE_BYTES),
+        CmdOpcode::DestroyRq => (p::destroy_rq_in::SIZE_BYTES, p::destroy_rq_out::SIZE_BYTES),
+        CmdOpcode::QueryRq => (p::query_rq_in::SIZE_BYTES, p::query_rq_out::SIZE_BYTES),
+        CmdOpcode::CreateTir => (p::create_tir_in::SIZE_BYTES, p::create_tir_out::SIZE_BYTES),
+        CmdOpcode::DestroyTir => (
+            p::destroy_tir_in::SIZE_BYTES,
+            p::destroy_tir_out::SIZE_BYTES,
+        ),
+        CmdOpcode::QueryTir => (p::query_tir_in::SIZE_BYTES, p::query_tir_out::SIZE_BYTES),
+        CmdOpcode::CreateFlowTable => (
+            p::create_flow_table_in::SIZE_BYTES,
+            p::create_flow_table_out::SIZE_BYTES,
+        ),
+        CmdOpcode::DestroyFlowTable => (
+            p::destroy_flow_table_in::SIZE_BYTES,
+            p::destroy_flow_table_out::SIZE_BYTES,
+        ),
+        CmdOpcode::QueryFlowTable => (
+            p::query_flow_table_in::SIZE_BYTES,
+            p::query_flow_table_out::SIZE_BYTES,
+        ),
+        CmdOpcode::CreateFlowGroup => (
+            p::create_flow_group_in::SIZE_BYTES,
+            p::create_flow_group_out::SIZE_BYTES,
+        ),
+        CmdOpcode::DestroyFlowGroup => (
+            p::destroy_flow_group_in::SIZE_BYTES,
+            p::destroy_flow_group_out::SIZE_BYTES,
+        ),
+        CmdOpcode::SetFlowTableEntry => (p::set_fte_in::SIZE_BYTES, p::set_fte_out::SIZE_BYTES),
+        CmdOpcode::DeleteFlowTableEntry => {
+            (p::delete_fte_in::SIZE_BYTES, p::delete_fte_out::SIZE_BYTES)
+        }
+        // The flow context, without a destination list (which `outlen` may add).
+        CmdOpcode::QueryFlowTableEntry => {
+            (p::query_fte_in::SIZE_BYTES, p::query_fte_out::SIZE_BYTES)
+        }
+        CmdOpcode::SetFlowTableRoot => (
+            p::set_flow_table_root_in::SIZE_BYTES,
+            p::set_flow_table_root_out::SIZE_BYTES,
+        ),
         _ => return None,
     })
 }
@@ -246,12 +323,27 @@ impl Hca {
                 stats: HcaStats::default(),
                 txbuf: vec![0u8; 4096 + 128],
                 injections: Vec::new(),
+                raw: raw::Raw::default(),
+                steer: steer::Steering::default(),
+                eth: None,
+                counters: Arc::default(),
+                loopback: VecDeque::new(),
+                draining: false,
+                framebuf: Vec::new(),
             })
         })
     }
 
-    /// Tell the HCA which device it runs in (receive threads reach DMA through it).
+    /// Tell the HCA which device it runs in (receive threads reach DMA through it); on an
+    /// Ethernet wire the port's receive thread hands its frames to this HCA from now on.
     pub(crate) fn attach(&mut self, dev: Weak<Device>) {
+        if let Some(d) = dev.upgrade() {
+            self.counters = d.port_counters().clone();
+            self.eth = d.eth_port().cloned();
+            if let Some(p) = &self.eth {
+                p.set_target(self.me.clone());
+            }
+        }
         self.dev = dev;
     }
 
@@ -303,6 +395,8 @@ impl Hca {
             qps: self.qps.len(),
             mkeys: self.mkeys.keys.len(),
             gids: self.gids.iter().filter(|g| g.is_some()).count(),
+            eth: self.raw_objects(),
+            flow: self.steer.objects(),
         }
     }
 
@@ -312,8 +406,21 @@ impl Hca {
         // Each object's own bookkeeping, beyond its lists.
         const PER_OBJECT: usize = 256;
         let l = self.live();
-        (l.eqs + l.cqs + l.mkeys + l.qps) * PER_OBJECT
+        (l.eqs + l.cqs + l.mkeys + l.qps + l.eth + l.flow) * PER_OBJECT
             + self.q.bytes()
+            + self.steer.bytes()
+            + self
+                .raw
+                .sqs
+                .values()
+                .map(|s| s.wq.ring.bytes())
+                .sum::<usize>()
+            + self
+                .raw
+                .rqs
+                .values()
+                .map(|r| r.wq.ring.bytes())
+                .sum::<usize>()
             + self.mkeys.bytes()
             + self
                 .qps
@@ -324,25 +431,43 @@ impl Hca {
 
     /// Whether an object uses PD `pd`.
     pub(crate) fn uses_pd(&self, pd: u32) -> bool {
-        self.mkeys.uses_pd(pd) || self.qps.values().any(|q| q.pd == pd)
+        self.mkeys.uses_pd(pd)
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.raw.sqs.values().any(|s| s.wq.pd == pd)
+            || self.raw.rqs.values().any(|r| r.wq.pd == pd)
     }
 
     /// Whether an object uses UAR page `uar`.
     pub(crate) fn uses_uar(&self, uar: u32) -> bool {
-        self.q.uses_uar(uar) || self.qps.values().any(|q| q.uar == uar)
+        self.q.uses_uar(uar)
+            || self.qps.values().any(|q| q.uar == uar)
+            || self.raw.sqs.values().any(|s| s.wq.uar == uar)
+    }
+
+    /// The lowest free number of the QP space (QPs, SQs and RQs share it), below
+    /// 2^`log_max_qp`.
+    pub(crate) fn free_qpn(&self, ctx: &Ctx<'_>) -> Option<u32> {
+        let limit = 1u64 << ctx.caps.general().log_max_qp();
+        (2u32..).take_while(|&n| u64::from(n) < limit).find(|n| {
+            !self.qps.contains_key(n)
+                && !self.raw.sqs.contains_key(n)
+                && !self.raw.rqs.contains_key(n)
+        })
     }
 
     /// Objects that TEARDOWN_HCA refuses to leave behind (the GID table is not one: teardown
     /// clears it).
     pub(crate) fn objects(&self) -> usize {
         let l = self.live();
-        l.eqs + l.cqs + l.qps + l.mkeys
+        l.eqs + l.cqs + l.qps + l.mkeys + l.eth + l.flow
     }
 
     /// TEARDOWN_HCA: forget the GID table (unbinding the addresses).
     pub(crate) fn teardown(&mut self) {
         for i in 0..self.gids.len() {
-            if let Some(e) = self.gids.get_mut(i).and_then(Option::take) {
+            if let Some(e) = self.gids.get_mut(i).and_then(Option::take)
+                && self.eth.is_none()
+            {
                 self.ports.release(e.ip);
             }
         }
@@ -359,7 +484,17 @@ impl Hca {
     ) -> Outcome {
         let creates = matches!(
             op,
-            CmdOpcode::CreateEq | CmdOpcode::CreateCq | CmdOpcode::CreateMkey | CmdOpcode::CreateQp
+            CmdOpcode::CreateEq
+                | CmdOpcode::CreateCq
+                | CmdOpcode::CreateMkey
+                | CmdOpcode::CreateQp
+                | CmdOpcode::CreateSq
+                | CmdOpcode::CreateRq
+                | CmdOpcode::CreateTis
+                | CmdOpcode::CreateTir
+                | CmdOpcode::CreateFlowTable
+                | CmdOpcode::CreateFlowGroup
+                | CmdOpcode::SetFlowTableEntry
         );
         // What a new object keeps is at most its command's size (page lists, MTT, context).
         if creates && self.host_bytes().saturating_add(input.len()) > qp::ENGINE_BUDGET {
@@ -389,20 +524,18 @@ impl Hca {
             CmdOpcode::DestroyEq => self.q.destroy_eq(input),
             CmdOpcode::CreateCq => self.q.create_cq(dev, ctx, input, out),
             CmdOpcode::DestroyCq => {
-                let qps = &self.qps;
+                let (qps, raw) = (&self.qps, &self.raw);
                 self.q.destroy_cq(input, |cqn| {
                     qps.values()
                         .any(|q| (!q.no_sq && q.cqn_snd == cqn) || (q.has_rq && q.cqn_rcv == cqn))
+                        || raw.sqs.values().any(|s| s.cqn == cqn)
+                        || raw.rqs.values().any(|r| r.cqn == cqn)
                 })
             }
             CmdOpcode::CreateMkey => self.mkeys.create(ctx, input, out),
             CmdOpcode::DestroyMkey => self.mkeys.destroy(input),
             CmdOpcode::CreateQp => {
-                let limit = 1u64 << ctx.caps.general().log_max_qp();
-                let Some(qpn) = (2u32..)
-                    .take_while(|&n| u64::from(n) < limit)
-                    .find(|n| !self.qps.contains_key(n))
-                else {
+                let Some(qpn) = self.free_qpn(ctx) else {
                     return refuse(CmdStatus::NoRes, syn::QP_EXHAUSTED);
                 };
                 let cqs = &self.q.cqs;
@@ -434,6 +567,40 @@ impl Hca {
             CmdOpcode::Init2InitQp => self.transition(dev, ctx, Transition::Init2Init, input),
             CmdOpcode::Qp2Err => self.transition(dev, ctx, Transition::ToErr, input),
             CmdOpcode::Qp2Rst => self.transition(dev, ctx, Transition::ToRst, input),
+            CmdOpcode::CreateTis => self.create_tis(ctx, input, out),
+            CmdOpcode::DestroyTis => self.destroy_tis(input),
+            CmdOpcode::CreateSq => self.create_sq(ctx, input, out),
+            CmdOpcode::ModifySq => self.modify_sq(dev, input),
+            CmdOpcode::DestroySq => self.destroy_sq(input),
+            CmdOpcode::QuerySq => self.query_sq(input, out),
+            CmdOpcode::CreateRq => self.create_rq(ctx, input, out),
+            CmdOpcode::ModifyRq => self.modify_rq(input),
+            CmdOpcode::DestroyRq => self.destroy_rq(input),
+            CmdOpcode::QueryRq => self.query_rq(input, out),
+            CmdOpcode::CreateTir => self.create_tir(ctx, input, out),
+            CmdOpcode::DestroyTir => self.destroy_tir(input),
+            CmdOpcode::QueryTir => self.query_tir(input, out),
+            CmdOpcode::CreateFlowTable => {
+                let caps = ctx.caps.flow();
+                self.steer
+                    .create_table(&caps.flow_table_properties_nic_receive(), input, out)
+            }
+            CmdOpcode::DestroyFlowTable => self.steer.destroy_table(input),
+            CmdOpcode::QueryFlowTable => self.steer.query_table(input, out),
+            CmdOpcode::CreateFlowGroup => self.steer.create_group(input, out),
+            CmdOpcode::DestroyFlowGroup => self.steer.destroy_group(input),
+            CmdOpcode::SetFlowTableEntry => {
+                let caps = ctx.caps.flow();
+                let tirs = &self.raw.tirs;
+                self.steer.set_entry(
+                    &caps.flow_table_properties_nic_receive(),
+                    |t| tirs.contains_key(&t),
+                    input,
+                )
+            }
+            CmdOpcode::DeleteFlowTableEntry => self.steer.delete_entry(input),
+            CmdOpcode::QueryFlowTableEntry => self.steer.query_entry(input, out),
+            CmdOpcode::SetFlowTableRoot => self.steer.set_root(input),
             _ => refuse(CmdStatus::BadOp, syn::UNKNOWN_OPCODE),
         }
     }
@@ -517,7 +684,9 @@ impl Hca {
             if in_use {
                 return refuse(CmdStatus::BadResState, syn::GID_IN_USE);
             }
-            if let Some(old) = self.gids.get_mut(idx).and_then(Option::take) {
+            if let Some(old) = self.gids.get_mut(idx).and_then(Option::take)
+                && self.eth.is_none()
+            {
                 self.ports.release(old.ip);
             }
             return Ok(());
@@ -549,7 +718,9 @@ impl Hca {
         if in_use && self.gids.get(idx).copied().flatten().map(|e| e.ip) != Some(ip) {
             return refuse(CmdStatus::BadResState, syn::GID_IN_USE);
         }
-        if let Err(e) = self.ports.acquire(ip, &self.me) {
+        if self.eth.is_none()
+            && let Err(e) = self.ports.acquire(ip, &self.me)
+        {
             tracing::error!(
                 %ip, %e,
                 "SET_ROCE_ADDRESS: cannot bind UDP/{ROCE_PORT} on this address; give the \
@@ -557,7 +728,9 @@ impl Hca {
             );
             return refuse(CmdStatus::BadParam, syn::GID_BIND);
         }
-        if let Some(old) = self.gids.get_mut(idx).and_then(Option::take) {
+        if let Some(old) = self.gids.get_mut(idx).and_then(Option::take)
+            && self.eth.is_none()
+        {
             self.ports.release(old.ip);
         }
         if let Some(slot) = self.gids.get_mut(idx) {
@@ -628,7 +801,10 @@ impl Hca {
     /// most the MTU of the host interfaces carrying the bound RoCE
     /// addresses (the emulated port's wire; docs/mlx5-emu.md).
     pub(crate) fn vport_mtu(&self, configured: u32) -> u32 {
-        configured.min(self.ports.wire_mtu())
+        match &self.eth {
+            Some(p) => configured.min(p.mtu),
+            None => configured.min(self.ports.wire_mtu()),
+        }
     }
 
     /// The addresses bound (for tests and tools).

@@ -411,7 +411,10 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, mut iden
         let Some(h) = hca.upgrade() else { return };
         let mut h = lock(&h);
         match got {
-            Ok((n, from)) => h.on_packet(local, from, buf.get(..n).unwrap_or(&[]), icrc_ok),
+            Ok((n, from)) => {
+                h.count_udp_rx(local, n);
+                h.on_packet(local, from, buf.get(..n).unwrap_or(&[]), icrc_ok);
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -430,8 +433,17 @@ fn rx_loop(hca: &Weak<Mutex<Hca>>, sock: &UdpSocket, stop: &AtomicBool, mut iden
     }
 }
 
+/// What the sink needs to send on an Ethernet wire: the port, the loopback queue of frames
+/// for the function itself, a frame buffer.
+pub(crate) struct EthTx<'a> {
+    pub(crate) port: &'a crate::eth::EthPort,
+    pub(crate) loopback: &'a mut std::collections::VecDeque<(Vec<u8>, Option<u32>)>,
+    pub(crate) frame: &'a mut Vec<u8>,
+}
+
 /// The engine's packet sink: one preallocated buffer, sent on commit from the address of the
-/// packet's source GID index.
+/// packet's source GID index — as a UDP datagram of the host (the udp wire), or as a whole
+/// Ethernet frame from the function's MAC to the address vector's `rmac` (an Ethernet wire).
 pub(crate) struct Sink<'a> {
     pub(crate) buf: &'a mut Vec<u8>,
     pub(crate) ports: &'a mut Ports,
@@ -443,6 +455,15 @@ pub(crate) struct Sink<'a> {
     pub(crate) halted: bool,
     /// The port's link: nothing leaves while it is down.
     pub(crate) link_up: bool,
+    /// The port's counters.
+    pub(crate) counters: &'a crate::eth::PortCounters,
+    /// The Ethernet port, on an Ethernet wire.
+    pub(crate) eth: Option<EthTx<'a>>,
+}
+
+/// Bytes a RoCE datagram of `len` UDP payload bytes from `ip` takes as an Ethernet frame.
+pub(crate) fn frame_len(ip: IpAddr, len: usize) -> u64 {
+    (14 + if ip.is_ipv4() { 20 } else { 40 } + 8 + len) as u64
 }
 
 impl PacketSink for Sink<'_> {
@@ -476,6 +497,36 @@ impl PacketSink for Sink<'_> {
             Some(p) if p != 0 => p,
             _ => self.default_sport,
         };
+        if let Some(eth) = &mut self.eth {
+            let Some(pkt) = self.buf.get(..len) else {
+                self.stats.tx_dropped += 1;
+                return;
+            };
+            let av = &dest.av;
+            let built = crate::eth::build_roce_frame(
+                eth.frame,
+                (eth.port.mac, av.dmac.unwrap_or([0; 6])),
+                (src.ip, dst),
+                av.traffic_class,
+                av.flow_label,
+                av.hop_limit,
+                sport,
+                pkt,
+            );
+            if !built {
+                self.stats.tx_dropped += 1;
+                return;
+            }
+            match eth.port.transmit(eth.frame, true) {
+                crate::eth::Sent::Wire => self.stats.tx_packets += 1,
+                crate::eth::Sent::Looped => {
+                    self.stats.tx_packets += 1;
+                    eth.loopback.push_back((eth.frame.clone(), None));
+                }
+                _ => self.stats.tx_dropped += 1,
+            }
+            return;
+        }
         let stats = &mut *self.stats;
         let Some((sock, sport)) = self.ports.sender(src.ip, sport, stats) else {
             stats.tx_dropped += 1;
@@ -497,7 +548,16 @@ impl PacketSink for Sink<'_> {
             return;
         }
         match sock.send_to(pkt, SocketAddr::new(dst, ROCE_PORT)) {
-            Ok(_) => stats.tx_packets += 1,
+            Ok(_) => {
+                stats.tx_packets += 1;
+                let c = self.counters;
+                c.tx_frames.fetch_add(1, Ordering::Relaxed);
+                c.tx_unicast.fetch_add(1, Ordering::Relaxed);
+                c.tx_unicast_octets
+                    .fetch_add(frame_len(dst, len), Ordering::Relaxed);
+                c.tx_octets
+                    .fetch_add(frame_len(dst, len), Ordering::Relaxed);
+            }
             Err(e) => {
                 stats.tx_dropped += 1;
                 tracing::debug!(%e, %dst, "RoCE send failed (the engine retransmits)");

@@ -286,7 +286,7 @@ pub(crate) fn create(
 /// `qp_ts_format` (0 free-running only, 1 real-time only, 2 both; K `get_ts_format`) allows.
 /// DEFAULT means whatever the device runs, so it is always allowed; the cap's reserved value 3
 /// is read as free-running only.
-fn ts_format_allowed(cap: u32, ts: u32) -> bool {
+pub(crate) fn ts_format_allowed(cap: u32, ts: u32) -> bool {
     match ts {
         TS_FORMAT_DEFAULT => true,
         TS_FORMAT_FREE_RUNNING => cap != 1,

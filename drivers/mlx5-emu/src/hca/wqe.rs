@@ -75,7 +75,10 @@ pub(crate) fn parse_segments(
                 traffic_class: av.tclass() as u8,
                 flow_label: av.flow_label(),
                 udp_sport: (sport != 0).then_some(sport),
-                dmac: None,
+                dmac: Some({
+                    let (hi, lo) = (av.rmac_47_16().to_be_bytes(), av.rmac_15_0().to_be_bytes());
+                    [hi[0], hi[1], hi[2], hi[3], lo[2], lo[3]]
+                }),
             },
             remote_qpn: Qpn::from_wire(av.destination_qp_dct()),
             remote_qkey: qkey,

@@ -399,6 +399,22 @@ impl EmuQp {
 
     /// RST → INIT → RTR → RTS against `peer` (QPN, GID address, its SQ PSN).
     pub fn connect(&self, hw: &Hw, peer_qpn: u32, peer_ip: IpAddr, rq_psn: u32, sq_psn: u32) {
+        self.connect_via(
+            hw,
+            (peer_qpn, peer_ip, [2, 0, 0x12, 0x34, 0x56, 0x78]),
+            rq_psn,
+            sq_psn,
+        );
+    }
+
+    /// [`EmuQp::connect`] with the peer's MAC as the address path's `rmac`.
+    pub fn connect_via(
+        &self,
+        hw: &Hw,
+        (peer_qpn, peer_ip, rmac): (u32, IpAddr, [u8; 6]),
+        rq_psn: u32,
+        sq_psn: u32,
+    ) {
         assert_eq!(
             self.modify(hw, CmdOpcode::Rst2InitQp, |q| {
                 q.set_rre(1).unwrap();
@@ -422,8 +438,10 @@ impl EmuQp {
                 a.set_hop_limit(64).unwrap();
                 a.set_udp_sport(0xdcba).unwrap();
                 a.set_vhca_port_num(1).unwrap();
-                a.set_rmac_47_32(0x0200).unwrap();
-                a.set_rmac_31_0(0x1234_5678).unwrap();
+                a.set_rmac_47_32(u32::from(u16::from_be_bytes([rmac[0], rmac[1]])))
+                    .unwrap();
+                a.set_rmac_31_0(u32::from_be_bytes([rmac[2], rmac[3], rmac[4], rmac[5]]))
+                    .unwrap();
             }),
             (0, 0)
         );

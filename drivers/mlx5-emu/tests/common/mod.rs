@@ -4,6 +4,7 @@
 //! command code.
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod eth;
 pub mod hw;
 
 use std::path::PathBuf;

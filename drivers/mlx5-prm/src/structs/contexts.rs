@@ -101,6 +101,7 @@ prm_struct! {
         log_uar_page_sz, set_log_uar_page_sz: u32 [0x490, 16];
         cqe_128_always, set_cqe_128_always: u32 [0x5bd, 1];
         cqe_compression, set_cqe_compression: u32 [0x5bf, 1];
+        flex_parser_protocols, set_flex_parser_protocols: u32 [0x540, 32];
         num_vhca_ports, set_num_vhca_ports: u32 [0x610, 8];
         sw_owner_id, set_sw_owner_id: u32 [0x61e, 1];
     }

@@ -113,6 +113,7 @@ prm_struct! {
         cqn, set_cqn: u32 [0x48, 24];
         hairpin_peer_rq, set_hairpin_peer_rq: u32 [0x68, 24];
         hairpin_peer_vhca, set_hairpin_peer_vhca: u32 [0x90, 16];
+        ts_cqe_to_dest_cqn, set_ts_cqe_to_dest_cqn: u32 [0xc8, 24];
         packet_pacing_rate_limit_index, set_packet_pacing_rate_limit_index: u32 [0xf0, 16];
         tis_lst_sz, set_tis_lst_sz: u32 [0x100, 16];
         qos_queue_group_id, set_qos_queue_group_id: u32 [0x110, 16];
@@ -222,6 +223,8 @@ prm_struct! {
         cqn, set_cqn: u32 [0x48, 24];
         counter_set_id, set_counter_set_id: u32 [0x60, 8];
         rmpn, set_rmpn: u32 [0x88, 24];
+        hairpin_peer_sq, set_hairpin_peer_sq: u32 [0xa8, 24];
+        hairpin_peer_vhca, set_hairpin_peer_vhca: u32 [0xd0, 16];
         wq, wq_mut: {Wq} [0x180, 1536];
     }
 }
