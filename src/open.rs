@@ -185,9 +185,7 @@ pub fn open_mlx5(spec: &str) -> Result<std::sync::Arc<rnic_mlx5::Mlx5Provider>, 
         provider.hca().set_vlan(options.vlan).map_err(err)?;
     }
     // A real port (kernel VFIO) answers and resolves ARP/ND by default.
-    let arp = options
-        .neigh
-        .map_or(pci, |m| m == NeighbourMode::Arp);
+    let arp = options.neigh.map_or(pci, |m| m == NeighbourMode::Arp);
     if arp {
         let port = rnic_mlx5::port::PortOptions {
             vlan: options.vlan.map(|(vid, pcp)| rnic_roce::wire::VlanTag {

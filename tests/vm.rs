@@ -184,7 +184,32 @@ impl Run {
         c
     }
 
-    /// Prints PASS/FAIL and fails the test with every unmet check and the log's tail.
+    /// The last lines of every guest's serial console (QEMU's own stderr included: an
+    /// assertion that killed the VM shows only there).
+    fn consoles(&self) -> String {
+        let mut out = String::new();
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return out;
+        };
+        let mut names: Vec<String> = dir
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("console-") && n.ends_with(".log"))
+            .collect();
+        names.sort();
+        for n in names {
+            let text = self.file(&n);
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(15);
+            out.push_str(&format!(
+                "\n--- last lines of {n} ---\n{}",
+                lines[from..].join("\n")
+            ));
+        }
+        out
+    }
+
+    /// Prints PASS/FAIL and fails the test with every unmet check, the log's tail and the
+    /// consoles' tails.
     fn finish(&self, checks: Checks) {
         let log = self.log_path();
         if checks.0.is_empty() {
@@ -199,10 +224,11 @@ impl Run {
         let tail: Vec<&str> = text.lines().rev().take(40).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!(
-            "FAIL {} (log: {log}):\n  - {}\n--- last lines of the log ---\n{}",
+            "FAIL {} (log: {log}):\n  - {}\n--- last lines of the log ---\n{}{}",
             self.name,
             checks.0.join("\n  - "),
-            tail.join("\n")
+            tail.join("\n"),
+            self.consoles()
         );
     }
 }

@@ -22,8 +22,8 @@ use rnic_dma::barrier::dma_wmb_before_doorbell;
 use rnic_mlx5_prm::{
     AllocTransportDomainOut, CmdOpcode, CompletionMode, CreateRqIn, CreateRqOut, CreateSqIn,
     CreateSqOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DeallocTransportDomainIn,
-    DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn, ModifyRqIn, ModifySqIn,
-    QueryHcaCapOut, UAR_BF_REG_0, WQEBB_BYTES, WqState, WqeEthSeg, WqeOpcode, cap_inline_mode, cap_type,
+    DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn, ModifyRqIn, ModifySqIn, QueryHcaCapOut,
+    UAR_BF_REG_0, WQEBB_BYTES, WqState, WqeEthSeg, WqeOpcode, cap_inline_mode, cap_type,
     inline_mode, tir_disp_type, wq_type, wqe_ctrl_seg, wqe_data_seg,
 };
 use tracing::{debug, warn};
@@ -35,9 +35,19 @@ use crate::{DmaBuffer, Hca, Mlx5Error};
 /// Entries of the RQ (frames the port can hold before the worker takes
 /// them).
 pub const RX_ENTRIES: u32 = 64;
-/// Bytes of one receive slot: a frame of up to the port's MTU plus its L2
-/// header is cut there (and counted): ARP and ND need ~90.
+/// The least bytes of one receive slot. A slot holds a whole frame of the
+/// port's MTU ([`rx_slot`]): a longer one would be a local length error
+/// that stops the RQ, as on a ConnectX, where mlx5e sizes its receive
+/// buffers from the MTU for the same reason (the port drops frames over
+/// its MTU before any RQ sees them).
 pub const RX_SLOT: usize = 2048;
+
+/// The receive slot for a port MTU of `mtu` bytes: the frame with its
+/// Ethernet header, a VLAN tag and the FCS, in whole cache lines.
+pub fn rx_slot(mtu: u32) -> usize {
+    let frame = mtu as usize + 14 + 4 + 4;
+    frame.div_ceil(64).max(RX_SLOT / 64) * 64
+}
 /// WQEBBs of the SQ.
 pub const TX_WQEBBS: u32 = 64;
 /// The largest frame a send carries (inline, in at most 4 WQEBBs: 256 -
@@ -74,12 +84,16 @@ pub enum Completion {
     Oversized(u32),
     /// A send completed.
     Sent,
-    /// An error CQE (opcode, syndrome): the queue it names is in ERR.
+    /// An error CQE (opcode, syndrome): the queue it names went to ERR and
+    /// was brought back (ERR → RST → RDY, as mlx5e's recovery does), or
+    /// could not be.
     Error {
         /// The CQE opcode (REQ_ERR / RESP_ERR).
         opcode: u8,
         /// The CQE syndrome.
         syndrome: u8,
+        /// Whether the queue is ready again.
+        recovered: bool,
     },
     /// A CQE this port never asked for (counted, ignored).
     Unexpected(u8),
@@ -107,6 +121,11 @@ pub struct EthQueues {
     /// WQEBBs of the WQE at each SQ index (masked).
     sq_sizes: [u8; TX_WQEBBS as usize],
     rq_pc: u32,
+    /// Bytes of one receive slot ([`rx_slot`] of the MTU at creation).
+    slot: usize,
+    /// Queues an error CQE put in ERR and [`EthQueues::next_completion`]
+    /// brought back.
+    recoveries: u64,
     broken: bool,
 }
 
@@ -122,7 +141,12 @@ impl std::fmt::Debug for EthQueues {
 
 const RQ_RING: usize = 0;
 const SQ_RING: usize = 4096;
+/// The RQ's doorbell record: its receive counter at offset 0.
 const DBREC: usize = 8192;
+/// The SQ's doorbell record, a cache line of its own (8-byte aligned, as the
+/// PRM requires of `dbr_addr`): its send counter in the second word
+/// (MLX5_SND_DBR), as for a QP.
+const SQ_DBREC: usize = DBREC + 64;
 
 impl EthQueues {
     /// Create the chain TD → TIS → CQ → RQ (ready, every slot posted) →
@@ -164,21 +188,27 @@ impl EthQueues {
         CreateTisIn::new_checked(&mut cmd[..])
             .and_then(|mut v| v.ctx_mut().set_transport_domain(td))
             .map_err(prm("CREATE_TIS"))?;
-        let out = hca.exec(CmdOpcode::CreateTis, 0, &cmd, CreateTisOut::<&[u8]>::SIZE_BYTES)?;
+        let out = hca.exec(
+            CmdOpcode::CreateTis,
+            0,
+            &cmd,
+            CreateTisOut::<&[u8]>::SIZE_BYTES,
+        )?;
         let tis = CreateTisOut::new_checked(&out[..])
             .map_err(prm("CREATE_TIS"))?
             .tisn();
         q.tis = Some(tis);
         let cq = Cq::new(hca, 2 * (RX_ENTRIES + TX_WQEBBS))?;
         let rings = hca.function().alloc_dma(DBREC + 4096)?;
-        let rx_buf = hca.function().alloc_dma(RX_ENTRIES as usize * RX_SLOT)?;
+        let slot = rx_slot(hca.vport_mtu()?);
+        let rx_buf = hca.function().alloc_dma(RX_ENTRIES as usize * slot)?;
         let rx = Mkey::new(hca, rx_buf, AccessFlags::LOCAL_WRITE)?;
-        // Every receive WQE once: slot i over bytes [i * RX_SLOT, +RX_SLOT).
+        // Every receive WQE once: slot i over bytes [i * slot, +slot).
         for i in 0..RX_ENTRIES as usize {
             let mut seg = [0u8; 16];
-            put(&mut seg, &wqe_data_seg::byte_count, RX_SLOT as u32);
+            put(&mut seg, &wqe_data_seg::byte_count, slot as u32);
             put(&mut seg, &wqe_data_seg::lkey, rx.lkey().0);
-            seg[8..16].copy_from_slice(&(rx.addr() + (i * RX_SLOT) as u64).to_be_bytes());
+            seg[8..16].copy_from_slice(&(rx.addr() + (i * slot) as u64).to_be_bytes());
             rings
                 .write(RQ_RING + i * 16, &seg)
                 .map_err(memory("RQ WQE"))?;
@@ -196,7 +226,12 @@ impl EthQueues {
                 t.set_transport_domain(td)
             })
             .map_err(prm("CREATE_TIR"))?;
-        let out = hca.exec(CmdOpcode::CreateTir, 0, &cmd, CreateTirOut::<&[u8]>::SIZE_BYTES)?;
+        let out = hca.exec(
+            CmdOpcode::CreateTir,
+            0,
+            &cmd,
+            CreateTirOut::<&[u8]>::SIZE_BYTES,
+        )?;
         let tirn = CreateTirOut::new_checked(&out[..])
             .map_err(prm("CREATE_TIR"))?
             .tirn();
@@ -229,6 +264,8 @@ impl EthQueues {
             sq_cc: 0,
             sq_sizes: [0; TX_WQEBBS as usize],
             rq_pc: 0,
+            slot,
+            recoveries: 0,
             broken: false,
         };
         queues.post_receives(RX_ENTRIES)?;
@@ -255,6 +292,37 @@ impl EthQueues {
     /// Whether an error CQE put a queue in ERR.
     pub fn broken(&self) -> bool {
         self.broken
+    }
+
+    /// Bring the RQ (`rq`) or the SQ back from ERR: RST (the device forgets
+    /// its counters), RDY, every receive slot posted again or the send ring
+    /// empty. Frames the SQ held are lost; the engine's retries cover them.
+    fn recover(&mut self, rq: bool) -> Result<(), Mlx5Error> {
+        let n = if rq { self.rqn } else { self.sqn };
+        modify_wq(&self.hca, rq, n, WqState::Err, WqState::Rst)?;
+        if rq {
+            self.rq_pc = 0;
+            self.rings
+                .write(DBREC, &0u32.to_be_bytes())
+                .map_err(memory("RQ doorbell record"))?;
+        } else {
+            self.sq_pc = 0;
+            self.sq_cc = 0;
+            self.rings
+                .write(SQ_DBREC + 4, &0u32.to_be_bytes())
+                .map_err(memory("SQ doorbell record"))?;
+        }
+        modify_wq(&self.hca, rq, n, WqState::Rst, WqState::Rdy)?;
+        if rq {
+            self.post_receives(RX_ENTRIES)?;
+        }
+        self.recoveries += 1;
+        Ok(())
+    }
+
+    /// Queues brought back from ERR so far.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries
     }
 
     /// Hand `n` more receive slots to the device (their WQEs are written
@@ -291,7 +359,11 @@ impl EthQueues {
         }
         let mut wqe = [0u8; 4 * WQEBB_BYTES];
         let index = self.sq_pc & 0xffff;
-        put(&mut wqe, &wqe_ctrl_seg::opcode, u32::from(WqeOpcode::Send.as_raw()));
+        put(
+            &mut wqe,
+            &wqe_ctrl_seg::opcode,
+            u32::from(WqeOpcode::Send.as_raw()),
+        );
         put(&mut wqe, &wqe_ctrl_seg::wqe_index, index);
         put(&mut wqe, &wqe_ctrl_seg::qpn, self.sqn);
         put(&mut wqe, &wqe_ctrl_seg::ds, ds);
@@ -310,7 +382,11 @@ impl EthQueues {
         for bb in 0..wqebbs {
             let slot = (self.sq_pc.wrapping_add(bb) & (TX_WQEBBS - 1)) as usize;
             let chunk = &wqe[bb as usize * WQEBB_BYTES..(bb as usize + 1) * WQEBB_BYTES];
-            if self.rings.write(SQ_RING + slot * WQEBB_BYTES, chunk).is_err() {
+            if self
+                .rings
+                .write(SQ_RING + slot * WQEBB_BYTES, chunk)
+                .is_err()
+            {
                 return Err(TxRefused::Broken);
             }
         }
@@ -320,7 +396,7 @@ impl EthQueues {
         dma_wmb_before_doorbell();
         if self
             .rings
-            .write(DBREC + 4, &(self.sq_pc & 0xffff).to_be_bytes())
+            .write(SQ_DBREC + 4, &(self.sq_pc & 0xffff).to_be_bytes())
             .is_err()
         {
             return Err(TxRefused::Broken);
@@ -352,9 +428,10 @@ impl EthQueues {
                 // The CQE names the WQE it completes: everything up to and
                 // including it is done (one CQE per WQE here).
                 let done = counter.wrapping_add(u32::from(size.max(1)));
-                if done.wrapping_sub(self.sq_cc) & 0xffff <= self.sq_pc.wrapping_sub(self.sq_cc)
-                {
-                    self.sq_cc = self.sq_cc.wrapping_add(done.wrapping_sub(self.sq_cc) & 0xffff);
+                if done.wrapping_sub(self.sq_cc) & 0xffff <= self.sq_pc.wrapping_sub(self.sq_cc) {
+                    self.sq_cc = self
+                        .sq_cc
+                        .wrapping_add(done.wrapping_sub(self.sq_cc) & 0xffff);
                     Completion::Sent
                 } else {
                     Completion::Unexpected(op)
@@ -363,13 +440,13 @@ impl EthQueues {
             CqeOpcode::RespSend => {
                 let slot = (v.wqe_counter() % RX_ENTRIES) as usize;
                 let len = v.byte_cnt();
-                let c = if len as usize > RX_SLOT {
+                let c = if len as usize > self.slot {
                     Completion::Oversized(len)
                 } else {
                     let mut frame = vec![0u8; len as usize];
                     self.rx
                         .buffer()
-                        .read(slot * RX_SLOT, &mut frame)
+                        .read(slot * self.slot, &mut frame)
                         .map_err(memory("receive slot"))?;
                     Completion::Received(frame)
                 };
@@ -378,17 +455,27 @@ impl EthQueues {
             }
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
                 let e = ErrCqe::new_unchecked(&cqe[..]);
-                self.broken = true;
+                let rq = op == CqeOpcode::RespErr.as_raw() as u8;
                 warn!(
                     opcode = op,
                     syndrome = e.syndrome(),
                     vendor = e.vendor_err_synd(),
                     qpn = e.qpn(),
-                    "error CQE on the port's raw Ethernet queues: ARP/ND stops"
+                    "error CQE on the port's raw Ethernet {}: recovering it",
+                    if rq { "RQ" } else { "SQ" }
                 );
+                let recovered = match self.recover(rq) {
+                    Ok(()) => true,
+                    Err(err) => {
+                        self.broken = true;
+                        warn!(error = %err, "the port's queue did not recover: ARP/ND stops");
+                        false
+                    }
+                };
                 Completion::Error {
                     opcode: op,
                     syndrome: e.syndrome() as u8,
+                    recovered,
                 }
             }
             _ => Completion::Unexpected(op),
@@ -436,7 +523,11 @@ impl Partial {
         if hca.is_fatal() {
             return;
         }
-        let steps: [(Option<u32>, CmdOpcode, &dyn Fn(&mut [u8], u32) -> Result<(), rnic_mlx5_prm::Error>); 5] = [
+        let steps: [(
+            Option<u32>,
+            CmdOpcode,
+            &dyn Fn(&mut [u8], u32) -> Result<(), rnic_mlx5_prm::Error>,
+        ); 5] = [
             (self.sqn, CmdOpcode::DestroySq, &|b, n| {
                 DestroySqIn::new_checked(b)?.set_sqn(n)
             }),
@@ -493,16 +584,28 @@ fn create_wq(
 ) -> Result<u32, Mlx5Error> {
     let info = hca.info();
     let (what, size, ring, log_stride, log_sz) = if rq {
-        ("CREATE_RQ", CreateRqIn::<&[u8]>::SIZE_BYTES, RQ_RING, 4, RX_ENTRIES.trailing_zeros())
+        (
+            "CREATE_RQ",
+            CreateRqIn::<&[u8]>::SIZE_BYTES,
+            RQ_RING,
+            4,
+            RX_ENTRIES.trailing_zeros(),
+        )
     } else {
-        ("CREATE_SQ", CreateSqIn::<&[u8]>::SIZE_BYTES, SQ_RING, 6, TX_WQEBBS.trailing_zeros())
+        (
+            "CREATE_SQ",
+            CreateSqIn::<&[u8]>::SIZE_BYTES,
+            SQ_RING,
+            6,
+            TX_WQEBBS.trailing_zeros(),
+        )
     };
     let mut cmd = vec![0u8; size + 8];
     let fill_wq = |w: &mut rnic_mlx5_prm::Wq<&mut [u8]>| -> Result<(), rnic_mlx5_prm::Error> {
         w.set_wq_type(wq_type::CYCLIC)?;
         w.set_pd(info.pd)?;
         w.set_uar_page(info.uar)?;
-        w.set_dbr_addr(base + DBREC as u64 + if rq { 0 } else { 4 })?;
+        w.set_dbr_addr(base + if rq { DBREC } else { SQ_DBREC } as u64)?;
         w.set_log_wq_stride(log_stride)?;
         w.set_log_wq_pg_sz(0)?;
         w.set_log_wq_sz(log_sz)?;
@@ -543,7 +646,13 @@ fn create_wq(
 }
 
 /// MODIFY_RQ / MODIFY_SQ `n` from `from` to `to`.
-fn modify_wq(hca: &Arc<Hca>, rq: bool, n: u32, from: WqState, to: WqState) -> Result<(), Mlx5Error> {
+fn modify_wq(
+    hca: &Arc<Hca>,
+    rq: bool,
+    n: u32,
+    from: WqState,
+    to: WqState,
+) -> Result<(), Mlx5Error> {
     let mut cmd = vec![0u8; ModifyRqIn::<&[u8]>::SIZE_BYTES];
     let opcode = if rq {
         let mut v = ModifyRqIn::new_checked(&mut cmd[..]).map_err(prm("MODIFY_RQ"))?;
@@ -570,6 +679,5 @@ fn modify_wq(hca: &Arc<Hca>, rq: bool, n: u32, from: WqState, to: WqState) -> Re
 /// The Ethernet offload capabilities' `wqe_inline_mode`, when the function
 /// has the page.
 pub(crate) fn inline_cap(out: &QueryHcaCapOut<&[u8]>) -> u32 {
-    out.per_protocol_networking_offload_caps()
-        .wqe_inline_mode()
+    out.per_protocol_networking_offload_caps().wqe_inline_mode()
 }

@@ -61,8 +61,10 @@ pub struct PortCounters {
     pub tx_full: u64,
     /// Frames not sent: longer than a send carries.
     pub tx_too_long: u64,
-    /// Error CQEs (the queues stop).
+    /// Error CQEs (each one's queue is reset and made ready again).
     pub cqe_errors: u64,
+    /// Queues brought back from an error CQE.
+    pub recoveries: u64,
     /// CQEs the port did not expect.
     pub cqe_unexpected: u64,
     /// The neighbour engine's own counters (answered, learned, ignored and
@@ -253,6 +255,7 @@ impl Port {
         let st = lock(&self.shared.state);
         PortCounters {
             neighbours: st.engine.counters().clone(),
+            recoveries: st.queues.recoveries(),
             ..st.counters.clone()
         }
     }

@@ -81,7 +81,7 @@ impl FlowRules {
             root: false,
         };
         // Group 0 (index 0): by EtherType.
-        rules.group(0, 0, match_criteria::OUTER_HEADERS, |m| {
+        rules.group(0, 1, match_criteria::OUTER_HEADERS, |m| {
             m.outer_headers_mut().set_ethertype(0xffff)
         })?;
         // Group 1 (indices 1..=5): EtherType, IP protocol, ICMPv6 type.
@@ -109,7 +109,10 @@ impl FlowRules {
             .map_err(prm("SET_FLOW_TABLE_ROOT"))?;
         hca.exec(CmdOpcode::SetFlowTableRoot, 0, &cmd, 16)?;
         rules.root = true;
-        debug!(table, tirn, "NIC RX root table steers ARP and ND to the port");
+        debug!(
+            table,
+            tirn, "NIC RX root table steers ARP and ND to the port"
+        );
         Ok(rules)
     }
 
@@ -150,7 +153,7 @@ impl FlowRules {
     }
 
     fn entry(&mut self, index: u32, group: u32, rule: Rule, tirn: u32) -> Result<(), Mlx5Error> {
-        let mut cmd = vec![0u8; SetFteIn::<&[u8]>::SIZE_BYTES + 8];
+        let mut cmd = vec![0u8; SetFteIn::<&[u8]>::SIZE_BYTES + 16];
         SetFteIn::new_checked(&mut cmd[..])
             .and_then(|mut v| {
                 v.set_table_type(flow_table_type::NIC_RX)?;
@@ -176,7 +179,7 @@ impl FlowRules {
                     .destination_mut(0)
                     .ok_or(rnic_mlx5_prm::Error::Truncated {
                         structure: "set_fte_in destination",
-                        needed: 8,
+                        needed: 16,
                         got: 0,
                     })?;
                 let mut e = d.destination_entry_mut();
@@ -184,8 +187,7 @@ impl FlowRules {
                 e.set_destination_id(tirn)
             })
             .map_err(prm("SET_FLOW_TABLE_ENTRY"))?;
-        self.hca
-            .exec(CmdOpcode::SetFlowTableEntry, 0, &cmd, 16)?;
+        self.hca.exec(CmdOpcode::SetFlowTableEntry, 0, &cmd, 16)?;
         self.entries.push(index);
         Ok(())
     }
@@ -197,21 +199,22 @@ impl Drop for FlowRules {
             return;
         }
         let hca = &self.hca;
-        let run = |opcode: CmdOpcode, cmd: &[u8]| {
-            if let Err(e) = hca.exec(opcode, 0, cmd, 16) {
+        let run_mod = |opcode: CmdOpcode, op_mod: u16, cmd: &[u8]| {
+            if let Err(e) = hca.exec(opcode, op_mod, cmd, 16) {
                 warn!(%opcode, error = %e, "flow table teardown step failed");
             }
         };
+        let run = |opcode: CmdOpcode, cmd: &[u8]| run_mod(opcode, 0, cmd);
         if self.root {
-            // Disconnect: the root back to the vport's default (op_mod 1
-            // would ask for that explicitly where the cap allows; a root
-            // table id of 0 names no table).
+            // Disconnect (op_mod 1, table_id 0): the root back to the
+            // vport's default, as the kernel's mlx5_cmd_update_root_ft does
+            // before it destroys the last table of a namespace.
             let mut cmd = vec![0u8; SetFlowTableRootIn::<&[u8]>::SIZE_BYTES];
             if SetFlowTableRootIn::new_checked(&mut cmd[..])
                 .and_then(|mut v| v.set_table_type(flow_table_type::NIC_RX))
                 .is_ok()
             {
-                run(CmdOpcode::SetFlowTableRoot, &cmd);
+                run_mod(CmdOpcode::SetFlowTableRoot, 1, &cmd);
             }
         }
         for index in self.entries.drain(..).rev() {
