@@ -233,6 +233,19 @@ pub(crate) fn packet_socket(ifindex: u32) -> std::io::Result<OwnedFd> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: as above: a live socket, a c_int option value on this stack frame.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            (&raw const one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(fd)
 }
 

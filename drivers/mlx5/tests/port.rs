@@ -691,3 +691,369 @@ fn a_frame_longer_than_its_slot_stops_the_rq_and_the_port_brings_it_back() {
     }
     assert_eq!(r.port().counters().cqe_errors, 1);
 }
+
+/// rnic-rxe in one network namespace, the emulated function on a veth end (AF_PACKET) in
+/// another: the host kernel and the port resolve each other by ARP and ND, then RC over IPv4
+/// and IPv6 and UD over IPv4 carry bytes both ways. Root only (namespaces); skipped otherwise.
+mod veth {
+    use super::*;
+    use common::peer::{ALL, Peer, pattern};
+    use rnic_core::{QpType, RecvWr, SendOp, Sge, UdDest, WcStatus, WorkCompletion};
+    use std::process::Command;
+
+    const RXE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x88, 0x02];
+    const FN: [IpAddr; 2] = [
+        IpAddr::V4(Ipv4Addr::new(10, 88, 0, 1)),
+        IpAddr::V6(Ipv6Addr::new(0xfd88, 0, 0, 0, 0, 0, 0, 1)),
+    ];
+    const RXE: [IpAddr; 2] = [
+        IpAddr::V4(Ipv4Addr::new(10, 88, 0, 2)),
+        IpAddr::V6(Ipv6Addr::new(0xfd88, 0, 0, 0, 0, 0, 0, 2)),
+    ];
+
+    fn ip(args: &[&str]) -> Result<String, String> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Namespace `rxe` (veth end `p8r`, the kernel's addresses) and namespace `fun` (veth
+    /// end `p8m`, no addresses: the emulated port's wire); removed on drop.
+    struct Link {
+        rxe: String,
+        fun: String,
+    }
+
+    impl Link {
+        fn new() -> Result<Link, String> {
+            let id = std::process::id();
+            let link = Link {
+                rxe: format!("rnic-p8r-{id}"),
+                fun: format!("rnic-p8m-{id}"),
+            };
+            ip(&["netns", "add", &link.rxe])?;
+            ip(&["netns", "add", &link.fun])?;
+            let (r, m) = (link.rxe.as_str(), link.fun.as_str());
+            let mac = super::hex(&RXE_MAC)
+                .as_bytes()
+                .chunks(2)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect::<Vec<_>>()
+                .join(":");
+            for args in [
+                &[
+                    "link", "add", "p8r", "netns", r, "type", "veth", "peer", "name", "p8m",
+                    "netns", m,
+                ][..],
+                &["-n", r, "link", "set", "p8r", "address", &mac],
+                &["-n", r, "addr", "add", "10.88.0.2/24", "dev", "p8r"],
+                &["-n", r, "addr", "add", "fd88::2/64", "dev", "p8r", "nodad"],
+                &["-n", r, "link", "set", "lo", "up"],
+                &["-n", r, "link", "set", "p8r", "up"],
+                &["-n", m, "link", "set", "p8m", "up"],
+            ] {
+                ip(args)?;
+            }
+            Ok(link)
+        }
+    }
+
+    impl Drop for Link {
+        fn drop(&mut self) {
+            let _ = ip(&["netns", "del", &self.rxe]);
+            let _ = ip(&["netns", "del", &self.fun]);
+        }
+    }
+
+    fn enter(ns: &str) {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+    }
+
+    fn up(emu: &Emulator) -> (Arc<Hca>, Port) {
+        let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+        let mut hca = Hca::bring_up(
+            f,
+            HcaOptions {
+                pre_init_timeout: Duration::from_secs(10),
+                cmd_timeout: Some(Duration::from_secs(5)),
+                neighbours: NeighbourOptions {
+                    host_kernel: Some(false),
+                    timeout: Duration::from_secs(3),
+                },
+                ..HcaOptions::default()
+            },
+        )
+        .unwrap();
+        hca.enable_events().unwrap();
+        let hca = Arc::new(hca);
+        hca.set_gid(0, FN[0]).unwrap();
+        hca.set_gid(1, FN[1]).unwrap();
+        let port = Port::open(
+            &hca,
+            PortOptions {
+                neighbours: Config {
+                    retrans_time: Duration::from_millis(200),
+                    ..Config::default()
+                },
+                vlan: None,
+            },
+        )
+        .unwrap();
+        (hca, port)
+    }
+
+    /// RC between the function and rxe at `family` (0 IPv4, 1 IPv6): WRITEs both ways.
+    fn rc(hca: &Arc<Hca>, family: usize) {
+        let mut peer = Peer::new(RXE[family]);
+        let mut cq = Cq::new(hca, 256).unwrap();
+        let mkey = Mkey::new(hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
+        let mut qp = Qp::new(hca, &mut cq, None, QpOptions::default()).unwrap();
+        qp.use_region(&mkey);
+        let init = InitParams {
+            access: ALL,
+            ..InitParams::default()
+        };
+        let rtr = RtrParams {
+            path_mtu: Mtu::Mtu1024,
+            max_dest_rd_atomic: 4,
+            ..RtrParams::default()
+        };
+        // The function's GID of the same family: 0 (IPv4) or 1 (IPv6).
+        let our_rtr = RtrParams {
+            sgid_index: family as u8,
+            ..rtr
+        };
+        let rts = RtsParams {
+            max_rd_atomic: 4,
+            ..RtsParams::default()
+        };
+        peer.qp.to_init(&init).unwrap();
+        peer.qp
+            .to_rtr(
+                qp.qpn(),
+                Psn::from_wire(0x10),
+                Gid::from_ip(FN[family]),
+                &rtr,
+            )
+            .unwrap();
+        peer.qp.to_rts(Psn::from_wire(0x20), &rts).unwrap();
+        // RTR resolves the rxe side's MAC by ARP / ND: the kernel answers.
+        qp.connect(
+            &init,
+            peer.qp.qpn(),
+            Gid::from_ip(RXE[family]),
+            Psn::from_wire(0x20),
+            Psn::from_wire(0x10),
+            &our_rtr,
+            &rts,
+        )
+        .unwrap();
+        // Function → rxe: 3000 bytes, three packets, each acknowledged through the kernel,
+        // which resolved the function's address by asking the port.
+        let out = pattern(3000, family as u8 + 1);
+        mkey.buffer().write(0, &out).unwrap();
+        let s = [Sge::new(mkey.addr(), 3000, mkey.lkey())];
+        let mut w = SendWr::rdma_write(1, &s, peer.mr.addr() + 64, peer.mr.rkey());
+        w.flags = SendFlags::SIGNALED;
+        qp.post_send(&[w]).unwrap();
+        let wc = wait(&mut cq, 1);
+        assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+        assert_eq!(peer.bytes(64, 3000), out, "byte-exact at rxe");
+        // rxe → function.
+        let back = pattern(2000, family as u8 + 9);
+        peer.mem.write(8192, &back).unwrap();
+        let ps = [Sge::new(peer.mr.addr() + 8192, 2000, peer.mr.lkey())];
+        let mut w = SendWr::rdma_write(2, &ps, mkey.addr() + 4096, mkey.rkey());
+        w.flags = SendFlags::SIGNALED;
+        peer.qp.post_send(&[w]).unwrap();
+        let pw = peer.wait(1);
+        assert_eq!(pw[0].status, WcStatus::Success, "{pw:?}");
+        let mut got = vec![0u8; 2000];
+        mkey.buffer().read(4096, &mut got).unwrap();
+        assert_eq!(got, back, "byte-exact at the function");
+    }
+
+    /// UD over IPv4: a send each way, the function's address vector from the port's cache.
+    fn ud(hca: &Arc<Hca>) {
+        let mut peer = Peer::with(RXE[0], QpType::Ud);
+        let mut cq = Cq::new(hca, 512).unwrap();
+        let mkey = Mkey::new(hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
+        let mut qp = Qp::new(
+            hca,
+            &mut cq,
+            None,
+            QpOptions {
+                qp_type: QpType::Ud,
+                ..QpOptions::default()
+            },
+        )
+        .unwrap();
+        qp.use_region(&mkey);
+        let qkey = 0x1234_5678;
+        let init = InitParams {
+            qkey,
+            ..InitParams::default()
+        };
+        common::peer::ud_rts(&mut qp, &mut peer, FN[0], &init, (0x33, 0x22));
+        let dmac = hca.resolve_neighbour(&Gid::from_ip(RXE[0]), None).unwrap();
+        assert_eq!(dmac, RXE_MAC, "the rxe side's MAC, from the port's cache");
+        let msg = pattern(500, 21);
+        mkey.buffer().write(0, &msg).unwrap();
+        let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
+        peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
+        let s = [Sge::new(mkey.addr(), 500, mkey.lkey())];
+        let w = SendWr::send(1, &s).signaled().to_ud(UdDest {
+            av: rnic_core::AddressVector {
+                dmac: Some(dmac),
+                ..rnic_core::AddressVector::new(Gid::from_ip(RXE[0]))
+            },
+            remote_qpn: peer.qp.qpn(),
+            remote_qkey: qkey,
+        });
+        qp.post_send(&[w]).unwrap();
+        let pw = peer.wait(1)[0];
+        assert_eq!(
+            (pw.wr_id, pw.status, pw.byte_len),
+            (5, WcStatus::Success, 540)
+        );
+        assert_eq!(peer.bytes(40, 500), msg);
+        // rxe → function: the kernel already knows the function's MAC.
+        let rs = [Sge::new(mkey.addr() + 4096, 40 + 1024, mkey.lkey())];
+        qp.post_recv(&[RecvWr::new(9, &rs)]).unwrap();
+        let back = pattern(300, 4);
+        peer.mem.write(8192, &back).unwrap();
+        let ps = [Sge::new(peer.mr.addr() + 8192, 300, peer.mr.lkey())];
+        let to_fn = peer
+            .pd
+            .create_ah(&rnic_core::AddressVector::new(Gid::from_ip(FN[0])))
+            .unwrap();
+        peer.qp
+            .post_send(&[SendWr {
+                wr_id: 6,
+                op: SendOp::Send,
+                sg_list: &ps,
+                flags: SendFlags::SIGNALED,
+                ud: Some(to_fn.ud_dest(qp.qpn(), qkey)),
+            }])
+            .unwrap();
+        let got = wait(&mut cq, 2);
+        let recv = got.iter().find(|w| w.wr_id == 9).unwrap();
+        assert_eq!((recv.status, recv.byte_len), (WcStatus::Success, 340));
+        let mut b = vec![0u8; 300];
+        mkey.buffer().read(4096 + 40, &mut b).unwrap();
+        assert_eq!(b, back);
+    }
+
+    fn wait(cq: &mut Cq, n: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::default(); 16];
+        let start = Instant::now();
+        while out.len() < n {
+            let got = cq.poll(&mut wcs);
+            out.extend_from_slice(&wcs[..got]);
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out: {out:?}"
+            );
+            if got == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rxe_in_one_netns_and_the_function_on_a_veth_in_another_resolve_each_other_and_talk() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: needs root (network namespaces, veth, AF_PACKET)");
+            return;
+        }
+        let link = Link::new().unwrap();
+        // The emulator opens its AF_PACKET socket in the function's namespace.
+        let fun = link.fun.clone();
+        let (emu, dir) = std::thread::spawn(move || {
+            enter(&fun);
+            common::emulator_with(Options {
+                wire: "packet:p8m".parse().unwrap(),
+                firmware: FirmwareOptions {
+                    mac: FN_MAC,
+                    ..FirmwareOptions::default()
+                },
+                ..Options::default()
+            })
+        })
+        .join()
+        .unwrap();
+        // Driver, port and rxe run in rxe's namespace: rxe's sockets are made there.
+        let rxe_ns = link.rxe.clone();
+        std::thread::spawn(move || {
+            enter(&rxe_ns);
+            let (hca, port) = up(&emu);
+            rc(&hca, 0);
+            rc(&hca, 1);
+            ud(&hca);
+            // The kernel asks for the function once it has forgotten it: the port answers.
+            ip(&["neigh", "flush", "dev", "p8r"]).unwrap();
+            for a in FN {
+                let s =
+                    std::net::UdpSocket::bind((RXE[if a.is_ipv4() { 0 } else { 1 }], 0)).unwrap();
+                s.send_to(b"who", (a, 9)).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            for a in ["10.88.0.1", "fd88::1"] {
+                let n = ip(&["neigh", "show", a, "dev", "p8r"]).unwrap();
+                assert!(
+                    n.contains("02:00:00:5e:00:01"),
+                    "the kernel's neighbour table for {a}: {n:?}"
+                );
+            }
+            // And the port the kernel's.
+            let cache = port.neighbours();
+            for a in RXE {
+                assert!(
+                    cache
+                        .iter()
+                        .any(|n| n.ip == a && n.mac.map(|m| m.0) == Some(RXE_MAC)),
+                    "{a} not resolved to the veth's MAC: {cache:?}"
+                );
+            }
+            // Nobody at 10.88.0.77: a typed error in bounded time.
+            let start = Instant::now();
+            let err = hca
+                .resolve_neighbour(
+                    &Gid::from_ip(IpAddr::V4(Ipv4Addr::new(10, 88, 0, 77))),
+                    None,
+                )
+                .unwrap_err();
+            assert!(matches!(err, Mlx5Error::NoNeighbour { .. }), "{err:?}");
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "{:?}",
+                start.elapsed()
+            );
+            let c = port.counters();
+            assert!(
+                c.neighbours.answered >= 2 && c.neighbours.resolved >= 2,
+                "{c:?}"
+            );
+            drop(port);
+            drop(hca);
+            drop(emu);
+            drop(dir);
+        })
+        .join()
+        .unwrap();
+        drop(link);
+    }
+}

@@ -2,12 +2,15 @@
 //! an AF_PACKET socket on a host interface. Both send and receive whole Ethernet frames
 //! without FCS.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::Wire;
+use super::gso::{self, VNET_HDR_LEN, VnetHdr};
 use crate::sys;
 
 /// The largest frame the link takes or gives (a UDP datagram's payload bound, far above any
@@ -21,8 +24,13 @@ pub(crate) enum Link {
     /// drops datagrams from anywhere else.
     Dgram(UdpSocket),
     /// An AF_PACKET raw socket bound to one interface, in promiscuous mode, not seeing its
-    /// own transmissions.
-    Packet(OwnedFd),
+    /// own transmissions, with a virtio-net header on every frame (`PACKET_VNET_HDR`): the
+    /// host stack's offloads are finished here ([`gso`]); the datagrams of a segmented
+    /// frame wait in `pending`.
+    Packet {
+        fd: OwnedFd,
+        pending: Mutex<VecDeque<Vec<u8>>>,
+    },
 }
 
 impl Link {
@@ -56,7 +64,10 @@ impl Link {
                     )
                 })?;
                 sys::set_socket_buffers(fd.as_fd(), 4 << 20);
-                Ok(Link::Packet(fd))
+                Ok(Link::Packet {
+                    fd,
+                    pending: Mutex::new(VecDeque::new()),
+                })
             }
         }
     }
@@ -65,7 +76,7 @@ impl Link {
     pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             Link::Dgram(s) => s.local_addr().ok(),
-            Link::Packet(_) => None,
+            Link::Packet { .. } => None,
         }
     }
 
@@ -73,7 +84,12 @@ impl Link {
     pub(crate) fn send(&self, frame: &[u8]) -> io::Result<()> {
         let n = match self {
             Link::Dgram(s) => s.send(frame)?,
-            Link::Packet(fd) => sys::packet_send(fd.as_fd(), frame)?,
+            // A zero virtio-net header: a whole frame, no offload asked.
+            Link::Packet { fd, .. } => {
+                let mut b = vec![0u8; VNET_HDR_LEN + frame.len()];
+                b[VNET_HDR_LEN..].copy_from_slice(frame);
+                sys::packet_send(fd.as_fd(), &b)?.saturating_sub(VNET_HDR_LEN)
+            }
         };
         if n == frame.len() {
             Ok(())
@@ -91,7 +107,30 @@ impl Link {
                 s.set_read_timeout(Some(timeout))?;
                 s.recv(buf)
             }
-            Link::Packet(fd) => sys::packet_recv(fd.as_fd(), buf, timeout),
+            Link::Packet { fd, pending } => {
+                if let Some(f) = crate::hca::lock(pending).pop_front() {
+                    return Ok(Some(put(buf, &f)));
+                }
+                sys::packet_recv(fd.as_fd(), buf, timeout).map(|n| {
+                    let n = n.min(buf.len());
+                    let Some(h) = VnetHdr::parse(&buf[..n]) else {
+                        return 0;
+                    };
+                    match gso::frames(h, &buf[VNET_HDR_LEN..n]) {
+                        Ok(mut fs) if !fs.is_empty() => {
+                            let first = fs.remove(0);
+                            crate::hca::lock(pending).extend(fs);
+                            put(buf, &first)
+                        }
+                        // Counted by the caller as shorter than an Ethernet header.
+                        Ok(_) => 0,
+                        Err(why) => {
+                            tracing::debug!(?why, ?h, "packet socket frame dropped");
+                            0
+                        }
+                    }
+                })
+            }
         };
         match r {
             Ok(n) => Ok(Some(n)),
@@ -108,4 +147,11 @@ impl Link {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `frame` at the start of `buf`: its length.
+fn put(buf: &mut [u8], frame: &[u8]) -> usize {
+    let n = frame.len().min(buf.len());
+    buf[..n].copy_from_slice(&frame[..n]);
+    frame.len()
 }

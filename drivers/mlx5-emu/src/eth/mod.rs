@@ -19,6 +19,7 @@
 //! driver installed; RoCE v2 (UDP 4791 to an address of the GID table) goes to the RDMA engine.
 
 mod frame;
+mod gso;
 mod link;
 
 use std::fmt;

@@ -24,7 +24,7 @@ use rnic_mlx5_prm::{
     CreateSqOut, CreateTirIn, CreateTirOut, CreateTisIn, CreateTisOut, DeallocTransportDomainIn,
     DestroyRqIn, DestroySqIn, DestroyTirIn, DestroyTisIn, ModifyRqIn, ModifySqIn, QueryHcaCapOut,
     UAR_BF_REG_0, WQEBB_BYTES, WqState, WqeEthSeg, WqeOpcode, cap_inline_mode, cap_type,
-    inline_mode, tir_disp_type, wq_type, wqe_ctrl_seg, wqe_data_seg,
+    inline_mode, tir_disp_type, tir_self_lb_block, wq_type, wqe_ctrl_seg, wqe_data_seg,
 };
 use tracing::{debug, warn};
 
@@ -223,6 +223,9 @@ impl EthQueues {
                 let mut t = v.ctx_mut();
                 t.set_disp_type(tir_disp_type::DIRECT)?;
                 t.set_inline_rqn(rqn)?;
+                // The port's own broadcasts and multicasts (ARP requests,
+                // NS, announcements) are not received back, as mlx5e asks.
+                t.set_self_lb_block(tir_self_lb_block::UNICAST | tir_self_lb_block::MULTICAST)?;
                 t.set_transport_domain(td)
             })
             .map_err(prm("CREATE_TIR"))?;
