@@ -458,7 +458,7 @@ impl EthQueues {
             }
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
                 let e = ErrCqe::new_unchecked(&cqe[..]);
-                let rq = op == CqeOpcode::RespErr.as_raw() as u8;
+                let rq = op == CqeOpcode::RespErr.as_raw();
                 warn!(
                     opcode = op,
                     syndrome = e.syndrome(),
@@ -501,6 +501,14 @@ impl Drop for EthQueues {
     }
 }
 
+/// One destroy command of the teardown: the object (if made), the opcode,
+/// and how its number goes into the command.
+type TeardownStep<'a> = (
+    Option<u32>,
+    CmdOpcode,
+    &'a dyn Fn(&mut [u8], u32) -> Result<(), rnic_mlx5_prm::Error>,
+);
+
 /// What [`EthQueues::new`] made so far: destroyed in reverse if a later
 /// step fails.
 #[derive(Default)]
@@ -526,11 +534,7 @@ impl Partial {
         if hca.is_fatal() {
             return;
         }
-        let steps: [(
-            Option<u32>,
-            CmdOpcode,
-            &dyn Fn(&mut [u8], u32) -> Result<(), rnic_mlx5_prm::Error>,
-        ); 5] = [
+        let steps: [TeardownStep<'_>; 5] = [
             (self.sqn, CmdOpcode::DestroySq, &|b, n| {
                 DestroySqIn::new_checked(b)?.set_sqn(n)
             }),

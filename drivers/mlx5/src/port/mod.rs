@@ -254,7 +254,7 @@ impl Port {
     pub fn counters(&self) -> PortCounters {
         let st = lock(&self.shared.state);
         PortCounters {
-            neighbours: st.engine.counters().clone(),
+            neighbours: *st.engine.counters(),
             recoveries: st.queues.recoveries(),
             ..st.counters.clone()
         }
