@@ -208,6 +208,7 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
                 "source": n.source.to_string(),
             })).collect::<Vec<_>>(),
         },
+        "port": crate::neigh::port_json(p),
         "commands": {
             "executed": hca.cmdq().executed(),
             "reply_mismatches": hca.cmdq().reply_mismatches(),
@@ -294,16 +295,33 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
         i.pages.boot, i.pages.init, i.pages.held
     );
     let _ = writeln!(t, "\tdoorbells:\t\t{}", i.doorbells);
+    let port = p.port();
     let _ = writeln!(
         t,
         "\tneighbours:\t\t{} entries; peers' MACs {}",
-        neighbours.len(),
-        if hca.host_neighbours() {
+        neighbours.len() + port.map_or(0, |p| p.neighbours().len()),
+        if port.is_some() {
+            "by the port's own ARP/ND (`rnicctl neigh`), after static entries"
+        } else if hca.host_neighbours() {
             "from static entries, then the host kernel's neighbour table"
         } else {
-            "from static entries only (spec option neigh=host to ask the host kernel)"
+            "from static entries only (spec option neigh=arp for the port's ARP/ND, neigh=host for the host kernel's table)"
         }
     );
+    if let Some(port) = port {
+        let c = port.counters();
+        let _ = writeln!(
+            t,
+            "\tport L2:\t\t{} frames in, {} out; {} answered, {} resolved, {} ignored, {} malformed, {} queue recoveries",
+            c.rx_frames,
+            c.tx_frames,
+            c.neighbours.answered,
+            c.neighbours.resolved,
+            c.neighbours.ignored.total(),
+            c.neighbours.malformed.total(),
+            c.recoveries
+        );
+    }
     let _ = writeln!(
         t,
         "\tcommands:\t\t{} executed, {} reply field(s) the device changed, page slot {}",

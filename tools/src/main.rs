@@ -20,6 +20,7 @@ mod error;
 mod info;
 mod list;
 mod mlx5;
+mod neigh;
 mod pci;
 mod perf;
 mod stats;
@@ -108,6 +109,27 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// An mlx5 function's neighbour cache: its port's ARP/ND entries (`ip neigh`'s view),
+    /// static and host-kernel entries, and the port's counters.
+    ///
+    /// The spec needs the port's L2 (`neigh=arp`, the default for a PCI function). The cache
+    /// is this command's own port's: empty at first, so `--resolve <ip>` asks the network
+    /// (ARP for IPv4, neighbour discovery for IPv6) before listing. Exit status 1 when an
+    /// address does not answer. Example: `rnicctl neigh 'mlx5:0000:17:00.1@10.0.0.1?neigh=arp'
+    /// --resolve 10.0.0.2`.
+    Neigh {
+        /// mlx5:<bdf|socket>[@ip][?neigh=arp&vlan=..&mtu=..].
+        spec: String,
+        /// Resolve this address first (repeatable).
+        #[arg(long, value_name = "IP")]
+        resolve: Vec<std::net::IpAddr>,
+        /// How long each resolution may take, in seconds.
+        #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+        wait: f64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Counters: live (of processes serving /run/rnic/<pid>.sock), or saved.
     ///
     /// Without an argument: every live process (`rnicctl perf … --stats-socket`
@@ -165,6 +187,25 @@ fn run(cli: Cli) -> Result<ExitCode, CtlError> {
             .map(|()| ExitCode::SUCCESS),
         Cmd::Doctor { json } => doctor::main(json),
         Cmd::Info { spec, json } => info::main(&spec, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Neigh {
+            spec,
+            resolve,
+            wait,
+            json,
+        } => {
+            if !(wait.is_finite() && wait > 0.0 && wait <= 60.0) {
+                return Err(CtlError::Usage(format!(
+                    "--wait {wait}: give seconds in (0, 60]"
+                )));
+            }
+            neigh::main(
+                &spec,
+                &resolve,
+                std::time::Duration::from_secs_f64(wait),
+                json,
+            )
+            .map(|()| ExitCode::SUCCESS)
+        }
         Cmd::Stats { target, json } => {
             stats::main(target.as_deref(), json).map(|()| ExitCode::SUCCESS)
         }

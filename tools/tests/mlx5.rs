@@ -231,3 +231,103 @@ fn perf_between_an_emulated_function_and_rnic_rxe() {
     );
     check_lat(&c, "64", "100");
 }
+
+/// `rnicctl neigh` on a function whose emulated port is a dgram cable this test holds: the
+/// command's port asks for 10.9.0.2 by ARP, the test answers, the entry is listed REACHABLE
+/// with the MAC; an address nobody answers fails with exit status 1, naming it.
+#[test]
+fn neigh_resolves_by_arp_and_lists_the_cache() {
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+
+    let cable = UdpSocket::bind("127.0.0.1:0").unwrap();
+    cable
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let local = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let fn_mac = [0x02, 0, 0, 0x5e, 0, 0x11];
+    let e = TempFunction::start_with(rnic_mlx5_emu::Options {
+        wire: rnic_mlx5_emu::Wire::Dgram {
+            local,
+            remote: cable.local_addr().unwrap(),
+        },
+        firmware: rnic_mlx5_emu::FirmwareOptions {
+            mac: fn_mac,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    cable.connect(local).unwrap();
+    let spec = format!("{}?neigh=arp", e.spec_at("10.9.0.1"));
+    let child = Command::new(BIN)
+        .args(["neigh", &spec, "--resolve", "10.9.0.2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Answer the first ARP request for 10.9.0.2 from 02:00:00:00:00:22.
+    let peer_mac = [0x02, 0, 0, 0, 0, 0x22];
+    let start = Instant::now();
+    let mut buf = [0u8; 2048];
+    let mut answered = false;
+    while !answered && start.elapsed() < Duration::from_secs(20) {
+        let Ok(n) = cable.recv(&mut buf) else {
+            continue;
+        };
+        let f = &buf[..n];
+        // ARP request (op 1) whose target protocol address is 10.9.0.2.
+        if n >= 42 && f[12..14] == [8, 6] && f[20..22] == [0, 1] && f[38..42] == [10, 9, 0, 2] {
+            assert_eq!(&f[6..12], &fn_mac, "from the function's MAC");
+            assert_eq!(&f[28..32], &[10, 9, 0, 1], "from the function's address");
+            let mut r = Vec::new();
+            r.extend_from_slice(&fn_mac);
+            r.extend_from_slice(&peer_mac);
+            r.extend_from_slice(&[8, 6, 0, 1, 8, 0, 6, 4, 0, 2]);
+            r.extend_from_slice(&peer_mac);
+            r.extend_from_slice(&[10, 9, 0, 2]);
+            r.extend_from_slice(&fn_mac);
+            r.extend_from_slice(&[10, 9, 0, 1]);
+            r.resize(60, 0);
+            cable.send(&r).unwrap();
+            answered = true;
+        }
+    }
+    assert!(answered, "no ARP request for 10.9.0.2 reached the cable");
+    let out = child.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_str(ok(&out).trim()).unwrap();
+    assert_eq!(j["resolved"][0]["mac"], "02:00:00:00:00:22", "{j}");
+    assert_eq!(j["mac"], "02:00:00:5e:00:11");
+    let entry = j["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["ip"] == "10.9.0.2")
+        .unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(
+        (entry["mac"].as_str(), entry["state"].as_str()),
+        (Some("02:00:00:00:00:22"), Some("REACHABLE"))
+    );
+    assert!(j["counters"]["learned"].as_u64().unwrap() >= 1, "{j}");
+
+    // Nobody at 10.9.0.99: exit status 1 in bounded time, the address named.
+    let start = Instant::now();
+    let o = Command::new(BIN)
+        .args(["neigh", &spec, "--resolve", "10.9.0.99", "--wait", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("FAILED 10.9.0.99"), "{text}");
+    assert!(start.elapsed() < Duration::from_secs(15));
+    // An rxe spec has no cache of its own: the message says where it is.
+    let o = Command::new(BIN)
+        .args(["neigh", "rxe:127.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ip neigh"));
+}
