@@ -1738,12 +1738,31 @@ fn emulator_icrc_lines_parse() {
 /// with the real identifications) and that the emulator verified every kernel packet's
 /// ICRC in all 32 bits (its icrc line per session; the tap must have been used).
 fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
+    interop_mlx5_on(Wire::Udp, steps, netem);
+}
+
+/// What the emulated function's port is cabled to in [`interop_mlx5_on`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// RoCE over the host's UDP sockets (the emulator's default wire) behind the tap.
+    Udp,
+    /// An Ethernet cable (QEMU's dgram netdev) into the guest's second NIC; ARP/ND by the
+    /// driver's port (issue 27).
+    Eth,
+}
+
+/// [`interop_mlx5`] on `wire`. On [`Wire::Eth`] a step `<what>6` runs over IPv6, and the
+/// checks are the L2 ones: `rnicctl neigh` resolved the guest's MAC by ARP and by ND, and the
+/// guest's `ip neigh` holds the function's MAC (the emulator's per-session ICRC lines and
+/// the tap capture belong to the udp wire).
+fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
     const ITERS: u64 = 100;
     const PP_SIZE: u64 = 4096;
-    let name = if netem.is_some() {
-        "interop-mlx5@netem"
-    } else {
-        "interop-mlx5"
+    let name = match (wire, netem.is_some()) {
+        (Wire::Udp, true) => "interop-mlx5@netem",
+        (Wire::Udp, false) => "interop-mlx5",
+        (Wire::Eth, true) => "interop-mlx5@eth-netem",
+        (Wire::Eth, false) => "interop-mlx5@eth",
     };
     let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
     let Some(run) = run_prepared(name, &args, 420, || {
@@ -1758,6 +1777,10 @@ fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
             ("RNIC_MLX5_STEPS".into(), steps.join(" ")),
             ("RNIC_MLX5_ITERS".into(), ITERS.to_string()),
             ("RNIC_MLX5_PP_SIZE".into(), PP_SIZE.to_string()),
+            (
+                "RNIC_MLX5_WIRE".into(),
+                if wire == Wire::Eth { "eth" } else { "udp" }.into(),
+            ),
         ]
     }) else {
         return;
@@ -1769,6 +1792,7 @@ fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
         let (what, server) = step.split_once(':').unwrap_or((step, "kernel"));
         let kernel = run.file(&format!("share/kernel-{i}-{what}.txt"));
         let rnic = run.file(&format!("rnic-{i}-{what}.log"));
+        let what = what.strip_suffix('6').unwrap_or(what);
         c.that(
             guest
                 .lines()
@@ -1805,6 +1829,32 @@ fn interop_mlx5(steps: &[&str], netem: Option<&str>) {
                 );
             }
         }
+    }
+    if wire == Wire::Eth {
+        if netem.is_some() {
+            c.netem_dropped(name, &guest);
+        }
+        for (file, how) in [("neigh4.json", "ARP"), ("neigh6.json", "ND")] {
+            let j = run.file(file);
+            c.that(
+                j.contains(r#""mac":"52:54:00:51:00:02""#),
+                format!("rnicctl neigh did not resolve the guest's NIC by {how}: {j}"),
+            );
+        }
+        for ip in ["10.51.0.1", "fd51::1"] {
+            if ip.contains(':') && !steps.iter().any(|s| s.contains("6:")) {
+                continue;
+            }
+            c.that(
+                guest.lines().any(|l| {
+                    l.starts_with(&format!("NEIGH {ip} ")) && l.contains("lladdr 02:00:00:51:00:01")
+                }),
+                format!("the guest's ip neigh lacks the function's MAC for {ip}"),
+            );
+        }
+        check_leftovers(&run, &mut c);
+        run.finish(c);
+        return;
     }
     let emu = run.file("emu.log");
     let lines = emu_icrc_lines(&emu);
@@ -1870,6 +1920,44 @@ fn interop_mlx5_emulator_pingpong_and_perftest_both_ways() {
 fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
     interop_mlx5(
         &["pp:kernel", "pp:rnic", "write-bw:kernel", "read-bw:rnic"],
+        Some("loss 2%"),
+    );
+}
+
+/// Issue 27: no host UDP socket between rnic and the guest. The emulated function's port is
+/// cabled (QEMU's dgram netdev) to the guest's NIC; rnic's driver answers and sends ARP/ND
+/// itself. The guest's kernel rxe and rnic resolve each other (the guest's `ip neigh` shows
+/// the function's MAC, `rnicctl neigh` the guest's), then ibv_rc_pingpong, ib_write_bw,
+/// ib_read_bw and ib_send_lat both ways over IPv4, and pingpong and write-bw both ways over
+/// IPv6 (ND).
+#[test]
+fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
+    interop_mlx5_on(
+        Wire::Eth,
+        &[
+            "pp:kernel",
+            "pp:rnic",
+            "write-bw:kernel",
+            "read-bw:kernel",
+            "send-lat:kernel",
+            "write-bw:rnic",
+            "read-bw:rnic",
+            "send-lat:rnic",
+            "pp6:kernel",
+            "pp6:rnic",
+            "write-bw6:kernel",
+            "read-bw6:rnic",
+        ],
+        None,
+    );
+}
+
+/// The same cable under netem dropping 2% of what the guest sends.
+#[test]
+fn interop_mlx5_on_an_ethernet_cable_under_netem_loss_on_the_guest_side() {
+    interop_mlx5_on(
+        Wire::Eth,
+        &["pp:kernel", "write-bw:rnic", "pp6:rnic", "read-bw6:kernel"],
         Some("loss 2%"),
     );
 }

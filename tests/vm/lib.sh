@@ -99,11 +99,13 @@ interop_net_up() {
   CAP_PID=$BG_PID
 }
 
-# interop_guest_start <scenario>: boot the guest on the tap.
+# interop_guest_start <scenario> [qemu args...]: boot the guest on the tap (and whatever
+# else the extra qemu args plug in).
 interop_guest_start() {
-  VM_NETNS=$NS vm_start "$1" \
+  local role=$1; shift
+  VM_NETNS=$NS vm_start "$role" \
     -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
-    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:50:00:02 "$@"
 }
 
 # interop_capture_stop: flush and stop the tap capture, log its packet count.

@@ -6,20 +6,55 @@
 # TCP port 18515 + i. Each step's output: /mnt/host/kernel-<i>-<what>.txt and
 # "kernel <what>@<server> rc=<n>".
 . /mnt/host/common.sh
-nic_up 10.50.0.2/24 || exit 1
+# gid_index <gid>: its index in rxe0's GID table (empty while the kernel has not added it).
+gid_index() {
+  for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+    [ "$(cat "$f" 2>/dev/null)" = "$1" ] && { basename "$f"; return; }
+  done
+}
+if [ "${WIRE:-udp}" = eth ]; then
+  # The tap NIC carries the tools' TCP; the NIC cabled to the emulated port carries RoCE.
+  modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || exit 1
+  for _ in $(seq 1 20); do
+    TAPNIC=$(grep -l 52:54:00:50:00:02 /sys/class/net/*/address | cut -d/ -f5)
+    NIC=$(grep -l 52:54:00:51:00:02 /sys/class/net/*/address | cut -d/ -f5)
+    [ -n "$TAPNIC" ] && [ -n "$NIC" ] && break; sleep 0.5
+  done
+  [ -n "$NIC" ] || { echo "no NIC cabled to the emulated port"; exit 1; }
+  ip addr add 10.50.0.2/24 dev "$TAPNIC" && ip link set "$TAPNIC" up || exit 1
+  ip addr add 10.51.0.2/24 dev "$NIC" && ip addr add fd51::2/64 dev "$NIC" nodad &&
+    ip link set "$NIC" up || exit 1
+  if [ -n "$NETEM" ]; then
+    modprobe sch_netem && tc qdisc add dev "$NIC" root netem $NETEM || exit 1
+    echo "netem on $NIC: $(tc qdisc show dev "$NIC")"
+  fi
+  rdma link add rxe0 type rxe netdev "$NIC" || exit 1
+  for _ in $(seq 1 20); do
+    X4=$(gid_index 0000:0000:0000:0000:0000:ffff:0a33:0002)
+    X6=$(gid_index fd51:0000:0000:0000:0000:0000:0000:0002)
+    [ -n "$X4" ] && [ -n "$X6" ] && break; sleep 0.5
+  done
+  echo "NIC $NIC 10.51.0.2 (GID $X4) fd51::2 (GID $X6), tap $TAPNIC 10.50.0.2"
+  export NIC
+else
+  nic_up 10.50.0.2/24 || exit 1
+  X4=1
+fi
 ibv_devinfo -v -d rxe0 | grep -E 'state|active_mtu|GID\['
 i=0
 for step in $STEPS; do
   what=${step%%:*} server=${step#*:}
+  tool=${what%6} x=$X4
+  [ "$tool" = "$what" ] || x=$X6
   port=$((18515 + i))
   out=$S/kernel-$i-$what.txt
   peer=
   [ "$server" = kernel ] || peer=10.50.0.1
   pre=   # linger_destroy_qp.so (netem) is for the stock pingpong only
-  case $what in
-    pp) pre=${PRELOAD:-}; cmd="ibv_rc_pingpong -d rxe0 -g 1 -p $port -s $PP_SIZE -m 1024 -n $ITERS -c" ;;
-    *-bw) cmd="ib_$(echo $what | tr - _) -d rxe0 -x 1 -F -p $port -s 4096 -m 1024 -n $ITERS" ;;
-    *) cmd="ib_$(echo $what | tr - _) -d rxe0 -x 1 -F -p $port -s 64 -m 1024 -n $ITERS" ;;
+  case $tool in
+    pp) pre=${PRELOAD:-}; cmd="ibv_rc_pingpong -d rxe0 -g $x -p $port -s $PP_SIZE -m 1024 -n $ITERS -c" ;;
+    *-bw) cmd="ib_$(echo $tool | tr - _) -d rxe0 -x $x -F -p $port -s 4096 -m 1024 -n $ITERS" ;;
+    *) cmd="ib_$(echo $tool | tr - _) -d rxe0 -x $x -F -p $port -s 64 -m 1024 -n $ITERS" ;;
   esac
   # A client retries while the host's server is not listening yet.
   for _ in $(seq 1 60); do
@@ -33,5 +68,8 @@ for step in $STEPS; do
   [ $rc -eq 0 ] || fail=1
   i=$((i + 1))
 done
+if [ "${WIRE:-udp}" = eth ]; then
+  ip neigh show dev "$NIC" | sed 's/^/NEIGH /'
+fi
 report
 exit $fail

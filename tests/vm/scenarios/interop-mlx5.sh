@@ -9,8 +9,18 @@
 # (tests/vm.rs builds them). rnic runs with -e (the function's event queue).
 # Results: capture.pcap (tap), emu.log (the emulator: one "icrc: …" line per driver
 # session; a client's retries while the guest boots are sessions without traffic), rnic-<i>-<what>.log, share/kernel-<i>-<what>.txt.
+#
+# RNIC_MLX5_WIRE=eth (issue 27): no host UDP socket carries RoCE. The emulator's port is an
+# Ethernet cable (`--wire dgram`, QEMU's -netdev dgram protocol) plugged into the guest's
+# second NIC (10.51.0.2, fd51::2, kernel rxe on it); the tap carries only the tools' TCP
+# exchange. rnic opens the function with neigh=arp: its port answers ARP/ND for
+# 10.51.0.1 / fd51::1 and resolves the guest by ARP/ND. A step "<what>6" runs over IPv6.
+# Before the steps, `rnicctl neigh --resolve` must find the guest's MAC (neigh4.json,
+# neigh6.json); after them the guest prints its `ip neigh` (the function's MAC).
 SCENARIO_TIMEOUT=400
 NS=rnicvm-$ID TAP=rnvtap0
+WIRE=${RNIC_MLX5_WIRE:-udp}
+FN_MAC=02:00:00:51:00:01
 STEPS=${RNIC_MLX5_STEPS:-pp:kernel pp:rnic write-bw:kernel read-bw:kernel send-lat:kernel write-bw:rnic read-bw:rnic send-lat:rnic}
 ITERS=${RNIC_MLX5_ITERS:-100}
 PP_SIZE=${RNIC_MLX5_PP_SIZE:-4096}
@@ -20,7 +30,7 @@ scenario_prepare() {
   for b in RNICCTL RNIC_RC_PINGPONG RNIC_MLX5_EMU; do
     [ -x "${!b:-}" ] || { say "$b is not an executable: '${!b:-}'"; return 1; }
   done
-  printf 'STEPS="%s"\nITERS=%s\nPP_SIZE=%s\n' "$STEPS" "$ITERS" "$PP_SIZE" >> "$SHARE/env.sh"
+  printf 'STEPS="%s"\nITERS=%s\nPP_SIZE=%s\nWIRE=%s\n' "$STEPS" "$ITERS" "$PP_SIZE" "$WIRE" >> "$SHARE/env.sh"
   # Under loss the stock pingpong's missing closing handshake can strand the side that
   # finishes last (see linger_destroy_qp.c): the guest's tool keeps its QP a second.
   if [ -n "$NETEM" ]; then
@@ -33,16 +43,20 @@ scenario_prepare() {
 # client retries while the guest's server is not listening yet.
 rnic_step() {
   local i=$1 what=$2 server=$3 port=$((18515 + $1)) log=$RESULTS/rnic-$1-$2.log rc
-  local spec=mlx5:vfio-user:$RUN/emu.sock@10.50.0.1 peer=() size
+  local spec=mlx5:vfio-user:$RUN/emu.sock@10.50.0.1 peer=() size tool=${2%6}
+  if [ "$WIRE" = eth ]; then
+    case $what in *6) spec="mlx5:vfio-user:$RUN/emu.sock@fd51::1?neigh=arp" ;;
+      *) spec="mlx5:vfio-user:$RUN/emu.sock@10.51.0.1?neigh=arp" ;; esac
+  fi
   [ "$server" = kernel ] && peer=(10.50.0.2)
   for _ in $(seq 1 60); do
     rc=0
-    if [ "$what" = pp ]; then
+    if [ "$tool" = pp ]; then
       ip netns exec "$NS" timeout -k 5 90 "$RNIC_RC_PINGPONG" -d "$spec" -g 0 -e \
         -p "$port" -s "$PP_SIZE" -m 1024 -n "$ITERS" "${peer[@]}" > "$log" 2>&1 < /dev/null || rc=$?
     else
-      case $what in *-bw) size=4096 ;; *) size=64 ;; esac
-      ip netns exec "$NS" timeout -k 5 90 "$RNICCTL" perf "$what" -d "$spec" -x 0 -e \
+      case $tool in *-bw) size=4096 ;; *) size=64 ;; esac
+      ip netns exec "$NS" timeout -k 5 90 "$RNICCTL" perf "$tool" -d "$spec" -x 0 -e \
         -p "$port" -s "$size" -m 1024 -n "$ITERS" "${peer[@]}" > "$log" 2>&1 < /dev/null || rc=$?
     fi
     [ "$rc" -ne 0 ] && [ ${#peer[@]} -gt 0 ] &&
@@ -54,14 +68,38 @@ rnic_step() {
   return "$rc"
 }
 
+# neigh_check <fn ip> <guest ip> <file>: `rnicctl neigh` resolves the guest by ARP/ND from
+# a fresh driver session (retried while the guest boots); its JSON in <file>.
+neigh_check() {
+  local spec="mlx5:vfio-user:$RUN/emu.sock@$1?neigh=arp" rc=1
+  for _ in $(seq 1 60); do
+    ip netns exec "$NS" timeout -k 5 30 "$RNICCTL" neigh "$spec" --resolve "$2" --wait 1 --json \
+      > "$3" 2> "$3.err" < /dev/null && { rc=0; break; }
+    sleep 1
+  done
+  say "rnicctl neigh $2 from $1: rc=$rc $(cat "$3")"
+  return $rc
+}
+
 scenario_main() {
   interop_net_up
-  NO_COLOR=1 host_bg emu "$NS" "$RNIC_MLX5_EMU" --socket "$RUN/emu.sock" --boot-delay-ms 10
+  local emu_args=() guest_args=()
+  if [ "$WIRE" = eth ]; then
+    # Two UDP ports of the scenario's netns: the emulator's end and the guest NIC's end.
+    emu_args=(--wire "dgram:local=127.0.0.1:24791,remote=127.0.0.1:24792" --mac "$FN_MAC")
+    guest_args=(-netdev "dgram,id=n1,local.type=inet,local.host=127.0.0.1,local.port=24792,remote.type=inet,remote.host=127.0.0.1,remote.port=24791"
+      -device virtio-net-pci,netdev=n1,mac=52:54:00:51:00:02)
+  fi
+  NO_COLOR=1 host_bg emu "$NS" "$RNIC_MLX5_EMU" --socket "$RUN/emu.sock" --boot-delay-ms 10 "${emu_args[@]}"
   local emu=$BG_PID
   for _ in $(seq 1 100); do [ -S "$RUN/emu.sock" ] && break; sleep 0.1; done
   [ -S "$RUN/emu.sock" ] || { say "rnic-mlx5-emu did not listen on $RUN/emu.sock"; return 1; }
-  interop_guest_start interop-mlx5
+  interop_guest_start interop-mlx5 "${guest_args[@]}"
   local ok=0 i=0 step
+  if [ "$WIRE" = eth ]; then
+    neigh_check 10.51.0.1 10.51.0.2 "$RESULTS/neigh4.json" || ok=1
+    neigh_check fd51::1 fd51::2 "$RESULTS/neigh6.json" || ok=1
+  fi
   for step in $STEPS; do
     rnic_step "$i" "${step%%:*}" "${step#*:}" || ok=1
     i=$((i + 1))
@@ -79,7 +117,16 @@ scenario_check() {
     expect "$SHARE/interop-mlx5.out" "^kernel ${step%%:*}@${step#*:} rc=0" "kernel $step exit 0" || ok=1
     i=$((i + 1))
   done
-  expect "$RESULTS/emu.log" 'icrc: [1-9]' "emulator verified kernel packets" || ok=1
-  expect "$RESULTS/capture.log" '^[1-9][0-9]* packets captured' "tap capture has RoCEv2 packets" || ok=1
+  if [ "$WIRE" = eth ]; then
+    expect "$RESULTS/neigh4.json" '"mac":"52:54:00:51:00:02"' "rnicctl neigh resolved the guest by ARP" || ok=1
+    expect "$RESULTS/neigh6.json" '"mac":"52:54:00:51:00:02"' "rnicctl neigh resolved the guest by ND" || ok=1
+    expect "$SHARE/interop-mlx5.out" "^NEIGH 10.51.0.1 .*lladdr $FN_MAC" "the guest's ip neigh has the function's MAC (IPv4)" || ok=1
+    case " $STEPS " in *6:*)
+      expect "$SHARE/interop-mlx5.out" "^NEIGH fd51::1 .*lladdr $FN_MAC" "the guest's ip neigh has the function's MAC (IPv6)" || ok=1 ;;
+    esac
+  else
+    expect "$RESULTS/emu.log" 'icrc: [1-9]' "emulator verified kernel packets" || ok=1
+    expect "$RESULTS/capture.log" '^[1-9][0-9]* packets captured' "tap capture has RoCEv2 packets" || ok=1
+  fi
   return $ok
 }
