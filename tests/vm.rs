@@ -1792,13 +1792,14 @@ fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
         let (what, server) = step.split_once(':').unwrap_or((step, "kernel"));
         let kernel = run.file(&format!("share/kernel-{i}-{what}.txt"));
         let rnic = run.file(&format!("rnic-{i}-{what}.log"));
-        let what = what.strip_suffix('6').unwrap_or(what);
         c.that(
             guest
                 .lines()
                 .any(|l| l == format!("kernel {what}@{server} rc=0")),
             format!("kernel {step} did not exit 0"),
         );
+        // "<tool>6": the same tool over IPv6.
+        let what = what.strip_suffix('6').unwrap_or(what);
         c.that(
             rnic.lines().any(|l| l == "rc=0"),
             format!("rnic (mlx5) {step} did not exit 0"),

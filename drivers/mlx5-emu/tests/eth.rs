@@ -48,6 +48,7 @@ fn port() -> Port {
     let (eqn, _) = hw.eq(6, 1, 0);
     let sq_cq = hw.cq(eqn);
     let rq_cq = hw.cq(eqn);
+    assert_eq!(subscribe(&hw, &GROUPS), (0, 0));
     let td = td(&hw);
     let tisn = tis(&hw, td).unwrap();
     let sq = RawSq::new(&mut hw, sq_cq.cqn, tisn);
@@ -153,6 +154,16 @@ fn frames_reach_the_rq_only_through_installed_rules_and_drops_are_counted() {
     let mut src = target;
     src[15] = 9;
     let ns = neighbour_solicitation(PEER, src, target);
+    // Its solicited-node group (33:33:ff:00:00:01) is not subscribed: the NIC drops it
+    // before the flow table.
+    p.cable.send(&ns);
+    let s = wait_stats(&p.hw, |s| s.rx_not_subscribed == 1);
+    assert_eq!(
+        (s.rx_not_subscribed, s.rx_no_rule, s.rx_delivered),
+        (1, 2, 1)
+    );
+    let groups = [GROUPS[0], GROUPS[1], [0x33, 0x33, 0xff, 0, 0, 1]];
+    assert_eq!(subscribe(&p.hw, &groups), (0, 0));
     p.cable.send(&ns);
     let cqe = p.rq_cq.expect();
     let c = Cqe64::new_unchecked(&cqe[..]);
@@ -167,7 +178,7 @@ fn frames_reach_the_rq_only_through_installed_rules_and_drops_are_counted() {
     na[14 + 40] = 136;
     p.cable.send(&na);
     let s = wait_stats(&p.hw, |s| s.rx_no_rule == 3);
-    assert_eq!((s.rx_multicast, s.rx_no_rule), (2, 3));
+    assert_eq!((s.rx_multicast, s.rx_no_rule), (3, 3));
     // Over the port MTU (9000 bytes of L2 payload): dropped, counted.
     p.cable
         .send(&frame([0xff; 6], PEER, 0x0806, &vec![0u8; 9001]));
@@ -198,7 +209,7 @@ fn frames_reach_the_rq_only_through_installed_rules_and_drops_are_counted() {
         v.received_eth_broadcast().octets(),
         9 * 42 + udp4([0; 6], PEER, ([0; 4], [0; 4]), 9, b"hello").len() as u64
     );
-    assert_eq!(v.received_eth_multicast().packets(), 2);
+    assert_eq!(v.received_eth_multicast().packets(), 3);
     assert_eq!(v.received_eth_unicast().packets(), 0);
     assert_eq!(v.received_errors().packets(), 2, "MTU + malformed");
     // Cleared.
@@ -786,4 +797,73 @@ fn roce_v2_over_a_dgram_cable_between_two_functions_ipv4() {
 #[test]
 fn roce_v2_over_a_dgram_cable_between_two_functions_ipv6() {
     roce_between_two_functions(("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap()));
+}
+
+/// The vport's multicast list: group frames reach the flow table only for subscribed
+/// addresses (or with promisc_mc); bad lists are refused whole and change nothing.
+#[test]
+fn group_frames_need_the_vport_multicast_list_and_bad_lists_are_refused() {
+    let mut p = port();
+    arp_rule(&p);
+    let arp = arp_request(PEER, [10, 0, 0, 9], [10, 0, 0, 1]);
+    p.cable.send(&arp);
+    p.rq_cq.expect();
+    // Refused lists leave the subscription as it was (broadcast still delivered).
+    let mut c = cmd(
+        CmdOpcode::ModifyNicVportContext,
+        0,
+        ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES + 8,
+    );
+    {
+        let mut v = ModifyNicVportContextIn::new_unchecked(&mut c[..]);
+        v.field_select_mut().set_addresses_list(1).unwrap();
+        v.nic_vport_context_mut().set_allowed_list_type(2).unwrap();
+    }
+    bad_param(status(&p.hw.r.exec(&c, OUT).out()), syn::VPORT_LIST_TYPE);
+    ModifyNicVportContextIn::new_unchecked(&mut c[..])
+        .nic_vport_context_mut()
+        .set_allowed_list_type(1)
+        .unwrap();
+    ModifyNicVportContextIn::new_unchecked(&mut c[..])
+        .nic_vport_context_mut()
+        .set_allowed_list_size(129)
+        .unwrap();
+    bad_param(status(&p.hw.r.exec(&c, OUT).out()), syn::VPORT_LIST_SIZE);
+    ModifyNicVportContextIn::new_unchecked(&mut c[..])
+        .nic_vport_context_mut()
+        .set_allowed_list_size(2)
+        .unwrap();
+    assert_eq!(
+        status(&p.hw.r.exec(&c, OUT).out()),
+        (CmdStatus::BadInpLen.as_raw(), syn::VPORT_LIST_LENGTH),
+        "two entries announced, one in the input"
+    );
+    assert_eq!(
+        subscribe(&p.hw, &[[0xff; 6], [0x02, 0, 0, 0, 0, 1]]).1,
+        syn::VPORT_LIST_ADDRESS,
+        "a unicast address in the MC list"
+    );
+    p.cable.send(&arp);
+    p.rq_cq.expect();
+    // An empty list: broadcast stops at the NIC.
+    assert_eq!(subscribe(&p.hw, &[]), (0, 0));
+    let base = wait_stats(&p.hw, |_| true);
+    p.cable.send(&arp);
+    let s = wait_stats(&p.hw, |s| s.rx_not_subscribed > base.rx_not_subscribed);
+    assert_eq!(s.since(&base).rx_not_subscribed, 1);
+    assert!(p.rq_cq.poll(Duration::from_millis(50)).is_none());
+    // promisc_mc: every group address again.
+    let mut c = cmd(
+        CmdOpcode::ModifyNicVportContext,
+        0,
+        ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES,
+    );
+    {
+        let mut v = ModifyNicVportContextIn::new_unchecked(&mut c[..]);
+        v.field_select_mut().set_promisc(1).unwrap();
+        v.nic_vport_context_mut().set_promisc_mc(1).unwrap();
+    }
+    assert_eq!(status(&p.hw.r.exec(&c, OUT).out()), (0, 0));
+    p.cable.send(&arp);
+    p.rq_cq.expect();
 }

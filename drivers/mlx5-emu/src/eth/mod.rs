@@ -241,6 +241,9 @@ port_counters! {
     rx_other_mac,
     /// Frames no flow table rule took (no root table, or no match): dropped.
     rx_no_rule,
+    /// Broadcast and multicast frames for a group address the vport did not subscribe to
+    /// (its multicast list, or promisc_mc): dropped before the flow table.
+    rx_not_subscribed,
     /// Frames a rule dropped (action DROP).
     rx_rule_drop,
     /// Frames a rule sent to a receive queue that was not ready or had no WQE: dropped.

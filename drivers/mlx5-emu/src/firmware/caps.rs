@@ -207,8 +207,10 @@ fn general_page(max: bool, o: &FirmwareOptions) -> Vec<u8> {
         (cmd_hca_cap::log_max_xrcd, 24),
         (cmd_hca_cap::roce_rw_supported, 1),
         (cmd_hca_cap::log_max_wq_sz, 17),
-        (cmd_hca_cap::log_max_current_mc_list, 12),
-        (cmd_hca_cap::log_max_current_uc_list, 12),
+        // 128 addresses per list (mlx5e's per-vport lists rarely hold more; a smaller
+        // limit than the 12-bit allowed_list_size keeps the bound checkable).
+        (cmd_hca_cap::log_max_current_mc_list, 7),
+        (cmd_hca_cap::log_max_current_uc_list, 7),
         (cmd_hca_cap::sq_ts_format, 0),
         (cmd_hca_cap::rq_ts_format, 0),
         (cmd_hca_cap::log_uar_page_sz, 0),

@@ -1017,10 +1017,45 @@ impl State {
         let select = get_bits(input, f.bit_offset as usize, f.width).unwrap_or(0) as u32;
         let roce = modify_nic_vport_field_select::roce_en.insert(0, 1);
         let mtu = modify_nic_vport_field_select::mtu.insert(0, 1);
-        if select & !(roce | mtu) != 0 {
+        let list = modify_nic_vport_field_select::addresses_list.insert(0, 1);
+        let promisc = modify_nic_vport_field_select::promisc.insert(0, 1);
+        if select & !(roce | mtu | list | promisc) != 0 {
             return param(syn::VPORT_FIELD_UNSUPPORTED);
         }
         let ctx = v.nic_vport_context();
+        // The address list, checked whole before anything changes.
+        let mut mc = None;
+        if select & list != 0 {
+            let kind = ctx.allowed_list_type();
+            let n = ctx.allowed_list_size() as usize;
+            if kind > 1 {
+                return param(syn::VPORT_LIST_TYPE);
+            }
+            let g = self.caps.general();
+            let log_max = if kind == 1 {
+                g.log_max_current_mc_list()
+            } else {
+                g.log_max_current_uc_list()
+            };
+            if n > 1 << log_max {
+                return param(syn::VPORT_LIST_SIZE);
+            }
+            let at = modify_nic_vport_context_in::nic_vport_context.byte_offset()
+                + rnic_mlx5_prm::nic_vport_context::current_uc_mac_address.byte_offset();
+            let Some(entries) = input.get(at..at + 8 * n) else {
+                return refuse(CmdStatus::BadInpLen, syn::VPORT_LIST_LENGTH);
+            };
+            let macs: Vec<[u8; 6]> = entries
+                .chunks_exact(8)
+                .map(|e| [e[2], e[3], e[4], e[5], e[6], e[7]])
+                .collect();
+            if macs.iter().any(|m| (m[0] & 1 == 1) != (kind == 1)) {
+                return param(syn::VPORT_LIST_ADDRESS);
+            }
+            if kind == 1 {
+                mc = Some(macs);
+            }
+        }
         if select & mtu != 0 && !(MIN_MTU..=MAX_MTU).contains(&ctx.mtu()) {
             return param(syn::VPORT_MTU);
         }
@@ -1032,6 +1067,17 @@ impl State {
         }
         if select & mtu != 0 {
             self.mtu = ctx.mtu();
+        }
+        // The unicast list is accepted and not used: the port takes unicast for the permanent
+        // address (and, with promisc_uc, for any).
+        if mc.is_some() || select & promisc != 0 {
+            let mut hca = lock(&self.hca);
+            if let Some(m) = mc {
+                hca.mc_list = m;
+            }
+            if select & promisc != 0 {
+                hca.promisc_mc = ctx.promisc_mc() == 1 || ctx.promisc_all() == 1;
+            }
         }
         Ok(())
     }

@@ -126,11 +126,19 @@ syndromes! {
     /// QUERY_VPORT_STATE `op_mod` neither vNIC (0) nor uplink (2).
     VPORT_STATE_OP_MOD = 0x0e00_6002 => "QUERY_VPORT_STATE: op_mod must be 0 or 2",
     /// MODIFY_NIC_VPORT_CONTEXT selected a field this firmware does not modify.
-    VPORT_FIELD_UNSUPPORTED = 0x0e00_6003 => "MODIFY_NIC_VPORT_CONTEXT: field_select other than roce_en/mtu",
+    VPORT_FIELD_UNSUPPORTED = 0x0e00_6003 => "MODIFY_NIC_VPORT_CONTEXT: field_select other than roce_en/mtu/addresses_list/promisc",
     /// MODIFY_NIC_VPORT_CONTEXT with an MTU out of range.
     VPORT_MTU = 0x0e00_6004 => "MODIFY_NIC_VPORT_CONTEXT: mtu outside 68..=9978",
     /// RoCE setup on an InfiniBand port.
     ROCE_ON_IB_PORT = 0x0e00_6005 => "MODIFY_NIC_VPORT_CONTEXT roce_en / SET_ROCE_ADDRESS: the port is InfiniBand (cap port_type 0); RoCE needs it in Ethernet mode",
+    /// An address list of a type other than UC (0) or MC (1).
+    VPORT_LIST_TYPE = 0x0e00_6007 => "MODIFY_NIC_VPORT_CONTEXT addresses_list: allowed_list_type must be 0 (UC) or 1 (MC)",
+    /// An address list longer than the cap allows.
+    VPORT_LIST_SIZE = 0x0e00_6008 => "MODIFY_NIC_VPORT_CONTEXT addresses_list: allowed_list_size above 2^log_max_current_{uc,mc}_list (128)",
+    /// An address list whose entries the input does not hold.
+    VPORT_LIST_LENGTH = 0x0e00_6009 => "MODIFY_NIC_VPORT_CONTEXT addresses_list: input shorter than the list's entries",
+    /// A unicast address in the multicast list, or a group address in the unicast list.
+    VPORT_LIST_ADDRESS = 0x0e00_600a => "MODIFY_NIC_VPORT_CONTEXT addresses_list: an address of the wrong kind for the list (unicast in MC, group in UC)",
     /// QUERY_VPORT_COUNTER with an op_mod or port this firmware does not count.
     VPORT_COUNTER_OP_MOD = 0x0e00_6006 => "QUERY_VPORT_COUNTER: op_mod must be 0 (vport counters) and port_num 0 or 1",
     /// DEALLOC_PD / DEALLOC_UAR while an object still uses it.

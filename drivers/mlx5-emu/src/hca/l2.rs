@@ -77,6 +77,17 @@ impl Hca {
             }
             return;
         }
+        // A group address reaches the flow table only when the vport subscribed to it (its
+        // multicast list, broadcast included, or promisc_mc): a ConnectX's e-switch replicates
+        // broadcast and multicast to a vport by that list (mlx5e programs it with broadcast
+        // and every multicast address of the netdev).
+        if matches!(class, MacClass::Broadcast | MacClass::Multicast)
+            && !self.promisc_mc
+            && !self.mc_list.contains(&h.dmac)
+        {
+            c.rx_not_subscribed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         match self.steer.lookup(&match_key(&h)) {
             Verdict::NoRule => {
                 c.rx_no_rule.fetch_add(1, Ordering::Relaxed);

@@ -195,6 +195,12 @@ pub struct Hca {
     loopback: VecDeque<(Vec<u8>, Option<u32>)>,
     /// The loopback queue is being drained (frames it produces wait their turn).
     draining: bool,
+    /// The NIC vport context's multicast address list (MODIFY_NIC_VPORT_CONTEXT
+    /// `addresses_list`, `allowed_list_type` MC): the group addresses, broadcast included,
+    /// whose frames reach the function's RX flow table.
+    pub(crate) mc_list: Vec<[u8; 6]>,
+    /// `promisc_mc` or `promisc_all`: every group address reaches the flow table.
+    pub(crate) promisc_mc: bool,
     /// Frame assembly buffer of the RoCE sender.
     framebuf: Vec<u8>,
 }
@@ -329,6 +335,8 @@ impl Hca {
                 counters: Arc::default(),
                 loopback: VecDeque::new(),
                 draining: false,
+                mc_list: Vec::new(),
+                promisc_mc: false,
                 framebuf: Vec::new(),
             })
         })

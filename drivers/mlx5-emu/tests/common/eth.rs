@@ -11,9 +11,9 @@ use rnic_mlx5_emu::{PortStats, Wire};
 use rnic_mlx5_prm::{
     AllocTransportDomainOut, CreateFlowGroupIn, CreateFlowGroupOut, CreateFlowTableIn,
     CreateFlowTableOut, CreateRqIn, CreateRqOut, CreateSqIn, CreateSqOut, CreateTirIn,
-    CreateTirOut, CreateTisIn, CreateTisOut, FteMatchParam, ModifyRqIn, ModifySqIn,
-    QueryVportCounterOut, SetFlowTableRootIn, SetFteIn, WqState, WqeEthSeg, flow_action,
-    flow_destination_type, inline_mode, match_criteria, wq_type,
+    CreateTirOut, CreateTisIn, CreateTisOut, FteMatchParam, ModifyNicVportContextIn, ModifyRqIn,
+    ModifySqIn, QueryVportCounterOut, SetFlowTableRootIn, SetFteIn, WqState, WqeEthSeg,
+    flow_action, flow_destination_type, inline_mode, match_criteria, wq_type,
 };
 
 /// A status and syndrome, or the object's number.
@@ -91,6 +91,35 @@ pub fn wait_stats(hw: &Hw, f: impl Fn(&PortStats) -> bool) -> PortStats {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// MODIFY_NIC_VPORT_CONTEXT `addresses_list`, MC: the group addresses the vport receives
+/// (what a driver subscribes before broadcast or multicast reaches its flow table). The
+/// command's status and syndrome.
+pub fn subscribe(hw: &Hw, macs: &[[u8; 6]]) -> (u8, u32) {
+    let mut c = cmd(
+        CmdOpcode::ModifyNicVportContext,
+        0,
+        ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES + 8 * macs.len(),
+    );
+    {
+        let mut v = ModifyNicVportContextIn::new_unchecked(&mut c[..]);
+        v.field_select_mut().set_addresses_list(1).unwrap();
+        let mut x = v.nic_vport_context_mut();
+        x.set_allowed_list_type(1).unwrap();
+        x.set_allowed_list_size(macs.len() as u32).unwrap();
+        for (i, m) in macs.iter().enumerate() {
+            let mut e = [0u8; 8];
+            e[2..].copy_from_slice(m);
+            x.set_current_uc_mac_address(i, u64::from_be_bytes(e))
+                .unwrap();
+        }
+    }
+    let out = hw.r.exec(&c, OUT).out();
+    status(&out)
+}
+
+/// Broadcast and the IPv6 all-nodes group.
+pub const GROUPS: [[u8; 6]; 2] = [[0xff; 6], [0x33, 0x33, 0, 0, 0, 1]];
 
 pub fn td(hw: &Hw) -> u32 {
     let out = hw.r.ok(&cmd(CmdOpcode::AllocTransportDomain, 0, 0x10), OUT);

@@ -86,6 +86,10 @@ pub(crate) struct RoceState {
     vlan: Option<(u16, u8)>,
 }
 
+/// `allowed_list_type` of a multicast address list (the kernel's
+/// MLX5_NVPRT_LIST_TYPE_MC).
+const NIC_VPORT_LIST_MC: u32 = 1;
+
 impl Hca {
     /// Whether `gid` is one of the function's own (set with [`Hca::set_gid`]).
     pub fn owns_gid(&self, gid: &Gid) -> bool {
@@ -153,6 +157,49 @@ impl Hca {
             ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
         )?;
         info!(mtu, "vport MTU");
+        Ok(())
+    }
+
+    /// The group addresses (broadcast included) whose frames the NIC delivers
+    /// to this function's RX flow table: MODIFY_NIC_VPORT_CONTEXT
+    /// `addresses_list` with `allowed_list_type` MC, replacing the list. A
+    /// ConnectX's e-switch replicates broadcast and multicast to a vport by
+    /// this list; mlx5e programs it with broadcast and every multicast
+    /// address of the netdev (the kernel's `mlx5_modify_nic_vport_mac_list`:
+    /// each entry a `mac_address_layout`, the MAC in its low 6 bytes).
+    pub fn set_multicast_list(&self, macs: &[[u8; 6]]) -> Result<(), Mlx5Error> {
+        let caps = self.general_caps()?;
+        let max = 1usize << caps.log_max_current_mc_list();
+        if macs.len() > max || macs.iter().any(|m| m[0] & 1 == 0) {
+            return Err(Mlx5Error::QpOptions {
+                reason: format!(
+                    "multicast list: {} addresses (at most {max}, each a group address)",
+                    macs.len()
+                ),
+            });
+        }
+        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES + 8 * macs.len()];
+        ModifyNicVportContextIn::new_checked(&mut buf[..])
+            .and_then(|mut v| {
+                v.field_select_mut().set_addresses_list(1)?;
+                let mut c = v.nic_vport_context_mut();
+                c.set_allowed_list_type(NIC_VPORT_LIST_MC)?;
+                c.set_allowed_list_size(macs.len() as u32)?;
+                for (i, m) in macs.iter().enumerate() {
+                    let mut e = [0u8; 8];
+                    e[2..].copy_from_slice(m);
+                    c.set_current_uc_mac_address(i, u64::from_be_bytes(e))?;
+                }
+                Ok(())
+            })
+            .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
+        self.exec(
+            CmdOpcode::ModifyNicVportContext,
+            0,
+            &buf,
+            ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        debug!(n = macs.len(), "vport multicast list");
         Ok(())
     }
 

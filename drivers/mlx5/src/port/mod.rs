@@ -78,6 +78,41 @@ struct State {
     counters: PortCounters,
     /// Bumped on every engine event (waiters re-check).
     generation: u64,
+    /// The vport multicast list last programmed ([`subscriptions`]).
+    subscribed: Vec<[u8; 6]>,
+}
+
+/// The group addresses the port must receive: broadcast (ARP) and the
+/// solicited-node group of each own IPv6 address (neighbour solicitations,
+/// RFC 4861 §7.2.1), sorted, each once.
+fn subscriptions(engine: &Neighbours) -> Vec<[u8; 6]> {
+    let mut macs = vec![[0xff; 6]];
+    for (ip, _) in engine.own_addresses() {
+        if let IpAddr::V6(v6) = ip {
+            let o = v6.octets();
+            macs.push([0x33, 0x33, 0xff, o[13], o[14], o[15]]);
+        }
+    }
+    macs.sort_unstable();
+    macs.dedup();
+    macs
+}
+
+impl Shared {
+    /// Program the vport's multicast list if the own addresses changed it.
+    fn subscribe(&self) -> Result<(), Mlx5Error> {
+        let want = {
+            let st = lock(&self.state);
+            let want = subscriptions(&st.engine);
+            if want == st.subscribed {
+                return Ok(());
+            }
+            want
+        };
+        self.hca.set_multicast_list(&want)?;
+        lock(&self.state).subscribed = want;
+        Ok(())
+    }
 }
 
 struct Shared {
@@ -217,11 +252,15 @@ impl Port {
                 queues,
                 counters: PortCounters::default(),
                 generation: 0,
+                subscribed: Vec::new(),
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
         });
+        // Broadcast first (ARP); each own IPv6 address adds its solicited-node
+        // group as the GIDs are announced below.
+        shared.subscribe()?;
         let resolver: Arc<dyn Resolver> = Arc::new(PortResolver(Arc::downgrade(&shared)));
         // The resolver lives as long as the port: the Hca holds it weakly,
         // the worker strongly.
@@ -283,6 +322,12 @@ impl Drop for Port {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(w) = self.worker.take() {
             let _ = w.join();
+        }
+        // The rules are gone with the worker; no group address is wanted now.
+        if !self.shared.hca.is_fatal()
+            && let Err(e) = self.shared.hca.set_multicast_list(&[])
+        {
+            warn!(error = %e, "port close: clearing the vport multicast list failed");
         }
     }
 }
@@ -374,5 +419,9 @@ impl Resolver for PortResolver {
             }
         }
         Shared::flush(&mut st);
+        drop(st);
+        if let Err(e) = shared.subscribe() {
+            warn!(%ip, error = %e, "port: the vport multicast list was not updated");
+        }
     }
 }
