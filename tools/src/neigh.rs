@@ -99,15 +99,33 @@ fn entries_json(p: &Arc<Mlx5Provider>) -> Vec<Value> {
     out
 }
 
-/// The `port` object of `rnicctl info` / `stats`: null when the port's L2 is off.
+/// The NIC vport's traffic counters (QUERY_VPORT_COUNTER) as JSON; null when the firmware
+/// refuses the query.
+pub(crate) fn vport_json(p: &Arc<Mlx5Provider>) -> Value {
+    let Ok(v) = p.hca().vport_counters() else {
+        return Value::Null;
+    };
+    let t = |t: rnic::mlx5::Traffic| json!({ "packets": t.packets, "octets": t.octets });
+    json!({
+        "rx_errors": t(v.rx_errors),
+        "tx_errors": t(v.tx_errors),
+        "rx_unicast": t(v.rx_unicast),
+        "tx_unicast": t(v.tx_unicast),
+        "rx_multicast": t(v.rx_multicast),
+        "tx_multicast": t(v.tx_multicast),
+        "rx_broadcast": t(v.rx_broadcast),
+        "tx_broadcast": t(v.tx_broadcast),
+    })
+}
+
+/// The `port` object of `rnicctl info` / `stats`: the NIC vport's counters, and the port
+/// L2's when it runs.
 pub(crate) fn port_json(p: &Arc<Mlx5Provider>) -> Value {
-    match p.port() {
-        Some(port) => json!({
-            "l2": "ARP/ND",
-            "counters": counters_json(&port.counters()),
-        }),
-        None => Value::Null,
-    }
+    json!({
+        "l2": if p.port().is_some() { "ARP/ND" } else { "off" },
+        "counters": p.port().map(|port| counters_json(&port.counters())),
+        "vport": vport_json(p),
+    })
 }
 
 /// One line per entry, as `ip neigh` prints them.
@@ -168,6 +186,7 @@ pub fn main(
     }
     let entries = entries_json(p);
     let counters = counters_json(&port.counters());
+    let vport = vport_json(p);
     if json_out {
         println!(
             "{}",
@@ -178,6 +197,7 @@ pub fn main(
                 "resolved": resolved,
                 "entries": entries,
                 "counters": counters,
+                "vport": vport,
             })
         );
     } else {

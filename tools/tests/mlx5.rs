@@ -312,6 +312,15 @@ fn neigh_resolves_by_arp_and_lists_the_cache() {
         (Some("02:00:00:00:00:22"), Some("REACHABLE"))
     );
     assert!(j["counters"]["learned"].as_u64().unwrap() >= 1, "{j}");
+    // The NIC's own view (QUERY_VPORT_COUNTER): the broadcast request out, the reply in.
+    assert!(
+        j["vport"]["tx_broadcast"]["packets"].as_u64().unwrap() >= 1,
+        "{j}"
+    );
+    assert!(
+        j["vport"]["rx_unicast"]["packets"].as_u64().unwrap() >= 1,
+        "{j}"
+    );
 
     // Nobody at 10.9.0.99: exit status 1 in bounded time, the address named.
     let start = Instant::now();

@@ -181,7 +181,7 @@ pub use firmware::init::{
     DoorbellPath, FwVersion, Hca, HcaInfo, HcaOptions, Health, PageCounts, PortType, ResetPolicy,
 };
 pub use firmware::neigh::{Neighbour, NeighbourOptions, NeighbourSource};
-pub use firmware::resources::Mkey;
+pub use firmware::resources::{Mkey, Traffic, VportCounters};
 pub use firmware::{CmdQueue, CmdQueueOptions};
 pub use function::{
     BlockWindow, DmaBuffer, FunctionId, IovaSpace, PCI_BAR_PREFETCHABLE, PCI_BAR0, PCI_COMMAND,

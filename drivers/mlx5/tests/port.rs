@@ -345,6 +345,17 @@ fn the_port_announces_and_answers_arp_and_nd_for_the_functions_gids() {
         e.rx_delivered >= 3,
         "delivered through the driver's rules: {e:?}"
     );
+    // The same traffic as the NIC vport counts it (QUERY_VPORT_COUNTER).
+    let v = r.hca.vport_counters().unwrap();
+    assert_eq!(
+        (v.rx_broadcast.packets, v.rx_multicast.packets),
+        (e.rx_broadcast, e.rx_multicast),
+        "{v:?} {e:?}"
+    );
+    assert!(
+        v.tx_broadcast.packets >= 1 && v.tx_unicast.packets >= 1,
+        "{v:?}"
+    );
 }
 
 #[test]

@@ -12,7 +12,8 @@ use rnic_mlx5_prm::{
     AccessRegisterIn, AccessRegisterOut, CmdOpcode, CreateMkeyIn, CreateMkeyOut,
     DeleteL2TableEntryIn, DeleteL2TableEntryOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
     MTT_READ_ENABLE, MTT_WRITE_ENABLE, ModifyNicVportContextIn, ModifyNicVportContextOut, PtysReg,
-    QueryNicVportContextIn, QueryNicVportContextOut, QueryVportStateIn, QueryVportStateOut,
+    QUERY_VPORT_COUNTER_OP_MOD_VPORT, QueryNicVportContextIn, QueryNicVportContextOut,
+    QueryVportCounterIn, QueryVportCounterOut, QueryVportStateIn, QueryVportStateOut,
     ROCE_L3_TYPE_IPV4, ROCE_L3_TYPE_IPV6, ROCE_VERSION_2, SetL2TableEntryIn, SetL2TableEntryOut,
     SetRoceAddressIn, SetRoceAddressOut, access_reg_op_mod, mkey_access_mode, ptys_proto,
     register_id,
@@ -84,6 +85,38 @@ pub(crate) struct RoceState {
     mpfs: Option<u32>,
     /// The port's 802.1Q VLAN id and priority ([`Hca::set_vlan`]).
     vlan: Option<(u16, u8)>,
+}
+
+/// Packets and octets of one [`VportCounters`] class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Packets.
+    pub packets: u64,
+    /// Octets.
+    pub octets: u64,
+}
+
+/// The NIC vport's own traffic counters (QUERY_VPORT_COUNTER): what the
+/// port received and sent by cast, and what it dropped in error — beside
+/// the port L2's counters, the NIC's view of the same wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VportCounters {
+    /// Frames received in error (over the MTU, malformed).
+    pub rx_errors: Traffic,
+    /// Frames not sent in error.
+    pub tx_errors: Traffic,
+    /// Unicast received / sent.
+    pub rx_unicast: Traffic,
+    /// Unicast sent.
+    pub tx_unicast: Traffic,
+    /// Multicast received.
+    pub rx_multicast: Traffic,
+    /// Multicast sent.
+    pub tx_multicast: Traffic,
+    /// Broadcast received.
+    pub rx_broadcast: Traffic,
+    /// Broadcast sent.
+    pub tx_broadcast: Traffic,
 }
 
 /// `allowed_list_type` of a multicast address list (the kernel's
@@ -201,6 +234,36 @@ impl Hca {
         )?;
         debug!(n = macs.len(), "vport multicast list");
         Ok(())
+    }
+
+    /// The vport's traffic counters (QUERY_VPORT_COUNTER, op_mod 0: this
+    /// function's own vport); not cleared.
+    pub fn vport_counters(&self) -> Result<VportCounters, Mlx5Error> {
+        let mut cmd = vec![0u8; QueryVportCounterIn::<&[u8]>::SIZE_BYTES];
+        QueryVportCounterIn::new_checked(&mut cmd[..])
+            .and_then(|mut v| v.set_op_mod(QUERY_VPORT_COUNTER_OP_MOD_VPORT))
+            .map_err(prm("QUERY_VPORT_COUNTER"))?;
+        let out = self.exec(
+            CmdOpcode::QueryVportCounter,
+            QUERY_VPORT_COUNTER_OP_MOD_VPORT as u16,
+            &cmd,
+            QueryVportCounterOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        let v = QueryVportCounterOut::new_checked(&out[..]).map_err(prm("QUERY_VPORT_COUNTER"))?;
+        let t = |c: rnic_mlx5_prm::TrafficCounter<&[u8]>| Traffic {
+            packets: c.packets(),
+            octets: c.octets(),
+        };
+        Ok(VportCounters {
+            rx_errors: t(v.received_errors()),
+            tx_errors: t(v.transmit_errors()),
+            rx_unicast: t(v.received_eth_unicast()),
+            tx_unicast: t(v.transmitted_eth_unicast()),
+            rx_multicast: t(v.received_eth_multicast()),
+            tx_multicast: t(v.transmitted_eth_multicast()),
+            rx_broadcast: t(v.received_eth_broadcast()),
+            tx_broadcast: t(v.transmitted_eth_broadcast()),
+        })
     }
 
     /// The IP addresses of the function's GIDs.
