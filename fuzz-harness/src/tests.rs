@@ -125,6 +125,14 @@ fn mlx5_firmware_corpus_and_random_inputs() {
         }
         firmware::command_queue(&v);
     });
+    // And with the objects prefix (UAR, PD, TD, EQ, CQ) the raw Ethernet commands name.
+    random_inputs(7, 40, 400, |d| {
+        let mut v = d.to_vec();
+        if let Some(b) = v.first_mut() {
+            *b |= 1 | 4 | 8;
+        }
+        firmware::command_queue(&v);
+    });
 }
 
 #[test]
