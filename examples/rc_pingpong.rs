@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rnic::core::exchange::{QpEndpoint, client_exchange, server_exchange};
 use rnic::core::{
-    AccessFlags, Context, InitParams, Memory, Mtu, Psn, QpCaps, QpInitAttr, QpType, QueuePair,
-    RecvWr, RtrParams, RtsParams, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, InitParams, Memory, Mtu, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
+    RtrParams, RtsParams, SendWr, WcStatus, WorkCompletion,
 };
-use rnic::rxe::{Progress, RxeConfig, RxeDevice, Target};
-use rnic::{DeviceSpec, MemorySource, RxeTarget};
+
+#[path = "pingpong/mod.rs"]
+mod pingpong;
+use pingpong::{check, fill, gid_str, local_gid, open, print_results, rand_psn};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -74,52 +76,6 @@ struct Args {
     stats: bool,
     /// Server to connect to (none: be the server).
     servername: Option<String>,
-}
-
-type Opened = (Context, Option<RxeDevice>, MemorySource);
-
-fn open(spec: &str, events: bool) -> Result<Opened, String> {
-    let spec = if spec.contains(':') || spec == "rxe" {
-        spec.to_owned()
-    } else {
-        format!("rxe:{spec}")
-    };
-    match spec.parse::<DeviceSpec>().map_err(|e| e.to_string())? {
-        DeviceSpec::Rxe(t) => {
-            let target = match t {
-                RxeTarget::Netdev(n) => Target::Netdev(n),
-                RxeTarget::Ip(ip) => Target::Ip(ip),
-            };
-            let progress = if events {
-                Progress::Thread
-            } else {
-                Progress::Caller
-            };
-            let dev = RxeDevice::open(&RxeConfig::new(target).with_progress(progress))
-                .map_err(|e| format!("Couldn't get context for {spec}: {e}"))?;
-            Ok((dev.context(), Some(dev), MemorySource::Host))
-        }
-        _ => rnic::open_with_memory(&spec)
-            .map(|(c, m)| (c, None, m))
-            .map_err(|e| format!("Couldn't get context for {spec}: {}", rnic::error_chain(&e))),
-    }
-}
-
-fn fill(mem: &dyn Memory, off: usize, size: usize, seq: u32) {
-    let bytes: Vec<u8> = (0..size)
-        .map(|i| (seq as usize).wrapping_add(i) as u8)
-        .collect();
-    let _ = mem.write(off, &bytes);
-}
-
-fn check(mem: &dyn Memory, size: usize, seq: u32) -> bool {
-    let mut got = vec![0u8; size];
-    if mem.read(0, &mut got).is_err() {
-        return false;
-    }
-    got.iter()
-        .enumerate()
-        .all(|(i, b)| *b == (seq as usize).wrapping_add(i) as u8)
 }
 
 fn run(args: &Args) -> Result<(), String> {
@@ -177,14 +133,7 @@ fn run(args: &Args) -> Result<(), String> {
         cq.req_notify(false)
             .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
     }
-    let gids = ctx
-        .query_gid_table(args.ib_port)
-        .map_err(|e| e.to_string())?;
-    let gid = gids
-        .iter()
-        .find(|g| g.index == u32::from(args.gid_idx))
-        .map(|g| g.gid)
-        .ok_or_else(|| format!("can't read sgid of index {}", args.gid_idx))?;
+    let gid = local_gid(&ctx, args.ib_port, args.gid_idx)?;
     let local = QpEndpoint {
         lid: 0,
         qpn: qp.qpn(),
@@ -239,7 +188,7 @@ fn run(args: &Args) -> Result<(), String> {
     let (mut scnt, mut rcnt) = (0u32, 0u32);
     let post_send = |qp: &mut QueuePair, seq: u32| -> Result<(), String> {
         if args.check {
-            fill(mem.as_ref(), size, size, seq);
+            fill(mem.as_ref(), size, size, seq)?;
         }
         qp.post_send(&[SendWr::send(SEND_WRID, ssge).signaled()])
             .map_err(|e| format!("Couldn't post send: {e}"))
@@ -290,7 +239,7 @@ fn run(args: &Args) -> Result<(), String> {
                             return Err("Couldn't post receive".into());
                         }
                     }
-                    if args.check && !check(mem.as_ref(), size, rcnt) {
+                    if args.check && !check(mem.as_ref(), 0, size, rcnt) {
                         return Err(format!("Failed validation of message {rcnt}"));
                     }
                     rcnt += 1;
@@ -304,36 +253,11 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = u64::from(args.size) * u64::from(args.iters) * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / secs / 1_000_000.0
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        args.iters,
-        secs * 1_000_000.0 / f64::from(args.iters)
-    );
+    print_results(args.size, args.iters, start.elapsed().as_secs_f64());
     if let Some(d) = dev.as_ref().filter(|_| args.stats) {
         print!("{}", d.stats());
     }
     Ok(())
-}
-
-/// A GID as `inet_ntop(AF_INET6)` prints it (`::ffff:127.0.0.1`).
-fn gid_str(gid: &rnic::core::Gid) -> String {
-    std::net::Ipv6Addr::from(*gid.raw()).to_string()
-}
-
-/// `lrand48() & 0xffffff` stand-in: the clock's nanoseconds.
-fn rand_psn() -> u32 {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| {
-            d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(13)
-        });
-    (n ^ std::process::id().rotate_left(7)) & 0xFF_FFFF
 }
 
 fn main() -> ExitCode {
