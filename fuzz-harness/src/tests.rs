@@ -125,6 +125,14 @@ fn mlx5_firmware_corpus_and_random_inputs() {
         }
         firmware::command_queue(&v);
     });
+    // And with the objects prefix (UAR, PD, TD, EQ, CQ) the raw Ethernet commands name.
+    random_inputs(7, 40, 400, |d| {
+        let mut v = d.to_vec();
+        if let Some(b) = v.first_mut() {
+            *b |= 1 | 4 | 8;
+        }
+        firmware::command_queue(&v);
+    });
 }
 
 #[test]
@@ -181,6 +189,45 @@ fn the_mlx5_firmware_seeds_do_what_they_say() {
     let st = &end.stats;
     assert!(st.delivery_errors.len() >= 5, "{st:?}");
     assert!(st.ignored_not_owned >= 1, "{st:?}");
+}
+
+/// The flow steering and raw Ethernet seeds: the honest flow program creates two tables, a
+/// group and two entries (one forwarding to the other table) with no refusal; the hostile
+/// one is refused exactly where the PRM says (bad parameter: size, type, range, criteria,
+/// index, destination level, value outside the mask; bad resource: a root that does not
+/// exist; bad resource state: a table in use), leaving the one valid table and group; the
+/// raw program takes an RQ, a TIR and a rule forwarding to it past the objects prefix.
+#[test]
+fn the_mlx5_firmware_flow_seeds_do_what_they_say() {
+    use rnic_mlx5_prm::{CmdOpcode, CmdStatus};
+    let seeds = firmware::seeds();
+    let get = |name: &str| &seeds.iter().find(|(n, _)| *n == name).expect(name).1;
+    let end = firmware::run(get("flow-table-group-entry"));
+    let (a, st) = (end.accounting, end.stats);
+    assert_eq!(a.flow_objects, 2 + 1 + 2, "{a:?}");
+    assert_eq!(st.errors.values().sum::<u64>(), 0, "{st:?}");
+    assert_eq!(st.executed(CmdOpcode::SetFlowTableRoot), 1, "{st:?}");
+    assert_eq!(st.executed(CmdOpcode::QueryFlowTableEntry), 1, "{st:?}");
+
+    let end = firmware::run(get("hostile-flow-tables"));
+    let (a, st) = (end.accounting, end.stats);
+    assert_eq!(a.flow_objects, 2, "only the valid table and group: {a:?}");
+    let errors = |s: CmdStatus| st.errors.get(&s.as_raw()).copied().unwrap_or(0);
+    assert_eq!(errors(CmdStatus::BadParam), 7, "{st:?}");
+    assert_eq!(errors(CmdStatus::BadRes), 1, "{st:?}");
+    assert_eq!(errors(CmdStatus::BadResState), 1, "{st:?}");
+    assert_eq!(st.executed(CmdOpcode::CreateFlowTable), 3, "{st:?}");
+
+    let end = firmware::run(get("raw-rq-tir-steered"));
+    let (a, st) = (end.accounting, end.stats);
+    assert_eq!(st.errors.values().sum::<u64>(), 0, "{st:?}");
+    assert_eq!((a.eth_objects, a.flow_objects), (2, 3), "{a:?}");
+    assert_eq!(
+        (a.uars, a.pds, a.tds, a.eqs, a.cqs),
+        (1, 1, 1, 1, 1),
+        "{a:?}"
+    );
+    assert_eq!(st.executed(CmdOpcode::ModifyRq), 1, "{st:?}");
 }
 
 /// The inputs of `mlx5_firmware` share one rig per thread, reset between them: an input

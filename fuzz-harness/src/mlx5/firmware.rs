@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use rnic_mlx5_emu::firmware::cmdq::MAX_CMD_BYTES;
 use rnic_mlx5_emu::{Accounting, FirmwareStats, Phase};
 use rnic_mlx5_prm::{
-    CMD_INLINE_BYTES, CMD_TYPE_PCIE, CmdIfBox, CmdOpcode, CmdQueueEntry, CmdStatus, DeliveryStatus,
-    MAILBOX_ALIGN, MAILBOX_DATA_BYTES, ManagePagesIn, ManagePagesOut, MboxIn, cmd_if_box,
-    cmd_queue_entry, manage_pages_op_mod,
+    AllocUarOut, CMD_INLINE_BYTES, CMD_TYPE_PCIE, CmdIfBox, CmdOpcode, CmdQueueEntry, CmdStatus,
+    DeliveryStatus, MAILBOX_ALIGN, MAILBOX_DATA_BYTES, ManagePagesIn, ManagePagesOut, MboxIn,
+    cmd_if_box, cmd_queue_entry, manage_pages_op_mod,
 };
 
 use super::{
-    BASE, BLOCKS, CMDQ, ENTRY, INBOX, MAPPED, OUTBOX, POOL_PAGES, Rig, TOKEN, blocks, cmd,
+    BASE, BLOCKS, CMDQ, ENTRY, INBOX, MAPPED, OUTBOX, POOL_PAGES, QUEUES, Rig, TOKEN, blocks, cmd,
     pool_page, split, status,
 };
 use crate::Input;
@@ -220,8 +220,139 @@ const KNOWN: &[(CmdOpcode, usize, usize)] = {
             p::query_special_contexts_in::SIZE_BYTES,
             p::query_special_contexts_out::SIZE_BYTES,
         ),
+        // Raw Ethernet (hca/raw.rs). CREATE_SQ / CREATE_RQ: room for two `pas` entries.
+        (
+            CmdOpcode::CreateTis,
+            p::create_tis_in::SIZE_BYTES,
+            p::create_tis_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroyTis,
+            p::destroy_tis_in::SIZE_BYTES,
+            p::destroy_tis_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::CreateSq,
+            p::create_sq_in::SIZE_BYTES + 2 * 8,
+            p::create_sq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::ModifySq,
+            p::modify_sq_in::SIZE_BYTES,
+            p::modify_sq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroySq,
+            p::destroy_sq_in::SIZE_BYTES,
+            p::destroy_sq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QuerySq,
+            p::query_sq_in::SIZE_BYTES,
+            p::query_sq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::CreateRq,
+            p::create_rq_in::SIZE_BYTES + 2 * 8,
+            p::create_rq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::ModifyRq,
+            p::modify_rq_in::SIZE_BYTES,
+            p::modify_rq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroyRq,
+            p::destroy_rq_in::SIZE_BYTES,
+            p::destroy_rq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QueryRq,
+            p::query_rq_in::SIZE_BYTES,
+            p::query_rq_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::CreateTir,
+            p::create_tir_in::SIZE_BYTES,
+            p::create_tir_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroyTir,
+            p::destroy_tir_in::SIZE_BYTES,
+            p::destroy_tir_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QueryTir,
+            p::query_tir_in::SIZE_BYTES,
+            p::query_tir_out::SIZE_BYTES,
+        ),
+        // Flow steering (hca/steer.rs). SET_FLOW_TABLE_ENTRY and QUERY_FLOW_TABLE_ENTRY:
+        // room for two destinations in the flow context.
+        (
+            CmdOpcode::CreateFlowTable,
+            p::create_flow_table_in::SIZE_BYTES,
+            p::create_flow_table_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroyFlowTable,
+            p::destroy_flow_table_in::SIZE_BYTES,
+            p::destroy_flow_table_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QueryFlowTable,
+            p::query_flow_table_in::SIZE_BYTES,
+            p::query_flow_table_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::CreateFlowGroup,
+            p::create_flow_group_in::SIZE_BYTES,
+            p::create_flow_group_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DestroyFlowGroup,
+            p::destroy_flow_group_in::SIZE_BYTES,
+            p::destroy_flow_group_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::SetFlowTableEntry,
+            p::set_fte_in::SIZE_BYTES + 2 * FLOW_DEST_BYTES,
+            p::set_fte_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::DeleteFlowTableEntry,
+            p::delete_fte_in::SIZE_BYTES,
+            p::delete_fte_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QueryFlowTableEntry,
+            p::query_fte_in::SIZE_BYTES,
+            p::query_fte_out::SIZE_BYTES + 2 * FLOW_DEST_BYTES,
+        ),
+        (
+            CmdOpcode::SetFlowTableRoot,
+            p::set_flow_table_root_in::SIZE_BYTES,
+            p::set_flow_table_root_out::SIZE_BYTES,
+        ),
+        (
+            CmdOpcode::QueryVportCounter,
+            p::query_vport_counter_in::SIZE_BYTES,
+            p::query_vport_counter_out::SIZE_BYTES,
+        ),
     ]
 };
+
+/// The number the emulator gives the first SQ or RQ of a function (they come from the QP
+/// number space; the seeds name it).
+const FIRST_RAW_QPN: u32 = 2;
+
+/// Bytes of one element of a flow context's destination list.
+const FLOW_DEST_BYTES: usize = 16;
+
+/// Where the objects prefix puts its EQ ring, CQ ring and CQ doorbell record (memfd
+/// offsets, past the pool).
+const PREFIX_EQ: u64 = QUEUES;
+const PREFIX_CQ: u64 = QUEUES + 0x1000;
+const PREFIX_CQ_DBR: u64 = QUEUES + 0x2000;
 
 /// Addresses a hostile driver names that are not (wholly) mapped, or not aligned.
 const BAD_ADDRS: [u64; 6] = [
@@ -244,6 +375,10 @@ struct Model {
     cqs: usize,
     mkeys: usize,
     qps: usize,
+    /// TISes, SQs, RQs, TIRs.
+    eth: usize,
+    /// Flow tables, groups, entries.
+    flow: usize,
 }
 
 impl Model {
@@ -281,6 +416,39 @@ impl Model {
             CmdOpcode::CreateQp | CmdOpcode::DestroyQp => {
                 inc(&mut self.qps, op == CmdOpcode::CreateQp)
             }
+            CmdOpcode::CreateTis
+            | CmdOpcode::CreateSq
+            | CmdOpcode::CreateRq
+            | CmdOpcode::CreateTir
+            | CmdOpcode::DestroyTis
+            | CmdOpcode::DestroySq
+            | CmdOpcode::DestroyRq
+            | CmdOpcode::DestroyTir => {
+                let up = matches!(
+                    op,
+                    CmdOpcode::CreateTis
+                        | CmdOpcode::CreateSq
+                        | CmdOpcode::CreateRq
+                        | CmdOpcode::CreateTir
+                );
+                inc(&mut self.eth, up);
+            }
+            // Nothing cascades (steer.rs: nothing in use is destroyed) and SET_FTE only
+            // adds (no modify in place): each command is one object.
+            CmdOpcode::CreateFlowTable
+            | CmdOpcode::CreateFlowGroup
+            | CmdOpcode::SetFlowTableEntry
+            | CmdOpcode::DestroyFlowTable
+            | CmdOpcode::DestroyFlowGroup
+            | CmdOpcode::DeleteFlowTableEntry => {
+                let up = matches!(
+                    op,
+                    CmdOpcode::CreateFlowTable
+                        | CmdOpcode::CreateFlowGroup
+                        | CmdOpcode::SetFlowTableEntry
+                );
+                inc(&mut self.flow, up);
+            }
             CmdOpcode::DisableHca => *self = Model::default(),
             CmdOpcode::ManagePages if op_mod == manage_pages_op_mod::GIVE => {
                 let v = ManagePagesIn::new_unchecked(input);
@@ -315,13 +483,25 @@ impl Model {
             "the firmware holds other pages than were given and not taken back"
         );
         assert_eq!(a.pages_held, self.pages.len());
-        let counts = (a.uars, a.pds, a.tds, a.eqs, a.cqs, a.mkeys, a.qps);
+        let counts = (
+            a.uars,
+            a.pds,
+            a.tds,
+            a.eqs,
+            a.cqs,
+            a.mkeys,
+            a.qps,
+            a.eth_objects,
+            a.flow_objects,
+        );
         let want = (
-            self.uars, self.pds, self.tds, self.eqs, self.cqs, self.mkeys, self.qps,
+            self.uars, self.pds, self.tds, self.eqs, self.cqs, self.mkeys, self.qps, self.eth,
+            self.flow,
         );
         assert_eq!(
             counts, want,
-            "object counts (uar, pd, td, eq, cq, mkey, qp) differ from the commands that succeeded"
+            "object counts (uar, pd, td, eq, cq, mkey, qp, eth, flow) differ from the commands \
+             that succeeded"
         );
         if a.phase == Phase::Disabled {
             assert!(self.pages.is_empty(), "a disabled function holds pages");
@@ -784,11 +964,15 @@ fn overwritten(rig: &Rig, expected: &[(u32, [u8; ENTRY], Expect)]) -> bool {
 /// of which only part is DMA-mapped) and a sequence of hostile commands from `data`, each
 /// written into the command queue with its mailbox chains and rung through the emulator's
 /// doorbell path. The first byte chooses whether the function is first brought up honestly
-/// (ENABLE_HCA … INIT_HCA), so the resource commands are reachable. The function is the
-/// thread's shared rig, reset before each input (see [`super::with_rig`]): whatever an input
-/// leaves (objects, pages, a torn-down or disabled function, a broken queue address) the
-/// function-level reset undoes, and the reset asserts that it did (accounting, pages and
-/// DMA mappings equal to a fresh rig's), so no input needs a fresh function.
+/// (ENABLE_HCA … INIT_HCA), so the resource commands are reachable, and whether a UAR, a
+/// PD, a transport domain and (another bit) an EQ and a CQ follow, so the raw Ethernet
+/// commands (TIS, SQ, RQ, TIR) have what they name (see [`objects_prefix`]); the flow
+/// steering commands need only the bring-up. The function is the thread's shared rig, reset
+/// before each input (see [`super::with_rig`]): whatever an input leaves (objects — raw
+/// Ethernet and flow steering ones included —, pages, a torn-down or disabled function, a
+/// broken queue address) the function-level reset undoes, and the reset asserts that it did
+/// (accounting, pages and DMA mappings equal to a fresh rig's), so no input needs a fresh
+/// function.
 ///
 /// Asserts, for every rung slot: an entry owned by software is ignored and unchanged; an
 /// owned one is completed (ownership back to software) with exactly the delivery status the
@@ -797,7 +981,8 @@ fn overwritten(rig: &Rig, expected: &[(u32, [u8; ENTRY], Expect)]) -> bool {
 /// mapping counted as a DMA fault; a delivered output carries a known command status, a
 /// nonzero syndrome on error and zero on success. After each ring: the pages the firmware
 /// holds are exactly those given and not taken back (never a page it was not given), the
-/// UAR/PD/TD/EQ/CQ/MKey/QP counts match the commands that succeeded, no byte of the memfd
+/// UAR/PD/TD/EQ/CQ/MKey/QP counts, the raw Ethernet objects (TIS/SQ/RQ/TIR) and the flow
+/// objects (tables, groups, entries) match the commands that succeeded, no byte of the memfd
 /// outside the mapping changed, and (while no EQ exists to take command events) no mapped
 /// byte changed but the rung entries' outputs and their output mailboxes' data.
 pub fn command_queue(data: &[u8]) {
@@ -879,10 +1064,13 @@ fn commands(rig: &mut Rig, data: &[u8]) {
     let first = inp.u8();
     if first & 1 == 1 {
         rig.bring_up(first & 2 == 2);
-        rig.refresh();
         for i in 0..48 {
             model.pages.insert(pool_page(i));
         }
+        if first & 4 == 4 {
+            objects_prefix(rig, &mut model, first & 8 == 8);
+        }
+        rig.refresh();
         model.check(rig);
     }
     let mut n = 0;
@@ -899,6 +1087,45 @@ fn commands(rig: &mut Rig, data: &[u8]) {
         if !ring_and_check(rig, &mut model, bits) {
             return;
         }
+    }
+}
+
+/// The objects the raw Ethernet commands name, made honestly after the bring-up: a UAR, a
+/// PD and a transport domain (PD and TD number 1: what a TIS, a TIR and a work queue need),
+/// and with `queues` an EQ (no events) and a CQ (64 CQEs, number 1) on it, so an SQ and an
+/// RQ can be created and a frame can complete. (An EQ turns the stray-write check off
+/// for the input, as one the input creates does: a CQ's completions and an EQ's events are
+/// device writes no command output names.)
+fn objects_prefix(rig: &mut Rig, model: &mut Model, queues: bool) {
+    let mut uar = 0;
+    for op in [
+        CmdOpcode::AllocUar,
+        CmdOpcode::AllocPd,
+        CmdOpcode::AllocTransportDomain,
+    ] {
+        let c = cmd(op, 0, 0x10);
+        let out = rig.ok(&c, 0x10);
+        if op == CmdOpcode::AllocUar {
+            uar = AllocUarOut::new_unchecked(&out[..]).uar();
+        }
+        model.apply(op, &c, &out);
+    }
+    // The watcher's first look at the new UAR page is not a doorbell.
+    rig.scan();
+    if queues {
+        let mut ring = vec![0u8; 4096];
+        for e in ring.chunks_mut(64) {
+            e[63] = 1;
+        }
+        rig.write(PREFIX_EQ, &ring);
+        for e in ring.chunks_mut(64) {
+            e[63] = 0xf0;
+        }
+        rig.write(PREFIX_CQ, &ring);
+        let eqn = rig.create_eq(PREFIX_EQ, uar, 0, 0);
+        rig.create_cq(6, uar, eqn, PREFIX_CQ, PREFIX_CQ_DBR);
+        model.eqs += 1;
+        model.cqs += 1;
     }
 }
 
@@ -996,9 +1223,211 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         broken.extend(simple(op, 1, 5, &tweak));
     }
     broken.extend_from_slice(&[0xf0, 0xff, 0xff, 0xff, 0xff]);
+    let (flow, hostile_flow) = flow_programs();
     vec![
         ("up-and-objects", up_and_objects),
         ("bring-up-by-hand", bring_up_by_hand),
         ("broken-transports", broken),
+        ("flow-table-group-entry", flow),
+        ("hostile-flow-tables", hostile_flow),
+        ("raw-rq-tir-steered", raw_program()),
     ]
+}
+
+/// One honest command of a program on `slot`: `op` (from [`KNOWN`], its PRM lengths) with
+/// `op_mod` (< 16) and `f`'s fields, the nonzero bytes of the body carried as raw patches
+/// (runs of up to 28 bytes from a nonzero dword; at most 7), no transport tweak.
+fn honest(op: CmdOpcode, op_mod: u8, slot: u8, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let k = KNOWN.iter().position(|k| k.0 == op).expect("known");
+    let mut body = vec![0u8; KNOWN[k].1];
+    f(&mut body);
+    let mut patches = Vec::new();
+    let mut at = 8;
+    while at < body.len() {
+        if body[at..at + 4] == [0; 4] {
+            at += 4;
+            continue;
+        }
+        let end = (at + 28).min(body.len());
+        let mut p = (at as u16).to_be_bytes().to_vec();
+        p.extend([4, (end - at) as u8]);
+        p.extend(&body[at..end]);
+        patches.push(p);
+        at = end;
+    }
+    assert!(patches.len() < 8, "{op}: too many patches");
+    let mut v = vec![0, k as u8, op_mod, 0, 0, patches.len() as u8];
+    v.extend(patches.concat());
+    v.extend([slot, 0]);
+    v
+}
+
+/// The flow steering programs after an honest bring-up: a table, a group matching the
+/// ethertype, a DROP entry, a second table of a higher level and an entry forwarding to
+/// it, the root set, the entry and the table queried (all accepted: five flow objects);
+/// and hostile parameters the PRM refuses (see `tests.rs`): a table over
+/// `log_max_ft_size` and of another type, a group beyond its table and one with a mask
+/// outside its enabled sets, an entry outside its group, one forwarding to a table of a
+/// level not above its own, one with a value outside the group's mask, a root of a table
+/// that does not exist — then the valid table destroyed while it has a group (in use).
+fn flow_programs() -> (Vec<u8>, Vec<u8>) {
+    use rnic_mlx5_prm::{
+        CreateFlowGroupIn, CreateFlowTableIn, DestroyFlowTableIn, QueryFlowTableIn, QueryFteIn,
+        SetFlowTableRootIn, SetFteIn, flow_action, flow_destination_type, match_criteria,
+    };
+    let table = |level: u32, log_size: u32, ty: u32| {
+        honest(CmdOpcode::CreateFlowTable, 0, 1, move |b| {
+            let mut v = CreateFlowTableIn::new_unchecked(b);
+            let _ = v.set_table_type(ty);
+            let _ = v.flow_table_context_mut().set_level(level);
+            let _ = v.flow_table_context_mut().set_log_size(log_size);
+        })
+    };
+    let group = |table: u32, range: (u32, u32), enable: u32, misc: bool| {
+        honest(CmdOpcode::CreateFlowGroup, 0, 2, move |b| {
+            let mut v = CreateFlowGroupIn::new_unchecked(b);
+            let _ = v.set_table_id(table);
+            let _ = v.set_start_flow_index(range.0);
+            let _ = v.set_end_flow_index(range.1);
+            let _ = v.set_match_criteria_enable(enable);
+            let mut m = v.match_criteria_mut();
+            let _ = m.outer_headers_mut().set_ethertype(0xffff);
+            if misc {
+                let _ = m.misc_parameters_mut().set_source_port(1);
+            }
+        })
+    };
+    let entry = |table: u32, index: u32, ethertype: u32, vlan: bool, dest: Option<(u32, u32)>| {
+        honest(CmdOpcode::SetFlowTableEntry, 0, 3, move |b| {
+            let mut v = SetFteIn::new_unchecked(b);
+            let _ = v.set_table_id(table);
+            let _ = v.set_flow_index(index);
+            let mut fc = v.flow_context_mut();
+            let _ = fc.set_group_id(1);
+            let mut o = fc.match_value_mut();
+            let _ = o.outer_headers_mut().set_ethertype(ethertype);
+            if vlan {
+                let _ = o.outer_headers_mut().set_first_vid(7);
+            }
+            match dest {
+                Some((ty, id)) => {
+                    let _ = fc.set_action(flow_action::FWD_DEST);
+                    let _ = fc.set_destination_list_size(1);
+                    if let Some(mut d) = fc.destination_mut(0) {
+                        let _ = d.destination_entry_mut().set_destination_type(ty);
+                        let _ = d.destination_entry_mut().set_destination_id(id);
+                    }
+                }
+                None => {
+                    let _ = fc.set_action(flow_action::DROP);
+                }
+            }
+        })
+    };
+    let root = |table: u32| {
+        honest(CmdOpcode::SetFlowTableRoot, 0, 4, move |b| {
+            let _ = SetFlowTableRootIn::new_unchecked(b).set_table_id(table);
+        })
+    };
+    let outer = match_criteria::OUTER_HEADERS;
+    let to_table = flow_destination_type::FLOW_TABLE;
+    let mut good = vec![1];
+    good.extend(table(0, 2, 0));
+    good.extend(group(1, (0, 1), outer, false));
+    good.extend(entry(1, 0, 0x0806, false, None));
+    good.extend(table(1, 0, 0));
+    good.extend(entry(1, 1, 0x86dd, false, Some((to_table, 2))));
+    good.extend(root(1));
+    good.extend(honest(CmdOpcode::QueryFlowTableEntry, 0, 5, |b| {
+        let mut v = QueryFteIn::new_unchecked(b);
+        let _ = v.set_table_id(1);
+        let _ = v.set_flow_index(1);
+    }));
+    good.extend(honest(CmdOpcode::QueryFlowTable, 0, 6, |b| {
+        let _ = QueryFlowTableIn::new_unchecked(b).set_table_id(2);
+    }));
+    let mut bad = vec![1];
+    bad.extend(table(0, 17, 0));
+    bad.extend(table(0, 2, 1));
+    bad.extend(table(0, 2, 0));
+    bad.extend(group(1, (2, 4), outer, false));
+    bad.extend(group(1, (0, 1), outer, true));
+    bad.extend(group(1, (0, 1), outer, false));
+    bad.extend(entry(1, 2, 0x0806, false, None));
+    bad.extend(entry(1, 0, 0x0806, true, None));
+    bad.extend(entry(1, 0, 0x0806, false, Some((to_table, 1))));
+    bad.extend(root(9));
+    bad.extend(honest(CmdOpcode::DestroyFlowTable, 0, 7, |b| {
+        let _ = DestroyFlowTableIn::new_unchecked(b).set_table_id(1);
+    }));
+    (good, bad)
+}
+
+/// After the objects prefix (UAR, PD, TD, EQ, CQ): an RQ on the spare pool pages, a TIR
+/// on it, a flow table whose entry forwards to the TIR and is the root, the RQ taken to
+/// RDY and queried (all accepted: two raw objects, three flow objects).
+fn raw_program() -> Vec<u8> {
+    use rnic_mlx5_prm::{
+        CreateFlowGroupIn, CreateFlowTableIn, CreateRqIn, CreateTirIn, ModifyRqIn, QueryRqIn,
+        RQ_MEM_TYPE_INLINE, SetFlowTableRootIn, SetFteIn, flow_action, flow_destination_type,
+        wq_type,
+    };
+    let rqn = FIRST_RAW_QPN;
+    let mut v = vec![1 | 4 | 8];
+    v.extend(honest(CmdOpcode::CreateRq, 0, 1, |b| {
+        let mut c = CreateRqIn::new_unchecked(b);
+        let mut x = c.ctx_mut();
+        let _ = x.set_vsd(1);
+        let _ = x.set_mem_rq_type(RQ_MEM_TYPE_INLINE);
+        let _ = x.set_cqn(1);
+        let mut w = x.wq_mut();
+        let _ = w.set_wq_type(wq_type::CYCLIC);
+        let _ = w.set_pd(1);
+        let _ = w.set_dbr_addr(pool_page(51));
+        let _ = w.set_log_wq_stride(4);
+        let _ = w.set_log_wq_sz(2);
+        let _ = w.set_pas(0, pool_page(50));
+    }));
+    v.extend(honest(CmdOpcode::CreateTir, 0, 2, |b| {
+        let mut c = CreateTirIn::new_unchecked(b);
+        let mut x = c.ctx_mut();
+        let _ = x.set_inline_rqn(rqn);
+        let _ = x.set_transport_domain(1);
+    }));
+    v.extend(honest(CmdOpcode::CreateFlowTable, 0, 3, |b| {
+        let _ = CreateFlowTableIn::new_unchecked(b)
+            .flow_table_context_mut()
+            .set_log_size(1);
+    }));
+    v.extend(honest(CmdOpcode::CreateFlowGroup, 0, 4, |b| {
+        let mut c = CreateFlowGroupIn::new_unchecked(b);
+        let _ = c.set_table_id(1);
+        let _ = c.set_end_flow_index(1);
+    }));
+    v.extend(honest(CmdOpcode::SetFlowTableEntry, 0, 5, |b| {
+        let mut c = SetFteIn::new_unchecked(b);
+        let _ = c.set_table_id(1);
+        let mut fc = c.flow_context_mut();
+        let _ = fc.set_group_id(1);
+        let _ = fc.set_action(flow_action::FWD_DEST);
+        let _ = fc.set_destination_list_size(1);
+        if let Some(mut d) = fc.destination_mut(0) {
+            let _ = d
+                .destination_entry_mut()
+                .set_destination_type(flow_destination_type::TIR);
+            let _ = d.destination_entry_mut().set_destination_id(1);
+        }
+    }));
+    v.extend(honest(CmdOpcode::SetFlowTableRoot, 0, 6, |b| {
+        let _ = SetFlowTableRootIn::new_unchecked(b).set_table_id(1);
+    }));
+    v.extend(honest(CmdOpcode::ModifyRq, 0, 7, |b| {
+        let mut c = ModifyRqIn::new_unchecked(b);
+        let _ = c.set_rqn(rqn);
+        let _ = c.ctx_mut().set_state(1);
+    }));
+    v.extend(honest(CmdOpcode::QueryRq, 0, 8, |b| {
+        let _ = QueryRqIn::new_unchecked(b).set_rqn(rqn);
+    }));
+    v
 }

@@ -533,6 +533,39 @@ impl Rig {
         self.ok(&set, 0x10);
     }
 
+    /// CREATE_EQ of a 64-entry ring at memfd offset `at` (one page, its entries as the
+    /// driver left them), on UAR page `uar`, interrupt `vector`, events `mask`; its number.
+    pub fn create_eq(&mut self, at: u64, uar: u32, vector: u32, mask: u64) -> u32 {
+        use rnic_mlx5_prm::{CreateEqIn, CreateEqOut};
+        let mut c = cmd(CmdOpcode::CreateEq, 0, 0x110 + 8);
+        let mut v = CreateEqIn::new_unchecked(&mut c[..]);
+        let mut e = v.eq_context_entry_mut();
+        let _ = e.set_log_eq_size(6);
+        let _ = e.set_uar_page(uar);
+        let _ = e.set_intr(vector);
+        let _ = v.set_event_bitmask(0, mask);
+        let _ = v.set_pas(0, BASE + at);
+        let out = self.ok(&c, 0x10);
+        CreateEqOut::new_unchecked(&out[..]).eq_number()
+    }
+
+    /// CREATE_CQ of 2^`log` 64-byte CQEs (at most 64: one page) at memfd offset `ring`,
+    /// doorbell record at `dbr`, on UAR page `uar`, events to EQ `eqn`; its number.
+    pub fn create_cq(&mut self, log: u32, uar: u32, eqn: u32, ring: u64, dbr: u64) -> u32 {
+        use rnic_mlx5_prm::{CreateCqIn, CreateCqOut};
+        assert!(log <= 6, "a CQ ring of one page");
+        let mut c = cmd(CmdOpcode::CreateCq, 0, 0x118);
+        let mut v = CreateCqIn::new_unchecked(&mut c[..]);
+        let mut x = v.cq_context_mut();
+        let _ = x.set_log_cq_size(log);
+        let _ = x.set_uar_page(uar);
+        let _ = x.set_c_eqn_or_apu_element(eqn);
+        let _ = x.set_dbr_addr(BASE + dbr);
+        let _ = v.set_pas(0, BASE + ring);
+        let out = self.ok(&c, 0x10);
+        CreateCqOut::new_unchecked(&out[..]).cqn()
+    }
+
     /// MANAGE_PAGES(GIVE) of `pages` (IOVAs).
     pub fn give(&mut self, pages: &[u64]) {
         let mut c = cmd(

@@ -7,11 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rnic_core::Gid;
 use rnic_mlx5_prm::{
-    AllocPdOut, AllocUarOut, CmdOpcode, CqeOpcode, CqeSyndrome, CreateCqIn, CreateCqOut,
-    CreateEqIn, CreateEqOut, CreateMkeyIn, CreateMkeyOut, CreateQpIn, CreateQpOut, DestroyCqIn,
-    DestroyEqIn, DestroyQpIn, ErrCqe, EventType, INLINE_SEG_FLAG, INVALID_LKEY,
-    ModifyNicVportContextIn, QpServiceType, QueryQpOut, Rst2initQpIn, SetRoceAddressIn, WqeOpcode,
-    create_mkey_in,
+    AllocPdOut, AllocUarOut, CmdOpcode, CqeOpcode, CqeSyndrome, CreateMkeyIn, CreateMkeyOut,
+    CreateQpIn, CreateQpOut, DestroyCqIn, DestroyEqIn, DestroyQpIn, ErrCqe, EventType,
+    INLINE_SEG_FLAG, INVALID_LKEY, ModifyNicVportContextIn, QpServiceType, QueryQpOut,
+    Rst2initQpIn, SetRoceAddressIn, WqeOpcode, create_mkey_in,
 };
 
 use super::{BASE, MAPPED, QUEUES, Reply, Rig, cmd, status};
@@ -199,20 +198,11 @@ impl<'r> Qp<'r> {
                 | (1 << EventType::CqError.as_raw())
                 | (1 << EventType::WqCatasError.as_raw());
             (
-                eq(rig, ASYNC_EQ, uar, 0, async_mask),
-                eq(rig, COMP_EQ, uar, 1, 0),
+                rig.create_eq(ASYNC_EQ, uar, 0, async_mask),
+                rig.create_eq(COMP_EQ, uar, 1, 0),
             )
         });
-        let mut c = cmd(CmdOpcode::CreateCq, 0, 0x118);
-        let mut v = CreateCqIn::new_unchecked(&mut c[..]);
-        let mut x = v.cq_context_mut();
-        let _ = x.set_log_cq_size(LOG_CQ);
-        let _ = x.set_uar_page(uar);
-        let _ = x.set_c_eqn_or_apu_element(ceq);
-        let _ = x.set_dbr_addr(BASE + CQ_DBR);
-        let _ = v.set_pas(0, BASE + CQ_RING);
-        let out = ok(rig, &c, OUT);
-        let cqn = CreateCqOut::new_unchecked(&out[..]).cqn();
+        let cqn = rig.create_cq(LOG_CQ, uar, ceq, CQ_RING, CQ_DBR);
         let mut c = cmd(CmdOpcode::CreateQp, 0, 0x110 + 16);
         let mut v = CreateQpIn::new_unchecked(&mut c[..]);
         let mut q = v.qpc_mut();
@@ -464,20 +454,6 @@ impl<'r> Qp<'r> {
             }
         }
     }
-}
-
-fn eq(rig: &mut Rig, at: u64, uar: u32, vector: u32, mask: u64) -> u32 {
-    // (The ring, owned by hardware, is in the template.)
-    let mut c = cmd(CmdOpcode::CreateEq, 0, 0x110 + 8);
-    let mut v = CreateEqIn::new_unchecked(&mut c[..]);
-    let mut e = v.eq_context_entry_mut();
-    let _ = e.set_log_eq_size(6);
-    let _ = e.set_uar_page(uar);
-    let _ = e.set_intr(vector);
-    let _ = v.set_event_bitmask(0, mask);
-    let _ = v.set_pas(0, BASE + at);
-    let out = rig.ok(&c, OUT);
-    CreateEqOut::new_unchecked(&out[..]).eq_number()
 }
 
 fn mkey(rig: &mut Rig, pd: u32, at: u64, len: u64, va: u64, all: bool) -> u32 {
