@@ -1,6 +1,6 @@
-//! The examples on mlx5-over-emulator: `rc_pingpong` (server and client
-//! processes, `-c` checks every received buffer; busy poll and `-e`) between
-//! two emulated functions and against rnic-rxe, and `loopback` (every RC
+//! The examples on mlx5-over-emulator: `rc_pingpong` and `ud_pingpong`
+//! (server and client processes, `-c` checks every received buffer; busy poll
+//! and `-e`) between two emulated functions and against rnic-rxe, and `loopback` (every RC
 //! operation verified byte for byte) mlx5↔mlx5 and mlx5↔rxe.
 #![cfg(all(feature = "rxe", feature = "mlx5"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,13 +28,21 @@ fn ok(o: &Output) -> String {
     out
 }
 
-/// rc_pingpong server on `server`, client on `client`; checks the four
-/// result lines of each (GIDs, bytes moved).
-fn pingpong(bin: &PathBuf, server: (&str, &str), client: (&str, &str), port: u16, extra: &[&str]) {
-    let port = port.to_string();
+/// A pingpong example's server on `server`, client on `client`, 100
+/// messages of `size` bytes; checks the four result lines of each (GIDs,
+/// bytes moved).
+fn pingpong(
+    bin: &PathBuf,
+    size: u32,
+    server: (&str, &str),
+    client: (&str, &str),
+    port: u16,
+    extra: &[&str],
+) {
+    let (port, ssize) = (port.to_string(), size.to_string());
     let args = |spec: &str| -> Vec<String> {
         let mut v: Vec<String> = [
-            "-d", spec, "-g", "0", "-c", "-n", "100", "-s", "4096", "-p", &port,
+            "-d", spec, "-g", "0", "-c", "-n", "100", "-s", &ssize, "-p", &port,
         ]
         .iter()
         .map(|x| x.to_string())
@@ -56,9 +64,11 @@ fn pingpong(bin: &PathBuf, server: (&str, &str), client: (&str, &str), port: u16
     for (out, me, peer) in [(&c, client.1, server.1), (&s, server.1, client.1)] {
         let l: Vec<&str> = out.lines().collect();
         assert_eq!(l.len(), 4, "{out}");
-        assert!(l[0].ends_with(&format!(", GID ::ffff:{me}")), "{out}");
+        // ibv_ud_pingpong's local line has ": GID", ibv_rc_pingpong's ", GID".
+        assert!(l[0].ends_with(&format!(" GID ::ffff:{me}")), "{out}");
         assert!(l[1].ends_with(&format!(", GID ::ffff:{peer}")), "{out}");
-        assert!(l[2].starts_with("819200 bytes in "), "{out}");
+        let bytes = u64::from(size) * 200;
+        assert!(l[2].starts_with(&format!("{bytes} bytes in ")), "{out}");
         assert!(l[3].starts_with("100 iters in "), "{out}");
     }
 }
@@ -74,10 +84,25 @@ fn rc_pingpong_on_mlx5_checks_every_buffer() {
         TempFunction::start().unwrap(),
     );
     let (sa, sb) = (a.spec_at("127.0.4.1"), b.spec_at("127.0.4.2"));
-    pingpong(&bin, (&sa, "127.0.4.1"), (&sb, "127.0.4.2"), 19601, &[]);
-    pingpong(&bin, (&sa, "127.0.4.1"), (&sb, "127.0.4.2"), 19602, &["-e"]);
     pingpong(
         &bin,
+        4096,
+        (&sa, "127.0.4.1"),
+        (&sb, "127.0.4.2"),
+        19601,
+        &[],
+    );
+    pingpong(
+        &bin,
+        4096,
+        (&sa, "127.0.4.1"),
+        (&sb, "127.0.4.2"),
+        19602,
+        &["-e"],
+    );
+    pingpong(
+        &bin,
+        4096,
         ("rxe:127.0.4.3", "127.0.4.3"),
         (&sa, "127.0.4.1"),
         19603,
@@ -85,11 +110,33 @@ fn rc_pingpong_on_mlx5_checks_every_buffer() {
     );
     pingpong(
         &bin,
+        4096,
         (&sb, "127.0.4.2"),
         ("rxe:127.0.4.3", "127.0.4.3"),
         19604,
         &[],
     );
+}
+
+/// UD between two emulated functions and each way against rnic-rxe: the
+/// address handle made from the exchanged GID, every datagram checked.
+#[test]
+fn ud_pingpong_on_mlx5_checks_every_datagram() {
+    let Some(bin) = example("ud_pingpong") else {
+        println!("SKIP: build the example first (cargo test builds it)");
+        return;
+    };
+    let (a, b) = (
+        TempFunction::start().unwrap(),
+        TempFunction::start().unwrap(),
+    );
+    let (sa, sb) = (a.spec_at("127.0.4.21"), b.spec_at("127.0.4.22"));
+    let rxe = ("rxe:127.0.4.23", "127.0.4.23");
+    let (fa, fb) = ((sa.as_str(), "127.0.4.21"), (sb.as_str(), "127.0.4.22"));
+    pingpong(&bin, 1024, fa, fb, 19611, &[]);
+    pingpong(&bin, 1024, fa, fb, 19612, &["-e"]);
+    pingpong(&bin, 1024, rxe, fa, 19613, &[]);
+    pingpong(&bin, 1024, fb, rxe, 19614, &["-e"]);
 }
 
 #[test]

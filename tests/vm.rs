@@ -1758,6 +1758,8 @@ enum Wire {
 fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
     const ITERS: u64 = 100;
     const PP_SIZE: u64 = 4096;
+    // A UD message must fit the path MTU (rxe on the guest's 1500-byte NIC: 1024).
+    const UD_SIZE: u64 = 1024;
     let name = match (wire, netem.is_some()) {
         (Wire::Udp, true) => "interop-mlx5@netem",
         (Wire::Udp, false) => "interop-mlx5",
@@ -1769,14 +1771,17 @@ fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
         let fail = |e: String| -> PathBuf { panic!("FAIL {name}: {e}") };
         let rnicctl = host_rnicctl().unwrap_or_else(fail);
         let pp = host_example("rc_pingpong").unwrap_or_else(fail);
+        let ud = host_example("ud_pingpong").unwrap_or_else(fail);
         let emu = host_bin("rnic-mlx5-emu", "rnic-mlx5-emu").unwrap_or_else(fail);
         vec![
             ("RNICCTL".into(), rnicctl.display().to_string()),
             ("RNIC_RC_PINGPONG".into(), pp.display().to_string()),
+            ("RNIC_UD_PINGPONG".into(), ud.display().to_string()),
             ("RNIC_MLX5_EMU".into(), emu.display().to_string()),
             ("RNIC_MLX5_STEPS".into(), steps.join(" ")),
             ("RNIC_MLX5_ITERS".into(), ITERS.to_string()),
             ("RNIC_MLX5_PP_SIZE".into(), PP_SIZE.to_string()),
+            ("RNIC_MLX5_UD_SIZE".into(), UD_SIZE.to_string()),
             (
                 "RNIC_MLX5_WIRE".into(),
                 if wire == Wire::Eth { "eth" } else { "udp" }.into(),
@@ -1815,6 +1820,10 @@ fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
                     format!("{step}: the kernel's -c found invalid data"),
                 );
             }
+            "ud" => c.that(
+                pingpong_ok(&kernel, ITERS, UD_SIZE) && pingpong_ok(&rnic, ITERS, UD_SIZE),
+                format!("{step}: no result lines for {ITERS} iters of {UD_SIZE} bytes"),
+            ),
             t if t.ends_with("-bw") => {
                 c.that(
                     write_bw_row(&kernel, "4096", &iters).is_some()
@@ -1929,8 +1938,9 @@ fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
 /// cabled (QEMU's dgram netdev) to the guest's NIC; rnic's driver answers and sends ARP/ND
 /// itself. The guest's kernel rxe and rnic resolve each other (the guest's `ip neigh` shows
 /// the function's MAC, `rnicctl neigh` the guest's), then ibv_rc_pingpong, ib_write_bw,
-/// ib_read_bw and ib_send_lat both ways over IPv4, and pingpong and write-bw both ways over
-/// IPv6 (ND).
+/// ib_read_bw and ib_send_lat both ways over IPv4, pingpong and write-bw both ways over
+/// IPv6 (ND), and ibv_ud_pingpong both ways over IPv4 and IPv6 (the address handle resolves
+/// the guest's MAC; rnic's client checks every echoed datagram).
 #[test]
 fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
     interop_mlx5_on(
@@ -1948,6 +1958,10 @@ fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
             "pp6:rnic",
             "write-bw6:kernel",
             "read-bw6:rnic",
+            "ud:kernel",
+            "ud:rnic",
+            "ud6:kernel",
+            "ud6:rnic",
         ],
         None,
     );

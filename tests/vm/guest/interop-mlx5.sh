@@ -1,8 +1,9 @@
 #!/bin/sh
 # Scenario interop-mlx5, guest side: stock ibv_rc_pingpong and perftest on kernel rxe
 # against rnic on an emulated mlx5 function (rnic-mlx5-emu) at 10.50.0.1. STEPS, ITERS,
-# PP_SIZE come from env.sh: "<what>:<server>" with <what> pp (ibv_rc_pingpong -c) or a
-# perftest test (write-bw, read-bw, send-lat, …) and <server> kernel or rnic; step i uses
+# PP_SIZE, UD_SIZE come from env.sh: "<what>:<server>" with <what> pp (ibv_rc_pingpong -c),
+# ud (ibv_ud_pingpong) or a perftest test (write-bw, read-bw, send-lat, …) and <server>
+# kernel or rnic; step i uses
 # TCP port 18515 + i. Each step's output: /mnt/host/kernel-<i>-<what>.txt and
 # "kernel <what>@<server> rc=<n>".
 . /mnt/host/common.sh
@@ -53,6 +54,7 @@ for step in $STEPS; do
   pre=   # linger_destroy_qp.so (netem) is for the stock pingpong only
   case $tool in
     pp) pre=${PRELOAD:-}; cmd="ibv_rc_pingpong -d rxe0 -g $x -p $port -s $PP_SIZE -m 1024 -n $ITERS -c" ;;
+    ud) cmd="ibv_ud_pingpong -d rxe0 -g $x -p $port -s $UD_SIZE -n $ITERS" ;;
     *-bw) cmd="ib_$(echo $tool | tr - _) -d rxe0 -x $x -F -p $port -s 4096 -m 1024 -n $ITERS" ;;
     *) cmd="ib_$(echo $tool | tr - _) -d rxe0 -x $x -F -p $port -s 64 -m 1024 -n $ITERS" ;;
   esac

@@ -5,8 +5,12 @@
 # "<what>:<server>" (see guest/interop-mlx5.sh); step i uses TCP port 18515 + i, -m 1024,
 # -n ITERS (RNIC_MLX5_ITERS, default 100), pingpong -s PP_SIZE (RNIC_MLX5_PP_SIZE, 4096)
 # (the guest's tool with -c: it checks every received buffer; rnic's own -c pattern is
-# not the stock tool's, so rnic runs without it, as in interop-pingpong). RNICCTL, RNIC_RC_PINGPONG, RNIC_MLX5_EMU: the host binaries
-# (tests/vm.rs builds them). rnic runs with -e (the function's event queue).
+# not the stock tool's, so rnic runs without it, as in interop-pingpong). A step "ud" is
+# ibv_ud_pingpong (-s UD_SIZE, RNIC_MLX5_UD_SIZE, 1024: a datagram fits the path MTU);
+# the stock tool echoes the last payload it received, so rnic's ud_pingpong runs -c (every
+# datagram's payload, length and source QP) when it is the client. RNICCTL,
+# RNIC_RC_PINGPONG, RNIC_UD_PINGPONG, RNIC_MLX5_EMU: the host binaries (tests/vm.rs builds
+# them). rnic runs with -e (the function's event queue).
 # Results: capture.pcap (tap), emu.log (the emulator: one "icrc: …" line per driver
 # session; a client's retries while the guest boots are sessions without traffic), rnic-<i>-<what>.log, share/kernel-<i>-<what>.txt.
 #
@@ -24,13 +28,15 @@ FN_MAC=02:00:00:51:00:01
 STEPS=${RNIC_MLX5_STEPS:-pp:kernel pp:rnic write-bw:kernel read-bw:kernel send-lat:kernel write-bw:rnic read-bw:rnic send-lat:rnic}
 ITERS=${RNIC_MLX5_ITERS:-100}
 PP_SIZE=${RNIC_MLX5_PP_SIZE:-4096}
+UD_SIZE=${RNIC_MLX5_UD_SIZE:-1024}
 
 scenario_prepare() {
   local b
-  for b in RNICCTL RNIC_RC_PINGPONG RNIC_MLX5_EMU; do
+  for b in RNICCTL RNIC_RC_PINGPONG RNIC_UD_PINGPONG RNIC_MLX5_EMU; do
     [ -x "${!b:-}" ] || { say "$b is not an executable: '${!b:-}'"; return 1; }
   done
-  printf 'STEPS="%s"\nITERS=%s\nPP_SIZE=%s\nWIRE=%s\n' "$STEPS" "$ITERS" "$PP_SIZE" "$WIRE" >> "$SHARE/env.sh"
+  printf 'STEPS="%s"\nITERS=%s\nPP_SIZE=%s\nUD_SIZE=%s\nWIRE=%s\n' "$STEPS" "$ITERS" "$PP_SIZE" \
+    "$UD_SIZE" "$WIRE" >> "$SHARE/env.sh"
   # Under loss the stock pingpong's missing closing handshake can strand the side that
   # finishes last (see linger_destroy_qp.c): the guest's tool keeps its QP a second.
   if [ -n "$NETEM" ]; then
@@ -54,6 +60,9 @@ rnic_step() {
     if [ "$tool" = pp ]; then
       ip netns exec "$NS" timeout -k 5 90 "$RNIC_RC_PINGPONG" -d "$spec" -g 0 -e \
         -p "$port" -s "$PP_SIZE" -m 1024 -n "$ITERS" "${peer[@]}" > "$log" 2>&1 < /dev/null || rc=$?
+    elif [ "$tool" = ud ]; then
+      ip netns exec "$NS" timeout -k 5 90 "$RNIC_UD_PINGPONG" -d "$spec" -g 0 -e \
+        -p "$port" -s "$UD_SIZE" -n "$ITERS" ${peer:+-c} "${peer[@]}" > "$log" 2>&1 < /dev/null || rc=$?
     else
       case $tool in *-bw) size=4096 ;; *) size=64 ;; esac
       ip netns exec "$NS" timeout -k 5 90 "$RNICCTL" perf "$tool" -d "$spec" -x 0 -e \
