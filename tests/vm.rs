@@ -1909,20 +1909,20 @@ fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
 /// rxe and rnic on mlx5-over-emulator, each with the kernel serving and then rnic.
 #[test]
 fn interop_mlx5_emulator_pingpong_and_perftest_both_ways() {
-    interop_mlx5(
-        &[
-            "pp:kernel",
-            "pp:rnic",
-            "write-bw:kernel",
-            "read-bw:kernel",
-            "send-lat:kernel",
-            "write-bw:rnic",
-            "read-bw:rnic",
-            "send-lat:rnic",
-        ],
-        None,
-    );
+    interop_mlx5(&MLX5_BOTH_WAYS, None);
 }
+
+/// ibv_rc_pingpong, ib_write_bw, ib_read_bw and ib_send_lat, the kernel serving, then rnic.
+const MLX5_BOTH_WAYS: [&str; 8] = [
+    "pp:kernel",
+    "pp:rnic",
+    "write-bw:kernel",
+    "read-bw:kernel",
+    "send-lat:kernel",
+    "write-bw:rnic",
+    "read-bw:rnic",
+    "send-lat:rnic",
+];
 
 /// The same under netem dropping 2% of what the kernel sends (the stock pingpong with
 /// `linger_destroy_qp.so`, as `interop_rc_pingpong_under_netem_loss_on_the_kernel_side`).
@@ -1943,26 +1943,19 @@ fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
 /// the guest's MAC; rnic's client checks every echoed datagram).
 #[test]
 fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
+    let over_ipv6_and_ud = [
+        "pp6:kernel",
+        "pp6:rnic",
+        "write-bw6:kernel",
+        "read-bw6:rnic",
+        "ud:kernel",
+        "ud:rnic",
+        "ud6:kernel",
+        "ud6:rnic",
+    ];
     interop_mlx5_on(
         Wire::Eth,
-        &[
-            "pp:kernel",
-            "pp:rnic",
-            "write-bw:kernel",
-            "read-bw:kernel",
-            "send-lat:kernel",
-            "write-bw:rnic",
-            "read-bw:rnic",
-            "send-lat:rnic",
-            "pp6:kernel",
-            "pp6:rnic",
-            "write-bw6:kernel",
-            "read-bw6:rnic",
-            "ud:kernel",
-            "ud:rnic",
-            "ud6:kernel",
-            "ud6:rnic",
-        ],
+        &[&MLX5_BOTH_WAYS[..], &over_ipv6_and_ud].concat(),
         None,
     );
 }

@@ -284,18 +284,7 @@ fn row_06_ud_modifies_carry_mtu_and_a_datagram_goes_through() {
     let (_emu, _dir, hca) = up(FirmwareOptions::default());
     let (emu_ip, peer_ip) = ip_pair(210);
     hca.set_gid(0, emu_ip).unwrap();
-    let mut cq = Cq::new(&hca, 512).unwrap();
-    let mkey = Mkey::new(&hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
-    let mut qp = Qp::new(
-        &hca,
-        &mut cq,
-        None,
-        QpOptions {
-            qp_type: QpType::Ud,
-            ..QpOptions::default()
-        },
-    )
-    .unwrap();
+    let (_cq, mkey, mut qp) = common::peer::ud_qp(&hca);
     let qkey = 0x1111_1111;
     let init = InitParams {
         qkey,

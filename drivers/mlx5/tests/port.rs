@@ -80,22 +80,7 @@ fn rig_mtu(config: Config, mtu: Option<u32>) -> Rig {
         ..Options::default()
     });
     cable.connect(local).unwrap();
-    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
-    let mut hca = Hca::bring_up(
-        f,
-        HcaOptions {
-            pre_init_timeout: Duration::from_secs(10),
-            cmd_timeout: Some(Duration::from_secs(5)),
-            neighbours: NeighbourOptions {
-                host_kernel: Some(false),
-                timeout: Duration::from_secs(2),
-            },
-            ..HcaOptions::default()
-        },
-    )
-    .unwrap();
-    hca.enable_events().unwrap();
-    let hca = Arc::new(hca);
+    let hca = bring_up(&emu, Duration::from_secs(2));
     hca.set_gid(0, IpAddr::V4(FN_V4)).unwrap();
     assert_eq!(hca.mac(), Some(FN_MAC), "the function's MAC, as configured");
     if let Some(m) = mtu {
@@ -116,6 +101,27 @@ fn rig_mtu(config: Config, mtu: Option<u32>) -> Rig {
         emu,
         _dir: dir,
     }
+}
+
+/// The emulated function brought up with its event queue; peers' MACs never from the host
+/// kernel (the port or nothing), a resolution waiting at most `wait`.
+fn bring_up(emu: &Emulator, wait: Duration) -> Arc<Hca> {
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let mut hca = Hca::bring_up(
+        f,
+        HcaOptions {
+            pre_init_timeout: Duration::from_secs(10),
+            cmd_timeout: Some(Duration::from_secs(5)),
+            neighbours: NeighbourOptions {
+                host_kernel: Some(false),
+                timeout: wait,
+            },
+            ..HcaOptions::default()
+        },
+    )
+    .unwrap();
+    hca.enable_events().unwrap();
+    Arc::new(hca)
 }
 
 impl Rig {
@@ -826,22 +832,7 @@ mod veth {
     }
 
     fn up(emu: &Emulator) -> (Arc<Hca>, Port) {
-        let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
-        let mut hca = Hca::bring_up(
-            f,
-            HcaOptions {
-                pre_init_timeout: Duration::from_secs(10),
-                cmd_timeout: Some(Duration::from_secs(5)),
-                neighbours: NeighbourOptions {
-                    host_kernel: Some(false),
-                    timeout: Duration::from_secs(3),
-                },
-                ..HcaOptions::default()
-            },
-        )
-        .unwrap();
-        hca.enable_events().unwrap();
-        let hca = Arc::new(hca);
+        let hca = bring_up(emu, Duration::from_secs(3));
         hca.set_gid(0, FN[0]).unwrap();
         hca.set_gid(1, FN[1]).unwrap();
         let port = Port::open(
@@ -932,19 +923,7 @@ mod veth {
     /// UD over IPv4: a send each way, the function's address vector from the port's cache.
     fn ud(hca: &Arc<Hca>) {
         let mut peer = Peer::with(RXE[0], QpType::Ud);
-        let mut cq = Cq::new(hca, 512).unwrap();
-        let mkey = Mkey::new(hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
-        let mut qp = Qp::new(
-            hca,
-            &mut cq,
-            None,
-            QpOptions {
-                qp_type: QpType::Ud,
-                ..QpOptions::default()
-            },
-        )
-        .unwrap();
-        qp.use_region(&mkey);
+        let (mut cq, mkey, mut qp) = common::peer::ud_qp(hca);
         let qkey = 0x1234_5678;
         let init = InitParams {
             qkey,

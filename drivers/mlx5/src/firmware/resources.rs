@@ -176,19 +176,10 @@ impl Hca {
     /// MODIFY_NIC_VPORT_CONTEXT, the unit [`Hca::vport_mtu`] reads); QPs
     /// connected from then on have their path MTU capped to fit it.
     pub fn set_mtu(&self, mtu: u32) -> Result<(), Mlx5Error> {
-        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES];
-        ModifyNicVportContextIn::new_checked(&mut buf[..])
-            .and_then(|mut v| {
-                v.field_select_mut().set_mtu(1)?;
-                v.nic_vport_context_mut().set_mtu(mtu)
-            })
-            .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
-        self.exec(
-            CmdOpcode::ModifyNicVportContext,
-            0,
-            &buf,
-            ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
-        )?;
+        self.modify_vport(0, |v| {
+            v.field_select_mut().set_mtu(1)?;
+            v.nic_vport_context_mut().set_mtu(mtu)
+        })?;
         info!(mtu, "vport MTU");
         Ok(())
     }
@@ -211,20 +202,33 @@ impl Hca {
                 ),
             });
         }
-        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES + 8 * macs.len()];
+        self.modify_vport(8 * macs.len(), |v| {
+            v.field_select_mut().set_addresses_list(1)?;
+            let mut c = v.nic_vport_context_mut();
+            c.set_allowed_list_type(NIC_VPORT_LIST_MC)?;
+            c.set_allowed_list_size(macs.len() as u32)?;
+            for (i, m) in macs.iter().enumerate() {
+                let mut e = [0u8; 8];
+                e[2..].copy_from_slice(m);
+                c.set_current_uc_mac_address(i, u64::from_be_bytes(e))?;
+            }
+            Ok(())
+        })?;
+        debug!(n = macs.len(), "vport multicast list");
+        Ok(())
+    }
+
+    /// MODIFY_NIC_VPORT_CONTEXT of this function's vport: `fill` selects and
+    /// sets the fields in an input `extra` bytes longer than the structure
+    /// (an address list's entries).
+    fn modify_vport(
+        &self,
+        extra: usize,
+        fill: impl FnOnce(&mut ModifyNicVportContextIn<&mut [u8]>) -> Result<(), rnic_mlx5_prm::Error>,
+    ) -> Result<(), Mlx5Error> {
+        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES + extra];
         ModifyNicVportContextIn::new_checked(&mut buf[..])
-            .and_then(|mut v| {
-                v.field_select_mut().set_addresses_list(1)?;
-                let mut c = v.nic_vport_context_mut();
-                c.set_allowed_list_type(NIC_VPORT_LIST_MC)?;
-                c.set_allowed_list_size(macs.len() as u32)?;
-                for (i, m) in macs.iter().enumerate() {
-                    let mut e = [0u8; 8];
-                    e[2..].copy_from_slice(m);
-                    c.set_current_uc_mac_address(i, u64::from_be_bytes(e))?;
-                }
-                Ok(())
-            })
+            .and_then(|mut v| fill(&mut v))
             .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
         self.exec(
             CmdOpcode::ModifyNicVportContext,
@@ -232,7 +236,6 @@ impl Hca {
             &buf,
             ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
         )?;
-        debug!(n = macs.len(), "vport multicast list");
         Ok(())
     }
 
@@ -366,24 +369,10 @@ impl Hca {
     }
 
     fn set_roce_en(&self, on: bool) -> Result<(), Mlx5Error> {
-        let mut buf = vec![0u8; ModifyNicVportContextIn::<&[u8]>::SIZE_BYTES];
-        {
-            let mut v = ModifyNicVportContextIn::new_checked(&mut buf[..])
-                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
-            v.field_select_mut()
-                .set_roce_en(1)
-                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
-            v.nic_vport_context_mut()
-                .set_roce_en(on.into())
-                .map_err(prm("MODIFY_NIC_VPORT_CONTEXT"))?;
-        }
-        self.exec(
-            CmdOpcode::ModifyNicVportContext,
-            0,
-            &buf,
-            ModifyNicVportContextOut::<&[u8]>::SIZE_BYTES,
-        )?;
-        Ok(())
+        self.modify_vport(0, |v| {
+            v.field_select_mut().set_roce_en(1)?;
+            v.nic_vport_context_mut().set_roce_en(on.into())
+        })
     }
 
     fn set_roce_address(&self, index: u16, gid: &Gid, mac: [u8; 6]) -> Result<(), Mlx5Error> {

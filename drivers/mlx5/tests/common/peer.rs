@@ -55,6 +55,25 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A UD QP of the emulated function on a CQ of its own (512 entries), using 16 KiB of
+/// memory registered for everything: (CQ, memory, QP), in RST.
+pub fn ud_qp(hca: &Arc<rnic_mlx5::Hca>) -> (rnic_mlx5::Cq, rnic_mlx5::Mkey, Qp) {
+    let mut cq = rnic_mlx5::Cq::new(hca, 512).unwrap();
+    let mkey = rnic_mlx5::Mkey::new(hca, hca.function().alloc_dma(4 * 4096).unwrap(), ALL).unwrap();
+    let mut qp = Qp::new(
+        hca,
+        &mut cq,
+        None,
+        rnic_mlx5::QpOptions {
+            qp_type: QpType::Ud,
+            ..rnic_mlx5::QpOptions::default()
+        },
+    )
+    .unwrap();
+    qp.use_region(&mkey);
+    (cq, mkey, qp)
+}
+
 /// Bring a UD `qp` of the emulated function (at `emu_ip`) and the peer's UD
 /// QP to RTS with `init`'s Q_Key; `psns` are the send PSNs (ours, the
 /// peer's).
