@@ -41,7 +41,7 @@ use rnic_roce::wire::roce::MIN_LEN;
 use rustc_hash::FxHashMap;
 
 use crate::fault::{FaultConfig, Faults, Verdict};
-use crate::ident::{IcrcCheck, IdentCtx, LastIdent, Predicted, TapTable, check_icrc};
+use crate::ident::{IcrcCache, IcrcCheck, IdentCtx, LastIdent, Predicted, TapTable, check_icrc};
 use crate::mem::{KeyAccess, Keys};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -354,6 +354,8 @@ pub struct RxState {
     pub stats: DeviceStats,
     /// The last IPv4 identification received, and from whom.
     last_ident: LastIdent,
+    /// The CRC over received packets' constant prefixes, per shape.
+    icrc: IcrcCache,
     /// Per port: identifications its tap saw, not yet claimed.
     taps: Vec<TapTable>,
     /// Accept unpredictable, untapped IPv4 packets after a 15-bit check.
@@ -561,6 +563,7 @@ struct Parts<'r> {
     rx: &'r Rx,
     stats: &'r mut DeviceStats,
     last_ident: &'r mut LastIdent,
+    icrc: &'r mut IcrcCache,
     taps: &'r mut Vec<TapTable>,
     ident_recovery: bool,
     tap_pending: &'r mut usize,
@@ -575,6 +578,7 @@ impl RxState {
             rx: Rx::new(gro),
             stats: DeviceStats::default(),
             last_ident: None,
+            icrc: IcrcCache::new(),
             taps: Vec::new(),
             ident_recovery,
             tap_pending: 0,
@@ -593,6 +597,7 @@ impl RxState {
     pub(crate) fn forget(&mut self) {
         self.stats = DeviceStats::default();
         self.last_ident = None;
+        self.icrc = IcrcCache::new();
         self.taps.clear();
         self.tap_pending = 0;
         let _ = self.faults.take_held();
@@ -753,6 +758,7 @@ impl RxState {
             rx,
             stats,
             last_ident,
+            icrc,
             taps,
             ident_recovery,
             tap_pending,
@@ -766,6 +772,7 @@ impl RxState {
                 rx,
                 stats,
                 last_ident,
+                icrc,
                 taps,
                 ident_recovery: *ident_recovery,
                 tap_pending,
@@ -822,6 +829,7 @@ fn deliver<'a>(
         rx,
         stats,
         last_ident,
+        icrc,
         taps,
         ident_recovery,
         tap_pending,
@@ -872,6 +880,7 @@ fn deliver<'a>(
                 .as_ref()
                 .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
             recovery: ident_recovery,
+            icrc: &mut *icrc,
         };
         let check = check_icrc(
             port.ip,

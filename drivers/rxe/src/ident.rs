@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 
 pub(crate) use rnic_roce::ident::{IcrcCheck, LastIdent, Predicted};
+pub(crate) use rnic_roce::wire::icrc::IcrcCache;
 
 use crate::sys;
 
@@ -46,6 +47,7 @@ pub(crate) struct IdentCtx<'a> {
     pub last: &'a mut LastIdent,
     pub tap: Option<(BorrowedFd<'a>, &'a mut TapTable)>,
     pub recovery: bool,
+    pub icrc: &'a mut IcrcCache,
 }
 
 /// Check the ICRC of `pkt`, segment `index` of a datagram from `src` to
@@ -75,6 +77,7 @@ pub(crate) fn check_icrc(
         last: cx.last,
         tap,
         recovery: cx.recovery,
+        icrc: &mut *cx.icrc,
     };
     rnic_roce::ident::check_icrc(local, dport, src, index, first_bth, pkt, &mut shared)
 }
@@ -104,12 +107,14 @@ mod tests {
             p
         };
         let mut last = None;
+        let mut cache = IcrcCache::new();
         let mut run = |id, recovery| {
             let p = packet(id);
             let mut cx = IdentCtx {
                 last: &mut last,
                 tap: None,
                 recovery,
+                icrc: &mut cache,
             };
             check_icrc(IpAddr::V4(d), 4791, &src, 0, &p[..12], &p, &mut cx)
         };

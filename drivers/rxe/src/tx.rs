@@ -324,6 +324,8 @@ pub struct Tx {
     iov: Vec<RawIov>,
     /// The ICRC pass's window on an in-place payload.
     bounce: Vec<u8>,
+    /// The CRC over this QP's packets' constant prefixes, per shape.
+    icrc: icrc::IcrcCache,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -356,6 +358,7 @@ impl Tx {
             holds: Vec::new(),
             iov: Vec::new(),
             bounce: Vec::new(),
+            icrc: icrc::IcrcCache::new(),
         }
     }
 
@@ -441,6 +444,7 @@ impl Tx {
             pkts,
             pieces,
             bounce,
+            icrc: cache,
             ..
         } = self;
         for g in groups.iter() {
@@ -453,7 +457,7 @@ impl Tx {
                         let len = g.seg_len.min(end - off);
                         let filled = arena
                             .get_mut(off..off + len)
-                            .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, k, pkt));
+                            .is_some_and(|pkt| fill_icrc(cache, g.src, g.dst, g.sport, k, pkt));
                         if !filled {
                             stats.tx_errors += 1;
                         }
@@ -464,9 +468,9 @@ impl Tx {
                 Some(first) => {
                     for (k, p) in pkts.iter().skip(first).take(g.segs).enumerate() {
                         let filled = if p.pieces == 0 {
-                            arena
-                                .get_mut(p.off..p.off + p.head)
-                                .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, k as u16, pkt))
+                            arena.get_mut(p.off..p.off + p.head).is_some_and(|pkt| {
+                                fill_icrc(cache, g.src, g.dst, g.sport, k as u16, pkt)
+                            })
                         } else {
                             let ps = pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
                             fill_icrc_in_place(g, k as u16, p, ps, spans, arena, bounce)
@@ -653,7 +657,7 @@ impl Tx {
                 while off < end {
                     let len = g.seg_len.min(end - off);
                     if let Some(pkt) = self.arena.get_mut(off..off + len) {
-                        fill_icrc(g.src, g.dst, g.sport, 0, pkt);
+                        fill_icrc(&mut self.icrc, g.src, g.dst, g.sport, 0, pkt);
                     }
                     singles.push(Group {
                         off,
@@ -689,7 +693,9 @@ impl Tx {
                     let filled = if p.pieces == 0 {
                         self.arena
                             .get_mut(p.off..p.off + p.head)
-                            .is_some_and(|pkt| fill_icrc(g.src, g.dst, g.sport, 0, pkt))
+                            .is_some_and(|pkt| {
+                                fill_icrc(&mut self.icrc, g.src, g.dst, g.sport, 0, pkt)
+                            })
                     } else {
                         let ps = self.pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
                         fill_icrc_in_place(
@@ -858,13 +864,20 @@ fn same_family(a: IpAddr, b: IpAddr) -> bool {
 }
 
 /// Fill the ICRC of `pkt` (BTH..ICRC) sent from `src`:`sport` to `dst` with
-/// IPv4 identification `ip_id` (DF set).
-fn fill_icrc(src: IpAddr, dst: SocketAddr, sport: u16, ip_id: u16, pkt: &mut [u8]) -> bool {
+/// IPv4 identification `ip_id` (DF set), through the QP's ICRC cache.
+fn fill_icrc(
+    cache: &mut icrc::IcrcCache,
+    src: IpAddr,
+    dst: SocketAddr,
+    sport: u16,
+    ip_id: u16,
+    pkt: &mut [u8],
+) -> bool {
     match (src, dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            icrc::fill_v4(s, d, ip_id, true, sport, dst.port(), pkt).is_ok()
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => icrc::fill_v6(s, d, sport, dst.port(), pkt).is_ok(),
+        (IpAddr::V4(s), IpAddr::V4(d)) => cache
+            .fill_v4(s, d, ip_id, true, sport, dst.port(), pkt)
+            .is_ok(),
+        (IpAddr::V6(s), IpAddr::V6(d)) => cache.fill_v6(s, d, sport, dst.port(), pkt).is_ok(),
         _ => false,
     }
 }

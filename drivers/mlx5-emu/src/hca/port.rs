@@ -202,6 +202,8 @@ pub(crate) struct RxIdent {
     tap: Option<OwnedFd>,
     table: TapTable,
     last: LastIdent,
+    /// The CRC over received packets' constant prefixes, per shape.
+    icrc: icrc::IcrcCache,
     counts: Arc<Mutex<IcrcCounts>>,
 }
 
@@ -229,6 +231,7 @@ impl RxIdent {
             tap,
             table: TapTable::default(),
             last: None,
+            icrc: icrc::IcrcCache::new(),
             counts,
         }
     }
@@ -242,6 +245,7 @@ impl RxIdent {
             tap: None,
             table: TapTable::default(),
             last: None,
+            icrc: icrc::IcrcCache::new(),
             counts: Arc::default(),
         }
     }
@@ -265,6 +269,7 @@ impl RxIdent {
             last: &mut self.last,
             tap,
             recovery: false,
+            icrc: &mut self.icrc,
         };
         let first_bth = pkt.get(..12).unwrap_or(&[]);
         let c = ident::check_icrc(self.local, ROCE_PORT, &from, 0, first_bth, pkt, &mut cx);

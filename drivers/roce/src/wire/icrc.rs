@@ -17,6 +17,11 @@
 //!   A UDP-socket receiver does not learn the IPv4 identification the
 //!   sender chose, which the ICRC covers: [`recover_v4_ident`] solves for it.
 //!
+//! A provider that fills and verifies many packets of a few flows keeps an
+//! [`IcrcCache`]: the same results, with the CRC over each packet shape's
+//! constant prefix (masked IP and UDP headers, the BTH's first bytes)
+//! remembered; the free functions are its reference.
+//!
 //! Nothing allocates: the masked headers live in a 60-byte stack buffer and
 //! the CRC streams over the rest of the packet in place.
 
@@ -457,6 +462,22 @@ fn write_trailer(roce: &mut [u8], value: u32) {
     }
 }
 
+/// Check `roce`'s length for an IP header of `ip_hdr` bytes, then write
+/// the trailer `compute` finds.
+fn fill_by(roce: &mut [u8], ip_hdr: usize, compute: impl FnOnce(&[u8]) -> u32) -> Result<u32> {
+    check_udp_payload(roce.len(), ip_hdr)?;
+    let v = compute(roce);
+    write_trailer(roce, v);
+    Ok(v)
+}
+
+/// Check `roce`'s length for an IP header of `ip_hdr` bytes, then its
+/// trailer against what `compute` finds.
+fn verify_by(roce: &[u8], ip_hdr: usize, compute: impl FnOnce(&[u8]) -> u32) -> Result<()> {
+    check_udp_payload(roce.len(), ip_hdr)?;
+    check_trailer(roce, compute(roce))
+}
+
 fn check_trailer(roce: &[u8], computed: u32) -> Result<()> {
     let found = trailer(roce, roce.len());
     if computed == found {
@@ -477,10 +498,9 @@ pub fn fill_v4(
     udp_dst_port: u16,
     roce: &mut [u8],
 ) -> Result<u32> {
-    check_udp_payload(roce.len(), ipv4::HEADER_LEN)?;
-    let v = compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, roce);
-    write_trailer(roce, v);
-    Ok(v)
+    fill_by(roce, ipv4::HEADER_LEN, |r| {
+        compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, r)
+    })
 }
 
 /// Check the trailer of `roce` (BTH..ICRC) received over IPv4.
@@ -493,11 +513,9 @@ pub fn verify_v4(
     udp_dst_port: u16,
     roce: &[u8],
 ) -> Result<()> {
-    check_udp_payload(roce.len(), ipv4::HEADER_LEN)?;
-    check_trailer(
-        roce,
-        compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, roce),
-    )
+    verify_by(roce, ipv4::HEADER_LEN, |r| {
+        compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, r)
+    })
 }
 
 /// [`compute_v6`] and write the trailer of `roce` (BTH..ICRC).
@@ -508,10 +526,9 @@ pub fn fill_v6(
     udp_dst_port: u16,
     roce: &mut [u8],
 ) -> Result<u32> {
-    check_udp_payload(roce.len(), ipv6::HEADER_LEN)?;
-    let v = compute_v6(src, dst, udp_src_port, udp_dst_port, roce);
-    write_trailer(roce, v);
-    Ok(v)
+    fill_by(roce, ipv6::HEADER_LEN, |r| {
+        compute_v6(src, dst, udp_src_port, udp_dst_port, r)
+    })
 }
 
 /// Check the trailer of `roce` (BTH..ICRC) received over IPv6.
@@ -522,8 +539,311 @@ pub fn verify_v6(
     udp_dst_port: u16,
     roce: &[u8],
 ) -> Result<()> {
-    check_udp_payload(roce.len(), ipv6::HEADER_LEN)?;
-    check_trailer(roce, compute_v6(src, dst, udp_src_port, udp_dst_port, roce))
+    verify_by(roce, ipv6::HEADER_LEN, |r| {
+        compute_v6(src, dst, udp_src_port, udp_dst_port, r)
+    })
+}
+
+/// [`IcrcCache`] slots (a power of two).
+const CACHE_SLOTS: usize = 8;
+
+/// BTH bytes an [`IcrcCache`] state covers: opcode, flags, P_Key, and the
+/// masked byte after them.
+const CACHED_BTH: usize = BTH_RESV8A + 1;
+
+/// Everything the bytes before BTH byte 5 depend on: the masked IP and UDP
+/// headers are a function of the addresses, ports, identification, DF and
+/// the RoCE length (from which the IP and UDP lengths are derived), and
+/// the BTH's first four bytes are copied; its fifth is masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prefix {
+    V4 {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ip_id: u16,
+        dont_frag: bool,
+        sport: u16,
+        dport: u16,
+        roce_len: usize,
+        bth: [u8; BTH_RESV8A],
+    },
+    V6 {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        sport: u16,
+        dport: u16,
+        roce_len: usize,
+        bth: [u8; BTH_RESV8A],
+    },
+}
+
+impl Prefix {
+    /// The slot this prefix lives in: a multiplicative hash of the fields
+    /// that tell a flow's packet shapes and its flows apart.
+    fn slot(&self) -> usize {
+        let (len, bth, id, sport, dst) = match self {
+            Prefix::V4 {
+                dst,
+                ip_id,
+                sport,
+                roce_len,
+                bth,
+                ..
+            } => (*roce_len, *bth, *ip_id, *sport, dst.octets()[3]),
+            Prefix::V6 {
+                dst,
+                sport,
+                roce_len,
+                bth,
+                ..
+            } => (*roce_len, *bth, 0, *sport, dst.octets()[15]),
+        };
+        let x = (len as u64)
+            ^ u64::from(u32::from_le_bytes(bth)) << 16
+            ^ u64::from(id) << 24
+            ^ u64::from(sport) << 40
+            ^ u64::from(dst) << 56;
+        // The top bits of a Fibonacci hash.
+        (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros())) as usize
+    }
+
+    /// The CRC state after `FF×8 ‖ masked IP and UDP headers ‖ BTH[0..4] ‖
+    /// FF`, computed as the reference functions lay those bytes out.
+    fn crc(&self) -> crc32fast::Hasher {
+        let mut h = crc32fast::Hasher::new_with_initial(CRC_AFTER_FF8);
+        let bth = match *self {
+            Prefix::V4 {
+                src,
+                dst,
+                ip_id,
+                dont_frag,
+                sport,
+                dport,
+                roce_len,
+                bth,
+            } => {
+                h.update(&masked_v4(
+                    src, dst, ip_id, dont_frag, sport, dport, roce_len,
+                ));
+                bth
+            }
+            Prefix::V6 {
+                src,
+                dst,
+                sport,
+                dport,
+                roce_len,
+                bth,
+            } => {
+                h.update(&masked_v6(src, dst, sport, dport, roce_len));
+                bth
+            }
+        };
+        h.update(&bth);
+        h.update(&[0xFF]);
+        h
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Cached {
+    prefix: Prefix,
+    /// `prefix.crc()`.
+    after: crc32fast::Hasher,
+}
+
+/// The ICRC with the CRC over each packet shape's constant prefix
+/// remembered.
+///
+/// Everything the ICRC covers before BTH byte 5 — `FF×8`, the masked IP
+/// and UDP headers, the BTH's opcode, flags and P_Key, its masked byte —
+/// is the same for every packet of a flow with the same length, opcode
+/// and IPv4 identification, and an 8-byte ping-pong sends and receives
+/// the same two or three such shapes (the WRITE, its ACK) over and over.
+/// The cache keeps the CRC state after that prefix for the last
+/// [`CACHE_SLOTS`] shapes seen (direct-mapped), **keyed by every field
+/// the prefix bytes are made from**: a hit resumes from a state computed
+/// over exactly the bytes this packet's prefix is, so the result is the
+/// reference computation's ([`compute_v4`], [`compute_v6`]) bit for bit,
+/// for any field values; a miss hashes the prefix and replaces the slot.
+/// Per packet that leaves comparing the fields and one CRC call over the
+/// packet from BTH byte 5 to the trailer, in place (no masked copy).
+///
+/// A flow whose identification changes with every packet (a kernel rxe
+/// peer counts) only misses: the cost is the uncached computation plus
+/// storing one slot.
+#[derive(Clone, Debug, Default)]
+pub struct IcrcCache {
+    slots: [Option<Cached>; CACHE_SLOTS],
+    hits: u64,
+    misses: u64,
+}
+
+impl IcrcCache {
+    /// An empty cache.
+    pub fn new() -> IcrcCache {
+        IcrcCache::default()
+    }
+
+    /// Computations that resumed from a remembered prefix state.
+    pub fn hits(&self) -> u64 {
+        self.hits
+    }
+
+    /// Computations that hashed their prefix (and remembered it).
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    /// The ICRC of `roce` (BTH..ICRC, at least [`CACHED_BTH`] covered
+    /// bytes) whose prefix is `prefix`.
+    fn compute(&mut self, prefix: Prefix, after_prefix: &[u8]) -> u32 {
+        let mut h = match self.slots.get_mut(prefix.slot()) {
+            Some(Some(c)) if c.prefix == prefix => {
+                self.hits += 1;
+                c.after.clone()
+            }
+            slot => {
+                self.misses += 1;
+                let after = prefix.crc();
+                if let Some(slot) = slot {
+                    *slot = Some(Cached {
+                        prefix,
+                        after: after.clone(),
+                    });
+                }
+                after
+            }
+        };
+        h.update(after_prefix);
+        h.finalize()
+    }
+
+    /// [`compute_v4`], resuming from the remembered prefix state.
+    #[allow(clippy::too_many_arguments)] // the free function's, and `self`
+    pub fn compute_v4(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ip_id: u16,
+        dont_frag: bool,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &[u8],
+    ) -> u32 {
+        match split_prefix(roce) {
+            Some((bth, rest)) => {
+                let prefix = Prefix::V4 {
+                    src,
+                    dst,
+                    ip_id,
+                    dont_frag,
+                    sport: udp_src_port,
+                    dport: udp_dst_port,
+                    roce_len: roce.len(),
+                    bth,
+                };
+                self.compute(prefix, rest)
+            }
+            None => compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, roce),
+        }
+    }
+
+    /// [`compute_v6`], resuming from the remembered prefix state.
+    pub fn compute_v6(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &[u8],
+    ) -> u32 {
+        match split_prefix(roce) {
+            Some((bth, rest)) => {
+                let prefix = Prefix::V6 {
+                    src,
+                    dst,
+                    sport: udp_src_port,
+                    dport: udp_dst_port,
+                    roce_len: roce.len(),
+                    bth,
+                };
+                self.compute(prefix, rest)
+            }
+            None => compute_v6(src, dst, udp_src_port, udp_dst_port, roce),
+        }
+    }
+
+    /// [`fill_v4`] through the cache.
+    #[allow(clippy::too_many_arguments)] // the free function's, and `self`
+    pub fn fill_v4(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ip_id: u16,
+        dont_frag: bool,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &mut [u8],
+    ) -> Result<u32> {
+        fill_by(roce, ipv4::HEADER_LEN, |r| {
+            self.compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, r)
+        })
+    }
+
+    /// [`verify_v4`] through the cache.
+    #[allow(clippy::too_many_arguments)] // the free function's, and `self`
+    pub fn verify_v4(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ip_id: u16,
+        dont_frag: bool,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &[u8],
+    ) -> Result<()> {
+        verify_by(roce, ipv4::HEADER_LEN, |r| {
+            self.compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, r)
+        })
+    }
+
+    /// [`fill_v6`] through the cache.
+    pub fn fill_v6(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &mut [u8],
+    ) -> Result<u32> {
+        fill_by(roce, ipv6::HEADER_LEN, |r| {
+            self.compute_v6(src, dst, udp_src_port, udp_dst_port, r)
+        })
+    }
+
+    /// [`verify_v6`] through the cache.
+    pub fn verify_v6(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        roce: &[u8],
+    ) -> Result<()> {
+        verify_by(roce, ipv6::HEADER_LEN, |r| {
+            self.compute_v6(src, dst, udp_src_port, udp_dst_port, r)
+        })
+    }
+}
+
+/// `roce` (BTH..ICRC) as the BTH bytes a cached prefix copies and the
+/// covered bytes after the prefix (BTH byte 5 .. pad); `None` when fewer
+/// than [`CACHED_BTH`] bytes are covered.
+fn split_prefix(roce: &[u8]) -> Option<([u8; BTH_RESV8A], &[u8])> {
+    let covered = roce.get(..roce.len().checked_sub(ICRC_LEN)?)?;
+    let bth = *covered.first_chunk::<BTH_RESV8A>()?;
+    Some((bth, covered.get(CACHED_BTH..)?))
 }
 
 /// Reflected CRC-32 polynomial (IEEE 802.3).
@@ -677,7 +997,274 @@ fn solve(basis: &[(u32, u32); 32], mut target: u32) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// The fields of one packet an [`IcrcCache`] is asked about.
+    #[derive(Clone, Debug)]
+    struct Case {
+        v6: bool,
+        src: [u8; 16],
+        dst: [u8; 16],
+        ip_id: u16,
+        df: bool,
+        sport: u16,
+        dport: u16,
+        roce: Vec<u8>,
+        /// Values for every field the ICRC masks.
+        noise: [u8; 9],
+    }
+
+    impl Case {
+        fn v4(&self) -> (Ipv4Addr, Ipv4Addr) {
+            let a = |b: &[u8; 16]| Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+            (a(&self.src), a(&self.dst))
+        }
+
+        fn reference(&self) -> u32 {
+            let (s4, d4) = self.v4();
+            if self.v6 {
+                let (s, d) = (Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst));
+                compute_v6(s, d, self.sport, self.dport, &self.roce)
+            } else {
+                compute_v4(
+                    s4, d4, self.ip_id, self.df, self.sport, self.dport, &self.roce,
+                )
+            }
+        }
+
+        fn cached(&self, c: &mut IcrcCache) -> u32 {
+            self.cached_over(c, &self.roce)
+        }
+
+        fn cached_over(&self, c: &mut IcrcCache, roce: &[u8]) -> u32 {
+            let (s4, d4) = self.v4();
+            if self.v6 {
+                let (s, d) = (Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst));
+                c.compute_v6(s, d, self.sport, self.dport, roce)
+            } else {
+                c.compute_v4(s4, d4, self.ip_id, self.df, self.sport, self.dport, roce)
+            }
+        }
+
+        fn fill(&self, c: &mut IcrcCache, roce: &mut [u8]) -> Result<u32> {
+            let (s4, d4) = self.v4();
+            if self.v6 {
+                let (s, d) = (Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst));
+                c.fill_v6(s, d, self.sport, self.dport, roce)
+            } else {
+                c.fill_v4(s4, d4, self.ip_id, self.df, self.sport, self.dport, roce)
+            }
+        }
+
+        fn verify(&self, c: &mut IcrcCache, roce: &[u8]) -> Result<()> {
+            let (s4, d4) = self.v4();
+            if self.v6 {
+                let (s, d) = (Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst));
+                c.verify_v6(s, d, self.sport, self.dport, roce)
+            } else {
+                c.verify_v4(s4, d4, self.ip_id, self.df, self.sport, self.dport, roce)
+            }
+        }
+
+        /// The whole IP packet (the input of [`compute`], which masks by
+        /// itself), with the masked fields and BTH byte 4 set to noise.
+        fn ip_packet(&self) -> Vec<u8> {
+            let n = self.noise;
+            let udp_len = (8 + self.roce.len()) as u16;
+            let mut p = Vec::new();
+            if self.v6 {
+                p.extend_from_slice(&[0x60 | (n[0] & 0x0F), n[1], n[2], n[3]]);
+                p.extend_from_slice(&udp_len.to_be_bytes());
+                p.extend_from_slice(&[PROTOCOL_UDP, n[4]]);
+                p.extend_from_slice(&self.src);
+                p.extend_from_slice(&self.dst);
+            } else {
+                p.extend_from_slice(&[0x45, n[0]]);
+                p.extend_from_slice(&(udp_len + 20).to_be_bytes());
+                p.extend_from_slice(&self.ip_id.to_be_bytes());
+                p.extend_from_slice(&[if self.df { 0x40 } else { 0 }, 0, n[1], PROTOCOL_UDP]);
+                p.extend_from_slice(&[n[2], n[3]]);
+                p.extend_from_slice(&self.src[..4]);
+                p.extend_from_slice(&self.dst[..4]);
+            }
+            p.extend_from_slice(&self.sport.to_be_bytes());
+            p.extend_from_slice(&self.dport.to_be_bytes());
+            p.extend_from_slice(&udp_len.to_be_bytes());
+            p.extend_from_slice(&[n[5], n[6]]);
+            let bth_at = p.len();
+            p.extend_from_slice(&self.roce);
+            p[bth_at + BTH_RESV8A] = n[7];
+            p
+        }
+    }
+
+    /// Few values often (so packets share prefixes, or differ in one
+    /// field), any value sometimes.
+    fn case() -> impl Strategy<Value = Case> {
+        let addr = prop_oneof![3 => (0u8..3).prop_map(|i| [i; 16]), 1 => any::<[u8; 16]>()];
+        let bth = prop_oneof![
+            Just([0x0A, 0x00, 0xFF, 0xFF]), // RDMA WRITE Only
+            Just([0x11, 0x00, 0xFF, 0xFF]), // ACKNOWLEDGE
+            Just([0x0A, 0x40, 0xFF, 0xFF]), // … with a pad count
+            any::<[u8; 4]>(),
+        ];
+        let len = prop_oneof![0usize..24, Just(20), Just(40), 24usize..300];
+        let roce = (bth, len).prop_flat_map(|(bth, len)| {
+            prop::collection::vec(any::<u8>(), len).prop_map(move |mut r| {
+                let n = r.len().min(4);
+                r[..n].copy_from_slice(&bth[..n]);
+                r
+            })
+        });
+        (
+            any::<bool>(),
+            addr.clone(),
+            addr,
+            prop_oneof![0u16..3, any::<u16>()],
+            any::<bool>(),
+            prop_oneof![Just(0xC000u16), any::<u16>()],
+            prop_oneof![Just(4791u16), any::<u16>()],
+            roce,
+            any::<[u8; 9]>(),
+        )
+            .prop_map(
+                |(v6, src, dst, ip_id, df, sport, dport, roce, noise)| Case {
+                    v6,
+                    src,
+                    dst,
+                    ip_id,
+                    df,
+                    sport,
+                    dport,
+                    roce,
+                    noise,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// One cache asked about a run of packets (shared prefixes, one
+        /// field apart, colliding slots, short and long, IPv4 and IPv6)
+        /// answers every one as the reference does: the UDP-payload
+        /// functions and the whole-packet computation over a real IP
+        /// packet whose masked fields hold noise. Its fill writes the
+        /// reference's trailer, its verify accepts it and rejects any
+        /// changed covered byte.
+        #[test]
+        fn the_cache_computes_the_reference_icrc(
+            cases in prop::collection::vec(case(), 1..40),
+            flip in any::<prop::sample::Index>(),
+        ) {
+            let mut cache = IcrcCache::new();
+            for c in &cases {
+                let want = c.reference();
+                prop_assert_eq!(c.cached(&mut cache), want, "{:?}", c);
+                // BTH byte 4 is masked: any value, the same ICRC.
+                if let Some(b) = c.roce.get(BTH_RESV8A) {
+                    let mut r = c.roce.clone();
+                    r[BTH_RESV8A] = !*b;
+                    prop_assert_eq!(c.cached_over(&mut cache, &r), want);
+                }
+                if c.roce.len() < bth::HEADER_LEN + ICRC_LEN {
+                    continue;
+                }
+                prop_assert_eq!(compute(&c.ip_packet()), Ok(want));
+                let mut filled = c.roce.clone();
+                prop_assert_eq!(c.fill(&mut cache, &mut filled), Ok(want));
+                prop_assert_eq!(&filled[filled.len() - ICRC_LEN..], &want.to_le_bytes()[..]);
+                prop_assert_eq!(c.verify(&mut cache, &filled), Ok(()));
+                // Any covered byte but the masked one, or the trailer.
+                let mut at = flip.index(filled.len() - 1);
+                if at == BTH_RESV8A {
+                    at = filled.len() - 1;
+                }
+                filled[at] ^= 0x01;
+                let bad = c.verify(&mut cache, &filled);
+                prop_assert!(matches!(bad, Err(Error::IcrcMismatch { .. })), "{:?}", bad);
+            }
+            prop_assert_eq!(cache.hits() + cache.misses(), {
+                let long = cases.iter().filter(|c| c.roce.len() >= ICRC_LEN + CACHED_BTH);
+                let full = cases.iter().filter(|c| c.roce.len() >= bth::HEADER_LEN + ICRC_LEN);
+                // compute and the masked-byte variant; fill, verify, bad verify.
+                2 * long.count() as u64 + 3 * full.count() as u64
+            });
+        }
+    }
+
+    /// A remembered prefix answers only for its own fields: the same
+    /// shape again hits (and is right for any payload), and a packet one
+    /// prefix field apart — address, identification, DF, port, length,
+    /// any bit of the opcode, flags or P_Key, the IP version — gets its
+    /// own ICRC, after which the first still gets its own. Every opcode.
+    #[test]
+    fn a_remembered_prefix_serves_only_its_own_fields() {
+        let mut roce = vec![0u8; 40];
+        roce[..12].copy_from_slice(&[0x0A, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1]);
+        let base = Case {
+            v6: false,
+            src: [10; 16],
+            dst: [11; 16],
+            ip_id: 0,
+            df: true,
+            sport: 0xC000,
+            dport: 4791,
+            roce,
+            noise: [0; 9],
+        };
+        let mut cache = IcrcCache::new();
+        assert_eq!(base.cached(&mut cache), base.reference());
+        assert_eq!((cache.hits(), cache.misses()), (0, 1));
+        let mut other = base.clone();
+        other.roce[20..].fill(0x5A);
+        assert_eq!(other.cached(&mut cache), other.reference());
+        assert_ne!(other.reference(), base.reference());
+        assert_eq!((cache.hits(), cache.misses()), (1, 1));
+
+        let mut variants = Vec::new();
+        let mut push = |f: &dyn Fn(&mut Case)| {
+            let mut v = base.clone();
+            f(&mut v);
+            variants.push(v);
+        };
+        push(&|c| c.src[3] ^= 1);
+        push(&|c| c.dst[0] ^= 0x80);
+        push(&|c| c.ip_id = 1);
+        push(&|c| c.ip_id = 0x8000);
+        push(&|c| c.df = false);
+        push(&|c| c.sport ^= 1);
+        push(&|c| c.dport ^= 0x100);
+        push(&|c| c.roce.push(0));
+        push(&|c| c.v6 = true);
+        for bit in 0..32 {
+            push(&|c| c.roce[bit / 8] ^= 1 << (bit % 8));
+        }
+        for v in &variants {
+            assert_ne!(v.reference(), base.reference(), "{v:?}");
+            for _ in 0..2 {
+                assert_eq!(v.cached(&mut cache), v.reference(), "{v:?}");
+                assert_eq!(base.cached(&mut cache), base.reference());
+            }
+        }
+        for v6 in [false, true] {
+            for op in 0..=u8::MAX {
+                for len in [9, 16, 20, 40, 300] {
+                    let mut c = base.clone();
+                    c.v6 = v6;
+                    c.roce.resize(len, 0x33);
+                    c.roce[0] = op;
+                    for _ in 0..2 {
+                        assert_eq!(c.cached(&mut cache), c.reference(), "{op:#x}/{len}");
+                    }
+                }
+            }
+        }
+        // Each of those asked twice in a row: the second at least hits.
+        assert!(cache.hits() >= 2 + (variants.len() + 2 * 256 * 5) as u64);
+    }
 
     /// The one-pass path (small packets) and the streaming path (the rest)
     /// agree with a reference that hashes the whole masked stream from one
