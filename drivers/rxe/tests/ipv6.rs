@@ -373,7 +373,7 @@ fn ud_sends(
             .signaled()])
             .unwrap();
         assert_eq!(wait(&a.cq, 1, &[&b.dev])[0].status, WcStatus::Success);
-        let wb = wait(&b.cq, 1, &[&a.dev]);
+        let wb = wait_seen(&b.cq, 1, &[&a.dev], &[&a.dev, &b.dev]);
         assert_eq!(wb[0].status, WcStatus::Success, "UD {len}");
         assert_eq!(wb[0].src_qp, qa.qpn());
         assert_eq!(wb[0].byte_len, 40 + len as u32);

@@ -221,6 +221,17 @@ pub fn sides(buf: usize, progress: Progress) -> (Side, Side) {
 /// Poll `cq` until `n` completions arrived (panics after 20 s). Also kicks
 /// `others` (caller-driven peers) while waiting.
 pub fn wait(cq: &Cq, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
+    wait_seen(cq, n, others, &[])
+}
+
+/// [`wait`], naming on a timeout what each of `seen` counted (packets in
+/// and out, drops by cause): where a datagram went missing.
+pub fn wait_seen(
+    cq: &Cq,
+    n: usize,
+    others: &[&RxeDevice],
+    seen: &[&RxeDevice],
+) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut wcs = [WorkCompletion::default(); 16];
     let start = Instant::now();
@@ -230,11 +241,16 @@ pub fn wait(cq: &Cq, n: usize, others: &[&RxeDevice]) -> Vec<WorkCompletion> {
         for d in others {
             d.progress();
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out with {} of {n} completions: {out:?}",
-            out.len()
-        );
+        if start.elapsed() >= Duration::from_secs(20) {
+            let stats: Vec<String> = seen
+                .iter()
+                .map(|d| format!("{:?}", d.stats().device))
+                .collect();
+            panic!(
+                "timed out with {} of {n} completions: {out:?}; devices: {stats:#?}",
+                out.len()
+            );
+        }
     }
     out
 }
