@@ -1755,7 +1755,8 @@ enum Wire {
 /// checks are the L2 ones: `rnicctl neigh` resolved the guest's MAC by ARP and by ND, and the
 /// guest's `ip neigh` holds the function's MAC (the emulator's per-session ICRC lines and
 /// the tap capture belong to the udp wire).
-fn interop_mlx5_on(wire: Wire, steps: &[&str], netem: Option<&str>) {
+fn interop_mlx5_on(wire: Wire, steps: &[impl AsRef<str>], netem: Option<&str>) {
+    let steps: Vec<&str> = steps.iter().map(AsRef::as_ref).collect();
     const ITERS: u64 = 100;
     const PP_SIZE: u64 = 4096;
     // A UD message must fit the path MTU (rxe on the guest's 1500-byte NIC: 1024).
@@ -1945,13 +1946,7 @@ fn interop_mlx5_emulator_under_netem_loss_on_the_kernel_side() {
 fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
     let ud = ["ud:kernel", "ud:rnic"];
     let v4: Vec<&str> = [&MLX5_BOTH_WAYS[..], &ud].concat();
-    let v6: Vec<String> = v4.iter().map(|s| s.replacen(':', "6:", 1)).collect();
-    let steps: Vec<&str> = v4
-        .iter()
-        .copied()
-        .chain(v6.iter().map(String::as_str))
-        .collect();
-    interop_mlx5_on(Wire::Eth, &steps, None);
+    interop_mlx5_on(Wire::Eth, &and_over_ipv6(&v4), None);
 }
 
 /// The same cable under netem dropping 2% of what the guest sends: the RC tools both ways
@@ -1959,16 +1954,13 @@ fn interop_mlx5_on_an_ethernet_cable_resolved_by_arp_and_nd() {
 /// retransmission, and the stock tool waits forever for a lost datagram.
 #[test]
 fn interop_mlx5_on_an_ethernet_cable_under_netem_loss_on_the_guest_side() {
-    let v6: Vec<String> = MLX5_BOTH_WAYS
-        .iter()
-        .map(|s| s.replacen(':', "6:", 1))
-        .collect();
-    let steps: Vec<&str> = MLX5_BOTH_WAYS
-        .iter()
-        .copied()
-        .chain(v6.iter().map(String::as_str))
-        .collect();
-    interop_mlx5_on(Wire::Eth, &steps, Some("loss 2%"));
+    interop_mlx5_on(Wire::Eth, &and_over_ipv6(&MLX5_BOTH_WAYS), Some("loss 2%"));
+}
+
+/// `steps`, then each again over IPv6 (`<what>6:<server>`).
+fn and_over_ipv6(steps: &[&str]) -> Vec<String> {
+    let v6 = steps.iter().map(|s| s.replacen(':', "6:", 1));
+    steps.iter().map(|s| s.to_string()).chain(v6).collect()
 }
 
 /// The local QPN an rc_pingpong log printed ("local address: …, QPN 0x…, …").

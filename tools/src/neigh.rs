@@ -163,13 +163,12 @@ pub fn main(
              `ip neigh show` (rnicctl neigh lists an mlx5 function's own ARP/ND cache)"
         )));
     };
-    if p.port().is_none() {
+    let Some(port) = p.port() else {
         return Err(CtlError::Usage(format!(
             "{spec}: the function's port L2 is off, so it has no ARP/ND cache (static and \
              host-kernel entries only: `rnicctl info {spec}`); add neigh=arp to the spec"
         )));
-    }
-    let port = p.port().ok_or_else(|| CtlError::Usage("no port".into()))?;
+    };
     let mut resolved = Vec::new();
     for ip in resolve {
         if !json_out {

@@ -147,22 +147,7 @@ fn rig_with(bar0: Bar0Mapping, holders: usize) -> Rig {
 
 impl Rig {
     fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
-        let start = Instant::now();
-        while out.len() < n {
-            let got = self.cq.poll(&mut wcs);
-            out.extend_from_slice(&wcs[..got]);
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out: {out:?}, {:?}",
-                self.cq.counters()
-            );
-            if got == 0 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-        out
+        common::wait_cq(&mut self.cq, n)
     }
 
     /// The next send completion through the direct poll (`Cq::poll_send`).

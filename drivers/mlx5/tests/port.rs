@@ -21,7 +21,7 @@ use rnic_mlx5_emu::{Emulator, FirmwareOptions, Options, Wire};
 use rnic_roce::neigh::Config;
 use rnic_roce::wire::EthernetAddress;
 use rnic_roce::wire::arp;
-use rnic_roce::wire::icmpv6::{AdvertFlags, NdRepr};
+use rnic_roce::wire::icmpv6::{self, AdvertFlags, NdRepr};
 
 const FN_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x5e, 0x00, 0x01];
 const PEER_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x5e, 0x00, 0x02];
@@ -236,21 +236,10 @@ fn nd_of(f: &[u8]) -> Option<Nd> {
     Some((src, dst, icmp[0], target, icmp[4], lladdr))
 }
 
+/// The solicited-node group of `ip` and its MAC.
 fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
-    let o = ip.octets();
-    (
-        Ipv6Addr::new(
-            0xff02,
-            0,
-            0,
-            0,
-            0,
-            1,
-            0xff00 | u16::from(o[13]),
-            u16::from_be_bytes([o[14], o[15]]),
-        ),
-        [0x33, 0x33, 0xff, o[13], o[14], o[15]],
-    )
+    let group = icmpv6::solicited_node(ip);
+    (group, EthernetAddress::from_ipv6_multicast(group).0)
 }
 
 fn request_for(ip: Ipv4Addr) -> impl Fn(&[u8]) -> bool {
@@ -749,7 +738,7 @@ fn a_frame_longer_than_its_slot_stops_the_rq_and_the_port_brings_it_back() {
 mod veth {
     use super::*;
     use common::peer::{ALL, Peer, pattern};
-    use rnic_core::{QpType, RecvWr, SendOp, Sge, UdDest, WcStatus, WorkCompletion};
+    use rnic_core::{QpType, RecvWr, SendOp, Sge, UdDest, WcStatus};
     use std::process::Command;
 
     const RXE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x88, 0x02];
@@ -795,12 +784,7 @@ mod veth {
             ip(&["netns", "add", &link.rxe])?;
             ip(&["netns", "add", &link.fun])?;
             let (r, m) = (link.rxe.as_str(), link.fun.as_str());
-            let mac = super::hex(&RXE_MAC)
-                .as_bytes()
-                .chunks(2)
-                .map(|c| std::str::from_utf8(c).unwrap())
-                .collect::<Vec<_>>()
-                .join(":");
+            let mac = EthernetAddress(RXE_MAC).to_string();
             for args in [
                 &[
                     "link", "add", "p8r", "netns", r, "type", "veth", "peer", "name", "p8m",
@@ -903,7 +887,7 @@ mod veth {
         let mut w = SendWr::rdma_write(1, &s, peer.mr.addr() + 64, peer.mr.rkey());
         w.flags = SendFlags::SIGNALED;
         qp.post_send(&[w]).unwrap();
-        let wc = wait(&mut cq, 1);
+        let wc = common::wait_cq(&mut cq, 1);
         assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
         assert_eq!(peer.bytes(64, 3000), out, "byte-exact at rxe");
         // rxe → function.
@@ -971,30 +955,12 @@ mod veth {
                 ud: Some(to_fn.ud_dest(qp.qpn(), qkey)),
             }])
             .unwrap();
-        let got = wait(&mut cq, 2);
+        let got = common::wait_cq(&mut cq, 2);
         let recv = got.iter().find(|w| w.wr_id == 9).unwrap();
         assert_eq!((recv.status, recv.byte_len), (WcStatus::Success, 340));
         let mut b = vec![0u8; 300];
         mkey.buffer().read(4096 + 40, &mut b).unwrap();
         assert_eq!(b, back);
-    }
-
-    fn wait(cq: &mut Cq, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
-        let start = Instant::now();
-        while out.len() < n {
-            let got = cq.poll(&mut wcs);
-            out.extend_from_slice(&wcs[..got]);
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out: {out:?}"
-            );
-            if got == 0 {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-        out
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! (`struct virtio_net_hdr`, host byte order on a packet socket), segmentation as the
 //! kernel's `__udp_gso_segment` does it (IPv4 ID incremented per segment).
 
+use rnic_mlx5_prm::eth_cs_flags;
 use rnic_roce::wire::ip::{checksum_add, checksum_fold};
+
+use super::frame::fill_checksums;
 
 /// Bytes of `struct virtio_net_hdr` in front of every frame.
 pub(crate) const VNET_HDR_LEN: usize = 10;
@@ -115,8 +118,9 @@ fn layout(f: &[u8]) -> Option<Layout> {
 }
 
 /// Cut a UDP GSO frame into datagrams of `size` payload bytes (the last shorter): headers
-/// copied, lengths set, IPv4 ID incremented and header checksum recomputed, each UDP
-/// checksum computed in full.
+/// copied, lengths set, the IPv4 ID incremented, then the IPv4 header and UDP checksums
+/// filled as a raw send's checksum offloads fill them ([`fill_checksums`]). The super-frame's
+/// own length fields are not trusted: [`layout`] finds the headers without them.
 fn segment_udp(f: &[u8], size: usize) -> Result<Vec<Vec<u8>>, Unusable> {
     let l = layout(f).ok_or(Unusable::Gso)?;
     let hdr = l.l4 + 8;
@@ -134,24 +138,11 @@ fn segment_udp(f: &[u8], size: usize) -> Result<Vec<Vec<u8>>, Unusable> {
             let total = (s.len() - l.l3) as u16;
             s[l.l3 + 2..l.l3 + 4].copy_from_slice(&total.to_be_bytes());
             s[l.l3 + 4..l.l3 + 6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
-            s[l.l3 + 10..l.l3 + 12].fill(0);
-            let c = checksum_fold(checksum_add(0, &s[l.l3..l.l4]));
-            s[l.l3 + 10..l.l3 + 12].copy_from_slice(&c.to_be_bytes());
         } else {
             s[l.l3 + 4..l.l3 + 6].copy_from_slice(&udp_len.to_be_bytes());
         }
         s[l.l4 + 4..l.l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
-        s[l.l4 + 6..l.l4 + 8].fill(0);
-        // The pseudo-header: addresses, protocol, UDP length.
-        let (src, len) = if l.v4 { (l.l3 + 12, 8) } else { (l.l3 + 8, 32) };
-        let mut sum = checksum_add(0, &s[src..src + len]);
-        sum = checksum_add(sum, &[0, 17]);
-        sum = checksum_add(sum, &udp_len.to_be_bytes());
-        let mut c = checksum_fold(checksum_add(sum, &s[l.l4..]));
-        if c == 0 {
-            c = 0xffff;
-        }
-        s[l.l4 + 6..l.l4 + 8].copy_from_slice(&c.to_be_bytes());
+        fill_checksums(&mut s, eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM);
         out.push(s);
     }
     Ok(out)

@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rnic_roce::neigh::{self, Config, Event, Neighbours, Outcome, Resolution};
-use rnic_roce::wire::{EthernetAddress, VlanTag};
+use rnic_roce::wire::{EthernetAddress, VlanTag, icmpv6};
 use tracing::{debug, info, warn};
 
 use crate::firmware::neigh::{Resolver, mac_text};
@@ -89,8 +89,7 @@ fn subscriptions(engine: &Neighbours) -> Vec<[u8; 6]> {
     let mut macs = vec![[0xff; 6]];
     for (ip, _) in engine.own_addresses() {
         if let IpAddr::V6(v6) = ip {
-            let o = v6.octets();
-            macs.push([0x33, 0x33, 0xff, o[13], o[14], o[15]]);
+            macs.push(EthernetAddress::from_ipv6_multicast(icmpv6::solicited_node(v6)).0);
         }
     }
     macs.sort_unstable();

@@ -4,11 +4,12 @@
 //! driver's resource code.
 #![allow(clippy::unwrap_used, dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub mod peer;
 
-use rnic_mlx5::{Hca, Mlx5Error};
+use rnic_core::WorkCompletion;
+use rnic_mlx5::{Cq, Hca, Mlx5Error};
 use rnic_mlx5_emu::{Emulator, Options};
 use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, DeallocPdIn, DeallocPdOut};
 
@@ -56,4 +57,24 @@ pub fn dealloc_pd(hca: &Hca, pd: u32) -> Result<(), Mlx5Error> {
         DeallocPdOut::<&[u8]>::SIZE_BYTES,
     )
     .map(drop)
+}
+
+/// Poll `cq` until `n` completions arrived (panics after 10 s, with the CQ's counters).
+pub fn wait_cq(cq: &mut Cq, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 16];
+    let start = Instant::now();
+    while out.len() < n {
+        let got = cq.poll(&mut wcs);
+        out.extend_from_slice(&wcs[..got]);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out: {out:?}, {:?}",
+            cq.counters()
+        );
+        if got == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    out
 }
