@@ -11,11 +11,12 @@
 //! ranges are refused with the typed error, nothing changed.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use rnic_core::memory::{check_range, read_words, write_words};
 use rnic_core::{
@@ -23,8 +24,7 @@ use rnic_core::{
     MemoryError, MemoryRegion, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair,
     RecvWr, RtrParams, RtsParams, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
-use rnic_mlx5::{Hca, HcaOptions, Mlx5Mr, Mlx5Provider, PciFunction, VfioUserFunction};
-use rnic_mlx5_emu::TempFunction;
+use rnic_mlx5::{Mlx5Mr, Mlx5Provider};
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -38,24 +38,41 @@ const CAPS: QpCaps = QpCaps {
     max_inline_data: 64,
 };
 
-/// Pages of an anonymous mapping made by the test (`mmap`), with a
-/// [`Memory`] view of `len` bytes from `offset`: its host address is what
-/// the driver maps (no direct span: a plain range of process memory).
-struct Anon {
+/// Pages the test made: an anonymous `mmap`, or page-aligned heap memory.
+struct Pages {
     base: NonNull<u8>,
     mapped: usize,
-    offset: usize,
-    len: usize,
-    /// Allocated with `std::alloc` (page-aligned heap memory) rather than
-    /// `mmap`.
+    /// From `std::alloc` rather than `mmap`.
     heap: bool,
 }
 
-// SAFETY: the mapping is owned by this object and reached only through
+// SAFETY: the pages are owned by this object and reached only through
 // atomics (or by the device).
-unsafe impl Send for Anon {}
+unsafe impl Send for Pages {}
 // SAFETY: as Send.
-unsafe impl Sync for Anon {}
+unsafe impl Sync for Pages {}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        if self.heap {
+            let layout = std::alloc::Layout::from_size_align(self.mapped, 4096).unwrap();
+            // SAFETY: allocated in `Anon::heap` with this layout.
+            unsafe { std::alloc::dealloc(self.base.as_ptr(), layout) };
+        } else {
+            // SAFETY: exactly the mapping made in `Anon::map`.
+            unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
+        }
+    }
+}
+
+/// A [`Memory`] of `len` bytes from `offset` into test-made pages: its host
+/// address is what the driver maps (no direct span: a plain range of
+/// process memory).
+struct Anon {
+    pages: Arc<Pages>,
+    offset: usize,
+    len: usize,
+}
 
 impl std::fmt::Debug for Anon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,14 +100,12 @@ impl Anon {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
-        assert!(offset.is_multiple_of(8) && offset + len <= mapped);
-        Anon {
+        let pages = Pages {
             base: NonNull::new(p.cast()).unwrap(),
             mapped,
-            offset,
-            len,
             heap: false,
-        }
+        };
+        Anon::over(pages, offset, len)
     }
 
     /// `pages` pages of heap memory (`malloc`'s, page-aligned as perftest's
@@ -103,24 +118,49 @@ impl Anon {
         let layout = std::alloc::Layout::from_size_align(mapped, 4096).unwrap();
         // SAFETY: a non-zero layout.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        Anon {
+        let pages = Pages {
             base: NonNull::new(p).unwrap(),
             mapped,
+            heap: true,
+        };
+        Anon::over(pages, offset, len)
+    }
+
+    fn over(pages: Pages, offset: usize, len: usize) -> Anon {
+        assert!(offset.is_multiple_of(8) && offset + len <= pages.mapped);
+        Anon {
+            pages: Arc::new(pages),
             offset,
             len,
-            heap: true,
         }
     }
 
-    fn host(&self) -> usize {
-        self.base.as_ptr() as usize + self.offset
+    /// Another view of the same pages, `len` bytes from `offset`.
+    fn view(&self, offset: usize, len: usize) -> Anon {
+        assert!(offset.is_multiple_of(8) && offset + len <= self.pages.mapped);
+        Anon {
+            pages: self.pages.clone(),
+            offset,
+            len,
+        }
     }
 
-    /// Every word of the mapping (the region and the bytes around it).
+    fn base(&self) -> usize {
+        self.pages.base.as_ptr() as usize
+    }
+
+    fn host(&self) -> usize {
+        self.base() + self.offset
+    }
+
+    /// Every word of the pages (the region and the bytes around it).
     fn all(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping lives as long as `self`, is page-aligned and
-        // readable in every test that calls this; only atomics are formed.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast(), self.mapped / 8) }
+        // SAFETY: the pages live as long as `self` (its `Arc`), are
+        // page-aligned and readable in every test that calls this; only
+        // atomics are formed.
+        unsafe {
+            std::slice::from_raw_parts(self.pages.base.as_ptr().cast(), self.pages.mapped / 8)
+        }
     }
 
     fn words(&self) -> &[AtomicU64] {
@@ -138,19 +178,6 @@ impl Anon {
             .iter()
             .map(|w| w.load(Ordering::Relaxed))
             .collect()
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        if self.heap {
-            let layout = std::alloc::Layout::from_size_align(self.mapped, 4096).unwrap();
-            // SAFETY: allocated in `heap` with this layout.
-            unsafe { std::alloc::dealloc(self.base.as_ptr(), layout) };
-        } else {
-            // SAFETY: exactly the mapping made in `map`.
-            unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
-        }
     }
 }
 
@@ -209,23 +236,6 @@ fn maps_over(lo: usize, hi: usize) -> Vec<String> {
         .collect()
 }
 
-/// An mlx5 function on its own emulator with GID 0 = `ip`.
-fn mlx5(ip: IpAddr) -> (TempFunction, Arc<Mlx5Provider>) {
-    let emu = TempFunction::start().unwrap();
-    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
-    let hca = Hca::bring_up(
-        f,
-        HcaOptions {
-            cmd_timeout: Some(Duration::from_secs(30)),
-            ..HcaOptions::default()
-        },
-    )
-    .unwrap();
-    let provider = Mlx5Provider::new(hca).unwrap();
-    provider.set_gid(0, ip).unwrap();
-    (emu, provider)
-}
-
 /// One end: an RC QP on a CQ of its own. Field order is drop order.
 struct End {
     qp: QueuePair,
@@ -253,18 +263,7 @@ impl End {
     }
 
     fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let mut got = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 8];
-        let start = Instant::now();
-        while got.len() < n {
-            let k = self.cq.poll(&mut wcs).unwrap();
-            got.extend_from_slice(&wcs[..k]);
-            assert!(start.elapsed() < Duration::from_secs(10), "{got:?}");
-            if k == 0 {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-        got
+        common::wait_wcs(&mut self.cq, n)
     }
 }
 
@@ -320,8 +319,8 @@ fn revoke(mr: &MemoryRegion) {
 #[test]
 fn heap_and_mmap_memory_carry_write_read_send_and_atomics_and_dereg_revokes() {
     let (ip_a, ip_b) = ips_at(1);
-    let (_emu_a, pa) = mlx5(ip_a);
-    let (emu_b, pb) = mlx5(ip_b);
+    let (_emu_a, pa) = common::provider(ip_a);
+    let (emu_b, pb) = common::provider(ip_b);
     let mut a = End::new(&pa, ip_a);
     let mut b = End::new(&pb, ip_b);
     connect(&mut a, &mut b);
@@ -339,10 +338,7 @@ fn heap_and_mmap_memory_carry_write_read_send_and_atomics_and_dereg_revokes() {
     ));
     anon.fill(0xA5);
     let before = anon.snapshot();
-    let maps_before = maps_over(
-        anon.base.as_ptr() as usize,
-        anon.base.as_ptr() as usize + 4096,
-    );
+    let maps_before = maps_over(anon.base(), anon.base() + 4096);
     let mappings_before = emu_b.emulator().device().dma().mappings();
     let mr_a = a.pd.reg_mr(heap.clone(), ALL).unwrap();
     let mr_b = b.pd.reg_mr(anon.clone(), ALL).unwrap();
@@ -459,7 +455,7 @@ fn heap_and_mmap_memory_carry_write_read_send_and_atomics_and_dereg_revokes() {
         "the device mapping of the region's 10 pages is gone, nothing else"
     );
     assert_eq!(anon.snapshot(), kept, "dereg kept the contents");
-    let base = anon.base.as_ptr() as usize;
+    let base = anon.base();
     let now = maps_over(base, base + 12 * 4096);
     assert!(
         now.iter().all(|l| l.contains(" rw-p 00000000 00:00 0 ")),
@@ -487,8 +483,8 @@ fn heap_and_mmap_memory_carry_write_read_send_and_atomics_and_dereg_revokes() {
 #[test]
 fn two_registrations_share_pages_and_read_only_memory_is_served_read_only() {
     let (ip_a, ip_b) = ips_at(3);
-    let (_ea, pa) = mlx5(ip_a);
-    let (_eb, pb) = mlx5(ip_b);
+    let (_ea, pa) = common::provider(ip_a);
+    let (_eb, pb) = common::provider(ip_b);
     let mut a = End::new(&pa, ip_a);
     let mut b = End::new(&pb, ip_b);
     connect(&mut a, &mut b);
@@ -506,8 +502,8 @@ fn two_registrations_share_pages_and_read_only_memory_is_served_read_only() {
         16 << 10,
     );
     m.fill(3);
-    let first = Arc::new(Anon::map_view(&m, 512, 1024));
-    let second = Arc::new(Anon::map_view(&m, 1024, 8192));
+    let first = Arc::new(m.view(512, 1024));
+    let second = Arc::new(m.view(1024, 8192));
     let r1 = b.pd.reg_mr(first.clone(), ALL).unwrap();
     let r2 = b.pd.reg_mr(second.clone(), ALL).unwrap();
     let pieces = |r: &MemoryRegion| {
@@ -560,7 +556,7 @@ fn two_registrations_share_pages_and_read_only_memory_is_served_read_only() {
     );
     ro.fill(9);
     // SAFETY: the test's own mapping; nothing holds a reference into it.
-    let r = unsafe { libc::mprotect(ro.base.as_ptr().cast(), 8192, libc::PROT_READ) };
+    let r = unsafe { libc::mprotect(ro.base() as *mut libc::c_void, 8192, libc::PROT_READ) };
     assert_eq!(r, 0);
     let ro = Arc::new(ro);
     let want = ro.snapshot();
@@ -588,66 +584,9 @@ fn two_registrations_share_pages_and_read_only_memory_is_served_read_only() {
     drop((r1, r2, rr, mr_a));
 }
 
-impl Anon {
-    /// A view of `len` bytes from `offset` into `m`'s pages (not owning
-    /// them: `m` outlives it in the test).
-    fn map_view(m: &Anon, offset: usize, len: usize) -> AnonView {
-        AnonView {
-            host: m.base.as_ptr() as usize + offset,
-            len,
-        }
-    }
-}
-
-/// Part of an [`Anon`]'s pages.
-#[derive(Debug)]
-struct AnonView {
-    host: usize,
-    len: usize,
-}
-
-impl AnonView {
-    fn words(&self) -> &[AtomicU64] {
-        // SAFETY: the owning `Anon` outlives the view in the test; 8-aligned.
-        unsafe { std::slice::from_raw_parts(self.host as *const AtomicU64, self.len / 8) }
-    }
-}
-
-impl Memory for AnonView {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn addr(&self) -> u64 {
-        self.host as u64
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
-        check_range(MemAccess::Read, offset, dst.len(), self.len)?;
-        read_words(self.words(), offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
-        check_range(MemAccess::Write, offset, src.len(), self.len)?;
-        write_words(self.words(), offset, src)
-    }
-    fn compare_swap_u64(&self, _: usize, _: u64, _: u64) -> Result<u64, MemoryError> {
-        Err(MemoryError::Misaligned {
-            access: MemAccess::Atomic,
-            offset: 0,
-        })
-    }
-    fn fetch_add_u64(&self, _: usize, _: u64) -> Result<u64, MemoryError> {
-        Err(MemoryError::Misaligned {
-            access: MemAccess::Atomic,
-            offset: 0,
-        })
-    }
-    fn host_addr(&self) -> Option<usize> {
-        Some(self.host)
-    }
-}
-
 #[test]
 fn bad_ranges_are_refused_with_the_typed_error_and_nothing_changes() {
-    let (_emu, p) = mlx5(ips_at(5).0);
+    let (_emu, p) = common::provider(ips_at(5).0);
     let ctx = Mlx5Provider::context(&p);
     let pd = ctx.alloc_pd().unwrap();
     let kind = |e: VerbsError| match e {
@@ -663,10 +602,11 @@ fn bad_ranges_are_refused_with_the_typed_error_and_nothing_changes() {
         0,
         8192,
     );
-    let view = Arc::new(Anon::map_view(&gone, 0, 8192));
+    let view = Arc::new(gone.view(0, 8192));
     // SAFETY: the test's own mapping; the view is only registered, which
-    // must refuse it.
-    assert_eq!(unsafe { libc::munmap(gone.base.as_ptr().cast(), 8192) }, 0);
+    // must refuse it, and the pages' owner is forgotten (never unmapped twice).
+    let r = unsafe { libc::munmap(gone.base() as *mut libc::c_void, 8192) };
+    assert_eq!(r, 0);
     std::mem::forget(gone);
     let e = pd.reg_mr(view, ALL).unwrap_err();
     assert_eq!(kind(e), (DeviceErrorKind::Os, libc::EFAULT as u32));
