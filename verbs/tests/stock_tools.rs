@@ -12,10 +12,9 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{Pair, port, require, run_pair, verbs_cmd};
+use common::{Emulator, Pair, port, require, rnic_bin, run_pair, verbs_cmd};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -252,40 +251,6 @@ fn perftest_read_lat() {
     check_perftest(&perftest("ib_read_lat", &[], 20_018), 2, 100);
 }
 
-/// One of rnic's own binaries (`rnicctl`, `examples/rc_pingpong`) of this
-/// profile, built here if the workspace build did not make it.
-fn rnic_bin(rel: &str, build: &[&str]) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    let path = common::profile_dir().join(rel);
-    if !path.exists() {
-        BUILT.get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut c = Command::new(cargo);
-            c.args([
-                "build",
-                "--locked",
-                "-p",
-                "rnicctl",
-                "-p",
-                "rnic-mlx5-emu",
-                "-p",
-                "rnic",
-                // Without --bins, --example would limit the build to it.
-                "--bins",
-                "--example",
-                "rc_pingpong",
-            ]);
-            if common::profile_dir().ends_with("release") {
-                c.arg("--release");
-            }
-            let st = c.status().expect("run cargo build");
-            assert!(st.success(), "building {build:?} failed");
-        });
-    }
-    assert!(path.exists(), "{} not built", path.display());
-    path
-}
-
 fn rnicctl() -> PathBuf {
     rnic_bin("rnicctl", &["rnicctl"])
 }
@@ -357,47 +322,6 @@ fn stock_rc_pingpong_against_rnics_example() {
     check_pingpong(&run_pair(server, client, port(20_022), LIMIT), 100, 4096);
 }
 
-/// An emulated ConnectX function (rnic-mlx5-emu) serving `sock` until dropped.
-struct Emulator(std::process::Child, PathBuf);
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_file(&self.1);
-    }
-}
-
-impl Emulator {
-    /// Start one on a socket named after `name` and this process; its spec
-    /// with GID 0 = `ip`, named `rnic_mlx5` (both ends of a pair use that
-    /// name, each in its own process).
-    fn start(name: &str, ip: &str) -> (Emulator, String) {
-        let bin = rnic_bin("rnic-mlx5-emu", &["rnic-mlx5-emu"]);
-        let sock =
-            std::env::temp_dir().join(format!("rnic-verbs-{name}-{}.sock", std::process::id()));
-        let child = Command::new(bin)
-            .arg("--socket")
-            .arg(&sock)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let emu = Emulator(child, sock.clone());
-        let start = std::time::Instant::now();
-        while !sock.exists() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the emulator did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (
-            emu,
-            format!("rnic_mlx5=mlx5:vfio-user:{}@{ip}", sock.display()),
-        )
-    }
-}
-
 /// A stock pair on two emulated mlx5 functions wired over UDP on the host
 /// (each tool process drives its own function through the drop-in: the
 /// server `a`, the client `b`); `args` for both, the client also gets
@@ -440,6 +364,19 @@ fn stock_tools_on_emulated_mlx5_functions_list_it_and_run_rc_pingpong() {
     // 4 KiB, each side checking its byte counts.
     check_pingpong(
         &mlx5_pair("ibv_rc_pingpong", &["-g", "0", "-n", "100"], &a, &b, 20_030),
+        100,
+        4096,
+    );
+    // Sleeping on completion events (ibv_get_cq_event drives the function's
+    // event queue).
+    check_pingpong(
+        &mlx5_pair(
+            "ibv_rc_pingpong",
+            &["-g", "0", "-n", "100", "-e"],
+            &a,
+            &b,
+            20_034,
+        ),
         100,
         4096,
     );
