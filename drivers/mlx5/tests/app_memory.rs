@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::peer::ALL;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -26,10 +28,6 @@ use rnic_core::{
 };
 use rnic_mlx5::{Mlx5Mr, Mlx5Provider};
 
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
 const CAPS: QpCaps = QpCaps {
     max_send_wr: 16,
     max_recv_wr: 16,
