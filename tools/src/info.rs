@@ -177,7 +177,8 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
             "log_max_ra_res_qp": log_max_ra_res_qp,
             "max_wqe_sz_sq": max_wqe_sz_sq,
             "max_wqe_sz_rq": max_wqe_sz_rq,
-            "max_inline_data": rnic::mlx5::rdma::wqe::MAX_INLINE_DATA,
+            "max_inline_data": rnic::mlx5::rdma::wqe::MAX_INLINE_DATA_RC,
+            "max_inline_data_ud": rnic::mlx5::rdma::wqe::MAX_INLINE_DATA,
             "gid_table_size": gid_table_size,
             "roce": i.roce,
             "roce_versions": versions,
@@ -263,9 +264,10 @@ pub(crate) fn mlx5_facts(p: &std::sync::Arc<rnic::mlx5::Mlx5Provider>) -> Mlx5Fa
     );
     let _ = writeln!(
         t,
-        "\tmax_wqe_sz_sq/rq:\t{}/{} bytes, inline up to {} bytes",
+        "\tmax_wqe_sz_sq/rq:\t{}/{} bytes, inline up to {} bytes (RC), {} (UD)",
         opt(max_wqe_sz_sq),
         opt(max_wqe_sz_rq),
+        rnic::mlx5::rdma::wqe::MAX_INLINE_DATA_RC,
         rnic::mlx5::rdma::wqe::MAX_INLINE_DATA
     );
     let _ = writeln!(

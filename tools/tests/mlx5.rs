@@ -52,7 +52,8 @@ fn info_shows_firmware_caps_gids_and_pages() {
             .any(|v| v == "v2"),
         "{c}"
     );
-    assert_eq!(c["max_inline_data"], 188);
+    assert_eq!(c["max_inline_data"], 236);
+    assert_eq!(c["max_inline_data_ud"], 188);
     assert_eq!(c["gid_table_size"], 256);
     assert_eq!(c["log_max_qp_sz"], 15);
     assert_eq!(c["log_max_cq_sz"], 22);

@@ -204,9 +204,12 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
 }
 
 /// How many times the asked depth an mlx5 CQ gets (see `create`): a send
-/// queue of N requests of up to 4 WQEBBs (inline data) rounds up to 4N..8N
+/// queue of N requests of up to 5 WQEBBs (inline data) rounds up to 5N..8N
 /// WQEBBs.
 const MLX5_CQ_HEADROOM: u32 = 8;
+/// The least an mlx5 CQ gets: a latency test's one-request queues still
+/// round up to several WQEBBs and receive slots (16 KiB of CQEs).
+const MLX5_CQ_MIN: u32 = 256;
 
 /// Create a CQ of at least `cqe` entries on `c`.
 fn create(
@@ -235,6 +238,7 @@ fn create(
     let depth = if c.backend() == "mlx5" {
         depth
             .saturating_mul(MLX5_CQ_HEADROOM)
+            .max(MLX5_CQ_MIN)
             .min(c.attr.max_cqe.max(depth))
     } else {
         depth

@@ -78,7 +78,7 @@ use tracing::{debug, warn};
 
 use crate::rdma::qp::path_mtu_for;
 use crate::rdma::wqe::{
-    DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure,
+    DatagramTemplate, MAX_INLINE_DATA_RC, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure,
 };
 use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions, UserMemoryProblem};
 
@@ -249,7 +249,8 @@ fn device_error(e: &Mlx5Error) -> DeviceError {
         ),
         Mlx5Error::QpOptions { .. } => DeviceError::new(
             DeviceErrorKind::InvalidArgument,
-            "the QP's capacities exceed what the driver supports (16 SGEs, 188 inline bytes, RC/UD)",
+            "the QP's capacities exceed what the driver supports (16 SGEs; 236 inline bytes on RC, \
+             188 on UD; RC/UD)",
         ),
         Mlx5Error::IovaExhausted { .. } | Mlx5Error::SharedMemory { .. } => DeviceError::new(
             DeviceErrorKind::NoResources,
@@ -863,7 +864,8 @@ impl Provider for Mlx5Provider {
             max_mr_size: 1u64 << info.log_max_msg.min(63),
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
-            max_inline_data: MAX_INLINE_DATA as u32,
+            // RC's; a UD QP takes at most MAX_INLINE_DATA (188).
+            max_inline_data: MAX_INLINE_DATA_RC as u32,
             atomic_cap: AtomicCap::Hca,
             phys_port_cnt: u8::try_from(info.num_ports.max(1)).unwrap_or(1),
         })

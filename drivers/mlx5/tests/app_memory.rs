@@ -33,7 +33,8 @@ const CAPS: QpCaps = QpCaps {
     max_recv_wr: 16,
     max_send_sge: 1,
     max_recv_sge: 1,
-    max_inline_data: 64,
+    // An RC QP's most (rnic_mlx5::rdma::wqe::MAX_INLINE_DATA_RC).
+    max_inline_data: 236,
 };
 
 /// Pages the test made: an anonymous `mmap`, or page-aligned heap memory.
@@ -706,4 +707,70 @@ fn a_fork_while_registered_gives_the_child_no_mapping_and_after_dereg_a_copy() {
     m.write(100, &[43]).unwrap();
     assert_eq!(child_reads(m.host() + 100), Ok(43), "private memory again");
     drop(mr);
+}
+
+/// Inline sends whose source is application memory registered in place (the
+/// CPU reads it through the region's `Memory` at post time), at an RC QP's
+/// most inline bytes: a 236-byte SEND (one BlueFlame half) and a 236-byte
+/// RDMA WRITE (5 WQEBBs), from an unaligned offset, byte-exact at the peer;
+/// one byte more is refused at post, the QP still usable.
+#[test]
+fn inline_sends_read_application_memory_up_to_the_rc_limit() {
+    let (ip_a, ip_b) = ips_at(9);
+    let (_ea, pa) = common::provider(ip_a);
+    let (_eb, pb) = common::provider(ip_b);
+    let mut a = End::new(&pa, ip_a);
+    let mut b = End::new(&pb, ip_b);
+    connect(&mut a, &mut b);
+    let src = Arc::new(Anon::map(
+        1,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE,
+        0,
+        4096,
+    ));
+    let dst = Arc::new(Anon::heap(1, 0, 4096));
+    let mr_a = a.pd.reg_mr(src.clone(), ALL).unwrap();
+    let mr_b = b.pd.reg_mr(dst.clone(), ALL).unwrap();
+    let msg = pattern(236, 5);
+    src.write(3, &msg).unwrap();
+    let s = [Sge::new(mr_a.addr() + 3, 236, mr_a.lkey())];
+    let r = [Sge::new(mr_b.addr(), 1024, mr_b.lkey())];
+    b.qp.post_recv(&[RecvWr::new(9, &r)]).unwrap();
+    a.qp.post_send(&[
+        SendWr::send(1, &s).signaled().inline(),
+        SendWr::rdma_write(2, &s, mr_b.addr() + 2048, mr_b.rkey())
+            .signaled()
+            .inline(),
+    ])
+    .unwrap();
+    assert_eq!(
+        ok(&a.wait(2)),
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::RdmaWrite)
+        ]
+    );
+    let w = b.wait(1);
+    assert_eq!(
+        (w[0].wr_id, w[0].status, w[0].byte_len),
+        (9, WcStatus::Success, 236)
+    );
+    let mut got = vec![0u8; 236];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, msg, "inline SEND");
+    dst.read(2048, &mut got).unwrap();
+    assert_eq!(got, msg, "inline WRITE");
+    let long = [Sge::new(mr_a.addr(), 237, mr_a.lkey())];
+    let e =
+        a.qp.post_send(&[SendWr::send(3, &long).signaled().inline()])
+            .unwrap_err();
+    assert!(matches!(e, VerbsError::PostSend { index: 0, .. }), "{e:?}");
+    a.qp.post_send(&[SendWr::rdma_write(4, &s, mr_b.addr(), mr_b.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(
+        ok(&a.wait(1)),
+        [(4, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    drop((mr_a, mr_b));
 }

@@ -34,7 +34,7 @@ use rnic::core::VerbsError;
 const CHUNK_SGES: usize = 64;
 /// SGEs of a single request converted without the chunk arrays.
 const ONE_SGES: usize = 4;
-/// The largest inline payload (rnic-rxe allows 400 bytes, mlx5 188).
+/// The largest inline payload (rnic-rxe allows 400 bytes, mlx5 236 on RC).
 pub const MAX_INLINE: usize = 1024;
 
 /// Where an inline request's payload is.

@@ -44,8 +44,8 @@ use crate::rdma::ring::{BlockHead, Wqebb};
 use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::rdma::wq::{QpCounters, Region, SendDoorbell, UdSegment, WorkQueues, next_bf_offset};
 use crate::rdma::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, Refused, SendLimits,
-    default_udp_sport,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, MAX_INLINE_DATA_RC, MAX_RECV_SGE, MAX_SEND_SGE, Refused,
+    SendLimits, default_udp_sport,
 };
 use crate::{BlockWindow, Hca, Mkey, Mlx5Error};
 
@@ -67,7 +67,7 @@ pub struct QpOptions {
     pub max_send_sge: u32,
     /// Scatter entries per receive (≤ 16).
     pub max_recv_sge: u32,
-    /// Inline bytes per send (≤ 188).
+    /// Inline bytes per send (≤ 188 on UD, ≤ 236 on RC).
     pub max_inline_data: u32,
     /// Every send is signaled.
     pub sq_sig_all: bool,
@@ -248,8 +248,17 @@ impl Qp {
                 "at most {MAX_SEND_SGE} send and {MAX_RECV_SGE} receive SGEs"
             )));
         }
-        if opts.max_inline_data as usize > MAX_INLINE_DATA {
-            return Err(bad(format!("at most {MAX_INLINE_DATA} inline bytes")));
+        let max_inline = if ud {
+            MAX_INLINE_DATA
+        } else {
+            MAX_INLINE_DATA_RC
+        };
+        if opts.max_inline_data as usize > max_inline {
+            return Err(bad(format!(
+                "at most {max_inline} inline bytes on {} QPs ({MAX_INLINE_DATA} on UD, \
+                 {MAX_INLINE_DATA_RC} on RC)",
+                if ud { "UD" } else { "RC" }
+            )));
         }
         let caps = hca.general_caps()?;
         let log_max_wq = caps.log_max_qp_sz();

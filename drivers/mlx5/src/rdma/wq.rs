@@ -16,7 +16,7 @@ use crate::firmware::neigh::link_local_mac;
 use crate::rdma::ring::{BlockHead, Pairs, WordCell, WordRing, Wqebb};
 use crate::rdma::track::{QpShared, SqBlocks, sq_meta, wc_opcode_code};
 use crate::rdma::wqe::{
-    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA, PostFailure, Refused, RingWriter, SendLimits,
+    DATAGRAM_SEG_BYTES, MAX_INLINE_DATA_RC, PostFailure, Refused, RingWriter, SendLimits,
     atomic_words, be_pair, ctrl_words, data_words, datagram_seg, default_udp_sport, fm_ce_se,
     inline_header, plan, push_sges, raddr_words,
 };
@@ -644,7 +644,7 @@ impl WorkQueues {
         len: usize,
         w: &mut RingWriter<'_>,
     ) -> Result<(), PostFailure> {
-        let mut data = [0u8; 4 + MAX_INLINE_DATA];
+        let mut data = [0u8; 4 + MAX_INLINE_DATA_RC];
         self.stage_inline(wr, len, &mut data)?;
         w.bytes(&data[..(4 + len).div_ceil(16) * 16]);
         Ok(())

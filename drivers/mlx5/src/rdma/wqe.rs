@@ -18,10 +18,16 @@ use rnic_mlx5_prm::{
     WQEBB_BYTES, WqeOpcode, ud_adrs_vector, wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg,
 };
 
-/// The largest inline payload a WQE carries: a UD WQE (control 16 +
-/// datagram 48 + inline header 4 + data) still fits the 256 bytes of one
-/// BlueFlame half (§8).
+/// The largest inline payload a UD WQE carries: control 16 + datagram 48 +
+/// inline header 4 + data still fit the 256 bytes of one BlueFlame half
+/// (§8).
 pub const MAX_INLINE_DATA: usize = 188;
+/// The largest inline payload an RC WQE carries: a SEND (control 16 +
+/// inline header 4 + data) fills one BlueFlame half; an RDMA WRITE of as
+/// many bytes (+ 16 of remote address) takes 5 WQEBBs and rings a plain
+/// doorbell. What perftest asks of ConnectX parts (236 on `ib_send_lat`,
+/// 220 on `ib_write_lat`).
+pub const MAX_INLINE_DATA_RC: usize = 236;
 /// Bytes of the datagram (address vector) segment of a UD send (§9, the
 /// extended 48-byte `ud_adrs_vector`).
 pub const DATAGRAM_SEG_BYTES: usize = ud_adrs_vector::SIZE_BYTES;
