@@ -1161,8 +1161,9 @@ fn interop_rw(netem: Option<&str>) {
     run.finish(c);
 }
 
-/// Builds rnic-vfio's `edu`, `e1000e_msix`, `vfio_open` and `peer_bar` examples (dev
-/// profile, this test's cargo and target folder); returns their folder.
+/// Builds rnic-vfio's `edu`, `e1000e_msix`, `vfio_open` and `peer_bar` examples and
+/// rnic-mlx5's `user_pages_edu` (dev profile, this test's cargo and target folder);
+/// returns their folder.
 fn vfio_examples() -> Result<PathBuf, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
@@ -1190,12 +1191,30 @@ fn vfio_examples() -> Result<PathBuf, String> {
         .stderr(out)
         .status()
         .map_err(|e| format!("run cargo: {e}"))?;
+    // rnic-mlx5's application-memory example (issue 29) runs on the same edu.
+    let mlx5 = Command::new(env!("CARGO"))
+        .args(["build", "-p", "rnic-mlx5", "--example", "user_pages_edu"])
+        .arg("--manifest-path")
+        .arg(repo().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("run cargo: {e}"))?;
     let dir = target.join("debug/examples");
-    let built = ["edu", "e1000e_msix", "vfio_open", "peer_bar"].map(|b| dir.join(b).is_file());
-    if !status.success() || built.contains(&false) {
+    let built = [
+        "edu",
+        "e1000e_msix",
+        "vfio_open",
+        "peer_bar",
+        "user_pages_edu",
+    ]
+    .map(|b| dir.join(b).is_file());
+    if !status.success() || !mlx5.success() || built.contains(&false) {
         return Err(format!(
             "cargo build -p rnic-vfio --example edu --example e1000e_msix --example vfio_open \
-             --example peer_bar failed (log: {})",
+             --example peer_bar (log: {}) or -p rnic-mlx5 --example user_pages_edu failed",
             log.display()
         ));
     }
@@ -1286,6 +1305,27 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
     c.that(
         out.lines().any(|l| l == "edu rc=0"),
         "edu driver did not pass",
+    );
+    // rnic-mlx5's map_user on kernel VFIO (issue 29): the program's heap pages pinned in
+    // edu's IOMMU domain by one VFIO_IOMMU_MAP_DMA, DMA both ways at the IOVA of an offset,
+    // bad ranges refused, the mapping gone after the drop.
+    for (name, needle) in [
+        ("user-map", "one VFIO_IOMMU_MAP_DMA of 3 pages"),
+        ("user-dma", "the program's own pages hold them"),
+        ("user-refusals", "is not mapped"),
+        ("user-unmap", "memory untouched"),
+    ] {
+        match check(name) {
+            Some(detail) => c.that(
+                detail.contains(needle),
+                format!("CHECK {name}: '{detail}' lacks '{needle}'"),
+            ),
+            None => c.that(false, format!("no 'CHECK {name}: PASS' line")),
+        }
+    }
+    c.that(
+        out.lines().any(|l| l == "user_pages_edu rc=0"),
+        "rnic-mlx5's user_pages_edu did not pass",
     );
     c.that(
         out.lines().any(|l| l.ends_with("driver after: none")),

@@ -95,6 +95,18 @@ pub trait Memory: Send + Sync + fmt::Debug {
     fn direct(&self) -> Option<DirectSpan<'_>> {
         None
     }
+
+    /// The process virtual address of byte 0 when the bytes are ordinary
+    /// memory of this process that stays at that address for as long as
+    /// this object lives — what a driver maps into a device's IOMMU domain
+    /// to register the memory in place (rnic-mlx5 does, for memory it did
+    /// not allocate). `None` when the bytes are not host memory of this
+    /// process. The default is the address of [`Memory::direct`]'s span;
+    /// memory that offers no direct span (because every access must pass a
+    /// check of its own) may still name its address here.
+    fn host_addr(&self) -> Option<usize> {
+        self.direct().map(|s| s.as_ptr() as usize)
+    }
 }
 
 /// The bytes of a [`Memory`] as a raw address range (see the module docs).

@@ -203,6 +203,11 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     }
 }
 
+/// How many times the asked depth an mlx5 CQ gets (see `create`): a send
+/// queue of N requests of up to 4 WQEBBs (inline data) rounds up to 4N..8N
+/// WQEBBs.
+const MLX5_CQ_HEADROOM: u32 = 8;
+
 /// Create a CQ of at least `cqe` entries on `c`.
 fn create(
     ctx: *mut ibv_context,
@@ -223,6 +228,17 @@ fn create(
             format!("comp_vector {comp_vector}: rnic contexts have one completion vector, 0"),
         ));
     }
+    // rnic-mlx5 reserves CQ room for every WQEBB and receive each QP on the
+    // CQ can hold (overflow impossible by construction), where a device
+    // trusts the application's sizing; stock programs size CQs by work
+    // requests, so an mlx5 CQ gets headroom (within the device's maximum).
+    let depth = if c.backend() == "mlx5" {
+        depth
+            .saturating_mul(MLX5_CQ_HEADROOM)
+            .min(c.attr.max_cqe.max(depth))
+    } else {
+        depth
+    };
     let cq = c
         .rnic
         .create_cq(depth)

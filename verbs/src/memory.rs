@@ -212,6 +212,13 @@ impl Memory for UserMemory {
     fn fetch_add_u64(&self, offset: usize, add: u64) -> Result<u64, MemoryError> {
         self.atomic(offset, |w| w.fetch_add(add, Ordering::AcqRel))
     }
+
+    /// The application's address (no direct span: every CPU access passes
+    /// the revocation check). rnic-mlx5 maps the pages there into the
+    /// function's IOMMU domain; rxe never asks.
+    fn host_addr(&self) -> Option<usize> {
+        Some(self.words + self.lane)
+    }
 }
 
 /// Check that `ptr..ptr + len` is mapped (and writable when `writable`)

@@ -166,11 +166,14 @@ fn register(
     } else {
         iova
     };
-    if base != addr as u64 && p.ctx().backend() != "rxe" {
+    // mlx5 maps whole pages: the region's address may differ from the
+    // memory's only by whole pages there (rnic-mlx5's MTT).
+    if base != addr as u64 && p.ctx().backend() != "rxe" && (base ^ addr as u64) & 0xfff != 0 {
         return Err((
             libc::EOPNOTSUPP,
             format!(
-                "an iova other than the address is supported on rxe devices only, not {}",
+                "an iova other than the address (by other than whole 4 KiB pages) is supported \
+                 on rxe devices only, not {}",
                 p.ctx().backend()
             ),
         ));
@@ -187,16 +190,13 @@ fn register(
         ),
     })?;
     let mem = Arc::new(mem);
+    // On mlx5 rnic-mlx5 maps the application's pages into the function's
+    // IOMMU domain in place (UserMemory names its host address); rxe reaches
+    // them through UserMemory's checked accesses.
     let mr = p.pd.reg_mr(Arc::clone(&mem), flags).map_err(|e| match e {
-        // An mlx5 function reaches only memory mapped into its IOMMU domain
-        // by rnic-mlx5 (its own DMA buffers); the driver has no call yet
-        // that maps an application's pages at their address.
-        VerbsError::UnreachableMemory { backend, .. } => (
+        VerbsError::UnreachableMemory { backend, domain } => (
             libc::EOPNOTSUPP,
-            format!(
-                "the {backend} backend reaches only its own DMA buffers; registering an \
-                 application's memory on it is not supported yet (docs/verbs-abi.md, \"mlx5\")"
-            ),
+            format!("the {backend} backend cannot reach this memory (it takes {domain})"),
         ),
         e => (errno_of(&e), e.to_string()),
     })?;
@@ -289,6 +289,16 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 fn unregister(m: &mut Mr) {
     if let Some((mr, mem)) = m.reg.take() {
         mem.revoke();
+        // mlx5: the device reaches the pages without the CPU-side check, so
+        // the key is destroyed and the pages unmapped (given back) now, not
+        // when the last queue pair that named the region goes.
+        if let Some(m5) = mr.driver_mr().downcast_ref::<rnic::mlx5::Mlx5Mr>()
+            && let Err(e) = m5.revoke()
+        {
+            warn(format_args!(
+                "ibv_dereg_mr: the mlx5 key could not be destroyed ({e}); its pages stay mapped"
+            ));
+        }
         drop(mr);
     }
 }

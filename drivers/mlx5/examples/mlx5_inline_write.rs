@@ -166,7 +166,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &rts,
     )?;
 
-    rnic_core::Memory::write(mkey.buffer().as_ref(), 0, b"8 bytes!")?;
+    mkey.memory().write(0, b"8 bytes!")?;
     let sge = [Sge::new(mkey.addr(), 8, mkey.lkey())];
     let mut wr = SendWr::rdma_write(1, &sge, mr.addr(), mr.rkey());
     wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;

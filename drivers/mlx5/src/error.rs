@@ -131,6 +131,21 @@ pub enum Mlx5Error {
         #[source]
         source: io::Error,
     },
+    /// Application memory (memory the driver did not allocate) cannot be
+    /// registered in place; nothing was changed.
+    #[error(
+        "cannot register {len} bytes of application memory at {addr:#x} on {function}: {problem}"
+    )]
+    UserMemory {
+        /// The function.
+        function: String,
+        /// The range's first byte.
+        addr: usize,
+        /// Its length.
+        len: usize,
+        /// What is wrong, and the fix.
+        problem: UserMemoryProblem,
+    },
     /// No IOVA space left for a DMA buffer.
     #[error(
         "no IOVA space for {len} bytes in {function}'s DMA buffer space: free buffers or use \
@@ -650,3 +665,77 @@ impl std::fmt::Display for Refused {
 }
 
 impl std::error::Error for Refused {}
+
+/// Why a range of application memory cannot be registered in place
+/// (`PciFunction::map_user`).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum UserMemoryProblem {
+    /// Zero bytes, or a range starting at address 0.
+    #[error(
+        "the range is empty or starts at address 0: register at least one byte of mapped memory"
+    )]
+    Empty,
+    /// A page of the range is not mapped, or not readable.
+    #[error(
+        "{at:#x} is not mapped (or not readable): register memory the process has mapped \
+         readable, and keep it mapped until it is deregistered"
+    )]
+    Unmapped {
+        /// The first page found missing.
+        at: usize,
+    },
+    /// A page is read-only and the region grants write access.
+    #[error(
+        "{at:#x} is read-only and the region grants write access: register it without \
+         LOCAL_WRITE / REMOTE_WRITE / REMOTE_ATOMIC, or make it writable first (mprotect)"
+    )]
+    ReadOnly {
+        /// The first read-only page.
+        at: usize,
+    },
+    /// Over vfio-user: a page lies in a `MAP_SHARED` mapping the driver did
+    /// not make.
+    #[error(
+        "{at:#x} lies in a MAP_SHARED mapping the driver did not make: a vfio-user device reaches \
+         only pages shared with it by file descriptor, and moving a shared mapping onto a memfd \
+         would break its sharing; register private memory (malloc, an anonymous mmap) or a \
+         buffer from Mlx5Provider::alloc_dma"
+    )]
+    Shared {
+        /// The first such page.
+        at: usize,
+    },
+    /// The region's address and the memory's address differ within a page.
+    #[error(
+        "the region's address {va:#x} and the memory's address {addr:#x} differ in their offset \
+         within a 4 KiB page: an MTT translates whole pages, so pick an address (iova) with the \
+         same low 12 bits as the memory's"
+    )]
+    PageOffset {
+        /// The memory's host address.
+        addr: usize,
+        /// The address the region was to have.
+        va: u64,
+    },
+    /// `/proc/self/maps` could not be read.
+    #[error("/proc/self/maps could not be read ({source}): is /proc mounted?")]
+    Maps {
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Over vfio-user: moving the range's pages onto a memfd failed (the
+    /// range is as it was).
+    #[error(
+        "moving the pages onto a shareable memfd failed at {step} ({source}): check free memory \
+         and the process's mapping limit (vm.max_map_count)"
+    )]
+    Share {
+        /// The failed step.
+        step: &'static str,
+        /// The errno.
+        #[source]
+        source: nix::Error,
+    },
+}

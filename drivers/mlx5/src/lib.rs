@@ -174,7 +174,7 @@ pub mod provider;
 pub mod rdma;
 mod sys;
 
-pub use error::Mlx5Error;
+pub use error::{Mlx5Error, UserMemoryProblem};
 pub use firmware::events::{EventCounters, HealthPoller};
 pub use firmware::health::{Fatal, HealthReport, HealthWarning};
 pub use firmware::init::{
@@ -186,8 +186,8 @@ pub use firmware::{CmdQueue, CmdQueueOptions};
 pub use function::{
     BlockWindow, DmaBuffer, FunctionId, IovaSpace, PCI_BAR_PREFETCHABLE, PCI_BAR0, PCI_COMMAND,
     PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PCI_DEVICE_ID, PCI_VENDOR_ID, PciFunction,
-    SharedMemory, SharedPages, UAR_PAGE_SIZE, Vector, VfioFunction, VfioUserFunction,
-    VfioUserMapper,
+    SharedMemory, SharedPages, Sharing, UAR_PAGE_SIZE, UserPages, Vector, VfioFunction,
+    VfioUserFunction, VfioUserMapper,
 };
 pub use provider::{Mlx5Ah, Mlx5Cq, Mlx5Domain, Mlx5Mr, Mlx5Pd, Mlx5Provider, Mlx5Qp};
 pub use rdma::cq::{Cq, CqCounters, SendCompletion};

@@ -9,11 +9,10 @@
 //! The borrow rules make the two exclusive (core's `CompletionQueue` owns the
 //! `Mlx5Cq`, and `poll` takes it `&mut`), so the mutex is never contended.
 //!
-//! Memory: the driver's domain is [`Mlx5Domain`]: only [`DmaBuffer`]s of the
-//! same function, allocated through [`Mlx5Provider::alloc_dma`], can be
-//! registered (the device reaches nothing else; over vfio-user only
-//! memfd-backed memory can be mapped at all). Heap memory is refused at
-//! compile time on the typed path:
+//! Memory: the driver's domain is [`Mlx5Domain`]. On the typed path only
+//! [`DmaBuffer`]s of the same function, allocated through
+//! [`Mlx5Provider::alloc_dma`], can be registered; heap memory is refused at
+//! compile time:
 //!
 //! ```compile_fail
 //! use std::sync::Arc;
@@ -41,9 +40,12 @@
 //! }
 //! ```
 //!
-//! Through `rnic::open` (the `dyn` path) the check is made at run time: the
-//! memory must be a buffer this provider allocated
-//! ([`VerbsError::UnreachableMemory`] otherwise).
+//! Through `rnic::open` (the `dyn` path) the check is made at run time: a
+//! buffer this provider allocated is registered as it is; any other memory
+//! whose [`Memory::host_addr`] names its host address is registered in
+//! place — its pages mapped into the function's IOMMU domain
+//! ([`crate::function::user`], [`Mkey::new_user`]); memory with neither is
+//! refused ([`VerbsError::UnreachableMemory`]).
 //!
 //! Semantics that differ from rxe (see docs/mlx5.md):
 //! * The function has one firmware PD (allocated at bring-up); every
@@ -78,17 +80,19 @@ use crate::rdma::qp::path_mtu_for;
 use crate::rdma::wqe::{
     DatagramTemplate, MAX_INLINE_DATA, MAX_RECV_SGE, MAX_SEND_SGE, PostFailure,
 };
-use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions};
+use crate::{Cq, DmaBuffer, Hca, Mkey, Mlx5Error, Qp, QpOptions, UserMemoryProblem};
 
 /// The memory an mlx5 function reaches: its own [`DmaBuffer`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Mlx5Domain;
 
 impl DmaDomain for Mlx5Domain {
-    const NAME: &'static str = "mlx5 DMA buffer (Mlx5Provider::alloc_dma)";
+    const NAME: &'static str =
+        "mlx5 DMA buffer (Mlx5Provider::alloc_dma) or host memory with a stable address";
     fn admit(memory: &dyn Memory) -> bool {
-        // The identity check (a buffer of this function) is in reg_mr.
-        memory.iova().is_some()
+        // The identity check (a buffer of this function) is in reg_mr;
+        // other host memory is mapped in place there.
+        memory.iova().is_some() || memory.host_addr().is_some()
     }
 }
 
@@ -262,6 +266,36 @@ fn device_error(e: &Mlx5Error) -> DeviceError {
             "the port is not Ethernet: set it to Ethernet with mlxconfig (LINK_TYPE_P1=2) and \
              reset the card",
         ),
+        Mlx5Error::UserMemory { problem, .. } => match problem {
+            UserMemoryProblem::Unmapped { .. } => DeviceError::os(
+                libc::EFAULT,
+                "the memory is not all mapped (the log names the page): register mapped memory",
+            ),
+            UserMemoryProblem::ReadOnly { .. } => DeviceError::os(
+                libc::EFAULT,
+                "the memory is read-only and the region grants write access: drop the write \
+                 rights or make it writable",
+            ),
+            UserMemoryProblem::Shared { .. } => DeviceError::new(
+                DeviceErrorKind::Unsupported,
+                "the memory is a MAP_SHARED mapping a vfio-user device cannot be given: register \
+                 private memory (malloc, anonymous mmap)",
+            ),
+            UserMemoryProblem::PageOffset { .. } => DeviceError::new(
+                DeviceErrorKind::InvalidArgument,
+                "the region's address and the memory's differ in their offset within a 4 KiB \
+                 page: an mlx5 MTT maps whole pages",
+            ),
+            _ => DeviceError::new(
+                DeviceErrorKind::NoResources,
+                "the memory could not be made shareable with the device (the log says why)",
+            ),
+        },
+        Mlx5Error::DmaMap { .. } => DeviceError::new(
+            DeviceErrorKind::NoResources,
+            "the IOMMU mapping of the memory failed (the log says why; RLIMIT_MEMLOCK bounds \
+             what kernel VFIO may pin: ulimit -l)",
+        ),
         Mlx5Error::NoEventQueue => DeviceError::new(
             DeviceErrorKind::Unsupported,
             "the function has no event queue (Hca::enable_events)",
@@ -331,6 +365,16 @@ impl Mlx5Mr {
     /// The driver's MKey.
     pub fn mkey(&self) -> &Arc<Mkey> {
         &self.mkey
+    }
+
+    /// End the registration now although queue pairs may still hold the
+    /// region ([`Mkey::revoke`]): the key is destroyed, so every later
+    /// access through it fails, and application memory is unmapped from the
+    /// device and given back before this returns — what `ibv_dereg_mr`
+    /// promises. Inline sends stop reading it too.
+    pub fn revoke(&self) -> Result<(), Mlx5Error> {
+        lock(&self.regions).remove(&self.mkey.lkey().get());
+        self.mkey.revoke()
     }
 }
 
@@ -902,13 +946,18 @@ impl Provider for Mlx5Provider {
         access: AccessFlags,
     ) -> Result<(Mlx5Mr, MrInfo), VerbsError> {
         let len = memory.len();
-        let Some(buf) = self.buffer_of(&memory) else {
+        let mkey = if let Some(buf) = self.buffer_of(&memory) {
+            Mkey::new(&self.hca, buf, access)
+        } else if let Some(host) = memory.host_addr() {
+            // Memory this driver did not allocate: mapped in place.
+            Mkey::new_user(&self.hca, memory.clone(), host, memory.addr(), access)
+        } else {
             return Err(VerbsError::UnreachableMemory {
                 backend: "mlx5",
                 domain: Mlx5Domain::NAME,
             });
         };
-        let mkey = Mkey::new(&self.hca, buf, access).map_err(|e| VerbsError::RegMr {
+        let mkey = mkey.map_err(|e| VerbsError::RegMr {
             len,
             access,
             source: logged("reg_mr", &e),

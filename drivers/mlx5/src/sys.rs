@@ -13,7 +13,10 @@ use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+use nix::sys::mman::{
+    MRemapFlags, MapFlags, MmapAdvise, ProtFlags, madvise, mmap, mmap_anonymous, mprotect, mremap,
+    munmap,
+};
 
 /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING [| MFD_HUGETLB | huge size])`.
 pub(crate) fn memfd(name: &CStr, huge_2m: bool) -> nix::Result<OwnedFd> {
@@ -80,6 +83,92 @@ pub(crate) fn mmap_shared(
 pub(crate) unsafe fn unmap(ptr: NonNull<u8>, len: usize) -> nix::Result<()> {
     // SAFETY: the caller's contract.
     unsafe { munmap(ptr.cast(), len) }
+}
+
+/// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)`:
+/// fresh zeroed private pages at an address the kernel chooses.
+pub(crate) fn mmap_private(len: usize) -> nix::Result<NonNull<u8>> {
+    let length = NonZeroUsize::new(len).ok_or(Errno::EINVAL)?;
+    // SAFETY: a fresh mapping chosen by the kernel (addr = NULL) aliases no
+    // Rust object; the caller owns it (moves it with `move_mapping` or
+    // unmaps it with `unmap`).
+    let ptr = unsafe {
+        mmap_anonymous(
+            None,
+            length,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE,
+        )
+    }?;
+    Ok(ptr.cast())
+}
+
+/// `mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to)`: the
+/// mapping at `from` now lies at `to`, replacing in one step whatever was
+/// mapped at `[to, to + len)` (never a moment where the range is unmapped).
+///
+/// # Safety
+///
+/// `[from, from + len)` is one whole mapping the caller owns and nothing
+/// else refers to; whatever `[to, to + len)` held is discarded, so the caller
+/// must have copied what it needs out of it and must know that no other
+/// thread uses those pages during the call.
+pub(crate) unsafe fn move_mapping(
+    from: NonNull<u8>,
+    len: usize,
+    to: NonNull<u8>,
+) -> nix::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        mremap(
+            from.cast(),
+            len,
+            len,
+            MRemapFlags::MREMAP_MAYMOVE | MRemapFlags::MREMAP_FIXED,
+            Some(to.cast()),
+        )
+    }
+    .map(drop)
+}
+
+/// `mprotect(ptr, len, prot)` with `prot` built from read/write/execute.
+///
+/// # Safety
+///
+/// `[ptr, ptr + len)` is page-aligned memory of this process whose
+/// protection the caller may set: no Rust reference into it relies on an
+/// access the new protection removes.
+pub(crate) unsafe fn protect(ptr: NonNull<u8>, len: usize, rwx: [bool; 3]) -> nix::Result<()> {
+    let mut prot = ProtFlags::PROT_NONE;
+    for (on, flag) in rwx.into_iter().zip([
+        ProtFlags::PROT_READ,
+        ProtFlags::PROT_WRITE,
+        ProtFlags::PROT_EXEC,
+    ]) {
+        if on {
+            prot |= flag;
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { mprotect(ptr.cast(), len, prot) }
+}
+
+/// `madvise(ptr, len, MADV_DONTFORK)`: a child made by `fork` gets no
+/// mapping there (as libibverbs' `ibv_fork_init` does for registered memory).
+pub(crate) fn dont_fork(ptr: NonNull<u8>, len: usize) -> nix::Result<()> {
+    // SAFETY: MADV_DONTFORK changes only what a future child inherits; it
+    // never changes the pages or their contents in this process.
+    unsafe { madvise(ptr.cast(), len, MmapAdvise::MADV_DONTFORK) }
+}
+
+/// The inode number of `fd`'s file (how `/proc/self/maps` names it).
+pub(crate) fn inode(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+    nix::sys::stat::fstat(fd).map(|s| s.st_ino)
+}
+
+/// `/proc/self/maps`, read whole.
+pub(crate) fn self_maps() -> std::io::Result<String> {
+    std::fs::read_to_string("/proc/self/maps")
 }
 
 /// A non-blocking, close-on-exec eventfd (one interrupt vector).

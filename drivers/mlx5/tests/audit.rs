@@ -380,7 +380,7 @@ fn row_12_a_zero_length_receive_sge_is_skipped() {
         (9, WcStatus::Success, 32)
     );
     let mut got = [0u8; 32];
-    pair.mkey.buffer().read(64, &mut got).unwrap();
+    pair.mkey.memory().read(64, &mut got).unwrap();
     assert_eq!(got, [0x5a; 32]);
 }
 

@@ -168,7 +168,7 @@ impl Rig {
 
     fn local(&self, off: usize, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
-        self.mkey.buffer().read(off, &mut v).unwrap();
+        self.mkey.memory().read(off, &mut v).unwrap();
         v
     }
 
@@ -201,7 +201,7 @@ fn rc_write_read_send_write_imm_and_atomics_byte_exact() {
 
     // WRITE 3000 bytes (crossing a page of the MTT), unsignaled, then a signaled one.
     let src = pattern(3000, 7);
-    r.mkey.buffer().write(3000, &src).unwrap();
+    r.mkey.memory().write(3000, &src).unwrap();
     let a = [r.sge(3000, 1000)];
     let b = [r.sge(4000, 2000)];
     let mut second = SendWr::rdma_write(2, &b, raddr + 1064, rkey);
@@ -222,7 +222,7 @@ fn rc_write_read_send_write_imm_and_atomics_byte_exact() {
     );
 
     // Inline WRITE of 8 bytes (BlueFlame).
-    r.mkey.buffer().write(0, b"8 bytes!").unwrap();
+    r.mkey.memory().write(0, b"8 bytes!").unwrap();
     let s = [r.sge(0, 8)];
     let mut w = SendWr::rdma_write(3, &s, raddr + 5000, rkey);
     w.flags = SendFlags::INLINE | SendFlags::SIGNALED;
@@ -282,7 +282,7 @@ fn rc_write_read_send_write_imm_and_atomics_byte_exact() {
     let pr = [Sge::new(raddr + 20000, 512, r.peer.mr.lkey())];
     r.peer.qp.post_recv(&[RecvWr::new(77, &pr)]).unwrap();
     let out = pattern(300, 5);
-    r.mkey.buffer().write(24000, &out).unwrap();
+    r.mkey.memory().write(24000, &out).unwrap();
     let s = [r.sge(24000, 300)];
     let mut snd = SendWr::send(5, &s);
     snd.flags = SendFlags::SIGNALED;
@@ -633,7 +633,7 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
 
     // Us → peer.
     let msg = pattern(500, 21);
-    mkey.buffer().write(0, &msg).unwrap();
+    mkey.memory().write(0, &msg).unwrap();
     let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
     peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
     let s = [Sge::new(mkey.addr(), 500, mkey.lkey())];
@@ -713,7 +713,7 @@ fn ud_sends_both_ways_with_the_grh_area_and_source_qpn() {
     assert!(recv.wc_flags.contains(WcFlags::GRH));
     assert_eq!(recv.src_qp, peer.qp.qpn());
     let mut b = vec![0u8; 300];
-    mkey.buffer().read(4096 + 40, &mut b).unwrap();
+    mkey.memory().read(4096 + 40, &mut b).unwrap();
     assert_eq!(b, back);
     assert!(
         got.iter()
@@ -852,7 +852,7 @@ fn poster_and_poller_on_two_threads_with_a_full_sq_backpressuring() {
     let (sq, _) = r.qp.sizes();
     const N: u64 = 600;
     let src = pattern(4096, 9);
-    r.mkey.buffer().write(0, &src).unwrap();
+    r.mkey.memory().write(0, &src).unwrap();
     let base = r.mkey.addr();
     let lkey = r.mkey.lkey();
     let Rig {
@@ -942,7 +942,7 @@ fn a_qp_sharing_its_blueflame_register_posts_through_the_doorbell_on_every_path(
     let c = r.wait_send();
     assert_eq!((c.wr_id(), c.status()), (30, WcStatus::Success));
     assert_eq!(r.peer.bytes(7000, 8), b"shared!!");
-    r.mkey.buffer().write(0, b"generic!").unwrap();
+    r.mkey.memory().write(0, b"generic!").unwrap();
     let sge = [r.sge(0, 8)];
     let mut wr = SendWr::rdma_write(31, &sge, raddr + 7008, rkey);
     wr.flags = SendFlags::INLINE | SendFlags::SIGNALED;

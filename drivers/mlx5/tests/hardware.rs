@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rnic_core::{
-    AccessFlags, Gid, InitParams, Memory, Psn, RtrParams, RtsParams, SendWr, Sge, WcStatus,
-    WorkCompletion,
+    AccessFlags, Gid, InitParams, Psn, RtrParams, RtsParams, SendWr, Sge, WcStatus, WorkCompletion,
 };
 use rnic_mlx5::{Cq, Hca, HcaOptions, Mkey, PciFunction, Qp, QpOptions, VfioFunction};
 
@@ -274,7 +273,7 @@ fn rows_4_5_the_doorbell_path_rings() {
     let Some(hca) = function() else { return };
     let hca = Arc::new(hca);
     let mut l = loopback(&hca, 64);
-    l.mr.buffer().write(0, b"doorbell").unwrap();
+    l.mr.memory().write(0, b"doorbell").unwrap();
     write(&mut l, 7);
     let mut wcs = [WorkCompletion::default(); 1];
     let t = Instant::now();
@@ -282,7 +281,7 @@ fn rows_4_5_the_doorbell_path_rings() {
         assert!(t.elapsed() < Duration::from_secs(5), "no completion");
     }
     let mut back = [0u8; 8];
-    l.mr.buffer().read(4096, &mut back).unwrap();
+    l.mr.memory().read(4096, &mut back).unwrap();
     eprintln!(
         "AUDIT rows 4, 5: doorbells: {}; WRITE completed {:?}, bytes {}",
         hca.info().doorbells,

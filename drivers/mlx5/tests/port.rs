@@ -882,7 +882,7 @@ mod veth {
         // Function → rxe: 3000 bytes, three packets, each acknowledged through the kernel,
         // which resolved the function's address by asking the port.
         let out = pattern(3000, family as u8 + 1);
-        mkey.buffer().write(0, &out).unwrap();
+        mkey.memory().write(0, &out).unwrap();
         let s = [Sge::new(mkey.addr(), 3000, mkey.lkey())];
         let mut w = SendWr::rdma_write(1, &s, peer.mr.addr() + 64, peer.mr.rkey());
         w.flags = SendFlags::SIGNALED;
@@ -900,7 +900,7 @@ mod veth {
         let pw = peer.wait(1);
         assert_eq!(pw[0].status, WcStatus::Success, "{pw:?}");
         let mut got = vec![0u8; 2000];
-        mkey.buffer().read(4096, &mut got).unwrap();
+        mkey.memory().read(4096, &mut got).unwrap();
         assert_eq!(got, back, "byte-exact at the function");
     }
 
@@ -917,7 +917,7 @@ mod veth {
         let dmac = hca.resolve_neighbour(&Gid::from_ip(RXE[0]), None).unwrap();
         assert_eq!(dmac, RXE_MAC, "the rxe side's MAC, from the port's cache");
         let msg = pattern(500, 21);
-        mkey.buffer().write(0, &msg).unwrap();
+        mkey.memory().write(0, &msg).unwrap();
         let prs = [Sge::new(peer.mr.addr(), 40 + 1024, peer.mr.lkey())];
         peer.qp.post_recv(&[RecvWr::new(5, &prs)]).unwrap();
         let s = [Sge::new(mkey.addr(), 500, mkey.lkey())];
@@ -959,7 +959,7 @@ mod veth {
         let recv = got.iter().find(|w| w.wr_id == 9).unwrap();
         assert_eq!((recv.status, recv.byte_len), (WcStatus::Success, 340));
         let mut b = vec![0u8; 300];
-        mkey.buffer().read(4096 + 40, &mut b).unwrap();
+        mkey.memory().read(4096 + 40, &mut b).unwrap();
         assert_eq!(b, back);
     }
 

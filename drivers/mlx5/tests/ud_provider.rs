@@ -6,9 +6,10 @@
 //! it posted, the QP still usable.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rnic_core::{
     AccessFlags, AddressHandle, AddressVector, CompletionQueue, Context, Gid, HeapMemory,
@@ -16,8 +17,7 @@ use rnic_core::{
     QueuePair, RecvWr, RtrParams, RtsParams, SendWr, Sge, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use rnic_mlx5::{Hca, HcaOptions, Mlx5Provider, PciFunction, VfioUserFunction};
-use rnic_mlx5_emu::TempFunction;
+use rnic_mlx5::Mlx5Provider;
 
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -81,37 +81,8 @@ impl End {
     }
 
     fn wait(&mut self, n: usize) -> Vec<WorkCompletion> {
-        let mut got = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 8];
-        let start = Instant::now();
-        while got.len() < n {
-            let k = self.cq.poll(&mut wcs).unwrap();
-            got.extend_from_slice(&wcs[..k]);
-            assert!(start.elapsed() < Duration::from_secs(10), "{got:?}");
-            if k == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        got
+        common::wait_wcs(&mut self.cq, n)
     }
-}
-
-/// An mlx5 function on its own emulator, GID 0 = `ip` (bind the emulator
-/// first, so it drops after the provider's teardown commands).
-fn mlx5(ip: IpAddr) -> (TempFunction, Arc<Mlx5Provider>) {
-    let emu = TempFunction::start().unwrap();
-    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
-    let hca = Hca::bring_up(
-        f,
-        HcaOptions {
-            cmd_timeout: Some(Duration::from_secs(30)),
-            ..HcaOptions::default()
-        },
-    )
-    .unwrap();
-    let provider = Mlx5Provider::new(hca).unwrap();
-    provider.set_gid(0, ip).unwrap();
-    (emu, provider)
 }
 
 /// A signaled UD SEND of `s` to QP `qpn` through `ah`.
@@ -130,8 +101,8 @@ fn a_foreign_address_handle_is_refused_and_the_qp_stays_usable() {
     let b = 200 + (std::process::id() % 50) as u8;
     let ip = |d| IpAddr::V4(Ipv4Addr::new(127, 250, b, d));
     let (mlx5_ip, other_ip, rxe_ip) = (ip(1), ip(2), ip(3));
-    let (_emu, provider) = mlx5(mlx5_ip);
-    let (_other_emu, other) = mlx5(other_ip);
+    let (_emu, provider) = common::provider(mlx5_ip);
+    let (_other_emu, other) = common::provider(other_ip);
     let mut a = End::new(
         Mlx5Provider::context(&provider),
         provider.alloc_dma(64 << 10).unwrap(),

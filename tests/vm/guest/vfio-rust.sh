@@ -25,6 +25,11 @@ f0=$(dmesg | grep -c 'DMAR: \[DMA')
 step "peer_bar" timeout 120 "$S/peer_bar" "$BDF" "$SHM"
 echo "peer DMAR faults: $(( $(dmesg | grep -c 'DMAR: \[DMA') - f0 ))"
 dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -2
+# rnic-mlx5's registration of application memory in place, kernel-VFIO route, on edu.
+f0=$(dmesg | grep -c 'DMAR: \[DMA')
+step "user_pages_edu" timeout 120 "$S/user_pages_edu" "$BDF"
+echo "user-pages DMAR faults: $(( $(dmesg | grep -c 'DMAR: \[DMA') - f0 ))"
+dmesg | grep -E 'DMAR: \[DMA|fault addr' | tail -1
 # MSI-X, reset and restoring a real driver: an e1000e bound to the kernel's e1000e first.
 NIC_BDF=$(lspci -D -n -d 8086:10d3 | cut -d' ' -f1 | head -1)
 [ -n "$NIC_BDF" ] || { echo "no e1000e (8086:10d3)"; exit 1; }

@@ -9,6 +9,8 @@
 # A peer BAR (issue 28): an ivshmem-plain whose BAR2 is backed by a host file stands in for a
 # GPU BAR; peer_bar.rs maps it into edu's IOMMU domain (rnic-dma's PeerRegion), has edu DMA into
 # it, and scenario_check reads the bytes back from the file on the host.
+# Application memory in place (issue 29): rnic-mlx5's map_user (kernel-VFIO route) maps a
+# program's heap pages into edu's IOMMU domain (drivers/mlx5/examples/user_pages_edu.rs).
 # tests/vm.rs builds them and passes their folder in RNIC_VFIO_EXAMPLES; by hand, this builds them.
 SCENARIO_TIMEOUT=240
 
@@ -16,10 +18,10 @@ scenario_prepare() {
   local dir=${RNIC_VFIO_EXAMPLES:-}
   if [ -z "$dir" ]; then
     (cd "$REPO" && cargo build -q -p rnic-vfio --example edu --example e1000e_msix --example vfio_open \
-      --example peer_bar) || return 1
+      --example peer_bar && cargo build -q -p rnic-mlx5 --example user_pages_edu) || return 1
     dir=${CARGO_TARGET_DIR:-$REPO/target}/debug/examples
   fi
-  cp "$dir/edu" "$dir/e1000e_msix" "$dir/vfio_open" "$dir/peer_bar" "$SHARE/"
+  cp "$dir/edu" "$dir/e1000e_msix" "$dir/vfio_open" "$dir/peer_bar" "$dir/user_pages_edu" "$SHARE/"
 }
 
 scenario_main() {
@@ -43,6 +45,8 @@ scenario_check() {
   expect "$o" '^e1000e_msix rc=0$' "MSI-X on the e1000e" || ok=1
   expect "$o" '^CHECK peer-dma: PASS' "edu DMA into the ivshmem BAR through the peer region" || ok=1
   expect "$o" '^peer_bar rc=0$' "peer-BAR checks" || ok=1
+  expect "$o" '^CHECK user-dma: PASS' "edu DMA through application pages mapped by rnic-mlx5" || ok=1
+  expect "$o" '^user_pages_edu rc=0$' "rnic-mlx5 map_user on kernel VFIO" || ok=1
   # The bytes edu wrote, read from the ivshmem's backing file on the host: pattern A at 0,
   # pattern B at 8 KiB (written after the ivshmem handles were dropped), never pattern C.
   if python3 - "$RESULTS/ivshmem.bin" <<'PY'

@@ -188,3 +188,78 @@ pub fn read_all(mut r: impl Read) -> String {
     let _ = r.read_to_string(&mut s);
     s
 }
+
+/// One of rnic's own binaries (`rnicctl`, `examples/rc_pingpong`) of this
+/// profile, built here if the workspace build did not make it.
+pub fn rnic_bin(rel: &str, build: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let path = profile_dir().join(rel);
+    if !path.exists() {
+        BUILT.get_or_init(|| {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut c = Command::new(cargo);
+            c.args([
+                "build",
+                "--locked",
+                "-p",
+                "rnicctl",
+                "-p",
+                "rnic-mlx5-emu",
+                "-p",
+                "rnic",
+                // Without --bins, --example would limit the build to it.
+                "--bins",
+                "--example",
+                "rc_pingpong",
+            ]);
+            if profile_dir().ends_with("release") {
+                c.arg("--release");
+            }
+            let st = c.status().expect("run cargo build");
+            assert!(st.success(), "building {build:?} failed");
+        });
+    }
+    assert!(path.exists(), "{} not built", path.display());
+    path
+}
+
+/// An emulated ConnectX function (rnic-mlx5-emu) serving `sock` until dropped.
+pub struct Emulator(std::process::Child, PathBuf);
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
+
+impl Emulator {
+    /// Start one on a socket named after `name` and this process; its spec
+    /// with GID 0 = `ip`, named `rnic_mlx5` (both ends of a pair use that
+    /// name, each in its own process).
+    pub fn start(name: &str, ip: &str) -> (Emulator, String) {
+        let bin = rnic_bin("rnic-mlx5-emu", &["rnic-mlx5-emu"]);
+        let sock =
+            std::env::temp_dir().join(format!("rnic-verbs-{name}-{}.sock", std::process::id()));
+        let child = Command::new(bin)
+            .arg("--socket")
+            .arg(&sock)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let emu = Emulator(child, sock.clone());
+        let start = std::time::Instant::now();
+        while !sock.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the emulator did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (
+            emu,
+            format!("rnic_mlx5=mlx5:vfio-user:{}@{ip}", sock.display()),
+        )
+    }
+}

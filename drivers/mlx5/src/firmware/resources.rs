@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
-use rnic_core::{AccessFlags, Gid, Lkey, Rkey};
+use rnic_core::{AccessFlags, Gid, Lkey, Memory, Rkey};
 use rnic_mlx5_prm::{
     AccessRegisterIn, AccessRegisterOut, CmdOpcode, CreateMkeyIn, CreateMkeyOut,
     DeleteL2TableEntryIn, DeleteL2TableEntryOut, DestroyMkeyIn, DestroyMkeyOut, MKEY_QPN_UNBOUND,
@@ -20,8 +20,10 @@ use rnic_mlx5_prm::{
 };
 use tracing::{debug, info, warn};
 
+use crate::error::UserMemoryProblem;
 use crate::function::memory::lock;
-use crate::{DmaBuffer, Hca, Mlx5Error};
+use crate::rdma::wq::RegionBytes;
+use crate::{DmaBuffer, Hca, Mlx5Error, UserPages};
 
 fn prm(what: &'static str) -> impl Fn(rnic_mlx5_prm::Error) -> Mlx5Error {
     move |source| Mlx5Error::Prm { what, source }
@@ -552,26 +554,54 @@ fn next_key_byte() -> u8 {
     }
 }
 
-/// A memory key over one [`DmaBuffer`] (CREATE_MKEY, MTT access mode): the
-/// address space of SGEs and RETHs is the buffer's host virtual address
-/// ([`Mkey::addr`]), translated by the MTT to its IOVA pages. Dropping it
-/// destroys the key; the buffer lives as long as the key (and any QP that
-/// [`crate::Qp::use_region`]d it).
+/// What an [`Mkey`] translates to.
+enum MkeyMemory {
+    /// A driver DMA buffer ([`Mkey::new`]).
+    Buffer(Arc<DmaBuffer>),
+    /// Application memory mapped in place ([`Mkey::new_user`]): the pages
+    /// (`None` once [`Mkey::revoke`] unmapped them) and the memory the CPU
+    /// reads inline sends from.
+    User {
+        pages: Mutex<Option<UserPages>>,
+        memory: Arc<dyn Memory>,
+    },
+}
+
+/// A memory key (CREATE_MKEY, MTT access mode) over a [`DmaBuffer`]
+/// ([`Mkey::new`]) or over application memory mapped in place
+/// ([`Mkey::new_user`]): the address space of SGEs and RETHs starts at
+/// [`Mkey::addr`] (the buffer's host virtual address, or the address the
+/// registration names), translated by the MTT to the IOVA pages. Dropping
+/// it destroys the key, then the memory's device mapping goes (the buffer
+/// lives as long as the key and any QP that [`crate::Qp::use_region`]d it;
+/// application pages are unmapped right after the key is destroyed).
 pub struct Mkey {
     hca: Arc<Hca>,
     index: u32,
     key: u32,
-    buf: Arc<DmaBuffer>,
+    addr: u64,
+    len: usize,
     access: AccessFlags,
+    /// DESTROY_MKEY has run ([`Mkey::revoke`] or drop).
+    destroyed: Mutex<bool>,
+    // Last: dropped after `Drop::drop` destroyed the key.
+    memory: MkeyMemory,
 }
 
 impl fmt::Debug for Mkey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mkey")
             .field("key", &format_args!("{:#x}", self.key))
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.buf.len())
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
             .field("access", &self.access)
+            .field(
+                "memory",
+                &match self.memory {
+                    MkeyMemory::Buffer(_) => "dma buffer",
+                    MkeyMemory::User { .. } => "application memory",
+                },
+            )
             .finish()
     }
 }
@@ -589,8 +619,71 @@ impl Mkey {
         buf: Arc<DmaBuffer>,
         access: AccessFlags,
     ) -> Result<Mkey, Mlx5Error> {
-        let len = buf.len();
-        let pages = len.div_ceil(MTT_PAGE_BYTES).max(1);
+        let (addr, len, iova) = (buf.as_ptr() as u64, buf.len(), buf.iova().get());
+        Mkey::create(hca, addr, len, iova, access, MkeyMemory::Buffer(buf))
+    }
+
+    /// Register application memory in place: `memory` (its bytes at host
+    /// address `host`, [`Memory::len`] long) is mapped for the function
+    /// ([`crate::PciFunction::map_user`]) and the key's address space
+    /// starts at `addr` — the host address itself for `ibv_reg_mr`, or
+    /// another address with the same offset within a 4 KiB page
+    /// (`ibv_reg_mr_iova2`). The caller keeps the bytes mapped until the
+    /// key is revoked or dropped.
+    pub fn new_user(
+        hca: &Arc<Hca>,
+        memory: Arc<dyn Memory>,
+        host: usize,
+        addr: u64,
+        access: AccessFlags,
+    ) -> Result<Mkey, Mlx5Error> {
+        let len = memory.len();
+        let f = hca.function();
+        if addr & (MTT_PAGE_BYTES as u64 - 1) != host as u64 & (MTT_PAGE_BYTES as u64 - 1) {
+            return Err(Mlx5Error::UserMemory {
+                function: f.name().to_owned(),
+                addr: host,
+                len,
+                problem: UserMemoryProblem::PageOffset {
+                    addr: host,
+                    va: addr,
+                },
+            });
+        }
+        let writes = access.intersects(
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        );
+        let pages = f.map_user(host, len, writes)?;
+        // The IOVA of the page holding byte 0 (`pages` starts there): the
+        // MTT lists pages from it, as the device translates `addr` rounded
+        // down to its page.
+        let iova = pages.iova().get();
+        Mkey::create(
+            hca,
+            addr,
+            len,
+            iova,
+            access,
+            MkeyMemory::User {
+                pages: Mutex::new(Some(pages)),
+                memory,
+            },
+        )
+    }
+
+    /// CREATE_MKEY: `len` bytes from `addr`, the first (partial) page at
+    /// IOVA `iova` rounded down to 4 KiB.
+    fn create(
+        hca: &Arc<Hca>,
+        addr: u64,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+        memory: MkeyMemory,
+    ) -> Result<Mkey, Mlx5Error> {
+        let lead = (addr & (MTT_PAGE_BYTES as u64 - 1)) as usize;
+        let first = iova & !(MTT_PAGE_BYTES as u64 - 1);
+        let pages = (lead + len).div_ceil(MTT_PAGE_BYTES).max(1);
         let octwords = pages.div_ceil(2);
         let key_byte = next_key_byte();
         let mut cmd = vec![0u8; CreateMkeyIn::<&[u8]>::SIZE_BYTES + 16 * octwords];
@@ -599,7 +692,7 @@ impl Mkey {
             v.set_pg_access(1).map_err(prm("CREATE_MKEY"))?;
             v.set_translations_octword_actual_size(octwords as u32)
                 .map_err(prm("CREATE_MKEY"))?;
-            for (i, e) in mtt_entries(buf.iova().get(), len).enumerate() {
+            for (i, e) in mtt_entries(first, lead + len).enumerate() {
                 v.set_klm_pas_mtt(2 * i, (e >> 32) as u32)
                     .map_err(prm("CREATE_MKEY mtt"))?;
                 v.set_klm_pas_mtt(2 * i + 1, e as u32)
@@ -618,7 +711,7 @@ impl Mkey {
                 m.set_mkey_7_0(key_byte.into())?;
                 m.set_length64(0)?;
                 m.set_pd(hca.info().pd)?;
-                m.set_start_addr(buf.as_ptr() as u64)?;
+                m.set_start_addr(addr)?;
                 m.set_len(len as u64)?;
                 m.set_translations_octword_size(octwords as u32)?;
                 m.set_log_page_size(MTT_PAGE_BYTES.trailing_zeros())
@@ -640,8 +733,11 @@ impl Mkey {
             hca: hca.clone(),
             index,
             key,
-            buf,
+            addr,
+            len,
             access,
+            destroyed: Mutex::new(false),
+            memory,
         })
     }
 
@@ -657,43 +753,95 @@ impl Mkey {
 
     /// The address of byte 0 in SGEs and RETHs.
     pub fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.addr
     }
 
     /// Bytes.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len == 0
     }
 
-    /// The registered buffer.
-    pub fn buffer(&self) -> &Arc<DmaBuffer> {
-        &self.buf
+    /// The registered DMA buffer (`None` for application memory).
+    pub fn buffer(&self) -> Option<&Arc<DmaBuffer>> {
+        match &self.memory {
+            MkeyMemory::Buffer(b) => Some(b),
+            MkeyMemory::User { .. } => None,
+        }
+    }
+
+    /// How many device mappings the application memory under this key
+    /// took (`None` for a DMA buffer, `Some(0)` once revoked).
+    pub fn user_pieces(&self) -> Option<usize> {
+        match &self.memory {
+            MkeyMemory::Buffer(_) => None,
+            MkeyMemory::User { pages, .. } => Some(lock(pages).as_ref().map_or(0, |p| p.pieces())),
+        }
+    }
+
+    /// The memory under the key as the CPU reaches it (byte 0 is the
+    /// region's first byte): the DMA buffer, or the application's memory.
+    pub fn memory(&self) -> &dyn Memory {
+        match &self.memory {
+            MkeyMemory::Buffer(b) => &**b,
+            MkeyMemory::User { memory, .. } => &**memory,
+        }
+    }
+
+    /// What inline sends read the region's bytes from.
+    pub(crate) fn region_bytes(&self) -> RegionBytes {
+        match &self.memory {
+            MkeyMemory::Buffer(b) => RegionBytes::Buffer(b.clone()),
+            MkeyMemory::User { memory, .. } => RegionBytes::Memory(memory.clone()),
+        }
+    }
+
+    /// End the registration now, whoever still holds the key: DESTROY_MKEY
+    /// (every later access through it fails at the device — a remote one
+    /// with a remote access error, a local one with a local protection
+    /// error), then, for application memory, the device mapping goes and
+    /// the pages are given back (so the application may free them once
+    /// this returns). A second call does nothing. If the command fails the
+    /// key may still be live: the pages stay mapped and the error returns.
+    pub fn revoke(&self) -> Result<(), Mlx5Error> {
+        self.destroy()?;
+        if let MkeyMemory::User { pages, .. } = &self.memory {
+            drop(lock(pages).take());
+        }
+        Ok(())
+    }
+
+    /// DESTROY_MKEY unless it ran (or the function is fatal: then no
+    /// command is sent, the firmware would not answer).
+    fn destroy(&self) -> Result<(), Mlx5Error> {
+        let mut destroyed = lock(&self.destroyed);
+        if *destroyed || self.hca.is_fatal() {
+            *destroyed = true;
+            return Ok(());
+        }
+        let mut buf = vec![0u8; DestroyMkeyIn::<&[u8]>::SIZE_BYTES];
+        DestroyMkeyIn::new_checked(&mut buf[..])
+            .and_then(|mut v| v.set_mkey_index(self.index))
+            .map_err(prm("DESTROY_MKEY"))?;
+        self.hca.exec(
+            CmdOpcode::DestroyMkey,
+            0,
+            &buf,
+            DestroyMkeyOut::<&[u8]>::SIZE_BYTES,
+        )?;
+        *destroyed = true;
+        Ok(())
     }
 }
 
 impl Drop for Mkey {
     fn drop(&mut self) {
-        if self.hca.is_fatal() {
-            return;
-        }
-        let mut buf = vec![0u8; DestroyMkeyIn::<&[u8]>::SIZE_BYTES];
-        let r = DestroyMkeyIn::new_checked(&mut buf[..])
-            .and_then(|mut v| v.set_mkey_index(self.index))
-            .map_err(prm("DESTROY_MKEY"))
-            .and_then(|_| {
-                self.hca.exec(
-                    CmdOpcode::DestroyMkey,
-                    0,
-                    &buf,
-                    DestroyMkeyOut::<&[u8]>::SIZE_BYTES,
-                )
-            });
-        if let Err(e) = r {
+        // The key goes first; the memory's device mapping (a field) after.
+        if let Err(e) = self.destroy() {
             warn!(key = self.key, %e, "DESTROY_MKEY failed");
         }
     }

@@ -85,13 +85,33 @@ struct Registered {
 static REGISTRY: Mutex<BTreeMap<usize, Registered>> = Mutex::new(BTreeMap::new());
 
 /// The memfd and file offset holding `[host, host + len)`, if one live
-/// [`SharedMemory`] contains the whole range.
+/// [`SharedMemory`] — or one range of application memory moved onto a
+/// memfd for registration ([`crate::function::user`]) — contains the whole
+/// range.
 pub(crate) fn lookup_fd(host: NonNull<u8>, len: u64) -> Option<(Arc<OwnedFd>, u64)> {
     let addr = host.as_ptr() as usize;
+    let end = addr.checked_add(usize::try_from(len).ok()?)?;
+    let found = {
+        let reg = lock(&REGISTRY);
+        reg.range(..=addr)
+            .next_back()
+            .filter(|(base, entry)| end <= *base + entry.len)
+            .map(|(&base, entry)| (entry.fd.clone(), (addr - base) as u64))
+    };
+    found.or_else(|| crate::function::user::swapped_fd(addr, end))
+}
+
+/// The live [`SharedMemory`] containing `addr`: its (base, length).
+pub(crate) fn shared_extent(addr: usize) -> Option<(usize, usize)> {
     let reg = lock(&REGISTRY);
     let (&base, entry) = reg.range(..=addr).next_back()?;
-    let end = addr.checked_add(usize::try_from(len).ok()?)?;
-    (end <= base + entry.len).then(|| (entry.fd.clone(), (addr - base) as u64))
+    (addr < base + entry.len).then_some((base, entry.len))
+}
+
+/// The base of the first live [`SharedMemory`] above `addr`.
+pub(crate) fn next_shared_base(addr: usize) -> Option<usize> {
+    let reg = lock(&REGISTRY);
+    reg.range(addr.checked_add(1)?..).next().map(|(&b, _)| b)
 }
 
 /// A memfd-backed `MAP_SHARED` mapping: memory another process can map.
@@ -245,9 +265,9 @@ pub(crate) fn split_apertures(
 /// One function's space of IOVAs for [`DmaBuffer`]s and the mapper that
 /// installs them.
 pub struct IovaSpace {
-    function: String,
-    mapper: Arc<dyn Mapper>,
-    alloc: Mutex<IovaAllocator>,
+    pub(super) function: String,
+    pub(super) mapper: Arc<dyn Mapper>,
+    pub(super) alloc: Mutex<IovaAllocator>,
 }
 
 impl fmt::Debug for IovaSpace {

@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod memory;
+pub mod user;
 mod vfio_kernel;
 mod vfio_user;
 pub mod wc;
@@ -23,6 +24,7 @@ use rnic_dma::{DmaDomain, Mmio};
 
 pub use budget::DmaBudget;
 pub use memory::{DmaBuffer, IovaSpace, SharedMemory, SharedPages};
+pub use user::{Sharing, UserPages};
 pub use vfio_kernel::VfioFunction;
 pub use vfio_user::{VfioUserFunction, VfioUserMapper};
 pub use wc::BlockWindow;
@@ -173,6 +175,20 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
     /// `len` bytes of zeroed device-visible memory mapped for this function
     /// (memfd-backed, so it works on every transport).
     fn alloc_dma(&self, len: usize) -> Result<Arc<DmaBuffer>, Mlx5Error>;
+
+    /// Map application memory — `[addr, addr + len)`, memory the driver did
+    /// not allocate — into this function's IOVA space, whole pages, at an
+    /// IOVA of the space [`PciFunction::alloc_dma`] uses (see
+    /// [`user`] for how each transport does it: kernel VFIO pins the pages
+    /// where they are; vfio-user moves them onto a memfd in place).
+    /// `writable`: the registration grants write access, so every page must
+    /// be writable. A refusal ([`Mlx5Error::UserMemory`],
+    /// [`Mlx5Error::IovaExhausted`], [`Mlx5Error::DmaMap`]) leaves the
+    /// memory as it was.
+    ///
+    /// The caller keeps the range mapped until the returned [`UserPages`]
+    /// is dropped (the verbs contract of a registered region).
+    fn map_user(&self, addr: usize, len: usize, writable: bool) -> Result<UserPages, Mlx5Error>;
 
     /// A DMA domain for `rnic_dma::DmaRegion::builder(..).domain(..)`, over
     /// the half of the IOVA space that [`PciFunction::alloc_dma`] does not

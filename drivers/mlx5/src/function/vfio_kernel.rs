@@ -155,6 +155,16 @@ impl PciFunction for VfioFunction {
         self.space.alloc(len)
     }
 
+    fn map_user(
+        &self,
+        addr: usize,
+        len: usize,
+        writable: bool,
+    ) -> Result<crate::UserPages, Mlx5Error> {
+        self.space
+            .map_user(addr, len, writable, crate::function::Sharing::Pin)
+    }
+
     fn dma_domain(&self) -> Arc<DmaDomain> {
         self.domain.clone()
     }

@@ -429,6 +429,16 @@ impl PciFunction for VfioUserFunction {
         self.space.alloc(len)
     }
 
+    fn map_user(
+        &self,
+        addr: usize,
+        len: usize,
+        writable: bool,
+    ) -> Result<crate::UserPages, Mlx5Error> {
+        self.space
+            .map_user(addr, len, writable, crate::function::Sharing::Memfd)
+    }
+
     fn dma_domain(&self) -> Arc<DmaDomain> {
         self.domain.clone()
     }

@@ -448,7 +448,7 @@ impl EthQueues {
                 } else {
                     let mut frame = vec![0u8; len as usize];
                     self.rx
-                        .buffer()
+                        .memory()
                         .read(slot * self.slot, &mut frame)
                         .map_err(memory("receive slot"))?;
                     Completion::Received(frame)

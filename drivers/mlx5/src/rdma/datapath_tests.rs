@@ -21,7 +21,7 @@ use crate::function::memory::IovaSpace;
 use crate::rdma::cq::{CqRing, cq_buffer_bytes};
 use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::rdma::wq::QpCounters;
-use crate::rdma::wq::{Region, WorkQueues, next_bf_offset};
+use crate::rdma::wq::{Region, RegionBytes, WorkQueues, next_bf_offset};
 use crate::rdma::wqe::{PostFailure, Refused, SendLimits};
 use crate::{DmaBuffer, Mlx5Error};
 
@@ -83,7 +83,7 @@ fn queues(space: &Arc<IovaSpace>, ud: bool) -> (WorkQueues, Arc<DmaBuffer>) {
             lkey: 0x500,
             start: data.as_ptr() as u64,
             len: 4096,
-            buf: data.clone(),
+            bytes: RegionBytes::Buffer(data.clone()),
         }],
         counters: QpCounters::default(),
         sq,
@@ -1116,7 +1116,7 @@ fn the_single_write_shortcut_writes_what_the_general_writer_writes() {
         .regions
         .iter()
         .map(|r| Region {
-            buf: r.buf.clone(),
+            bytes: r.bytes.clone(),
             ..*r
         })
         .collect();
@@ -1276,7 +1276,7 @@ fn the_small_write_shortcut_writes_the_bytes_the_general_writer_writes() {
         lkey: 0x500,
         start: data.as_ptr() as u64,
         len: 4096,
-        buf: data.clone(),
+        bytes: RegionBytes::Buffer(data.clone()),
     }];
     data.write(64, b"ABCDEFGH").unwrap();
     let mut missed = 0;
@@ -1459,7 +1459,7 @@ fn the_small_write_shortcut_reads_whole_words_of_the_region_only() {
         lkey: 0x600,
         start,
         len: 4093,
-        buf: data.clone(),
+        bytes: RegionBytes::Buffer(data.clone()),
     };
     a.regions = vec![region(start)];
     b.regions = vec![region(start)];
@@ -1540,7 +1540,7 @@ fn the_small_write_shortcut_sets_ce_as_the_general_writer_with_or_without_sig_al
                 lkey: 0x500,
                 start: data.as_ptr() as u64,
                 len: 4096,
-                buf: data.clone(),
+                bytes: RegionBytes::Buffer(data.clone()),
             }];
         }
         let sge = [Sge::new(data.as_ptr() as u64, 8, Lkey(0x500))];

@@ -33,7 +33,7 @@ use crate::function::memory::IovaSpace;
 use crate::rdma::cq::{CqCounters, CqRing, SendCompletion, cq_buffer_bytes};
 use crate::rdma::track::{QpShared, RqTrack, SqBlocks, SqTrack};
 use crate::rdma::wq::QpCounters;
-use crate::rdma::wq::{Region, WorkQueues};
+use crate::rdma::wq::{Region, RegionBytes, WorkQueues};
 use crate::rdma::wqe::SendLimits;
 use crate::{DmaBuffer, Mlx5Error};
 
@@ -157,7 +157,7 @@ impl CqRig {
                 lkey: LKEY,
                 start: data.as_ptr() as u64,
                 len: DATA_BYTES as u64,
-                buf: data.clone(),
+                bytes: RegionBytes::Buffer(data.clone()),
             }],
             counters: QpCounters::default(),
             sq,

@@ -531,7 +531,7 @@ impl Qp {
             lkey: mkey.lkey().get(),
             start: mkey.addr(),
             len: mkey.len() as u64,
-            buf: mkey.buffer().clone(),
+            bytes: mkey.region_bytes(),
         });
     }
 

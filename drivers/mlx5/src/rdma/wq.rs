@@ -109,7 +109,8 @@ impl InlineSource {
     /// The view of `r`; `None` unless its `len` bytes lie inside its
     /// buffer's words.
     fn new(r: &Region) -> Option<InlineSource> {
-        let words = r.buf.words();
+        let buf = r.buffer()?;
+        let words = buf.words();
         if r.len > words.len() as u64 * 8 || r.start.checked_add(r.len).is_none() {
             return None;
         }
@@ -118,7 +119,7 @@ impl InlineSource {
             start: r.start,
             words: r.len / 8,
             base: std::ptr::NonNull::new(words.as_ptr().cast_mut())?,
-            _buf: Some(r.buf.clone()),
+            _buf: Some(buf.clone()),
         })
     }
 
@@ -151,7 +152,29 @@ pub(crate) struct Region {
     pub lkey: u32,
     pub start: u64,
     pub len: u64,
-    pub buf: Arc<DmaBuffer>,
+    pub bytes: RegionBytes,
+}
+
+/// What an inline send reads a region's bytes from.
+#[derive(Clone)]
+pub(crate) enum RegionBytes {
+    /// A driver DMA buffer whose first word is the region's first byte:
+    /// read word by word in place.
+    Buffer(Arc<DmaBuffer>),
+    /// Application memory registered in place: read through
+    /// [`Memory::read`] (the `Memory`'s byte 0 is the region's first byte).
+    Memory(Arc<dyn Memory>),
+}
+
+impl Region {
+    /// The DMA buffer behind the region, when it is one.
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Arc<DmaBuffer>> {
+        match &self.bytes {
+            RegionBytes::Buffer(b) => Some(b),
+            RegionBytes::Memory(_) => None,
+        }
+    }
 }
 
 /// The UAR write a send post needs (§8 step 5).
@@ -643,7 +666,7 @@ impl WorkQueues {
             {
                 let first = ((s.addr - r.start) / 8) as usize;
                 return r
-                    .buf
+                    .buffer()?
                     .words()
                     .get(first..first + (s.length as usize).div_ceil(8));
             }
@@ -682,16 +705,18 @@ impl WorkQueues {
                 .ok_or(miss)?;
             let dst = data.get_mut(at..at + n).ok_or(miss)?;
             let off = (s.addr - r.start) as usize;
-            if off.is_multiple_of(8) {
-                // Whole words straight from the region (8-aligned source).
-                let words = r.buf.words();
-                for (i, chunk) in dst.chunks_mut(8).enumerate() {
-                    let word = words.get(off / 8 + i).ok_or(miss)?;
-                    let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
-                    chunk.copy_from_slice(&bytes[..chunk.len()]);
+            match &r.bytes {
+                RegionBytes::Buffer(buf) if off.is_multiple_of(8) => {
+                    // Whole words straight from the region (8-aligned source).
+                    let words = buf.words();
+                    for (i, chunk) in dst.chunks_mut(8).enumerate() {
+                        let word = words.get(off / 8 + i).ok_or(miss)?;
+                        let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
+                        chunk.copy_from_slice(&bytes[..chunk.len()]);
+                    }
                 }
-            } else {
-                r.buf.read(off, dst).map_err(|_| miss)?;
+                RegionBytes::Buffer(buf) => buf.read(off, dst).map_err(|_| miss)?,
+                RegionBytes::Memory(m) => m.read(off, dst).map_err(|_| miss)?,
             }
             at += n;
         }

@@ -4,13 +4,15 @@
 //! driver's resource code.
 #![allow(clippy::unwrap_used, dead_code)]
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod peer;
 
 use rnic_core::WorkCompletion;
-use rnic_mlx5::{Cq, Hca, Mlx5Error};
-use rnic_mlx5_emu::{Emulator, Options};
+use rnic_mlx5::{Cq, Hca, HcaOptions, Mlx5Error, Mlx5Provider, PciFunction, VfioUserFunction};
+use rnic_mlx5_emu::{Emulator, Options, TempFunction};
 use rnic_mlx5_prm::{AllocPdOut, CmdOpcode, DeallocPdIn, DeallocPdOut};
 
 /// A fresh emulated function (10 ms boot) on a socket in a temporary directory.
@@ -77,4 +79,40 @@ pub fn wait_cq(cq: &mut Cq, n: usize) -> Vec<WorkCompletion> {
         }
     }
     out
+}
+
+/// An mlx5 function on its own emulator as an `rnic_core` provider, GID 0 =
+/// `ip` (bind the emulator first, so it drops after the provider's teardown
+/// commands).
+pub fn provider(ip: IpAddr) -> (TempFunction, Arc<Mlx5Provider>) {
+    let emu = TempFunction::start().unwrap();
+    let f: Arc<dyn PciFunction> = Arc::new(VfioUserFunction::connect(emu.socket()).unwrap());
+    let hca = Hca::bring_up(
+        f,
+        HcaOptions {
+            cmd_timeout: Some(Duration::from_secs(30)),
+            ..HcaOptions::default()
+        },
+    )
+    .unwrap();
+    let provider = Mlx5Provider::new(hca).unwrap();
+    provider.set_gid(0, ip).unwrap();
+    (emu, provider)
+}
+
+/// Poll a core `CompletionQueue` until `n` completions arrived (panics after
+/// 10 s with what came).
+pub fn wait_wcs(cq: &mut rnic_core::CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let mut got = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 8];
+    let start = Instant::now();
+    while got.len() < n {
+        let k = cq.poll(&mut wcs).unwrap();
+        got.extend_from_slice(&wcs[..k]);
+        assert!(start.elapsed() < Duration::from_secs(10), "{got:?}");
+        if k == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    got
 }
