@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rnic_core::{
-    CompletionQueue, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    CompletionQueue, Mtu, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};

@@ -63,7 +63,10 @@ fn fifo_progress_thread_runs_under_sched_fifo_and_moves_data() {
             .iter()
             .filter(|&&p| p == libc::SCHED_FIFO as u32)
             .count();
-        assert!(fifo >= 2, "both progress threads under SCHED_FIFO: {fifo} of {before}+2");
+        assert!(
+            fifo >= 2,
+            "both progress threads under SCHED_FIFO: {fifo} of {before}+2"
+        );
     }
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
@@ -90,7 +93,11 @@ fn refused_priority_is_reported_and_the_thread_still_works() {
             errno: libc::EINVAL
         }
     );
-    assert!(r.to_string().starts_with("progress thread, normal scheduling"), "{r}");
+    assert!(
+        r.to_string()
+            .starts_with("progress thread, normal scheduling"),
+        "{r}"
+    );
     assert_eq!(b.dev.progress_scheduling(), ProgressScheduling::Normal);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
     connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
