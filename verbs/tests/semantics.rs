@@ -44,8 +44,8 @@ fn a_c_program_gets_what_libibverbs_promises() {
 
 /// The same program on an emulated mlx5 function (rnic-mlx5-emu): the two
 /// RC QPs of one context talk through the function's own RoCE port, the
-/// buffers registered in place (big-endian atomics; the channel reached
-/// through ibv_get_cq_event, its fd not being pollable there).
+/// buffers registered in place (big-endian atomics), the completion channel
+/// woken through the CQ's eventfd.
 #[test]
 fn the_c_program_on_an_emulated_mlx5_function() {
     let (_emu, spec) = common::Emulator::start("semantics", "127.0.0.35");

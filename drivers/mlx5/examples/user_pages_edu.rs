@@ -25,23 +25,17 @@
 use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
 
 use rnic_core::PciAddr;
 use rnic_dma::Mmio;
 use rnic_mlx5::{Mlx5Error, PciFunction, UserMemoryProblem, VfioFunction};
 use rnic_vfio::Sysfs;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+// edu's constants and one DMA, shared with rnic-vfio's edu examples.
+#[path = "../../vfio/examples/edu_common/mod.rs"]
+mod edu_common;
+use edu_common::{CMD_TO_RAM, DMA_MASK, EDU_BUF, LEN, Res};
 
-/// edu's DMA mask: 28 bits.
-const DMA_MASK: u64 = (1 << 28) - 1;
-/// edu's internal buffer, as a DMA source or destination.
-const EDU_BUF: u64 = 0x4_0000;
-/// QEMU 7.2's edu aborts on a transfer ending at its buffer's end: 2 KiB.
-const LEN: usize = 2048;
-const CMD_START: u64 = 1;
-const CMD_TO_RAM: u64 = 2;
 /// The buffer: 3 pages of heap memory.
 const PAGES: usize = 3;
 /// Where the registered range starts in it.
@@ -49,20 +43,9 @@ const START: usize = 100;
 /// Where edu writes back (in the second page).
 const BACK: usize = 4196;
 
-/// Run one edu DMA and wait for the engine (up to 10 s).
+/// One edu DMA of [`LEN`] bytes.
 fn dma(bar: &Mmio, src: u64, dst: u64, cmd: u64) -> Res<()> {
-    let t0 = Instant::now();
-    bar.write64(0x80, src)?;
-    bar.write64(0x88, dst)?;
-    bar.write64(0x90, LEN as u64)?;
-    bar.write64(0x98, CMD_START | cmd)?;
-    while bar.read64(0x98)? & CMD_START != 0 {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err("edu DMA did not complete within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(())
+    edu_common::dma(bar, src, dst, LEN, cmd).map(drop)
 }
 
 fn pattern(i: usize) -> u8 {

@@ -423,9 +423,11 @@ impl CqOps for Mlx5Cq {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        // Completion events arrive on the function's one event queue, which
-        // `wait` drains; there is no per-CQ descriptor.
-        None
+        // The event thread drains the function's event queue and signals
+        // each CQ's eventfd (`Cq::event_fd`); a reader of it leaves the arm
+        // sequence to `Cq::arm`, which counts delivered events itself.
+        use std::os::fd::AsRawFd;
+        lock(&self.cq).event_fd().map(|fd| fd.as_raw_fd())
     }
 
     fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {

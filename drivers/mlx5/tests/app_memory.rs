@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::peer::ALL;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -26,10 +28,6 @@ use rnic_core::{
 };
 use rnic_mlx5::{Mlx5Mr, Mlx5Provider};
 
-const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
 const CAPS: QpCaps = QpCaps {
     max_send_wr: 16,
     max_recv_wr: 16,
@@ -651,4 +649,61 @@ fn bad_ranges_are_refused_with_the_typed_error_and_nothing_changes() {
     let good = Arc::new(Anon::heap(1, 0, 4096));
     pd.reg_mr(good, ALL).unwrap();
     drop(ctx);
+}
+
+/// Fork a child that reads the byte at `addr` and exits with it; how the
+/// child ended (`Ok(byte)`, or `Err(signal)`).
+fn child_reads(addr: usize) -> Result<u8, i32> {
+    // SAFETY: the child only reads one byte (through a raw pointer, a
+    // volatile load) and calls `_exit`: async-signal-safe work, as a child
+    // of a multi-threaded process must restrict itself to.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: in the child: the parent mapped `addr`; if the mapping
+        // was not inherited the read faults, which is what is tested.
+        let b = unsafe { std::ptr::read_volatile(addr as *const u8) };
+        // SAFETY: ends the child without running the parent's atexit
+        // handlers or destructors.
+        unsafe { libc::_exit(i32::from(b)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just made; `status` is a valid out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid);
+    if libc::WIFSIGNALED(status) {
+        Err(libc::WTERMSIG(status))
+    } else {
+        Ok(libc::WEXITSTATUS(status) as u8)
+    }
+}
+
+/// While registered the pages carry MADV_DONTFORK (as `ibv_fork_init` gives
+/// registered memory): a forked child gets no mapping there rather than the
+/// parent's pages shared; after deregistration the pages fork as any other
+/// private memory (the child reads its own copy).
+#[test]
+fn a_fork_while_registered_gives_the_child_no_mapping_and_after_dereg_a_copy() {
+    let (_emu, p) = common::provider(ips_at(7).0);
+    let ctx = Mlx5Provider::context(&p);
+    let pd = ctx.alloc_pd().unwrap();
+    let m = Arc::new(Anon::map(
+        2,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE,
+        0,
+        8192,
+    ));
+    m.write(100, &[42]).unwrap();
+    assert_eq!(child_reads(m.host() + 100), Ok(42), "before registration");
+    let mr = pd.reg_mr(m.clone(), ALL).unwrap();
+    assert_eq!(
+        child_reads(m.host() + 100),
+        Err(libc::SIGSEGV),
+        "registered pages are not inherited"
+    );
+    revoke(&mr);
+    m.write(100, &[43]).unwrap();
+    assert_eq!(child_reads(m.host() + 100), Ok(43), "private memory again");
+    drop(mr);
 }

@@ -6,10 +6,8 @@
  * "ok <name>" and exits 1 at the first failure.
  *
  * On an mlx5 device (vendor 0x15b3: an rnic-mlx5 function, emulated in the
- * tests) two things differ, as on a ConnectX: atomic operands are big-endian
- * in memory (no atomic endianness mode), and the completion channel's fd is
- * not pollable (rnic-mlx5 CQs have no event fd; ibv_get_cq_event drives the
- * function's event queue instead), so the poll(2) step is skipped there.
+ * tests) atomic operands are big-endian in memory, as on a ConnectX without
+ * an atomic endianness mode.
  *
  * Build: cc -std=gnu11 -Wall -o verbs_check verbs_check.c -libverbs
  * Run:   LD_LIBRARY_PATH=<drop-in dir> ./verbs_check [device]
@@ -28,7 +26,7 @@
 
 #define SZ 8192
 
-/* An mlx5 device: big-endian atomics, no pollable channel fd (above). */
+/* An mlx5 device: big-endian atomics (above). */
 static int mlx5;
 /* An atomic operand or result as it lies in memory. */
 #define ATOMIC(v) (mlx5 ? htobe64(v) : (uint64_t)(v))
@@ -231,8 +229,7 @@ int main(int argc, char **argv)
 				   .imm_data = htonl(0x12345678) };
 	CHECK(!ibv_post_send(qa, &swr, &bad), "send");
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-	if (!mlx5)
-		CHECK(poll(&pfd, 1, 10000) == 1 && (pfd.revents & POLLIN), "channel fd readable");
+	CHECK(poll(&pfd, 1, 10000) == 1 && (pfd.revents & POLLIN), "channel fd readable");
 	struct ibv_cq *ev_cq;
 	void *ev_ctx;
 	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == cqb && ev_ctx == (void *)0x5eed,

@@ -1179,8 +1179,13 @@ impl Cq {
 
     /// Request a completion event for the next completion (or the next
     /// solicited one): the record's `arm` word, then the UAR CQ doorbell
-    /// (§8: `(arm_sn & 3) << 28 | cmd | ci`, low dword `cqn`).
+    /// (§8: `(arm_sn & 3) << 28 | cmd | ci`, low dword `cqn`). The sequence
+    /// number is the count of events delivered to this CQ so far (each event
+    /// ends an arm, rdma-core's `arm_sn++` per event), whoever consumed them:
+    /// [`Cq::wait_event`], [`Cq::take_events`], or a caller that reads
+    /// [`Cq::event_fd`] itself (the drop-in libibverbs' completion channel).
     pub fn arm(&mut self, solicited_only: bool) -> Result<(), Mlx5Error> {
+        self.ring.arm_sn = self.core.notify.events.load(Ordering::Acquire);
         let hi = self.ring.arm_record(solicited_only);
         // The record before the doorbell that makes the device read it.
         dma_wmb_before_doorbell();
