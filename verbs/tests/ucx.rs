@@ -2,7 +2,8 @@
 //! `ucx_perftest` `tag_lat` and `tag_bw` between two processes with
 //! `UCX_TLS=rc_verbs,ud_verbs` (UCX needs an auxiliary transport for wireup;
 //! the data lanes are rc_verbs, which the test checks in UCX's own log line)
-//! and with `UCX_TLS=ud_verbs`, beside UCX over TCP in the same run.
+//! and with `UCX_TLS=ud_verbs`, beside UCX over TCP in the same run; and
+//! rc_verbs between two emulated mlx5 functions.
 //!
 //! What UCX needed from the drop-in (docs/verbs-abi.md, "UCX"): a character
 //! device at `/dev/infiniband/<dev_name>` (created here, as `verbs/install.sh
@@ -18,27 +19,41 @@ use std::time::Duration;
 
 use common::{Pair, port, require, run_pair, verbs_cmd};
 
-/// `/dev/infiniband/rnic_lo`, which UCX stats before it uses the device.
-fn dev_node() {
-    let node = Path::new("/dev/infiniband/rnic_lo");
+/// `/dev/infiniband/<name>`, which UCX stats before it uses the device.
+fn dev_node(name: &str) {
+    let node = Path::new("/dev/infiniband").join(name);
     if node.exists() {
         return;
     }
     let root = nix::unistd::Uid::effective().is_root();
     assert!(
         root,
-        "UCX needs /dev/infiniband/rnic_lo: run verbs/install.sh --dev-nodes as root"
+        "UCX needs {}: run verbs/install.sh --dev-nodes as root",
+        node.display()
     );
     std::fs::create_dir_all("/dev/infiniband").unwrap();
     // Another test binary may race us here; either link is the same.
-    let _ = std::os::unix::fs::symlink("/dev/null", node);
+    let _ = std::os::unix::fs::symlink("/dev/null", &node);
     assert!(node.exists());
 }
 
 /// A `ucx_perftest` pair over `tls` running `test` with `extra` options.
 fn ucx(tls: &str, devices: &str, test: &str, extra: &[&str], base: u16) -> Pair {
+    ucx_on(tls, devices, test, extra, base, [None, None])
+}
+
+/// [`ucx`] with `RNIC_DEVICES` of the server and the client (`None`: the
+/// default discovery, `rnic_lo`).
+fn ucx_on(
+    tls: &str,
+    devices: &str,
+    test: &str,
+    extra: &[&str],
+    base: u16,
+    rnic_devices: [Option<&str>; 2],
+) -> Pair {
     require("ucx_perftest", "ucx-utils");
-    dev_node();
+    dev_node(devices.split(':').next().unwrap_or(devices));
     let p = port(base).to_string();
     let cmd = |client: bool| {
         let mut c = verbs_cmd("ucx_perftest");
@@ -47,6 +62,9 @@ fn ucx(tls: &str, devices: &str, test: &str, extra: &[&str], base: u16) -> Pair 
             .env("UCX_LOG_LEVEL", "info")
             .env("RNIC_VERBS_QUIET", "1")
             .args(["-p", &p]);
+        if let Some(d) = rnic_devices[usize::from(client)] {
+            c.env("RNIC_DEVICES", d);
+        }
         if client {
             c.args(["127.0.0.1", "-t", test]).args(extra);
         }
@@ -114,6 +132,35 @@ fn ucx_perftest_over_ud_verbs() {
         21_003,
     );
     check(&bw, 200.0, "ud_verbs/rnic_lo:1");
+}
+
+/// UCX on two emulated mlx5 functions (rnic-mlx5-emu, one per process):
+/// its memory pools and buffers registered in place by rnic-mlx5 (UCX's
+/// memory hooks patch `mremap` with a four-argument hook, so rnic-mlx5 moves
+/// pages with the raw system call), tag matching over rc_verbs.
+#[test]
+fn ucx_perftest_over_rc_verbs_on_emulated_mlx5_functions() {
+    let (_ea, a) = common::Emulator::start("ucx-a", "127.0.0.36");
+    let (_eb, b) = common::Emulator::start("ucx-b", "127.0.0.37");
+    let both = [Some(a.as_str()), Some(b.as_str())];
+    let lat = ucx_on(
+        "rc_verbs,ud_verbs",
+        "rnic_mlx5:1",
+        "tag_lat",
+        &["-n", "1000"],
+        21_006,
+        both,
+    );
+    check(&lat, 1000.0, "tag(rc_verbs/rnic_mlx5:1)");
+    let bw = ucx_on(
+        "rc_verbs,ud_verbs",
+        "rnic_mlx5:1",
+        "tag_bw",
+        &["-n", "200", "-s", "65536"],
+        21_007,
+        both,
+    );
+    check(&bw, 200.0, "rc_verbs/rnic_mlx5:1");
 }
 
 #[test]

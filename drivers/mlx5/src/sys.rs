@@ -14,8 +14,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{
-    MRemapFlags, MapFlags, MmapAdvise, ProtFlags, madvise, mmap, mmap_anonymous, mprotect, mremap,
-    munmap,
+    MapFlags, MmapAdvise, ProtFlags, madvise, mmap, mmap_anonymous, mprotect, munmap,
 };
 
 /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING [| MFD_HUGETLB | huge size])`.
@@ -107,6 +106,11 @@ pub(crate) fn mmap_private(len: usize) -> nix::Result<NonNull<u8>> {
 /// mapping at `from` now lies at `to`, replacing in one step whatever was
 /// mapped at `[to, to + len)` (never a moment where the range is unmapped).
 ///
+/// Made as a raw system call, not through libc's `mremap`: memory-event
+/// hooks that programs install over libc's symbol (UCX's UCM patches every
+/// loaded object's `mremap` relocation with a four-argument hook) drop the
+/// fifth argument, and the kernel would then move the pages to address 0.
+///
 /// # Safety
 ///
 /// `[from, from + len)` is one whole mapping the caller owns and nothing
@@ -118,17 +122,28 @@ pub(crate) unsafe fn move_mapping(
     len: usize,
     to: NonNull<u8>,
 ) -> nix::Result<()> {
-    // SAFETY: the caller's contract.
-    unsafe {
-        mremap(
-            from.cast(),
+    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    // SAFETY: the caller's contract; the kernel reads only the five
+    // arguments of mremap(2).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mremap,
+            from.as_ptr(),
             len,
             len,
-            MRemapFlags::MREMAP_MAYMOVE | MRemapFlags::MREMAP_FIXED,
-            Some(to.cast()),
+            flags,
+            to.as_ptr(),
         )
+    };
+    if r == -1 {
+        return Err(Errno::last());
     }
-    .map(drop)
+    if r as usize != to.as_ptr() as usize {
+        // The kernel honours MREMAP_FIXED or fails; anything else is a
+        // broken contract we must not build on.
+        return Err(Errno::EFAULT);
+    }
+    Ok(())
 }
 
 /// `mprotect(ptr, len, prot)` with `prot` built from read/write/execute.
