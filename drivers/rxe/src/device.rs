@@ -419,6 +419,9 @@ pub struct Shared {
     /// Some QP holds ACKs a caller-driven round deferred (the next poll
     /// sends them).
     pub acks_waiting: AtomicBool,
+    /// Bumped by each round that defers ACKs: the ACK sweeper flushes only
+    /// what has waited a whole period (the same generation seen twice).
+    pub acks_gen: AtomicU64,
     /// The local addresses (GID index = position).
     pub ports: Vec<Port>,
     /// The QPNs this device hands out: all, or its slot's when it shares its
@@ -615,7 +618,7 @@ impl RxState {
     /// the next round, or a wait, which flushes before it sleeps) sends
     /// them, a post usually in the same `sendmmsg` as its own packets. A
     /// round that finds ACKs carried over from the previous one always
-    /// flushes, so an ACK waits at most one call.
+    /// flushes, so an ACK waits at most one call that makes a round.
     pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
         self.sync_table(sh);
         // Deferred ACKs that a post on their QP has sent since (bundled
@@ -694,6 +697,7 @@ impl RxState {
         if only_acks {
             self.stats.acks_deferred += 1;
             self.deferred.append(&mut self.touched.qps);
+            sh.acks_gen.fetch_add(1, Ordering::Relaxed);
             sh.acks_waiting.store(true, Ordering::Release);
         } else if !self.touched.qps.is_empty() || !self.deferred.is_empty() {
             // (Most rounds of a ping-pong touch nothing: no call.)
@@ -701,6 +705,19 @@ impl RxState {
         }
         self.touched.other = false;
         total
+    }
+
+    /// The ACK sweeper's flush: send the ACKs a round deferred that no post
+    /// has sent since; whether there were any (counted in `acks_swept`).
+    pub fn sweep_deferred(&mut self, sh: &Shared) -> bool {
+        self.deferred.retain(|q| q.lock().tx.pending() > 0);
+        if self.deferred.is_empty() {
+            sh.acks_waiting.store(false, Ordering::Relaxed);
+            return false;
+        }
+        self.stats.acks_swept += 1;
+        self.flush(sh);
+        true
     }
 
     /// Send what every QP this round or the last one touched has queued.
@@ -1102,16 +1119,6 @@ impl Shared {
         }
         self.next_deadline.fetch_min_nonzero(v);
         true
-    }
-
-    /// Send the ACKs a caller-driven round left queued, unless another
-    /// thread is in a round (which sends them).
-    pub fn flush_deferred(&self) {
-        if self.acks_waiting.load(Ordering::Acquire)
-            && let Some(mut rx) = self.try_rx()
-        {
-            rx.flush(self);
-        }
     }
 
     /// A copy of the device counters: the receive path's, every live QP's

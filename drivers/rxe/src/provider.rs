@@ -80,6 +80,22 @@ pub struct RxeConfig {
     /// the transmit queue first. Default 512; `RNIC_RXE_TX_IN_PLACE=0`
     /// turns it off for devices opened with [`RxeConfig::new`].
     pub tx_in_place_min: usize,
+    /// The progress thread's real-time priority: `Some(p)` puts it under
+    /// `SCHED_FIFO` at `p` (1–99) when the process may (CAP_SYS_NICE or
+    /// `RLIMIT_RTPRIO`), so that a packet's arrival preempts an application
+    /// thread spinning on memory the way kernel rxe's softirq does; `None`
+    /// (the default) leaves it under the normal scheduler, where such a
+    /// spinner can keep it off the CPU for a whole time slice (~2 ms under
+    /// EEVDF). [`RxeDevice::progress_scheduling`] says what was applied.
+    pub progress_rt_priority: Option<u8>,
+    /// Caller-driven devices only: a thread that wakes every period and
+    /// sends ACKs a round deferred (to leave with the application's next
+    /// post) when no call into the device came since. Without it a program
+    /// that takes its last receive completion and then stops calling (as
+    /// stock `ib_send_lat` does before its closing TCP handshake) leaves
+    /// its peer waiting for that ACK. `None` (the default): no thread; the
+    /// application's next call sends them.
+    pub caller_ack_sweep: Option<Duration>,
 }
 
 impl RxeConfig {
@@ -103,7 +119,25 @@ impl RxeConfig {
             } else {
                 crate::tx::IN_PLACE_MIN
             },
+            progress_rt_priority: None,
+            caller_ack_sweep: None,
         }
+    }
+
+    /// The same, with a caller-driven device's ACK sweeper waking every
+    /// `period` (see [`RxeConfig::caller_ack_sweep`]).
+    #[must_use]
+    pub fn with_caller_ack_sweep(mut self, period: Option<Duration>) -> RxeConfig {
+        self.caller_ack_sweep = period;
+        self
+    }
+
+    /// The same, with the progress thread under `SCHED_FIFO` at `priority`
+    /// where allowed (see [`RxeConfig::progress_rt_priority`]).
+    #[must_use]
+    pub fn with_progress_rt_priority(mut self, priority: Option<u8>) -> RxeConfig {
+        self.progress_rt_priority = priority;
+        self
     }
 
     /// The same, sending payloads of at least `min` bytes in place
@@ -197,6 +231,48 @@ impl std::fmt::Display for BusyPoll {
     }
 }
 
+/// How the progress thread is scheduled ([`RxeDevice::progress_scheduling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProgressScheduling {
+    /// No progress thread (caller-driven).
+    NoThread,
+    /// The normal scheduler (none was asked for).
+    Normal,
+    /// `SCHED_FIFO` at this priority.
+    RealTime {
+        /// The priority (1–99).
+        priority: u8,
+    },
+    /// `SCHED_FIFO` was asked for and refused with this errno (`EPERM`:
+    /// neither CAP_SYS_NICE nor an `RLIMIT_RTPRIO` of at least the
+    /// priority); the thread runs under the normal scheduler.
+    Refused {
+        /// The priority asked for.
+        priority: u8,
+        /// The errno.
+        errno: i32,
+    },
+}
+
+impl std::fmt::Display for ProgressScheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProgressScheduling::NoThread => f.write_str("no progress thread"),
+            ProgressScheduling::Normal => f.write_str("progress thread, normal scheduling"),
+            ProgressScheduling::RealTime { priority } => {
+                write!(f, "progress thread, SCHED_FIFO priority {priority}")
+            }
+            ProgressScheduling::Refused { priority, errno } => write!(
+                f,
+                "progress thread, normal scheduling: SCHED_FIFO priority {priority} refused ({}); \
+                 grant CAP_SYS_NICE or raise RLIMIT_RTPRIO (ulimit -r {priority})",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+        }
+    }
+}
+
 /// `name` is set to `0` (or `false`/`no`/`off`).
 fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| {
@@ -224,6 +300,7 @@ pub fn ident_recovery_from_env() -> bool {
 pub struct RxeProvider {
     pub(crate) sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    scheduling: ProgressScheduling,
 }
 
 impl Drop for RxeProvider {
@@ -232,6 +309,8 @@ impl Drop for RxeProvider {
         let _ = self.sh.doorbell.write(1);
         let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(h) = handle {
+            // (The ACK sweeper sleeps parked.)
+            h.thread().unpark();
             let _ = h.join();
         }
     }
@@ -300,6 +379,7 @@ impl RxeDevice {
             cq_overflows: AtomicU64::new(0),
             next_deadline: AtomicU64::new(0),
             acks_waiting: AtomicBool::new(false),
+            acks_gen: AtomicU64::new(0),
             ports,
             qpns,
             share,
@@ -328,8 +408,22 @@ impl RxeDevice {
             progress = ?cfg.progress,
             "rxe device open"
         );
-        let thread = match cfg.progress {
-            Progress::Caller => None,
+        let (thread, scheduling) = match cfg.progress {
+            Progress::Caller => {
+                let sweeper = match cfg.caller_ack_sweep {
+                    None => None,
+                    Some(period) => {
+                        let t = Arc::clone(&sh);
+                        Some(
+                            std::thread::Builder::new()
+                                .name("rnic-rxe-acks".into())
+                                .spawn(move || ack_sweeper(&t, period))
+                                .map_err(RxeError::Thread)?,
+                        )
+                    }
+                };
+                (sweeper, ProgressScheduling::NoThread)
+            }
             Progress::Thread => {
                 let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| {
                     RxeError::Event {
@@ -355,18 +449,38 @@ impl RxeDevice {
                         source,
                     })?;
                 let t = Arc::clone(&sh);
-                Some(
-                    std::thread::Builder::new()
-                        .name("rnic-rxe".into())
-                        .spawn(move || progress_thread(&t, &epoll))
-                        .map_err(RxeError::Thread)?,
-                )
+                let rt = cfg.progress_rt_priority;
+                let (tell, told) = std::sync::mpsc::sync_channel(1);
+                let handle = std::thread::Builder::new()
+                    .name("rnic-rxe".into())
+                    .spawn(move || {
+                        let sched = match rt {
+                            None => ProgressScheduling::Normal,
+                            Some(priority) => match sys::set_fifo(priority) {
+                                Ok(()) => ProgressScheduling::RealTime { priority },
+                                Err(e) => ProgressScheduling::Refused {
+                                    priority,
+                                    errno: e.raw_os_error().unwrap_or(0),
+                                },
+                            },
+                        };
+                        let _ = tell.send(sched);
+                        progress_thread(&t, &epoll);
+                    })
+                    .map_err(RxeError::Thread)?;
+                // The thread reports before its first round.
+                let sched = told.recv().unwrap_or(ProgressScheduling::Normal);
+                if let ProgressScheduling::Refused { .. } = sched {
+                    tracing::debug!(%sched, "rxe progress thread");
+                }
+                (Some(handle), sched)
             }
         };
         Ok(RxeDevice {
             inner: Arc::new(RxeProvider {
                 sh,
                 thread: Mutex::new(thread),
+                scheduling,
             }),
         })
     }
@@ -397,6 +511,12 @@ impl RxeDevice {
     /// caller's busy polling (with `SO_BUSY_POLL` where the kernel took it).
     pub fn busy_poll(&self) -> BusyPoll {
         self.inner.sh.busy_poll
+    }
+
+    /// How the progress thread is scheduled (asked for with
+    /// [`RxeConfig::with_progress_rt_priority`]).
+    pub fn progress_scheduling(&self) -> ProgressScheduling {
+        self.inner.scheduling
     }
 
     /// Whether sends use UDP GSO.
@@ -482,6 +602,33 @@ fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
             }
         }
         busy = sh.rx().progress(sh, 256, false) > 0;
+    }
+}
+
+/// A caller-driven device's ACK sweeper: every `period`, send the ACKs
+/// that a round deferred and that are still waiting a period later (the
+/// same deferral generation seen twice), unless the application is in a
+/// round right now (which sends them itself).
+fn ack_sweeper(sh: &Shared, period: Duration) {
+    let mut seen = None;
+    while !sh.stop.load(Ordering::Acquire) {
+        std::thread::park_timeout(period);
+        if !sh.acks_waiting.load(Ordering::Acquire) {
+            seen = None;
+            continue;
+        }
+        let generation = sh.acks_gen.load(Ordering::Relaxed);
+        if seen != Some(generation) {
+            seen = Some(generation);
+            continue;
+        }
+        seen = None;
+        if let Some(mut rx) = sh.try_rx()
+            && sh.acks_waiting.load(Ordering::Acquire)
+            && sh.acks_gen.load(Ordering::Relaxed) == generation
+        {
+            rx.sweep_deferred(sh);
+        }
     }
 }
 
@@ -603,8 +750,11 @@ impl CqOps for RxeCq {
         let sh = &*self.sh;
         let n = self.cq.poll_into(wcs);
         if n > 0 {
-            // ACKs a caller-driven round left for the next call leave now.
-            sh.flush_deferred();
+            // ACKs a caller-driven round deferred stay queued: an
+            // application that just took a receive completion usually posts
+            // its answer next, and that post sends them in its own
+            // `sendmmsg`; otherwise the next empty poll's round, a wait or
+            // a QP's destruction sends them.
             return Ok(n);
         }
         // Empty: make progress, unless another thread is in a round (then

@@ -21,6 +21,10 @@ pub struct DeviceStats {
     /// Caller-driven progress rounds whose output was only ACKs, left queued
     /// for the next call into the device (to leave with its packets).
     pub acks_deferred: u64,
+    /// Deferred ACKs a caller-driven device's ACK sweeper sent because no
+    /// call into the device came for a whole sweep period
+    /// ([`crate::RxeConfig::caller_ack_sweep`]).
+    pub acks_swept: u64,
     /// Plain ACKs that replaced a queued, older ACK of the same connection
     /// before it was sent (so they are not in `tx_packets`).
     pub acks_coalesced: u64,
@@ -117,6 +121,7 @@ impl DeviceStats {
             tx_datagrams,
             sendmmsg_calls,
             acks_deferred,
+            acks_swept,
             acks_coalesced,
             acks_bundled,
             gso_sends,
@@ -156,6 +161,7 @@ impl DeviceStats {
             (&mut self.tx_datagrams, tx_datagrams),
             (&mut self.sendmmsg_calls, sendmmsg_calls),
             (&mut self.acks_deferred, acks_deferred),
+            (&mut self.acks_swept, acks_swept),
             (&mut self.acks_coalesced, acks_coalesced),
             (&mut self.acks_bundled, acks_bundled),
             (&mut self.gso_sends, gso_sends),
@@ -215,12 +221,13 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred, {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred ({} swept), {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
             d.sendmmsg_calls,
             d.acks_deferred,
+            d.acks_swept,
             d.acks_coalesced,
             d.acks_bundled,
             d.gso_sends,

@@ -147,6 +147,23 @@ pub fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Put the calling thread under `SCHED_FIFO` at `priority` (1–99). Needs
+/// CAP_SYS_NICE or an `RLIMIT_RTPRIO` of at least `priority` (`EPERM`
+/// otherwise); `EINVAL` for a priority out of range.
+pub fn set_fifo(priority: u8) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: libc::c_int::from(priority),
+    };
+    // SAFETY: pid 0 names the calling thread; `param` is a valid
+    // `sched_param` that outlives the call, which only reads it.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Traffic class (IPv4 TOS) and hop limit (IPv4 TTL) of what the socket
 /// sends: an address vector's `traffic_class` and `hop_limit`, which
 /// kernel rxe writes into every packet's IP header.

@@ -24,6 +24,10 @@ pub fn profile_dir() -> PathBuf {
 pub fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        // `cargo test` compiles the library but leaves target/<profile>/
+        // librnic_verbs.so as the last `cargo build` made it: a stale copy
+        // would test old code without a word.
+        cargo_build(&["-p", "rnic-verbs", "--lib"]);
         let built = profile_dir().join("librnic_verbs.so");
         assert!(
             built.exists(),
@@ -189,37 +193,39 @@ pub fn read_all(mut r: impl Read) -> String {
     s
 }
 
+/// `cargo build --locked ARGS` in this test binary's profile (a no-op
+/// taking a second or two when everything is fresh).
+fn cargo_build(args: &[&str]) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "--locked"]).args(args);
+    if profile_dir().ends_with("release") {
+        c.arg("--release");
+    }
+    let st = c.status().expect("run cargo build");
+    assert!(st.success(), "cargo build {args:?} failed");
+}
+
 /// One of rnic's own binaries (`rnicctl`, `examples/rc_pingpong`) of this
-/// profile, built here if the workspace build did not make it.
+/// profile, built (or brought up to date) once per test binary.
 pub fn rnic_bin(rel: &str, build: &[&str]) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        cargo_build(&[
+            "-p",
+            "rnicctl",
+            "-p",
+            "rnic-mlx5-emu",
+            "-p",
+            "rnic",
+            // Without --bins, --example would limit the build to it.
+            "--bins",
+            "--example",
+            "rc_pingpong",
+        ]);
+    });
     let path = profile_dir().join(rel);
-    if !path.exists() {
-        BUILT.get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut c = Command::new(cargo);
-            c.args([
-                "build",
-                "--locked",
-                "-p",
-                "rnicctl",
-                "-p",
-                "rnic-mlx5-emu",
-                "-p",
-                "rnic",
-                // Without --bins, --example would limit the build to it.
-                "--bins",
-                "--example",
-                "rc_pingpong",
-            ]);
-            if profile_dir().ends_with("release") {
-                c.arg("--release");
-            }
-            let st = c.status().expect("run cargo build");
-            assert!(st.success(), "building {build:?} failed");
-        });
-    }
-    assert!(path.exists(), "{} not built", path.display());
+    assert!(path.exists(), "{} not built ({build:?})", path.display());
     path
 }
 

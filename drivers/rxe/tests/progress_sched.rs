@@ -1,0 +1,123 @@
+//! The progress thread's scheduling: asked for `SCHED_FIFO`, the thread
+//! named `rnic-rxe` really runs under it (read back from /proc) and still
+//! moves data; refused (a priority out of range, or no privilege), the
+//! device says why and runs under the normal scheduler.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use rnic_core::{Mtu, QpType, SendWr, WcStatus};
+use rnic_rxe::{Progress, ProgressScheduling, RxeConfig, RxeDevice, Target};
+
+/// The scheduling policy (field 41 of /proc/self/task/TID/stat) of each of
+/// this process's threads named `name`.
+fn policies_of(name: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // Fields after the parenthesised command name, which may hold spaces.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = rest.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+        out.push(policy);
+    }
+    out
+}
+
+fn open_with(ip: std::net::IpAddr, priority: Option<u8>) -> RxeDevice {
+    RxeDevice::open(
+        &RxeConfig::new(Target::Ip(ip))
+            .with_progress(Progress::Thread)
+            .with_progress_rt_priority(priority),
+    )
+    .unwrap()
+}
+
+#[test]
+fn fifo_progress_thread_runs_under_sched_fifo_and_moves_data() {
+    let (ia, ib) = ip_pair();
+    let before = policies_of("rnic-rxe").len();
+    let a = Side::new(open_with(ia, Some(1)), 4096, 16);
+    let b = Side::new(open_with(ib, Some(1)), 4096, 16);
+    let want = if nix::unistd::geteuid().is_root() {
+        ProgressScheduling::RealTime { priority: 1 }
+    } else {
+        // Without CAP_SYS_NICE this depends on RLIMIT_RTPRIO.
+        match a.dev.progress_scheduling() {
+            r @ ProgressScheduling::Refused { errno, .. } => {
+                assert_eq!(errno, libc::EPERM);
+                assert!(r.to_string().contains("RLIMIT_RTPRIO"), "{r}");
+                r
+            }
+            r => r,
+        }
+    };
+    assert_eq!(a.dev.progress_scheduling(), want);
+    if want == (ProgressScheduling::RealTime { priority: 1 }) {
+        let fifo = policies_of("rnic-rxe")
+            .iter()
+            .filter(|&&p| p == libc::SCHED_FIFO as u32)
+            .count();
+        assert!(
+            fifo >= 2,
+            "both progress threads under SCHED_FIFO: {fifo} of {before}+2"
+        );
+    }
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    a.fill(0, b"written by a fifo progress thread");
+    let sge = [a.mr.sge(0, 33).unwrap()];
+    qa.post_send(&[SendWr::rdma_write(1, &sge, b.mr.addr() + 100, b.mr.rkey()).signaled()])
+        .unwrap();
+    let wc = wait(&a.cq, 1, &[]);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(b.bytes(100, 33), b"written by a fifo progress thread");
+}
+
+#[test]
+fn refused_priority_is_reported_and_the_thread_still_works() {
+    // Priority 0 is not a SCHED_FIFO priority: EINVAL, for anyone.
+    let (ia, ib) = ip_pair();
+    let a = Side::new(open_with(ia, Some(0)), 4096, 16);
+    let b = Side::new(open_with(ib, None), 4096, 16);
+    let r = a.dev.progress_scheduling();
+    assert_eq!(
+        r,
+        ProgressScheduling::Refused {
+            priority: 0,
+            errno: libc::EINVAL
+        }
+    );
+    assert!(
+        r.to_string()
+            .starts_with("progress thread, normal scheduling"),
+        "{r}"
+    );
+    assert_eq!(b.dev.progress_scheduling(), ProgressScheduling::Normal);
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    b.fill(0, b"read back");
+    let sge = [a.mr.sge(0, 9).unwrap()];
+    qa.post_send(&[SendWr::rdma_read(2, &sge, b.mr.addr(), b.mr.rkey()).signaled()])
+        .unwrap();
+    let wc = wait(&a.cq, 1, &[]);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(a.bytes(0, 9), b"read back");
+}
+
+#[test]
+fn a_caller_driven_device_has_no_thread_to_schedule() {
+    let (ia, _) = ip_pair();
+    let c = RxeDevice::open(
+        &RxeConfig::new(Target::Ip(ia))
+            .with_progress(Progress::Caller)
+            .with_progress_rt_priority(Some(1)),
+    )
+    .unwrap();
+    assert_eq!(c.progress_scheduling(), ProgressScheduling::NoThread);
+}
