@@ -37,14 +37,10 @@ fn dev_node(name: &str) {
     assert!(node.exists());
 }
 
-/// A `ucx_perftest` pair over `tls` running `test` with `extra` options.
-fn ucx(tls: &str, devices: &str, test: &str, extra: &[&str], base: u16) -> Pair {
-    ucx_on(tls, devices, test, extra, base, [None, None])
-}
-
-/// [`ucx`] with `RNIC_DEVICES` of the server and the client (`None`: the
-/// default discovery, `rnic_lo`).
-fn ucx_on(
+/// A `ucx_perftest` pair over `tls` running `test` with `extra` options,
+/// with `RNIC_DEVICES` of the server and the client (`None`: the default
+/// discovery, `rnic_lo`).
+fn ucx(
     tls: &str,
     devices: &str,
     test: &str,
@@ -53,7 +49,9 @@ fn ucx_on(
     rnic_devices: [Option<&str>; 2],
 ) -> Pair {
     require("ucx_perftest", "ucx-utils");
-    dev_node(devices.split(':').next().unwrap_or(devices));
+    if tls.contains("verbs") {
+        dev_node(devices.split(':').next().unwrap_or(devices));
+    }
     let p = port(base).to_string();
     let cmd = |client: bool| {
         let mut c = verbs_cmd("ucx_perftest");
@@ -100,38 +98,37 @@ fn check(p: &Pair, iters: f64, lane: &str) {
     assert!(all.contains(lane), "UCX did not select {lane}:\n{all}");
 }
 
-#[test]
-fn ucx_perftest_over_rc_verbs() {
-    let lat = ucx(
-        "rc_verbs,ud_verbs",
-        "rnic_lo:1",
-        "tag_lat",
-        &["-n", "1000"],
-        21_000,
-    );
-    check(&lat, 1000.0, "tag(rc_verbs/rnic_lo:1)");
+/// `tag_lat` (1000 iterations, checked on the tag lane `tag(<tl>/<devices>)`)
+/// then `tag_bw` (200 × 64 KiB, checked on `<tl>/<devices>`) over `tls`,
+/// on ports `base` and `base + 1`.
+fn lat_and_bw(tls: &str, tl: &str, devices: &str, base: u16, rnic_devices: [Option<&str>; 2]) {
+    let lat = ucx(tls, devices, "tag_lat", &["-n", "1000"], base, rnic_devices);
+    check(&lat, 1000.0, &format!("tag({tl}/{devices})"));
     let bw = ucx(
-        "rc_verbs,ud_verbs",
-        "rnic_lo:1",
+        tls,
+        devices,
         "tag_bw",
         &["-n", "200", "-s", "65536"],
-        21_001,
+        base + 1,
+        rnic_devices,
     );
-    check(&bw, 200.0, "rc_verbs/rnic_lo:1");
+    check(&bw, 200.0, &format!("{tl}/{devices}"));
+}
+
+#[test]
+fn ucx_perftest_over_rc_verbs() {
+    lat_and_bw(
+        "rc_verbs,ud_verbs",
+        "rc_verbs",
+        "rnic_lo:1",
+        21_000,
+        [None, None],
+    );
 }
 
 #[test]
 fn ucx_perftest_over_ud_verbs() {
-    let lat = ucx("ud_verbs", "rnic_lo:1", "tag_lat", &["-n", "1000"], 21_002);
-    check(&lat, 1000.0, "tag(ud_verbs/rnic_lo:1)");
-    let bw = ucx(
-        "ud_verbs",
-        "rnic_lo:1",
-        "tag_bw",
-        &["-n", "200", "-s", "65536"],
-        21_003,
-    );
-    check(&bw, 200.0, "ud_verbs/rnic_lo:1");
+    lat_and_bw("ud_verbs", "ud_verbs", "rnic_lo:1", 21_002, [None, None]);
 }
 
 /// UCX on two emulated mlx5 functions (rnic-mlx5-emu, one per process):
@@ -143,30 +140,10 @@ fn ucx_perftest_over_rc_verbs_on_emulated_mlx5_functions() {
     let (_ea, a) = common::Emulator::start("ucx-a", "127.0.0.36");
     let (_eb, b) = common::Emulator::start("ucx-b", "127.0.0.37");
     let both = [Some(a.as_str()), Some(b.as_str())];
-    let lat = ucx_on(
-        "rc_verbs,ud_verbs",
-        "rnic_mlx5:1",
-        "tag_lat",
-        &["-n", "1000"],
-        21_006,
-        both,
-    );
-    check(&lat, 1000.0, "tag(rc_verbs/rnic_mlx5:1)");
-    let bw = ucx_on(
-        "rc_verbs,ud_verbs",
-        "rnic_mlx5:1",
-        "tag_bw",
-        &["-n", "200", "-s", "65536"],
-        21_007,
-        both,
-    );
-    check(&bw, 200.0, "rc_verbs/rnic_mlx5:1");
+    lat_and_bw("rc_verbs,ud_verbs", "rc_verbs", "rnic_mlx5:1", 21_006, both);
 }
 
 #[test]
 fn ucx_perftest_over_tcp_in_the_same_run() {
-    let lat = ucx("tcp", "lo", "tag_lat", &["-n", "1000"], 21_004);
-    check(&lat, 1000.0, "tag(tcp/lo)");
-    let bw = ucx("tcp", "lo", "tag_bw", &["-n", "200", "-s", "65536"], 21_005);
-    check(&bw, 200.0, "tcp/lo");
+    lat_and_bw("tcp", "tcp", "lo", 21_004, [None, None]);
 }
