@@ -29,26 +29,7 @@
  *   gcc -O2 -o /tmp/place bench/place.c
  *   /tmp/place [REPS=9] [GB per run=2]
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/udp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "udpbench.h"
 
 #define HDR 12
 #define PAY 4096
@@ -66,12 +47,6 @@
 
 enum { SLOT_MODE, PLACE, PLACE_NOBOUNCE };
 static const char *MODES[] = {"slot", "place", "place-nobounce"};
-
-static double cpu(int who) {
-  struct rusage r;
-  getrusage(who, &r);
-  return r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
-}
 
 /* rnic_dma::copy's copy: rep movsb. */
 static void movsb(void *d, const void *s, size_t n) {

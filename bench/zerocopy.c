@@ -13,26 +13,8 @@
  *   gcc -O2 -o zerocopy bench/zerocopy.c
  *   ./zerocopy [copy|zerocopy] [GB=2] [dst=127.0.0.1]
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
+#include "udpbench.h"
 #include <linux/errqueue.h>
-#include <netinet/in.h>
-#include <netinet/udp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
 #endif
@@ -43,12 +25,6 @@
 #define DGRAM 64000
 #define SEG 4000
 #define PORT 47911
-
-static double cpu(int who) {
-  struct rusage r;
-  getrusage(who, &r);
-  return r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
-}
 
 /* Reap zero-copy completions; returns the highest send id released. */
 static long reap(int fd, long *copied) {
