@@ -20,7 +20,7 @@
 //! (`ibv_poll_cq`, posts, `ibv_get_cq_event`), as `rnicctl perf` does when
 //! busy-polling: no progress thread, lower latency. ACKs a round defers
 //! to leave with the program's next post are swept out by a small thread
-//! after 1–2 ms without a call, so a program that stops calling after its
+//! after 10–20 ms without a call (`RNIC_VERBS_ACK_SWEEP_US`), so a program that stops calling after its
 //! last completion does not leave its peer waiting.
 //!
 //! The progress thread runs under `SCHED_FIFO` priority 1 where the
@@ -213,6 +213,24 @@ fn progress_priority_from_env() -> Option<u8> {
     }
 }
 
+/// `RNIC_VERBS_ACK_SWEEP_US`: how often a caller-driven device's sweeper
+/// looks for ACKs left queued (default 10 000 µs: under a peer's shortest
+/// usual retransmission timeout, 67 ms at perftest's `-u 14`, and rare
+/// enough not to disturb a spinning ping-pong; `0`: no sweeper, the
+/// program's next call sends them).
+fn ack_sweep_from_env() -> Option<std::time::Duration> {
+    let us = match std::env::var("RNIC_VERBS_ACK_SWEEP_US").as_deref() {
+        Err(_) | Ok("") => 10_000,
+        Ok(v) => v.parse::<u64>().unwrap_or_else(|_| {
+            warn(format_args!(
+                "RNIC_VERBS_ACK_SWEEP_US={v:?} is not a number of microseconds: using 10000"
+            ));
+            1000
+        }),
+    };
+    (us > 0).then(|| std::time::Duration::from_micros(us))
+}
+
 /// Open the rnic device `dev` stands for.
 fn open(dev: &'static Device) -> Result<Box<Context>, String> {
     let progress = ProgressMode::from_env();
@@ -227,7 +245,7 @@ fn open(dev: &'static Device) -> Result<Box<Context>, String> {
                 // A stock program may take its last completion and stop
                 // calling (ib_send_lat's closing handshake): its peer's
                 // last ACK must still leave.
-                .with_caller_ack_sweep(Some(std::time::Duration::from_millis(1)));
+                .with_caller_ack_sweep(ack_sweep_from_env());
             let d = RxeDevice::open(&cfg).map_err(|e| e.to_string())?;
             // Refused without the variable set is the common unprivileged
             // case (docs/verbs-abi.md says what it costs); asked for
