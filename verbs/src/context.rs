@@ -20,8 +20,9 @@
 //! (`ibv_poll_cq`, posts, `ibv_get_cq_event`), as `rnicctl perf` does when
 //! busy-polling: no progress thread, lower latency. ACKs a round defers
 //! to leave with the program's next post are swept out by a small thread
-//! after 10–20 ms without a call (`RNIC_VERBS_ACK_SWEEP_US`), so a program that stops calling after its
-//! last completion does not leave its peer waiting.
+//! after 10–20 ms without a call (`RNIC_VERBS_ACK_SWEEP_US`), so a program
+//! that stops calling after its last completion does not leave its peer
+//! waiting.
 //!
 //! The progress thread runs under `SCHED_FIFO` priority 1 where the
 //! process may (`RNIC_VERBS_PROGRESS_PRIORITY=N` picks another, `0` the
@@ -194,23 +195,32 @@ impl Context {
     }
 }
 
-/// `RNIC_VERBS_PROGRESS_PRIORITY`: the progress thread's `SCHED_FIFO`
-/// priority (default 1; `0`: the normal scheduler).
-fn progress_priority_from_env() -> Option<u8> {
-    match std::env::var("RNIC_VERBS_PROGRESS_PRIORITY").as_deref() {
-        Err(_) | Ok("") => Some(1),
-        Ok(v) => match v.parse::<u8>() {
-            Ok(0) => None,
-            Ok(p @ 1..=99) => Some(p),
+/// The number in environment variable `name`, at most `max`; `default`
+/// when it is unset or empty, and (with a warning) when it is not such a
+/// number.
+fn env_number(name: &str, default: u64, max: u64, what: &str) -> u64 {
+    match std::env::var(name).as_deref() {
+        Err(_) | Ok("") => default,
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if n <= max => n,
             _ => {
-                warn(format_args!(
-                    "RNIC_VERBS_PROGRESS_PRIORITY={v:?} is not 0 (normal scheduling) or a \
-                     SCHED_FIFO priority 1-99: using 1"
-                ));
-                Some(1)
+                warn(format_args!("{name}={v:?} is not {what}: using {default}"));
+                default
             }
         },
     }
+}
+
+/// `RNIC_VERBS_PROGRESS_PRIORITY`: the progress thread's `SCHED_FIFO`
+/// priority (default 1; `0`: the normal scheduler).
+fn progress_priority_from_env() -> Option<u8> {
+    let p = env_number(
+        "RNIC_VERBS_PROGRESS_PRIORITY",
+        1,
+        99,
+        "0 (normal scheduling) or a SCHED_FIFO priority 1-99",
+    );
+    u8::try_from(p).ok().filter(|&p| p > 0)
 }
 
 /// `RNIC_VERBS_ACK_SWEEP_US`: how often a caller-driven device's sweeper
@@ -219,15 +229,12 @@ fn progress_priority_from_env() -> Option<u8> {
 /// enough not to disturb a spinning ping-pong; `0`: no sweeper, the
 /// program's next call sends them).
 fn ack_sweep_from_env() -> Option<std::time::Duration> {
-    let us = match std::env::var("RNIC_VERBS_ACK_SWEEP_US").as_deref() {
-        Err(_) | Ok("") => 10_000,
-        Ok(v) => v.parse::<u64>().unwrap_or_else(|_| {
-            warn(format_args!(
-                "RNIC_VERBS_ACK_SWEEP_US={v:?} is not a number of microseconds: using 10000"
-            ));
-            1000
-        }),
-    };
+    let us = env_number(
+        "RNIC_VERBS_ACK_SWEEP_US",
+        10_000,
+        u64::MAX,
+        "a number of microseconds",
+    );
     (us > 0).then(|| std::time::Duration::from_micros(us))
 }
 

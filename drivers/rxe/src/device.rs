@@ -621,15 +621,7 @@ impl RxState {
     /// flushes, so an ACK waits at most one call that makes a round.
     pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
         self.sync_table(sh);
-        // Deferred ACKs that a post on their QP has sent since (bundled
-        // with its request) are not carried over.
-        if !self.deferred.is_empty() {
-            self.deferred.retain(|q| q.lock().tx.pending() > 0);
-            if self.deferred.is_empty() {
-                sh.acks_waiting.store(false, Ordering::Relaxed);
-            }
-        }
-        let carried = !self.deferred.is_empty();
+        let carried = !self.deferred.is_empty() && self.prune_deferred(sh);
         let now = sh.now();
         let mut total = 0;
         for (pi, port) in sh.ports.iter().enumerate() {
@@ -707,17 +699,24 @@ impl RxState {
         total
     }
 
-    /// The ACK sweeper's flush: send the ACKs a round deferred that no post
-    /// has sent since; whether there were any (counted in `acks_swept`).
-    pub fn sweep_deferred(&mut self, sh: &Shared) -> bool {
+    /// Forget the deferred ACKs that a post on their QP has sent since
+    /// (bundled with its request); whether any are still queued.
+    fn prune_deferred(&mut self, sh: &Shared) -> bool {
         self.deferred.retain(|q| q.lock().tx.pending() > 0);
         if self.deferred.is_empty() {
             sh.acks_waiting.store(false, Ordering::Relaxed);
             return false;
         }
-        self.stats.acks_swept += 1;
-        self.flush(sh);
         true
+    }
+
+    /// The ACK sweeper's flush: send the ACKs a round deferred that no post
+    /// has sent since (counted in `acks_swept`).
+    pub fn sweep_deferred(&mut self, sh: &Shared) {
+        if self.prune_deferred(sh) {
+            self.stats.acks_swept += 1;
+            self.flush(sh);
+        }
     }
 
     /// Send what every QP this round or the last one touched has queued.
