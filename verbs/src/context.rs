@@ -30,6 +30,20 @@
 //! processes; under the normal scheduler a packet's arrival waits until the
 //! spinner's time slice ends (1.8 ms per iteration on two vCPUs), while a
 //! real-time thread preempts it at once, as kernel rxe's softirq would.
+//!
+//! Even so, waking a thread costs 10–20 µs on these vCPUs, once per
+//! message if the progress thread receives every packet. So the device
+//! hands receiving to the application while it polls
+//! (`RNIC_VERBS_HANDOFF_US`, default 50, `0`: off; rnic-rxe's
+//! `RxeConfig::poll_handoff`): an empty `ibv_poll_cq` takes the sockets
+//! from the thread, and ACKs a round produces alone wait up to 50 µs for
+//! the program's next post on that QP, which carries them in its own
+//! datagram. In `ib_write_lat`'s ping-pong the peer, polling for its
+//! write's completion, then receives our answer in that same poll: after
+//! the first message every packet is received by a polling application
+//! thread and the progress threads stay asleep. A QP whose program never
+//! posts (a passive `ib_write_bw` server) has its first ACK held once and
+//! then none.
 
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
@@ -238,6 +252,19 @@ fn ack_sweep_from_env() -> Option<std::time::Duration> {
     (us > 0).then(|| std::time::Duration::from_micros(us))
 }
 
+/// `RNIC_VERBS_HANDOFF_US`: how long a progress-thread device's ACKs wait
+/// for the program's next post to carry them (default 50 µs; `0`: they
+/// leave at once). See the module docs.
+fn handoff_from_env() -> Option<std::time::Duration> {
+    let us = env_number(
+        "RNIC_VERBS_HANDOFF_US",
+        50,
+        1_000_000,
+        "a number of microseconds up to 1000000",
+    );
+    (us > 0).then(|| std::time::Duration::from_micros(us))
+}
+
 /// Open the rnic device `dev` stands for.
 fn open(dev: &'static Device) -> Result<Box<Context>, String> {
     let progress = ProgressMode::from_env();
@@ -252,7 +279,10 @@ fn open(dev: &'static Device) -> Result<Box<Context>, String> {
                 // A stock program may take its last completion and stop
                 // calling (ib_send_lat's closing handshake): its peer's
                 // last ACK must still leave.
-                .with_caller_ack_sweep(ack_sweep_from_env());
+                .with_caller_ack_sweep(ack_sweep_from_env())
+                // ib_write_lat spins on memory: its peer's poll must not
+                // return (on our ACK) before our answer is on its way.
+                .with_poll_handoff(handoff_from_env());
             let d = RxeDevice::open(&cfg).map_err(|e| e.to_string())?;
             // Refused without the variable set is the common unprivileged
             // case (docs/verbs-abi.md says what it costs); asked for
@@ -364,6 +394,15 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     if left != 0 {
         tracing::debug!(device = %c.dev.info.name, left, "ibv_close_device with objects left: context kept");
         return 0;
+    }
+    if let Some(rxe) = &c.rxe
+        && std::env::var_os("RNIC_VERBS_STATS").is_some_and(|v| v != "0")
+    {
+        eprintln!(
+            "rnic: {} counters at close: {:?}",
+            c.dev.info.name,
+            rxe.stats().device
+        );
     }
     let raw = std::ptr::from_ref(c).cast_mut();
     // SAFETY: the context was leaked from a Box by `ibv_open_device`;

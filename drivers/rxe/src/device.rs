@@ -209,6 +209,11 @@ pub struct QpShared {
     pub deadline: AtomicU64,
     /// Requests retired by polled completions.
     pub polled: Arc<Polled>,
+    /// With a poll handoff: whether the application answers on this QP, so
+    /// its ACKs are worth holding for a post. Set by every send post; cleared
+    /// when a hold runs out with this QP's ACKs still queued (a passive
+    /// responder, whose ACKs then leave at once).
+    pub answering: AtomicBool,
 }
 
 impl QpShared {
@@ -376,8 +381,28 @@ pub struct RxState {
     /// QPs this round gave packets to send (flushed, or deferred, at its
     /// end).
     touched: Touched,
-    /// QPs holding ACKs a caller-driven round left for the next call.
+    /// QPs holding ACKs a round left for the application's next call.
     deferred: Vec<Arc<QpShared>>,
+    /// When the oldest of `deferred` was deferred (engine nanoseconds).
+    deferred_since: u64,
+    /// The nearest QP deadline the last round's timer scan found,
+    /// nanoseconds + 1 (0: none): what the progress thread sleeps towards
+    /// (`Shared::next_deadline` may be stored by another thread's round).
+    pub scan_next: u64,
+}
+
+/// What a round does with the ACKs it produces when it produces nothing
+/// else (see [`RxState::progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defer {
+    /// Send them at the round's end.
+    Never,
+    /// Leave them for the caller's next call (an application's round):
+    /// a later round that finds them still queued sends them.
+    NextCall,
+    /// The progress thread's round: leave them, and send them at the first
+    /// round [`Shared::ack_hold_ns`] or more after they were deferred.
+    Hold,
 }
 
 /// The control path's state: PDs and QPN allocation.
@@ -416,9 +441,37 @@ pub struct Shared {
     /// The nearest engine deadline in nanoseconds + 1 (0: none): the
     /// progress thread sleeps until it.
     pub next_deadline: AtomicU64,
-    /// Some QP holds ACKs a caller-driven round deferred (the next poll
-    /// sends them).
+    /// Bumped by every post or modify that gives a QP a deadline (see
+    /// [`Shared::note_deadline`]).
+    pub deadline_gen: AtomicU64,
+    /// When the sleeping progress thread wakes, engine nanoseconds + 1
+    /// (0: it is awake and scans before it sleeps).
+    pub thread_wake_at: AtomicU64,
+    /// Some QP holds ACKs a round deferred (the next poll, post or the
+    /// progress thread's hold sends them).
     pub acks_waiting: AtomicBool,
+    /// Progress-thread devices with a poll handoff (`RxeConfig::
+    /// poll_handoff`): how long (ns) ACKs the thread's or a poll's round
+    /// deferred may wait for the application's next post to carry them.
+    /// 0: no handoff (rounds never defer, the thread always watches the
+    /// sockets).
+    pub ack_hold_ns: u64,
+    /// The progress thread is asleep for longer than `ack_hold_ns`: a poll
+    /// that defers ACKs rings the doorbell so that the hold is kept.
+    pub thread_napping: AtomicBool,
+    /// The progress thread's epoll set: the sockets (data = port index),
+    /// the doorbell (`u64::MAX`). `None` for caller-driven devices.
+    pub epoll: Option<nix::sys::epoll::Epoll>,
+    /// With a handoff: whether the sockets are armed in `epoll`. A polling
+    /// application receives itself, so its empty polls disarm them (the
+    /// thread would only wake to find the packet gone) and its polls that
+    /// return completions, `req_notify` and waits arm them again.
+    pub sockets_watched: AtomicBool,
+    /// Engine time (ns) of the last empty poll that ran a round: the
+    /// thread re-arms the sockets itself after [`HANDOFF_IDLE_NS`] without
+    /// one (a poller that left without arming them: another thread's
+    /// racing poll, or a program that stops calling on an empty CQ).
+    pub last_app_round: AtomicU64,
     /// Bumped by each round that defers ACKs: the ACK sweeper flushes only
     /// what has waited a whole period (the same generation seen twice).
     pub acks_gen: AtomicU64,
@@ -557,6 +610,10 @@ struct Touched {
 /// The QPN table as the receive path reads it.
 pub(crate) type QpTable = FxHashMap<u32, Arc<QpShared>>;
 
+/// With a poll handoff: how long after the last empty poll the progress
+/// thread watches the sockets again by itself (1 ms).
+pub const HANDOFF_IDLE_NS: u64 = 1_000_000;
+
 /// `RxState::table_gen` before the first round: never a generation.
 const TABLE_NONE: u64 = u64::MAX;
 
@@ -590,6 +647,8 @@ impl RxState {
             table_gen: TABLE_NONE,
             touched: Touched::default(),
             deferred: Vec::new(),
+            deferred_since: 0,
+            scan_next: 0,
         }
     }
 
@@ -612,17 +671,26 @@ impl RxState {
     /// One round of progress: drain the sockets (up to `budget` datagrams per
     /// port), run due timers, flush. Returns the datagrams received.
     ///
-    /// With `defer_acks` (caller-driven mode, busy polling) a round that
-    /// received packets and produced nothing but ACKs leaves them queued in
-    /// their QPs: the caller's next call (a send post on that QP, a poll,
-    /// the next round, or a wait, which flushes before it sleeps) sends
+    /// With [`Defer::NextCall`] (an application's round: caller-driven
+    /// mode, or a poll of a device whose progress thread holds ACKs) a round
+    /// that received packets and produced nothing but ACKs leaves them
+    /// queued in their QPs: the caller's next call (a send post on that QP, a
+    /// poll, the next round, or a wait, which flushes before it sleeps) sends
     /// them, a post usually in the same `sendmmsg` as its own packets. A
-    /// round that finds ACKs carried over from the previous one always
-    /// flushes, so an ACK waits at most one call that makes a round.
-    pub fn progress(&mut self, sh: &Shared, budget: usize, defer_acks: bool) -> usize {
+    /// round that finds ACKs carried over from the previous one sends them,
+    /// so an ACK waits at most one call that makes a round. With
+    /// [`Defer::Hold`] (the progress thread's round) the same ACKs wait up
+    /// to [`Shared::ack_hold_ns`] for a post to carry them, whatever rounds
+    /// run meanwhile.
+    pub fn progress(&mut self, sh: &Shared, budget: usize, defer: Defer) -> usize {
         self.sync_table(sh);
-        let carried = !self.deferred.is_empty() && self.prune_deferred(sh);
         let now = sh.now();
+        let carried = !self.deferred.is_empty() && self.prune_deferred(sh);
+        // Carried ACKs this round must send: all of them, or under a hold
+        // those deferred a hold ago.
+        let carried_due = carried
+            && (defer != Defer::Hold
+                || now.nanos().saturating_sub(self.deferred_since) >= sh.ack_hold_ns);
         let mut total = 0;
         for (pi, port) in sh.ports.iter().enumerate() {
             let mut got_here = 0;
@@ -681,16 +749,38 @@ impl RxState {
             d.release();
         }
         self.run_timers(sh, now);
-        let only_acks = defer_acks
-            && !carried
+        if carried_due && defer == Defer::Hold {
+            self.stats.acks_held_out += 1;
+            for q in &self.deferred {
+                q.answering.store(false, Ordering::Relaxed);
+            }
+        }
+        let only_acks = defer != Defer::Never
+            && !carried_due
             && total > 0
             && !self.touched.qps.is_empty()
-            && !self.touched.other;
+            && !self.touched.other
+            && (sh.ack_hold_ns == 0
+                || self
+                    .touched
+                    .qps
+                    .iter()
+                    .all(|q| q.answering.load(Ordering::Relaxed)));
         if only_acks {
             self.stats.acks_deferred += 1;
-            self.deferred.append(&mut self.touched.qps);
+            if self.deferred.is_empty() {
+                self.deferred_since = now.nanos();
+            }
+            // Once each: a hold spans many rounds of the same few QPs.
+            for q in self.touched.qps.drain(..) {
+                if !self.deferred.iter().any(|d| Arc::ptr_eq(d, &q)) {
+                    self.deferred.push(q);
+                }
+            }
             sh.acks_gen.fetch_add(1, Ordering::Relaxed);
-            sh.acks_waiting.store(true, Ordering::Release);
+            sh.acks_waiting.store(true, Ordering::SeqCst);
+        } else if carried && !carried_due && self.touched.qps.is_empty() {
+            // A hold still running and nothing new: keep waiting for a post.
         } else if !self.touched.qps.is_empty() || !self.deferred.is_empty() {
             // (Most rounds of a ping-pong touch nothing: no call.)
             self.flush(sh);
@@ -819,10 +909,8 @@ impl RxState {
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
-        sh.next_deadline.store(
-            next.map_or(0, |d| d.nanos().saturating_add(1)),
-            Ordering::Relaxed,
-        );
+        self.scan_next = next.map_or(0, |d| d.nanos().saturating_add(1));
+        sh.next_deadline.store(self.scan_next, Ordering::Relaxed);
     }
 }
 
@@ -1100,10 +1188,16 @@ impl Shared {
         }
     }
 
-    /// Note a QP's deadline; whether it is earlier than the one the progress
-    /// thread sleeps towards (so it must be woken). A lost race with the
-    /// timer scan's store is repaired by that wake-up: the thread's next
-    /// round scans every QP's own deadline again.
+    /// Note a QP's deadline (already set on the QP); whether the progress
+    /// thread sleeps past it (so it must be woken).
+    ///
+    /// The thread publishes when it will wake (`thread_wake_at`), then
+    /// checks `deadline_gen`; this bumps `deadline_gen`, then reads
+    /// `thread_wake_at` (all SeqCst). So either the thread sees the bump and
+    /// scans again before it sleeps, or this sees the wake-up time and
+    /// rings if the deadline is earlier. A ping-pong whose every post sets
+    /// a retransmission deadline thus wakes the thread once per timeout
+    /// period, not once per post.
     pub fn note_deadline(&self, d: Option<Instant>) -> bool {
         // Caller-driven: no thread sleeps towards it (a wait runs a round,
         // which scans every QP's deadline, before it reads it).
@@ -1112,12 +1206,10 @@ impl Shared {
         }
         let Some(d) = d else { return false };
         let v = d.nanos().saturating_add(1);
-        let cur = self.next_deadline.load(Ordering::Relaxed);
-        if cur != 0 && cur <= v {
-            return false;
-        }
         self.next_deadline.fetch_min_nonzero(v);
-        true
+        self.deadline_gen.fetch_add(1, Ordering::SeqCst);
+        let wake = self.thread_wake_at.load(Ordering::SeqCst);
+        wake != 0 && v < wake
     }
 
     /// A copy of the device counters: the receive path's, every live QP's
@@ -1135,6 +1227,80 @@ impl Shared {
         qps.sort_by_key(|(q, _)| q.get());
         s.cq_overflows = self.cq_overflows.load(Ordering::Relaxed);
         (s, qps)
+    }
+
+    /// How an application's round (a poll's, `RxeDevice::progress`)
+    /// treats ACKs it produces alone: leave them for the next call where a
+    /// post may carry them (caller-driven, or a progress thread holding
+    /// ACKs), else send them.
+    #[inline]
+    pub fn caller_defer(&self) -> Defer {
+        if self.progress == Progress::Caller || self.ack_hold_ns > 0 {
+            Defer::NextCall
+        } else {
+            Defer::Never
+        }
+    }
+
+    /// With a handoff, an empty poll is about to run a round: the
+    /// application is receiving, so the progress thread stops watching the
+    /// sockets.
+    #[inline]
+    pub fn poller_here(&self, now: Instant) {
+        if self.ack_hold_ns == 0 {
+            return;
+        }
+        self.last_app_round.store(now.nanos(), Ordering::Relaxed);
+        if self.sockets_watched.load(Ordering::Relaxed)
+            && self.sockets_watched.swap(false, Ordering::AcqRel)
+        {
+            self.watch_sockets(false);
+        }
+    }
+
+    /// With a handoff, the application may stop polling (a poll returned
+    /// completions, a CQ was armed for an event, a wait begins): the
+    /// progress thread watches the sockets again (a packet already queued
+    /// wakes it at once).
+    #[inline]
+    pub fn poller_leaving(&self) {
+        if self.ack_hold_ns != 0
+            && !self.sockets_watched.load(Ordering::Relaxed)
+            && !self.sockets_watched.swap(true, Ordering::AcqRel)
+        {
+            self.watch_sockets(true);
+        }
+    }
+
+    /// Arm (`EPOLLIN`) or disarm (no events) every socket in the progress
+    /// thread's epoll set. A failure (none is expected: the fds are
+    /// registered for the device's life) is logged; the thread's idle
+    /// re-arm repairs it.
+    pub fn watch_sockets(&self, on: bool) {
+        let Some(epoll) = &self.epoll else { return };
+        let flags = if on {
+            nix::sys::epoll::EpollFlags::EPOLLIN
+        } else {
+            nix::sys::epoll::EpollFlags::empty()
+        };
+        for (i, p) in self.ports.iter().enumerate() {
+            let mut ev = nix::sys::epoll::EpollEvent::new(flags, i as u64);
+            if let Err(e) = epoll.modify(&p.sock, &mut ev) {
+                tracing::debug!(error = %e, on, "epoll_ctl(MOD) of a socket failed");
+            }
+        }
+    }
+
+    /// After an application's round: if it left ACKs while the progress
+    /// thread sleeps past its hold, wake the thread so they leave within it.
+    #[inline]
+    pub fn keep_hold(&self) {
+        if self.ack_hold_ns > 0
+            && self.acks_waiting.load(Ordering::SeqCst)
+            && self.thread_napping.swap(false, Ordering::SeqCst)
+        {
+            self.ring();
+        }
     }
 
     /// Wake the progress thread.

@@ -80,6 +80,6 @@ pub fn deliver(dev: &RxeDevice, from: SocketAddr, datagram: &[u8], gro_segment: 
         rx.deliver(sh, &table, 0, 0, now);
     }
     // A budget of 0 reads no socket: timers and the flush only.
-    rx.progress(sh, 0, false);
+    rx.progress(sh, 0, crate::device::Defer::Never);
     true
 }

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rnic_core::{
     AccessFlags, AddressVector, AtomicCap, AvError, Context, CqOps, DeviceAttr, DeviceError,
@@ -22,7 +22,8 @@ use rnic_core::{
 use rnic_roce::transport::{CqSide, DEFAULT_MAX_UNACKED_PSNS, Qp, QpConfig, TransportError};
 
 use crate::device::{
-    CqRing, CqShared, Ctl, Polled, Progress, QpInner, QpShared, RxState, Shared, Slab, run_engine,
+    CqRing, CqShared, Ctl, Defer, HANDOFF_IDLE_NS, Polled, Progress, QpInner, QpShared, RxState,
+    Shared, Slab, run_engine,
 };
 use crate::error::RxeError;
 use crate::fault::FaultConfig;
@@ -96,6 +97,30 @@ pub struct RxeConfig {
     /// its peer waiting for that ACK. `None` (the default): no thread; the
     /// application's next call sends them.
     pub caller_ack_sweep: Option<Duration>,
+    /// Progress-thread devices only: hand receiving to an application
+    /// that polls. With `Some(hold)`:
+    /// - an empty poll that runs a round takes the sockets from the
+    ///   progress thread (they leave its epoll set until a poll returns
+    ///   completions, a CQ is armed for an event or a wait begins, or 1 ms
+    ///   passes without an empty poll), so a packet a polling application
+    ///   will receive itself does not also wake the thread;
+    /// - ACKs a round produces with nothing else wait up to `hold` for the
+    ///   application's next post on their QP, which sends them in its own
+    ///   datagram (bundled with its request) instead of alone.
+    ///
+    /// In a ping-pong whose receiver spins on memory between its polls
+    /// (stock `ib_write_lat`), the two together keep the peer's poll from
+    /// returning before the answer has arrived, so the answer is received
+    /// inside that poll rather than by waking the progress thread (10–20 µs
+    /// on a busy vCPU): the thread is needed for the first message only.
+    /// ACKs are held only on QPs the application posts on: a hold that runs
+    /// out marks its QP passive (its ACKs then leave at once, so a passive
+    /// responder's peer waits `hold` once), and a post marks it answering
+    /// again. A packet that arrives just after an application stopped
+    /// polling without taking a completion waits up to 1 ms for the thread.
+    /// `None` (the default): the thread receives everything it sees, and
+    /// ACKs leave at once.
+    pub poll_handoff: Option<Duration>,
 }
 
 impl RxeConfig {
@@ -121,7 +146,16 @@ impl RxeConfig {
             },
             progress_rt_priority: None,
             caller_ack_sweep: None,
+            poll_handoff: None,
         }
+    }
+
+    /// The same, with a progress thread's ACK hold (see
+    /// [`RxeConfig::poll_handoff`]).
+    #[must_use]
+    pub fn with_poll_handoff(mut self, hold: Option<Duration>) -> RxeConfig {
+        self.poll_handoff = hold;
+        self
     }
 
     /// The same, with a caller-driven device's ACK sweeper waking every
@@ -365,6 +399,33 @@ impl RxeDevice {
                     what: "the doorbell eventfd",
                     source,
                 })?;
+        let epoll = if cfg.progress == Progress::Thread {
+            let epoll =
+                Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| RxeError::Event {
+                    what: "the progress thread's epoll set",
+                    source,
+                })?;
+            for (i, p) in ports.iter().enumerate() {
+                epoll
+                    .add(&p.sock, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+                    .map_err(|source| RxeError::Event {
+                        what: "the epoll registration of a socket",
+                        source,
+                    })?;
+            }
+            epoll
+                .add(
+                    doorbell.as_fd(),
+                    EpollEvent::new(EpollFlags::EPOLLIN, u64::MAX),
+                )
+                .map_err(|source| RxeError::Event {
+                    what: "the epoll registration of the doorbell",
+                    source,
+                })?;
+            Some(epoll)
+        } else {
+            None
+        };
         let sh = Arc::new(Shared {
             keys: RwLock::new(Keys::new()),
             qps: RwLock::new(Default::default()),
@@ -378,8 +439,20 @@ impl RxeDevice {
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),
             next_deadline: AtomicU64::new(0),
+            deadline_gen: AtomicU64::new(0),
+            thread_wake_at: AtomicU64::new(0),
             acks_waiting: AtomicBool::new(false),
             acks_gen: AtomicU64::new(0),
+            ack_hold_ns: match (cfg.progress, cfg.poll_handoff) {
+                (Progress::Thread, Some(h)) => {
+                    u64::try_from(h.as_nanos()).unwrap_or(u64::MAX).max(1)
+                }
+                _ => 0,
+            },
+            thread_napping: AtomicBool::new(false),
+            epoll,
+            sockets_watched: AtomicBool::new(true),
+            last_app_round: AtomicU64::new(0),
             ports,
             qpns,
             share,
@@ -425,29 +498,6 @@ impl RxeDevice {
                 (sweeper, ProgressScheduling::NoThread)
             }
             Progress::Thread => {
-                let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|source| {
-                    RxeError::Event {
-                        what: "the progress thread's epoll set",
-                        source,
-                    }
-                })?;
-                for (i, p) in sh.ports.iter().enumerate() {
-                    epoll
-                        .add(&p.sock, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
-                        .map_err(|source| RxeError::Event {
-                            what: "the epoll registration of a socket",
-                            source,
-                        })?;
-                }
-                epoll
-                    .add(
-                        sh.doorbell.as_fd(),
-                        EpollEvent::new(EpollFlags::EPOLLIN, u64::MAX),
-                    )
-                    .map_err(|source| RxeError::Event {
-                        what: "the epoll registration of the doorbell",
-                        source,
-                    })?;
                 let t = Arc::clone(&sh);
                 let rt = cfg.progress_rt_priority;
                 let (tell, told) = std::sync::mpsc::sync_channel(1);
@@ -465,7 +515,7 @@ impl RxeDevice {
                             },
                         };
                         let _ = tell.send(sched);
-                        progress_thread(&t, &epoll);
+                        progress_thread(&t);
                     })
                     .map_err(RxeError::Thread)?;
                 // The thread reports before its first round.
@@ -566,7 +616,11 @@ impl RxeDevice {
     /// wait for ACKs.
     pub fn progress(&self) -> usize {
         let sh = &self.inner.sh;
-        sh.rx().progress(sh, 1024, sh.progress == Progress::Caller)
+        let mut rx = sh.rx();
+        let n = rx.progress(sh, 1024, sh.caller_defer());
+        drop(rx);
+        sh.keep_hold();
+        n
     }
 }
 
@@ -574,36 +628,95 @@ impl RxeDevice {
 /// nearest timer) only after a round that received nothing; while datagrams
 /// keep arriving, run round after round without the wait and without
 /// touching the doorbell (two system calls per round saved under load).
-fn progress_thread(sh: &Arc<Shared>, epoll: &Epoll) {
+///
+/// With a poll handoff it also wakes when ACKs deferred for a post have
+/// waited the hold (its round then sends them unless a post has), and while
+/// an application polls (sockets disarmed) it wakes once per
+/// [`HANDOFF_IDLE_NS`] to re-arm them if the polls have stopped.
+fn progress_thread(sh: &Arc<Shared>) {
+    let Some(epoll) = &sh.epoll else { return };
     let mut events = [EpollEvent::empty(); 8];
-    let mut busy = false;
+    let hold = sh.ack_hold_ns;
+    let defer = if hold > 0 { Defer::Hold } else { Defer::Never };
+    let mut woke = 0;
     while !sh.stop.load(Ordering::Acquire) {
-        if !busy {
-            let timeout_ms: u16 = {
-                match sh.next_deadline() {
-                    None => 1000,
-                    Some(d) => {
-                        let now = sh.now().nanos();
-                        let left = d.nanos().saturating_sub(now);
-                        u16::try_from(left.div_ceil(1_000_000).min(1000)).unwrap_or(1000)
-                    }
-                }
-            };
-            if timeout_ms > 0 {
-                let n = epoll
-                    .wait(&mut events, EpollTimeout::from(timeout_ms))
-                    .unwrap_or(0);
-                if events[..n].iter().any(|e| e.data() == u64::MAX) {
-                    let _ = sh.doorbell.read();
+        let generation = sh.deadline_gen.load(Ordering::SeqCst);
+        let (got, scan_next) = {
+            let mut rx = sh.rx();
+            let got = rx.progress(sh, 256, defer);
+            rx.stats.thread_datagrams += got as u64;
+            rx.stats.thread_wakeups += std::mem::take(&mut woke);
+            (got, rx.scan_next)
+        };
+        if got > 0 {
+            continue;
+        }
+        let now = sh.now().nanos();
+        // Engine timers keep their millisecond granularity; with nothing
+        // due, the thread still wakes every IDLE_WAKE_NS, so that a post
+        // setting a retransmission deadline (67 ms and more at the usual
+        // timeouts) never has to wake it (`Shared::note_deadline`).
+        let mut wake = match scan_next {
+            0 => now + IDLE_WAKE_NS,
+            v => {
+                now + (v - 1)
+                    .saturating_sub(now)
+                    .div_ceil(1_000_000)
+                    .min(IDLE_WAKE_NS / 1_000_000)
+                    * 1_000_000
+            }
+        };
+        if hold > 0 {
+            // Sockets handed to a polling application: ACKs a round defers
+            // leave with the application's next call (a post, or the next
+            // poll's round), and the thread wakes within HANDOFF_IDLE_NS
+            // anyway in case the calls stop; so it does not keep the hold
+            // itself, and polls need not ring.
+            let mut bounded = false;
+            if !sh.sockets_watched.load(Ordering::Acquire) {
+                let idle = now.saturating_sub(sh.last_app_round.load(Ordering::Relaxed));
+                if idle >= HANDOFF_IDLE_NS {
+                    sh.sockets_watched.store(true, Ordering::Release);
+                    sh.watch_sockets(true);
+                } else {
+                    wake = wake.min(now + HANDOFF_IDLE_NS - idle);
+                    bounded = true;
                 }
             }
-            if sh.stop.load(Ordering::Acquire) {
-                break;
+            // Otherwise napping first, then the check: a poll that defers
+            // after the check sees the flag and rings (both SeqCst).
+            if !bounded {
+                sh.thread_napping.store(true, Ordering::SeqCst);
+            }
+            if !bounded && sh.acks_waiting.load(Ordering::SeqCst) {
+                wake = wake.min(now + hold);
+            }
+            if wake <= now + hold {
+                sh.thread_napping.store(false, Ordering::Relaxed);
             }
         }
-        busy = sh.rx().progress(sh, 256, false) > 0;
+        // Publish the wake-up, then look for a deadline noted since the
+        // round began (see `Shared::note_deadline`).
+        sh.thread_wake_at.store(wake + 1, Ordering::SeqCst);
+        if sh.deadline_gen.load(Ordering::SeqCst) == generation && wake > now {
+            let n = sys::epoll_wait_ns(&epoll.0, &mut events, wake - now);
+            woke = 1;
+            if events[..n].iter().any(|e| e.data() == u64::MAX) {
+                let _ = sh.doorbell.read();
+            }
+        }
+        sh.thread_wake_at.store(0, Ordering::SeqCst);
+        if hold > 0 {
+            sh.thread_napping.store(false, Ordering::Relaxed);
+        }
     }
 }
+
+/// The longest the progress thread sleeps (50 ms): shorter than the
+/// retransmission timeouts in use (perftest's and rnicctl's `-u 14` is
+/// 67 ms, the shortest rdma-core users set is about that), so posts that
+/// set one need not ring; 20 wake-ups a second when idle.
+const IDLE_WAKE_NS: u64 = 50_000_000;
 
 /// A caller-driven device's ACK sweeper: every `period`, send the ACKs
 /// that a round deferred and that are still waiting a period later (the
@@ -755,6 +868,7 @@ impl CqOps for RxeCq {
             // its answer next, and that post sends them in its own
             // `sendmmsg`; otherwise the next empty poll's round, a wait or
             // a QP's destruction sends them.
+            sh.poller_leaving();
             return Ok(n);
         }
         // Empty: make progress, unless another thread is in a round (then
@@ -764,11 +878,18 @@ impl CqOps for RxeCq {
         let Some(mut rx) = sh.try_rx() else {
             return Ok(0);
         };
-        if rx.progress(sh, 256, sh.progress == Progress::Caller) == 0 {
+        sh.poller_here(sh.now());
+        let got = rx.progress(sh, 256, sh.caller_defer());
+        drop(rx);
+        sh.keep_hold();
+        if got == 0 {
             return Ok(0);
         }
-        drop(rx);
-        Ok(self.cq.poll_into(wcs))
+        let n = self.cq.poll_into(wcs);
+        if n > 0 {
+            sh.poller_leaving();
+        }
+        Ok(n)
     }
 
     fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
@@ -776,6 +897,9 @@ impl CqOps for RxeCq {
         // re-poll anyway).
         let _ = solicited_only;
         self.cq.lock().armed = true;
+        // The application is about to sleep on the event: the progress
+        // thread must receive.
+        self.sh.poller_leaving();
         Ok(())
     }
 
@@ -785,11 +909,12 @@ impl CqOps for RxeCq {
 
     fn wait(&self, timeout: Option<Duration>) -> Result<bool, VerbsError> {
         let sh = &*self.sh;
+        sh.poller_leaving();
         let event = &self.cq.event;
         let start = std::time::Instant::now();
         loop {
             let deadline = if sh.progress == Progress::Caller {
-                sh.rx().progress(sh, 256, false);
+                sh.rx().progress(sh, 256, Defer::Never);
                 sh.next_deadline()
             } else {
                 None
@@ -979,6 +1104,9 @@ impl QpOps for RxeQp {
 
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
         let sh = &*self.sh;
+        if sh.ack_hold_ns != 0 && !self.q.answering.load(Ordering::Relaxed) {
+            self.q.answering.store(true, Ordering::Relaxed);
+        }
         let mut e = self.q.lock();
         let now = sh.now();
         let cap = e.caps.max_send_wr;
@@ -1306,6 +1434,7 @@ impl Provider for RxeProvider {
             }),
             deadline: AtomicU64::new(0),
             polled,
+            answering: AtomicBool::new(true),
         });
         table.insert(n, Arc::clone(&q));
         sh.qps_gen.fetch_add(1, Ordering::Release);

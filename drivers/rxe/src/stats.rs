@@ -25,6 +25,16 @@ pub struct DeviceStats {
     /// call into the device came for a whole sweep period
     /// ([`crate::RxeConfig::caller_ack_sweep`]).
     pub acks_swept: u64,
+    /// Progress-thread rounds that sent ACKs held for a post
+    /// ([`crate::RxeConfig::poll_handoff`]) because none came within the
+    /// hold.
+    pub acks_held_out: u64,
+    /// Datagrams the progress thread's rounds received (the rest were
+    /// received inside the application's calls).
+    pub thread_datagrams: u64,
+    /// Times the progress thread woke from its wait (a packet, the
+    /// doorbell, a timer).
+    pub thread_wakeups: u64,
     /// Plain ACKs that replaced a queued, older ACK of the same connection
     /// before it was sent (so they are not in `tx_packets`).
     pub acks_coalesced: u64,
@@ -122,6 +132,9 @@ impl DeviceStats {
             sendmmsg_calls,
             acks_deferred,
             acks_swept,
+            acks_held_out,
+            thread_datagrams,
+            thread_wakeups,
             acks_coalesced,
             acks_bundled,
             gso_sends,
@@ -162,6 +175,9 @@ impl DeviceStats {
             (&mut self.sendmmsg_calls, sendmmsg_calls),
             (&mut self.acks_deferred, acks_deferred),
             (&mut self.acks_swept, acks_swept),
+            (&mut self.acks_held_out, acks_held_out),
+            (&mut self.thread_datagrams, thread_datagrams),
+            (&mut self.thread_wakeups, thread_wakeups),
             (&mut self.acks_coalesced, acks_coalesced),
             (&mut self.acks_bundled, acks_bundled),
             (&mut self.gso_sends, gso_sends),
@@ -221,13 +237,14 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred ({} swept), {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred ({} swept, {} held out), {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
             d.sendmmsg_calls,
             d.acks_deferred,
             d.acks_swept,
+            d.acks_held_out,
             d.acks_coalesced,
             d.acks_bundled,
             d.gso_sends,
@@ -241,13 +258,15 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets), {} malformed, {} unknown QPN ({} in other processes' ranges)",
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets; the progress thread received {} datagrams in {} wake-ups), {} malformed, {} unknown QPN ({} in other processes' ranges)",
             d.rx_packets,
             d.rx_bytes,
             d.rx_datagrams,
             d.recvmmsg_calls,
             d.gro_datagrams,
             d.gro_segments,
+            d.thread_datagrams,
+            d.thread_wakeups,
             d.rx_malformed,
             d.unknown_qpn,
             d.foreign_qpn

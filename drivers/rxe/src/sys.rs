@@ -164,6 +164,53 @@ pub fn set_fifo(priority: u8) -> io::Result<()> {
     }
 }
 
+/// Wait on epoll set `epoll` for up to `timeout_ns` nanoseconds
+/// (`epoll_pwait2`, Linux 5.11: epoll_wait's milliseconds would turn a
+/// 50 µs ACK hold into 1 ms); returns how many of `events` it filled, 0 on
+/// a timeout, an interruption or an error. Before 5.11 (`ENOSYS`) it waits
+/// the timeout rounded up to a millisecond.
+pub fn epoll_wait_ns(
+    epoll: &impl AsFd,
+    events: &mut [nix::sys::epoll::EpollEvent],
+    timeout_ns: u64,
+) -> usize {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout_ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    let max = libc::c_int::try_from(events.len()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `EpollEvent` is a `#[repr(transparent)]` wrapper of
+    // `libc::epoll_event`, so `events` is `max` writable `epoll_event`s that
+    // outlive the call; `ts` is a valid timespec the call only reads; a
+    // null signal mask means "leave the mask alone".
+    let r = unsafe {
+        libc::epoll_pwait2(
+            epoll.as_fd().as_raw_fd(),
+            events.as_mut_ptr().cast::<libc::epoll_event>(),
+            max,
+            &raw const ts,
+            std::ptr::null(),
+        )
+    };
+    if r >= 0 {
+        return usize::try_from(r).unwrap_or(0);
+    }
+    if io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+        return 0;
+    }
+    let ms = libc::c_int::try_from(timeout_ns.div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: as above, with epoll_wait's millisecond timeout.
+    let r = unsafe {
+        libc::epoll_wait(
+            epoll.as_fd().as_raw_fd(),
+            events.as_mut_ptr().cast::<libc::epoll_event>(),
+            max,
+            ms,
+        )
+    };
+    usize::try_from(r).unwrap_or(0)
+}
+
 /// Traffic class (IPv4 TOS) and hop limit (IPv4 TTL) of what the socket
 /// sends: an address vector's `traffic_class` and `hop_limit`, which
 /// kernel rxe writes into every packet's IP header.
