@@ -6,8 +6,10 @@
 #   write-lat  stock `ib_write_lat -s 8` on the drop-in  vs  `rnicctl perf
 #              write-lat -s 8` (native, busy poll). ib_write_lat waits for the
 #              peer's write by spinning on memory, outside any verbs call, so
-#              the drop-in must run rnic-rxe's progress thread: this row holds
-#              the thread hand-off as well as the C ABI.
+#              the drop-in runs rnic-rxe's progress thread, with the poll
+#              handoff (RNIC_VERBS_HANDOFF_US, default 50): after the first
+#              message the polls for each write's completion receive the
+#              answer, so this row holds the C ABI and the handoff's cost.
 #   send-lat   stock `ib_send_lat -s 8` on the drop-in with
 #              RNIC_VERBS_PROGRESS=caller  vs  `rnicctl perf send-lat -s 8`:
 #              the same progress model on both sides, so the difference is the

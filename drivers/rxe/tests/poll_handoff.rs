@@ -24,6 +24,11 @@ use rnic_rxe::{DeviceStats, Progress, RxeConfig, RxeDevice, Target};
 /// Round trips of the ping-pong.
 const ROUNDS: u32 = 2000;
 
+/// The ping-pong's two spinning threads take both vCPUs of a small machine:
+/// the other tests here wait for it (and it for them), so that what it
+/// counts is its own.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn open_thread(ip: std::net::IpAddr, handoff: Option<Duration>) -> RxeDevice {
     RxeDevice::open(
         &RxeConfig::new(Target::Ip(ip))
@@ -112,24 +117,26 @@ fn run_write_lat(handoff: Option<Duration>) -> (DeviceStats, DeviceStats) {
 #[test]
 fn handoff_keeps_a_memory_spinning_ping_pong_off_the_progress_thread() {
     let rounds = u64::from(ROUNDS);
-    // Without: a WRITE that lands while its receiver spins on memory is
-    // the progress thread's to receive (and wake for); the others arrive
-    // during the receiver's poll for its own completion.
-    let (sa, sb) = run_write_lat(None);
-    for s in [&sa, &sb] {
-        assert!(s.thread_datagrams >= rounds / 2, "{s:?}");
-        assert!(s.thread_wakeups >= rounds / 2, "{s:?}");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Without: ACKs leave at the end of the round that received the WRITE,
+    // alone. Whether the peer's poll then catches the answer anyway or its
+    // progress thread must wake for it depends on timing (GRO may merge the
+    // ACK and the answer): only the ACKs' fate is certain.
+    let (ca, cb) = run_write_lat(None);
+    for s in [&ca, &cb] {
         assert_eq!(s.acks_deferred, 0, "{s:?}");
+        assert!(s.acks_bundled <= rounds / 2, "{s:?}");
     }
-    // With (a hold long enough for a loaded machine): the ACKs leave behind
-    // the answering WRITEs, the polls receive, the threads sleep. A thread
-    // still takes the first WRITE, and the sockets back when a side stops
-    // polling for a millisecond (a descheduled test thread).
+    // With (a hold long enough for a loaded machine): every ACK leaves
+    // behind the answering WRITE, the polls receive, the threads sleep. A
+    // thread still takes the first WRITE, and the sockets back when a side
+    // stops polling for a millisecond (a descheduled test thread).
     let (sa, sb) = run_write_lat(Some(Duration::from_millis(20)));
     for s in [&sa, &sb] {
+        assert!(s.acks_deferred >= rounds - rounds / 20, "{s:?}");
         assert!(s.acks_bundled >= rounds - rounds / 4, "{s:?}");
-        assert!(s.thread_datagrams <= rounds / 4, "{s:?}");
-        assert!(s.thread_wakeups <= rounds / 4, "{s:?}");
+        assert!(s.thread_datagrams <= rounds / 8, "{s:?}");
+        assert!(s.thread_wakeups <= rounds / 8, "{s:?}");
         assert_eq!(s.icrc_drops, 0);
     }
 }
@@ -141,6 +148,7 @@ fn handoff_keeps_a_memory_spinning_ping_pong_off_the_progress_thread() {
 /// is retransmitted. A post on the QP makes it answering again.
 #[test]
 fn a_passive_responder_holds_one_ack_then_none() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let hold = Duration::from_millis(20);
     let (ia, ib) = ip_pair();
     let a = Side::new(open_thread(ia, Some(hold)), 4096, 64);
@@ -190,6 +198,7 @@ fn a_passive_responder_holds_one_ack_then_none() {
 /// lands, and is acknowledged.
 #[test]
 fn polls_that_stop_hand_the_sockets_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (ia, ib) = ip_pair();
     let a = Side::new(open_thread(ia, Some(Duration::from_micros(50))), 4096, 64);
     let b = Side::new(open(ib, Progress::Caller), 4096, 64);
@@ -216,6 +225,7 @@ fn polls_that_stop_hand_the_sockets_back() {
 /// do): arming the CQ hands the sockets back, so the SEND wakes it.
 #[test]
 fn arming_a_cq_after_polls_hands_the_sockets_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (ia, ib) = ip_pair();
     let a = Side::new(open_thread(ia, Some(Duration::from_micros(50))), 4096, 64);
     let b = Side::new(open(ib, Progress::Caller), 4096, 64);
@@ -233,10 +243,9 @@ fn arming_a_cq_after_polls_hands_the_sockets_back() {
     let sge = [b.mr.sge(0, 7).unwrap()];
     qb.post_send(&[SendWr::send(3, &sge).signaled()]).unwrap();
     let t = Instant::now();
-    // SAFETY (test): the CQ, and so its event fd, outlives this borrow.
+    // SAFETY: the CQ, and so its event fd, outlives this borrow.
     let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
     let mut fds = [PollFd::new(bfd, PollFlags::POLLIN)];
-    // The held ACK needs b's poll; b polls in `wait` below, a sleeps here.
     let ready = poll(&mut fds, PollTimeout::from(5000u16)).unwrap();
     assert_eq!(ready, 1, "no CQ event within 5 s");
     println!("event after {:?}", t.elapsed());
