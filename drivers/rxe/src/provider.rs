@@ -100,10 +100,11 @@ pub struct RxeConfig {
     /// Progress-thread devices only: hand receiving to an application
     /// that polls. With `Some(hold)`:
     /// - an empty poll that runs a round takes the sockets from the
-    ///   progress thread (they leave its epoll set until a poll returns
-    ///   completions, a CQ is armed for an event or a wait begins, or 1 ms
-    ///   passes without an empty poll), so a packet a polling application
-    ///   will receive itself does not also wake the thread;
+    ///   progress thread (they leave its epoll set until a send post
+    ///   follows a poll that returned completions, a CQ is armed for an
+    ///   event, a wait begins, or 1 ms passes without an empty poll), so a
+    ///   packet a polling application will receive itself does not also
+    ///   wake the thread;
     /// - ACKs a round produces with nothing else wait up to `hold` for the
     ///   application's next post on their QP, which sends them in its own
     ///   datagram (bundled with its request) instead of alone.
@@ -116,8 +117,8 @@ pub struct RxeConfig {
     /// ACKs are held only on QPs the application posts on: a hold that runs
     /// out marks its QP passive (its ACKs then leave at once, so a passive
     /// responder's peer waits `hold` once), and a post marks it answering
-    /// again. A packet that arrives just after an application stopped
-    /// polling without taking a completion waits up to 1 ms for the thread.
+    /// again. A packet that arrives after an application stopped calling
+    /// (no post, poll, CQ arming or wait) waits up to 1 ms for the thread.
     /// `None` (the default): the thread receives everything it sees, and
     /// ACKs leave at once.
     pub poll_handoff: Option<Duration>,
@@ -453,6 +454,7 @@ impl RxeDevice {
             epoll,
             sockets_watched: AtomicBool::new(true),
             last_app_round: AtomicU64::new(0),
+            give_back_at_post: AtomicBool::new(false),
             ports,
             qpns,
             share,
@@ -868,7 +870,7 @@ impl CqOps for RxeCq {
             // its answer next, and that post sends them in its own
             // `sendmmsg`; otherwise the next empty poll's round, a wait or
             // a QP's destruction sends them.
-            sh.poller_leaving();
+            sh.poller_took_completions();
             return Ok(n);
         }
         // Empty: make progress, unless another thread is in a round (then
@@ -887,7 +889,7 @@ impl CqOps for RxeCq {
         }
         let n = self.cq.poll_into(wcs);
         if n > 0 {
-            sh.poller_leaving();
+            sh.poller_took_completions();
         }
         Ok(n)
     }
@@ -1144,6 +1146,7 @@ impl QpOps for RxeQp {
         e.flush(sh);
         self.q.set_deadline(deadline);
         drop(e);
+        sh.posted();
         if sh.note_deadline(deadline) {
             sh.ring();
         }
