@@ -118,14 +118,15 @@ fn run_write_lat(handoff: Option<Duration>) -> (DeviceStats, DeviceStats) {
 fn handoff_keeps_a_memory_spinning_ping_pong_off_the_progress_thread() {
     let rounds = u64::from(ROUNDS);
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    // Without: ACKs leave at the end of the round that received the WRITE,
-    // alone. Whether the peer's poll then catches the answer anyway or its
-    // progress thread must wake for it depends on timing (GRO may merge the
-    // ACK and the answer): only the ACKs' fate is certain.
+    // Without: ACKs leave at the end of the round that received the WRITE
+    // (bundled only when the answer happens to be queued by then). Whether
+    // the peer's poll then catches the answer anyway or its progress thread
+    // must wake for it depends on timing (GRO may merge the ACK and the
+    // answer; counts vary from 100 to 2 600 datagrams): only that no ACK
+    // waited is certain.
     let (ca, cb) = run_write_lat(None);
     for s in [&ca, &cb] {
         assert_eq!(s.acks_deferred, 0, "{s:?}");
-        assert!(s.acks_bundled <= rounds / 2, "{s:?}");
     }
     // With (a hold long enough for a loaded machine): every ACK leaves
     // behind the answering WRITE, the polls receive, the threads sleep. A
