@@ -100,9 +100,10 @@ fn write_lat_side(me: &Side, qp: &mut QueuePair, peer: &Side, first: bool) {
     }
 }
 
-/// ROUNDS round trips; the two devices' counters.
-fn run_write_lat(handoff: Option<Duration>) -> (DeviceStats, DeviceStats) {
+/// ROUNDS round trips; the two devices' counters and how long they took.
+fn run_write_lat(handoff: Option<Duration>) -> (DeviceStats, DeviceStats, Duration) {
     let (a, b, mut qa, mut qb) = pair(handoff);
+    let t = Instant::now();
     std::thread::scope(|s| {
         s.spawn(|| write_lat_side(&a, &mut qa, &b, true));
         s.spawn(|| write_lat_side(&b, &mut qb, &a, false));
@@ -110,8 +111,9 @@ fn run_write_lat(handoff: Option<Duration>) -> (DeviceStats, DeviceStats) {
     assert_eq!(a.bytes(0, 8), [ROUNDS as u8; 8]);
     assert_eq!(b.bytes(0, 8), [ROUNDS as u8; 8]);
     let (sa, sb) = (a.dev.stats().device, b.dev.stats().device);
-    println!("handoff {handoff:?}\na: {sa:?}\nb: {sb:?}");
-    (sa, sb)
+    let took = t.elapsed();
+    println!("handoff {handoff:?}, {took:?}\na: {sa:?}\nb: {sb:?}");
+    (sa, sb, took)
 }
 
 #[test]
@@ -124,20 +126,23 @@ fn handoff_keeps_a_memory_spinning_ping_pong_off_the_progress_thread() {
     // must wake for it depends on timing (GRO may merge the ACK and the
     // answer; counts vary from 100 to 2 600 datagrams): only that no ACK
     // waited is certain.
-    let (ca, cb) = run_write_lat(None);
+    let (ca, cb, _) = run_write_lat(None);
     for s in [&ca, &cb] {
         assert_eq!(s.acks_deferred, 0, "{s:?}");
     }
     // With (a hold long enough for a loaded machine): every ACK leaves
     // behind the answering WRITE, the polls receive, the threads sleep. A
     // thread still takes the first WRITE, and the sockets back when a side
-    // stops polling for a millisecond (a descheduled test thread).
-    let (sa, sb) = run_write_lat(Some(Duration::from_millis(20)));
+    // stops polling for a millisecond (a descheduled test thread); while
+    // the sockets are the application's it wakes once per millisecond to
+    // check that they still are.
+    let (sa, sb, took) = run_write_lat(Some(Duration::from_millis(20)));
+    let idle_checks = u64::try_from(took.as_millis()).unwrap() + 1;
     for s in [&sa, &sb] {
         assert!(s.acks_deferred >= rounds - rounds / 20, "{s:?}");
         assert!(s.acks_bundled >= rounds - rounds / 4, "{s:?}");
         assert!(s.thread_datagrams <= rounds / 8, "{s:?}");
-        assert!(s.thread_wakeups <= rounds / 8, "{s:?}");
+        assert!(s.thread_wakeups <= rounds / 8 + idle_checks, "{s:?}");
         assert_eq!(s.icrc_drops, 0);
     }
 }
