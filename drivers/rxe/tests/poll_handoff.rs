@@ -48,6 +48,17 @@ fn pair(handoff: Option<Duration>) -> (Side, Side, QueuePair, QueuePair) {
     (a, b, qa, qb)
 }
 
+/// `a`, a progress-thread device with a handoff of `hold`, connected to `b`,
+/// a caller-driven one (the test thread drives it by polling).
+fn with_caller_peer(hold: Duration) -> (Side, Side, QueuePair, QueuePair) {
+    let (ia, ib) = ip_pair();
+    let a = Side::new(open_thread(ia, Some(hold)), 4096, 64);
+    let b = Side::new(open(ib, Progress::Caller), 4096, 64);
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    (a, b, qa, qb)
+}
+
 /// One side of ib_write_lat: `first` posts before it waits. Byte 0 of
 /// each side's buffer counts the peer's WRITEs (mod 256); nothing is
 /// polled while spinning on it.
@@ -156,11 +167,7 @@ fn handoff_keeps_a_memory_spinning_ping_pong_off_the_progress_thread() {
 fn a_passive_responder_holds_one_ack_then_none() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let hold = Duration::from_millis(20);
-    let (ia, ib) = ip_pair();
-    let a = Side::new(open_thread(ia, Some(hold)), 4096, 64);
-    let b = Side::new(open(ib, Progress::Caller), 4096, 64);
-    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
-    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    let (a, b, mut qa, mut qb) = with_caller_peer(hold);
     let qpn_b = qb.qpn();
     let mut write = |i: u8| {
         b.fill(0, &[i; 16]);
@@ -205,11 +212,7 @@ fn a_passive_responder_holds_one_ack_then_none() {
 #[test]
 fn polls_that_stop_hand_the_sockets_back() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (ia, ib) = ip_pair();
-    let a = Side::new(open_thread(ia, Some(Duration::from_micros(50))), 4096, 64);
-    let b = Side::new(open(ib, Progress::Caller), 4096, 64);
-    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
-    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    let (a, b, _qa, mut qb) = with_caller_peer(Duration::from_micros(50));
     let mut wcs = [WorkCompletion::default(); 4];
     for _ in 0..100 {
         assert_eq!(a.cq.poll(&mut wcs).unwrap(), 0);
@@ -232,11 +235,7 @@ fn polls_that_stop_hand_the_sockets_back() {
 #[test]
 fn arming_a_cq_after_polls_hands_the_sockets_back() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (ia, ib) = ip_pair();
-    let a = Side::new(open_thread(ia, Some(Duration::from_micros(50))), 4096, 64);
-    let b = Side::new(open(ib, Progress::Caller), 4096, 64);
-    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
-    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    let (a, b, mut qa, mut qb) = with_caller_peer(Duration::from_micros(50));
     let rsge = [a.mr.sge(300, 64).unwrap()];
     qa.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
     let mut wcs = [WorkCompletion::default(); 4];
