@@ -237,32 +237,31 @@ fn progress_priority_from_env() -> Option<u8> {
     u8::try_from(p).ok().filter(|&p| p > 0)
 }
 
+/// `env_number` in microseconds, at most `max_us`; `0` means none.
+fn env_micros(name: &str, default_us: u64, max_us: u64) -> Option<std::time::Duration> {
+    let what = if max_us == u64::MAX {
+        "a number of microseconds".to_owned()
+    } else {
+        format!("a number of microseconds up to {max_us}")
+    };
+    let us = env_number(name, default_us, max_us, &what);
+    (us > 0).then(|| std::time::Duration::from_micros(us))
+}
+
 /// `RNIC_VERBS_ACK_SWEEP_US`: how often a caller-driven device's sweeper
 /// looks for ACKs left queued (default 10 000 µs: under a peer's shortest
 /// usual retransmission timeout, 67 ms at perftest's `-u 14`, and rare
 /// enough not to disturb a spinning ping-pong; `0`: no sweeper, the
 /// program's next call sends them).
 fn ack_sweep_from_env() -> Option<std::time::Duration> {
-    let us = env_number(
-        "RNIC_VERBS_ACK_SWEEP_US",
-        10_000,
-        u64::MAX,
-        "a number of microseconds",
-    );
-    (us > 0).then(|| std::time::Duration::from_micros(us))
+    env_micros("RNIC_VERBS_ACK_SWEEP_US", 10_000, u64::MAX)
 }
 
 /// `RNIC_VERBS_HANDOFF_US`: how long a progress-thread device's ACKs wait
 /// for the program's next post to carry them (default 50 µs; `0`: they
 /// leave at once). See the module docs.
 fn handoff_from_env() -> Option<std::time::Duration> {
-    let us = env_number(
-        "RNIC_VERBS_HANDOFF_US",
-        50,
-        1_000_000,
-        "a number of microseconds up to 1000000",
-    );
-    (us > 0).then(|| std::time::Duration::from_micros(us))
+    env_micros("RNIC_VERBS_HANDOFF_US", 50, 1_000_000)
 }
 
 /// Open the rnic device `dev` stands for.

@@ -438,8 +438,9 @@ pub struct Shared {
     pub retired: Mutex<DeviceStats>,
     /// Completions pushed beyond a CQ's depth.
     pub cq_overflows: AtomicU64,
-    /// The nearest engine deadline in nanoseconds + 1 (0: none): the
-    /// progress thread sleeps until it.
+    /// The nearest engine deadline the last round's timer scan found, in
+    /// nanoseconds + 1 (0: none): a caller-driven wait sleeps until it (the
+    /// progress thread sleeps towards its own round's `RxState::scan_next`).
     pub next_deadline: AtomicU64,
     /// Bumped by every post or modify that gives a QP a deadline (see
     /// [`Shared::note_deadline`]).
@@ -1183,7 +1184,7 @@ impl Shared {
         self.keys.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The nearest engine deadline the progress thread knows of.
+    /// The nearest engine deadline the last round found.
     pub fn next_deadline(&self) -> Option<Instant> {
         match self.next_deadline.load(Ordering::Relaxed) {
             0 => None,
@@ -1209,7 +1210,6 @@ impl Shared {
         }
         let Some(d) = d else { return false };
         let v = d.nanos().saturating_add(1);
-        self.next_deadline.fetch_min_nonzero(v);
         self.deadline_gen.fetch_add(1, Ordering::SeqCst);
         let wake = self.thread_wake_at.load(Ordering::SeqCst);
         wake != 0 && v < wake
@@ -1249,11 +1249,12 @@ impl Shared {
     /// application is receiving, so the progress thread stops watching the
     /// sockets.
     #[inline]
-    pub fn poller_here(&self, now: Instant) {
+    pub fn poller_here(&self) {
         if self.ack_hold_ns == 0 {
             return;
         }
-        self.last_app_round.store(now.nanos(), Ordering::Relaxed);
+        self.last_app_round
+            .store(self.now().nanos(), Ordering::Relaxed);
         if self.sockets_watched.load(Ordering::Relaxed)
             && self.sockets_watched.swap(false, Ordering::AcqRel)
         {
@@ -1338,18 +1339,5 @@ impl Shared {
         if self.progress == Progress::Thread {
             let _ = self.doorbell.write(1);
         }
-    }
-}
-
-/// `fetch_min` where 0 means "none" (larger than everything).
-trait FetchMinNonzero {
-    fn fetch_min_nonzero(&self, v: u64);
-}
-
-impl FetchMinNonzero for AtomicU64 {
-    fn fetch_min_nonzero(&self, v: u64) {
-        let _ = self.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
-            (cur == 0 || v < cur).then_some(v)
-        });
     }
 }

@@ -678,8 +678,7 @@ fn progress_thread(sh: &Arc<Shared>) {
             if !sh.sockets_watched.load(Ordering::Acquire) {
                 let idle = now.saturating_sub(sh.last_app_round.load(Ordering::Relaxed));
                 if idle >= HANDOFF_IDLE_NS {
-                    sh.sockets_watched.store(true, Ordering::Release);
-                    sh.watch_sockets(true);
+                    sh.poller_leaving();
                 } else {
                     wake = wake.min(now + HANDOFF_IDLE_NS - idle);
                     bounded = true;
@@ -689,12 +688,12 @@ fn progress_thread(sh: &Arc<Shared>) {
             // after the check sees the flag and rings (both SeqCst).
             if !bounded {
                 sh.thread_napping.store(true, Ordering::SeqCst);
-            }
-            if !bounded && sh.acks_waiting.load(Ordering::SeqCst) {
-                wake = wake.min(now + hold);
-            }
-            if wake <= now + hold {
-                sh.thread_napping.store(false, Ordering::Relaxed);
+                if sh.acks_waiting.load(Ordering::SeqCst) {
+                    wake = wake.min(now + hold);
+                }
+                if wake <= now + hold {
+                    sh.thread_napping.store(false, Ordering::Relaxed);
+                }
             }
         }
         // Publish the wake-up, then look for a deadline noted since the
@@ -880,7 +879,7 @@ impl CqOps for RxeCq {
         let Some(mut rx) = sh.try_rx() else {
             return Ok(0);
         };
-        sh.poller_here(sh.now());
+        sh.poller_here();
         let got = rx.progress(sh, 256, sh.caller_defer());
         drop(rx);
         sh.keep_hold();
