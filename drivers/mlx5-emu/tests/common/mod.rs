@@ -16,7 +16,7 @@ use rnic_mlx5::{DmaBuffer, PciFunction, VfioUserFunction};
 use rnic_mlx5_emu::{Emulator, FirmwareHandle, Options};
 use rnic_mlx5_prm::{
     CMD_INLINE_BYTES, CMD_TYPE_PCIE, CmdIfBox, CmdOpcode, CmdQueueEntry, MAILBOX_ALIGN,
-    MAILBOX_DATA_BYTES, MboxIn, MboxOut, cmd_if_box, init_seg_offset, initial_seg,
+    MAILBOX_DATA_BYTES, MboxIn, MboxOut, cmd_if_box, cmd_queue_entry, init_seg_offset, initial_seg,
 };
 
 /// Mailbox blocks per direction.
@@ -339,29 +339,38 @@ impl Rig {
     /// [`Rig::wait`] reading the output mailboxes `outbox`.
     pub fn wait_in(&self, slot: usize, outlen: usize, wait: Duration, outbox: &DmaBuffer) -> Reply {
         let deadline = Instant::now() + wait;
+        // The ownership byte alone, then (after an acquire fence) the entry: one 64-byte read
+        // may load the inline output before the status byte the firmware wrote after it and
+        // return a software-owned entry with the stale output (seen in CI: QUERY_PAGES read
+        // back as 0 pages).
+        let own = cmd_queue_entry::ownership.byte_offset();
         loop {
-            let e = self.entry(slot);
-            let v = CmdQueueEntry::new_unchecked(&e[..]);
-            if v.ownership() == 0 {
-                if v.status() != 0 {
-                    return Reply::Delivery(v.status() as u8);
-                }
-                let mut out = vec![0u8; outlen.max(16)];
-                out[..16].copy_from_slice(v.command_output_inline_data());
-                for k in 0..blocks(outlen) {
-                    let b = Self::block(outbox, k);
-                    let from = 16 + k * MAILBOX_DATA_BYTES;
-                    let to = (from + MAILBOX_DATA_BYTES).min(outlen);
-                    let data = cmd_if_box::mailbox_data.byte_offset();
-                    out[from..to].copy_from_slice(&b[data..data + (to - from)]);
-                }
-                return Reply::Done(out);
+            let mut b = [0u8; 1];
+            self.cmdq.read(slot * STRIDE + own, &mut b).unwrap();
+            if cmd_queue_entry::ownership.extract(u32::from(b[0])) == 0 {
+                break;
             }
             if Instant::now() >= deadline {
                 return Reply::Timeout;
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        let e = self.entry(slot);
+        let v = CmdQueueEntry::new_unchecked(&e[..]);
+        if v.status() != 0 {
+            return Reply::Delivery(v.status() as u8);
+        }
+        let mut out = vec![0u8; outlen.max(16)];
+        out[..16].copy_from_slice(v.command_output_inline_data());
+        for k in 0..blocks(outlen) {
+            let b = Self::block(outbox, k);
+            let from = 16 + k * MAILBOX_DATA_BYTES;
+            let to = (from + MAILBOX_DATA_BYTES).min(outlen);
+            let data = cmd_if_box::mailbox_data.byte_offset();
+            out[from..to].copy_from_slice(&b[data..data + (to - from)]);
+        }
+        Reply::Done(out)
     }
 }
 
