@@ -161,10 +161,10 @@ fn create(a: &Create) -> Result<(*mut Qp, ibv_qp_cap), (c_int, String)> {
     {
         return Err(err((libc::EINVAL, "the SRQ belongs to another context")));
     }
-    // A QP of an SRQ holds up to the SRQ's depth in its own queue (the
-    // emulation hands the SRQ's requests to it: crate::srq).
+    // A QP of an SRQ holds its share of the SRQ's requests in its own queue
+    // (the emulation hands them to it: crate::srq).
     let (max_recv_wr, max_recv_sge) = match srq {
-        Some(s) => (s.max_wr, s.max_sge),
+        Some(s) => (s.next_qp_depth(), s.max_sge),
         None => (a.cap.max_recv_wr.max(1), a.cap.max_recv_sge.max(1)),
     };
     let caps = QpCaps {

@@ -6,8 +6,8 @@
 //! rnic's transport has no SRQ; UCX's `rc_verbs` transport and
 //! `ibv_srq_pingpong` need one. The drop-in keeps the SRQ's receive
 //! requests in a pool and hands them to the receive queues of the QPs
-//! attached to it (created with `srq` set, each with room for the SRQ's
-//! whole depth): at most an equal share per QP, topped up from the pool each
+//! attached to it (created with `srq` set, the k-th with room for 1/k of
+//! the SRQ's depth): at most an equal share per QP, topped up from the pool each
 //! time `ibv_poll_cq` returns one of that QP's receives. So every posted
 //! request is in exactly one place — the pool, or one QP's queue (the QP's
 //! FIFO here mirrors its rnic queue) — and:
@@ -136,6 +136,17 @@ impl Srq {
     /// Each attached QP's share of the requests.
     fn share(&self, nqps: usize) -> usize {
         (self.max_wr as usize).div_ceil(nqps.max(1)).max(1)
+    }
+
+    /// The receive-queue depth of the next QP to attach: its share once it
+    /// is attached. The k-th QP gets `max_wr / k`, at least every later
+    /// share while QPs are only added, and the queues of n QPs hold about
+    /// `max_wr · ln n` in all, not `n · max_wr` (a provider that reserves
+    /// completion-queue room for every receive its QPs can hold, rnic-mlx5,
+    /// then fits `ibv_srq_pingpong`'s 16 QPs on one CQ). A share larger than
+    /// a queue (after QPs were destroyed) leaves the rest in the pool.
+    pub fn next_qp_depth(&self) -> u32 {
+        self.share(self.attached.load(Ordering::Acquire) + 1) as u32
     }
 
     /// Attach `q` (at its creation, before anyone else can reach it).

@@ -394,3 +394,32 @@ fn stock_perftest_on_emulated_mlx5_functions() {
     check_perftest(&mlx5_pair("ib_send_lat", &n, &a, &b, 20_033), 2, 100);
     check_perftest(&mlx5_pair("ib_write_lat", &n, &a, &b, 20_035), 2, 100);
 }
+
+/// The rest of the stock list on emulated functions: UD, the SRQ shared by
+/// 16 QPs (each QP's receive queue sized so the function's CQ can hold them
+/// all: crate docs, srq.rs), SEND and atomic bandwidth, READ latency.
+#[test]
+fn more_stock_tools_on_emulated_mlx5_functions() {
+    let (_ea, a) = Emulator::start("mt-a", "127.0.0.35");
+    let (_eb, b) = Emulator::start("mt-b", "127.0.0.36");
+    check_pingpong(
+        &mlx5_pair(
+            "ibv_ud_pingpong",
+            &["-g", "0", "-n", "100", "-s", "1024"],
+            &a,
+            &b,
+            20_036,
+        ),
+        100,
+        1024,
+    );
+    check_pingpong(
+        &mlx5_pair("ibv_srq_pingpong", &["-g", "0", "-n", "50"], &a, &b, 20_037),
+        50,
+        4096,
+    );
+    let n = ["-n", "100"];
+    check_perftest(&mlx5_pair("ib_send_bw", &n, &a, &b, 20_038), 65536, 100);
+    check_perftest(&mlx5_pair("ib_atomic_bw", &n, &a, &b, 20_039), 8, 100);
+    check_perftest(&mlx5_pair("ib_read_lat", &n, &a, &b, 20_040), 2, 100);
+}
