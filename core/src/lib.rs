@@ -107,7 +107,7 @@ pub use access::{AccessError, AccessFlags};
 pub use cq::{CompletionQueue, CqCounters, CqCredits, CqStats};
 pub use credit::{CreditError, CreditStall, CreditStats, CreditWindow};
 pub use error::{DeviceError, DeviceErrorKind, ValueError};
-pub use memory::{DirectSpan, HeapMemory, MemAccess, Memory, MemoryError};
+pub use memory::{DirectSpan, HeapMemory, MemAccess, Memory, MemoryError, PinnedSpan};
 pub use pci::{PciAddr, PciAddrError};
 pub use provider::{
     AnyDomain, AnyObject, AsAny, AtomicCap, AvError, CqHandle, CqOps, DeviceAttr, DeviceMemory,

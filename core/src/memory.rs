@@ -36,11 +36,14 @@
 //! of the crate that does it (`rnic-dma`'s `copy`, `rnic-rxe`'s `sys`).
 //! Memory that is not addressable host memory (GPU memory behind a staging
 //! ring, a BAR) returns `None` and is reached through `read`/`write` only.
+//! Memory whose bytes can be withdrawn while the object lives offers its span
+//! through [`Memory::pin_direct`] only: a [`PinnedSpan`] the withdrawal waits
+//! for, taken per copy or system call; transports always ask that way.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use thiserror::Error;
 
@@ -106,6 +109,62 @@ pub trait Memory: Send + Sync + fmt::Debug {
     /// check of its own) may still name its address here.
     fn host_addr(&self) -> Option<usize> {
         self.direct().map(|s| s.as_ptr() as usize)
+    }
+
+    /// [`Memory::direct`] kept valid by a pin until the returned value is
+    /// dropped: what a transport takes for each copy or system call. Memory
+    /// whose bytes can be withdrawn while the object lives (an application's
+    /// memory that `ibv_dereg_mr` revokes: `rnic-verbs`) offers its span only
+    /// this way, and its revocation waits for every pin; the default pins
+    /// nothing. A pin is held for a bounded operation, never across a wait.
+    fn pin_direct(&self) -> Option<PinnedSpan<'_>> {
+        self.direct().map(PinnedSpan::unpinned)
+    }
+}
+
+/// A [`DirectSpan`] with the pin that keeps it valid ([`Memory::pin_direct`]):
+/// dropping it releases the pin.
+pub struct PinnedSpan<'a> {
+    span: DirectSpan<'a>,
+    pin: Option<&'a AtomicU32>,
+}
+
+impl<'a> PinnedSpan<'a> {
+    /// A span of memory that cannot be revoked while borrowed.
+    pub fn unpinned(span: DirectSpan<'a>) -> PinnedSpan<'a> {
+        PinnedSpan { span, pin: None }
+    }
+
+    /// `span` held by one count of `pins`, which the memory incremented for
+    /// it (and whose revocation waits for the count to drop); the drop
+    /// decrements it (release).
+    pub fn pinned(span: DirectSpan<'a>, pins: &'a AtomicU32) -> PinnedSpan<'a> {
+        PinnedSpan {
+            span,
+            pin: Some(pins),
+        }
+    }
+
+    /// The span, valid while this pin lives.
+    pub fn span(&self) -> DirectSpan<'_> {
+        self.span
+    }
+}
+
+impl Drop for PinnedSpan<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.pin {
+            p.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+impl fmt::Debug for PinnedSpan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedSpan")
+            .field("span", &self.span)
+            .field("pinned", &self.pin.is_some())
+            .finish()
     }
 }
 

@@ -10,7 +10,10 @@
 //! changing behind them. The words cover the region rounded out to 8-byte
 //! boundaries; a write merges its partial edge words with a compare-and-swap,
 //! so the bytes around the region (another object of the application) are
-//! never overwritten, only re-stored with the value they hold.
+//! never overwritten, only re-stored with the value they hold. Bulk moves
+//! (rxe's copies into and out of a region, its in-place sends) take the
+//! exact range as a pinned direct span instead ([`Memory::pin_direct`]):
+//! raw-pointer copies of those bytes only, the kernel's or rnic-dma's.
 //!
 //! # Revocation
 //!
@@ -20,7 +23,8 @@
 //! memory, so after [`UserMemory::revoke`] (called by `ibv_dereg_mr`) every
 //! access fails — the engine answers with a protection/access error, as a
 //! real device answers an invalidated key — and `revoke` returns only when
-//! no access is in flight. From then on the library never touches the
+//! no access is in flight (a copy, or a pinned span: for the sends of one
+//! flush at most). From then on the library never touches the
 //! bytes.
 //!
 //! # Checks at registration
@@ -33,10 +37,10 @@
 //! faults the process (a device would keep the pinned pages).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use rnic::core::memory::{check_range, read_words, write_words};
-use rnic::core::{MemAccess, Memory, MemoryError};
+use rnic::core::{DirectSpan, MemAccess, Memory, MemoryError, PinnedSpan};
 
 /// Set in [`UserMemory`]'s state once revoked; the low bits count accesses
 /// in flight.
@@ -213,11 +217,36 @@ impl Memory for UserMemory {
         self.atomic(offset, |w| w.fetch_add(add, Ordering::AcqRel))
     }
 
-    /// The application's address (no direct span: every CPU access passes
+    /// The application's address (no unpinned span: every CPU access passes
     /// the revocation check). rnic-mlx5 maps the pages there into the
     /// function's IOMMU domain; rxe never asks.
     fn host_addr(&self) -> Option<usize> {
         Some(self.words + self.lane)
+    }
+
+    /// The registered bytes for bulk copies and system calls (rxe's
+    /// in-place sends and its copies into and out of the region), counted
+    /// as an access in flight until the pin drops, so [`UserMemory::revoke`]
+    /// waits for it as for [`Memory::read`]; `None` once revoked.
+    fn pin_direct(&self) -> Option<PinnedSpan<'_>> {
+        let prev = self.state.fetch_add(1, Ordering::Acquire);
+        if prev & REVOKED != 0 {
+            self.state.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        // SAFETY: `words + lane .. + len` is the registered range: mapped
+        // (checked at `new`, kept mapped by the caller of `new` until
+        // `revoke`, which waits for this pin to drop). Only a slice of
+        // atomic bytes is formed, never `&[u8]`; what is done through the
+        // span's address is raw-pointer work of the transport (rnic-dma's
+        // copies, the kernel's).
+        let bytes = unsafe {
+            std::slice::from_raw_parts((self.words + self.lane) as *const AtomicU8, self.len)
+        };
+        Some(PinnedSpan::pinned(
+            DirectSpan::from_bytes(bytes),
+            &self.state,
+        ))
     }
 }
 
@@ -336,7 +365,48 @@ mod tests {
         assert!(m.write(0, &[1]).is_err());
         assert!(m.read(0, &mut [0u8; 1]).is_err());
         assert!(m.fetch_add_u64(0, 1).is_err());
+        assert!(m.pin_direct().is_none(), "no span once revoked");
         assert_eq!(buf[0].load(Ordering::Relaxed), 7, "nothing changed");
+    }
+
+    /// The pinned span is the registered range exactly, and `revoke` waits
+    /// for the pin: a transport's send naming the bytes finishes before
+    /// `ibv_dereg_mr` returns.
+    #[test]
+    fn a_pinned_span_is_the_range_and_revocation_waits_for_it() {
+        let buf: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+        let m = user(&buf, 5, 19);
+        let pin = m.pin_direct().expect("application memory is addressable");
+        let span = pin.span();
+        assert_eq!(span.as_ptr() as usize, buf.as_ptr() as usize + 5);
+        assert_eq!(span.len(), 19);
+        assert!(
+            span.range(MemAccess::Write, 18, 2).is_err(),
+            "ends at the region's end"
+        );
+        let (revoked, dropped) = (AtomicU32::new(0), AtomicU32::new(0));
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                m.revoke();
+                revoked.store(1, Ordering::SeqCst);
+                // The pin was dropped before revoke returned.
+                assert_eq!(
+                    dropped.load(Ordering::SeqCst),
+                    1,
+                    "revoke returned under a pin"
+                );
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(
+                revoked.load(Ordering::SeqCst),
+                0,
+                "revoke waits for the pin"
+            );
+            dropped.store(1, Ordering::SeqCst);
+            drop(pin);
+        });
+        assert_eq!(revoked.load(Ordering::SeqCst), 1);
+        assert!(m.pin_direct().is_none());
     }
 
     #[test]

@@ -111,8 +111,8 @@ impl MemoryAccess for KeyAccess<'_> {
         access: Access,
     ) -> Result<(), MemError> {
         let (region, off) = find(self.keys(), pd, key, addr, dst.len() as u64, access)?;
-        match region.direct() {
-            Some(span) => rnic_dma::copy::read_span(&span, off, dst),
+        match region.pin_direct() {
+            Some(pin) => rnic_dma::copy::read_span(&pin.span(), off, dst),
             None => region.read(off, dst),
         }
         .map_err(mem_err)
@@ -127,8 +127,8 @@ impl MemoryAccess for KeyAccess<'_> {
         access: Access,
     ) -> Result<(), MemError> {
         let (region, off) = find(self.keys(), pd, key, addr, src.len() as u64, access)?;
-        match region.direct() {
-            Some(span) => rnic_dma::copy::write_span(&span, off, src),
+        match region.pin_direct() {
+            Some(pin) => rnic_dma::copy::write_span(&pin.span(), off, src),
             None => region.write(off, src),
         }
         .map_err(mem_err)
@@ -168,7 +168,7 @@ impl MemoryAccess for KeyAccess<'_> {
         access: Access,
     ) -> Result<Option<Lent<'_>>, MemError> {
         let (region, off) = find(self.keys(), pd, key, addr, len, access)?;
-        Ok(region.direct().is_some().then_some((region, off)))
+        Ok(region.pin_direct().is_some().then_some((region, off)))
     }
 
     fn invalidate(&mut self, pd: PdHandle, rkey: Rkey) -> Result<(), MemError> {

@@ -59,7 +59,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rnic_core::memory::DirectSpan;
+use rnic_core::memory::{DirectSpan, PinnedSpan};
 use rnic_core::{Gid, Memory, QpType, Qpn};
 use rnic_roce::transport::{PacketDest, PacketSink, Piece};
 use rnic_roce::wire::icrc::IcrcStream;
@@ -490,13 +490,12 @@ impl Tx {
         if self.groups.is_empty() {
             return;
         }
-        // The held regions' direct spans, borrowed until the last send of
+        // The held regions' direct spans, pinned until the last send of
         // this flush returned: what the in-place iovecs point into.
         let holds = std::mem::take(&mut self.holds);
-        let mut spans: [Option<DirectSpan<'_>>; MAX_HOLDS] = [None; MAX_HOLDS];
-        for (span, h) in spans.iter_mut().zip(&holds) {
-            *span = h.direct();
-        }
+        let pins: [Option<PinnedSpan<'_>>; MAX_HOLDS] =
+            std::array::from_fn(|i| holds.get(i).and_then(|h| h.pin_direct()));
+        let spans = pins.each_ref().map(|p| p.as_ref().map(PinnedSpan::span));
         self.fill_icrcs(&spans, stats);
         let mut at = 0;
         while at < self.groups.len() {
@@ -547,8 +546,9 @@ impl Tx {
                 }
             }
         }
-        // The regions are released only now: every send naming them has
-        // returned (the kernel copied their bytes).
+        // The regions are unpinned and released only now: every send naming
+        // them has returned (the kernel copied their bytes).
+        drop(pins);
         self.holds = holds;
         self.holds.clear();
         self.groups.clear();
