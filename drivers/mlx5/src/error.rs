@@ -706,6 +706,17 @@ pub enum UserMemoryProblem {
         /// The first such page.
         at: usize,
     },
+    /// Over vfio-user: a page lies in anonymous hugetlb memory.
+    #[error(
+        "{at:#x} lies in hugetlb memory (MAP_HUGETLB): over vfio-user the driver moves registered \
+         pages onto a 4 KiB memfd, which cannot replace part of a huge page; register 4 KiB \
+         private memory or a buffer from Mlx5Provider::alloc_dma (hugepage-backed when the pool \
+         has room); a function bound to vfio-pci pins hugetlb memory in place"
+    )]
+    Hugetlb {
+        /// The first such page.
+        at: usize,
+    },
     /// The region's address and the memory's address differ within a page.
     #[error(
         "the region's address {va:#x} and the memory's address {addr:#x} differ in their offset \

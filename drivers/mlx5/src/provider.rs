@@ -282,6 +282,11 @@ fn device_error(e: &Mlx5Error) -> DeviceError {
                 "the memory is a MAP_SHARED mapping a vfio-user device cannot be given: register \
                  private memory (malloc, anonymous mmap)",
             ),
+            UserMemoryProblem::Hugetlb { .. } => DeviceError::new(
+                DeviceErrorKind::Unsupported,
+                "the memory is hugetlb memory, which a vfio-user device cannot be given in place: \
+                 register 4 KiB private memory or an alloc_dma buffer (the log names the page)",
+            ),
             UserMemoryProblem::PageOffset { .. } => DeviceError::new(
                 DeviceErrorKind::InvalidArgument,
                 "the region's address and the memory's differ in their offset within a 4 KiB \

@@ -774,3 +774,88 @@ fn inline_sends_read_application_memory_up_to_the_rc_limit() {
     );
     drop((mr_a, mr_b));
 }
+
+/// One 2 MiB anonymous hugetlb page (`MAP_PRIVATE | MAP_HUGETLB`), the view
+/// `len` bytes from `offset`; when the pool has no free page and this is
+/// root, the pool grows by one first. `None` (and why, on stderr) when no
+/// hugetlb page can be had.
+fn huge_page(offset: usize, len: usize) -> Option<Anon> {
+    let try_map = || {
+        // SAFETY: a fresh anonymous mapping at an address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 << 20,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        NonNull::new(p.cast::<u8>()).filter(|_| p != libc::MAP_FAILED)
+    };
+    let base = try_map().or_else(|| {
+        let path = "/proc/sys/vm/nr_hugepages";
+        let n: usize = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+        std::fs::write(path, (n + 1).to_string()).ok()?;
+        try_map()
+    });
+    let Some(base) = base else {
+        eprintln!(
+            "skipping the hugetlb case: no free 2 MiB hugetlb page and the pool cannot grow \
+             (as root: echo 1 > /proc/sys/vm/nr_hugepages)"
+        );
+        return None;
+    };
+    let pages = Pages {
+        base,
+        mapped: 2 << 20,
+        heap: false,
+    };
+    Some(Anon::over(pages, offset, len))
+}
+
+/// Over vfio-user, hugetlb memory cannot be moved onto the driver's 4 KiB
+/// memfd: the registration is refused as unsupported (EOPNOTSUPP through
+/// the drop-in) with the typed problem naming the page, and the mapping
+/// and its bytes are as they were; 4 KiB memory registers afterwards.
+#[test]
+fn hugetlb_memory_is_refused_over_vfio_user_and_left_as_it_was() {
+    let Some(huge) = huge_page(8192, 40_000) else {
+        return;
+    };
+    let huge = Arc::new(huge);
+    huge.fill(0x5A);
+    let before = huge.snapshot();
+    let maps = maps_over(huge.base(), huge.base() + (2 << 20));
+    assert!(maps[0].contains("/anon_hugepage"), "{maps:?}");
+    let (_emu, p) = common::provider(ips_at(7).0);
+    let ctx = Mlx5Provider::context(&p);
+    let pd = ctx.alloc_pd().unwrap();
+    match pd.reg_mr(huge.clone(), ALL).unwrap_err() {
+        VerbsError::RegMr { source, .. } => {
+            assert_eq!(source.kind, DeviceErrorKind::Unsupported, "{source:?}");
+            assert!(source.what.contains("hugetlb"), "{source:?}");
+        }
+        e => panic!("not a reg_mr error: {e:?}"),
+    }
+    let e = p
+        .hca()
+        .function()
+        .map_user(huge.host(), 40_000, true)
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("{:#x}", huge.host())) && msg.contains("alloc_dma"),
+        "{msg}"
+    );
+    assert_eq!(
+        maps_over(huge.base(), huge.base() + (2 << 20)),
+        maps,
+        "nothing moved"
+    );
+    assert_eq!(huge.snapshot(), before, "nothing written");
+    let good = Arc::new(Anon::heap(1, 0, 4096));
+    pd.reg_mr(good, ALL).unwrap();
+    drop(ctx);
+}

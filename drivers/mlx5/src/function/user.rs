@@ -38,6 +38,11 @@
 //!   `mmap`, stacks, private file mappings). A `MAP_SHARED` mapping the
 //!   driver did not make is refused ([`UserMemoryProblem::Shared`]): moving
 //!   it would end its sharing with other processes.
+//! - Anonymous hugetlb memory (`MAP_HUGETLB`) is refused
+//!   ([`UserMemoryProblem::Hugetlb`]): part of a huge page cannot be
+//!   replaced by 4 KiB memfd pages, and moving whole huge pages would take
+//!   the pool's pages behind the application's back. Kernel VFIO pins
+//!   hugetlb pages in place like any other.
 //! - While moved, the pages carry `MADV_DONTFORK`, as libibverbs'
 //!   `ibv_fork_init` gives registered memory: a child made by `fork` gets no
 //!   mapping there (instead of sharing the parent's pages, which a
@@ -88,6 +93,8 @@ pub(crate) struct MapsEntry {
     rwx: [bool; 3],
     shared: bool,
     inode: u64,
+    /// Anonymous hugetlb memory (`MAP_HUGETLB`, shown as `/anon_hugepage`).
+    hugetlb: bool,
 }
 
 /// The lines of `/proc/<pid>/maps` text (unparseable lines skipped).
@@ -100,6 +107,7 @@ pub(crate) fn parse_maps(maps: &str) -> Vec<MapsEntry> {
             let _offset = f.next()?;
             let _dev = f.next()?;
             let inode = f.next()?.parse().ok()?;
+            let path = f.next().unwrap_or("");
             Some(MapsEntry {
                 lo: usize::from_str_radix(lo, 16).ok()?,
                 hi: usize::from_str_radix(hi, 16).ok()?,
@@ -110,6 +118,7 @@ pub(crate) fn parse_maps(maps: &str) -> Vec<MapsEntry> {
                 ],
                 shared: perms.get(3) == Some(&b's'),
                 inode,
+                hugetlb: path == "/anon_hugepage",
             })
         })
         .collect()
@@ -353,6 +362,9 @@ fn plan(
             if let Some(p) = parts.iter().find(|p| p.shared && p.hi > at && p.lo < to) {
                 return Err(UserMemoryProblem::Shared { at: p.lo.max(at) });
             }
+            if let Some(p) = parts.iter().find(|p| p.hugetlb && p.hi > at && p.lo < to) {
+                return Err(UserMemoryProblem::Hugetlb { at: p.lo.max(at) });
+            }
             (to, PieceKind::Private)
         };
         pieces.push(Piece {
@@ -573,12 +585,13 @@ mod tests {
 3000-4000 r--p 00000000 00:00 0
 5000-6000 rw-s 00000000 00:01 77                 /memfd:x (deleted)
 6000-7000 ---p 00000000 00:00 0
+200000-400000 rw-p 00000000 00:11 10145784                   /anon_hugepage (deleted)
 ";
 
     #[test]
     fn maps_lines_parse_with_rights_sharing_and_inode() {
         let m = parse_maps(MAPS);
-        assert_eq!(m.len(), 4);
+        assert_eq!(m.len(), 5);
         assert_eq!(
             m[2],
             MapsEntry {
@@ -586,9 +599,11 @@ mod tests {
                 hi: 0x6000,
                 rwx: [true, true, false],
                 shared: true,
-                inode: 77
+                inode: 77,
+                hugetlb: false,
             }
         );
+        assert!(m[4].hugetlb && !m[4].shared);
         assert!(!m[1].rwx[1] && m[1].rwx[0]);
     }
 
@@ -629,5 +644,9 @@ mod tests {
         let pieces = plan(&swaps, &m, 0x1000, 0x3000).unwrap();
         assert_eq!(pieces.len(), 1);
         assert!(matches!(pieces[0].kind, PieceKind::Private));
+        assert!(matches!(
+            plan(&swaps, &m, 0x202000, 0x20c000),
+            Err(UserMemoryProblem::Hugetlb { at: 0x202000 })
+        ));
     }
 }
