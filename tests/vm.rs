@@ -1273,6 +1273,7 @@ fn vfio_rust_edu_driver_through_viommu_on_two_numa_nodes() {
         ("user-map", "one VFIO_IOMMU_MAP_DMA of 3 pages"),
         ("user-dma", "the program's own pages hold them"),
         ("user-refusals", "is not mapped"),
+        ("user-readonly", "page unchanged: true"),
         ("user-unmap", "memory untouched"),
     ];
     for (name, needle) in expect {

@@ -32,6 +32,20 @@ pub unsafe trait Mapper: Send + Sync + fmt::Debug {
     /// device may read and write it at any moment.
     unsafe fn map(&self, iova: Iova, host: NonNull<u8>, len: u64) -> io::Result<()>;
 
+    /// [`Mapper::map`] for memory the device only reads (a registration
+    /// granting no write access): a mapper that can restrict the device
+    /// (VFIO's `VFIO_DMA_MAP_FLAG_READ` alone) makes its writes fault, and
+    /// can then map memory the process itself mapped read-only. The default
+    /// maps as [`Mapper::map`] does.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mapper::map`].
+    unsafe fn map_read_only(&self, iova: Iova, host: NonNull<u8>, len: u64) -> io::Result<()> {
+        // SAFETY: the caller's contract is map's.
+        unsafe { self.map(iova, host, len) }
+    }
+
     /// Remove the mapping made by `map(iova, _, len)`.
     fn unmap(&self, iova: Iova, len: u64) -> io::Result<()>;
 

@@ -13,7 +13,10 @@
 //!    program uses, at the offset the IOVA names;
 //! 3. bad input: a range over unmapped pages and a read-only range with
 //!    write access are refused with the typed error, nothing mapped;
-//! 4. the pages are dropped (unmapped from the IOMMU, IOVA freed): the
+//! 4. a read-only page registered without write access is mapped for the
+//!    device to read only (`VFIO_DMA_MAP_FLAG_READ`): edu reads its bytes,
+//!    and its DMA into the page is blocked by the IOMMU, the page unchanged;
+//! 5. the pages are dropped (unmapped from the IOMMU, IOVA freed): the
 //!    container holds no mapping, and edu's DMA to the old IOVA is blocked
 //!    by the IOMMU — no byte of the program's memory changes.
 //!
@@ -209,6 +212,44 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Res<()> {
     // SAFETY: the page `readonly_page` mapped; nothing refers to it.
     unsafe { libc::munmap(ro.as_ptr().cast(), 4096) };
 
+    // A read-only page registered without write access: the device reads
+    // it, its writes are blocked.
+    let ro = readonly_page_with(pattern_ro)?;
+    // SAFETY: the page lives until the munmap below; only atomics over it.
+    let ro_bytes: &[AtomicU8] = unsafe { std::slice::from_raw_parts(ro.as_ptr().cast(), 4096) };
+    let ro_pages = f.map_user(ro.as_ptr() as usize, 4096, false)?;
+    let ro_iova = ro_pages.iova().get();
+    for b in &heap.bytes()[BACK..BACK + LEN] {
+        b.store(0, Ordering::Relaxed);
+    }
+    dma(bar, ro_iova, EDU_BUF, 0)?;
+    dma(bar, EDU_BUF, iova + BACK as u64, CMD_TO_RAM)?;
+    let read_back: Vec<u8> = heap.bytes()[BACK..BACK + LEN]
+        .iter()
+        .map(|b| b.load(Ordering::Relaxed))
+        .collect();
+    let ro_want: Vec<u8> = (0..LEN).map(pattern_ro).collect();
+    // edu's buffer now holds the heap's bytes; write them at the page.
+    dma(bar, iova + START as u64, EDU_BUF, 0)?;
+    let blocked = dma(bar, EDU_BUF, ro_iova, CMD_TO_RAM);
+    let ro_after: Vec<u8> = ro_bytes.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+    let ro_all: Vec<u8> = (0..4096).map(pattern_ro).collect();
+    r.check(
+        "user-readonly",
+        read_back == ro_want && ro_after == ro_all,
+        format!(
+            "a read-only page mapped read-only at IOVA {ro_iova:#x}: edu read its {LEN} bytes \
+             (match: {}), its DMA into it was blocked ({:?}), page unchanged: {}",
+            read_back == ro_want,
+            blocked.err().map(|e| e.to_string()),
+            ro_after == ro_all
+        ),
+    );
+    drop(ro_pages);
+    // SAFETY: the page `readonly_page_with` mapped; its device mapping is
+    // gone and nothing refers to it.
+    unsafe { libc::munmap(ro.as_ptr().cast(), 4096) };
+
     // Unmapped from the IOMMU: the container holds nothing, and a DMA to
     // the old IOVA does not reach the memory.
     drop(pages);
@@ -234,6 +275,38 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Res<()> {
         ),
     );
     Ok(())
+}
+
+fn pattern_ro(i: usize) -> u8 {
+    (i * 13 + 5) as u8
+}
+
+/// One anonymous page holding `fill(i)` at byte `i`, then made read-only.
+fn readonly_page_with(fill: fn(usize) -> u8) -> Res<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping at an address the kernel picks.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err("mmap of a page failed".into());
+    }
+    // SAFETY: the fresh page is ours; only atomics are formed over it.
+    let bytes: &[AtomicU8] = unsafe { std::slice::from_raw_parts(p.cast(), 4096) };
+    for (i, b) in bytes.iter().enumerate() {
+        b.store(fill(i), Ordering::Relaxed);
+    }
+    // SAFETY: the page mapped above.
+    if unsafe { libc::mprotect(p, 4096, libc::PROT_READ) } != 0 {
+        return Err("mprotect(PROT_READ) failed".into());
+    }
+    Ok(NonNull::new(p.cast()).ok_or("mmap returned NULL")?)
 }
 
 /// One read-only anonymous page.

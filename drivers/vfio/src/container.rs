@@ -170,6 +170,40 @@ impl Container {
     /// it mapped, does not reuse it, and creates no Rust reference into it
     /// (a `&`/`&mut` to memory a device writes is undefined behaviour).
     pub unsafe fn map_dma(&self, iova: u64, host: NonNull<u8>, len: u64) -> Result<(), VfioError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.map_dma_access(iova, host, len, true) }
+    }
+
+    /// [`Container::map_dma`] for the device to read only: its writes to
+    /// the IOVA fault in the IOMMU, and memory the process mapped read-only
+    /// can be mapped (the kernel pins such pages only for reading).
+    ///
+    /// # Safety
+    ///
+    /// As [`Container::map_dma`], for reads: the caller keeps the range
+    /// mapped until [`Container::unmap_dma`] of this IOVA returned `Ok`.
+    pub unsafe fn map_dma_read_only(
+        &self,
+        iova: u64,
+        host: NonNull<u8>,
+        len: u64,
+    ) -> Result<(), VfioError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.map_dma_access(iova, host, len, false) }
+    }
+
+    /// [`Container::map_dma`], writable or not.
+    ///
+    /// # Safety
+    ///
+    /// As [`Container::map_dma`].
+    unsafe fn map_dma_access(
+        &self,
+        iova: u64,
+        host: NonNull<u8>,
+        len: u64,
+        writable: bool,
+    ) -> Result<(), VfioError> {
         let range_err = |reason: String| VfioError::DmaRange {
             op: "map",
             iova,
@@ -189,8 +223,9 @@ impl Container {
             )));
         }
         // SAFETY: forwarded from this function's contract.
-        let r =
-            unsafe { ioctls::iommu_map_dma(self.fd.as_fd(), host.as_ptr() as usize, iova, len) };
+        let r = unsafe {
+            ioctls::iommu_map_dma(self.fd.as_fd(), host.as_ptr() as usize, iova, len, writable)
+        };
         match r {
             Ok(()) => {
                 maps.insert(iova, len);
@@ -283,6 +318,12 @@ unsafe impl Mapper for VfioMapper {
     unsafe fn map(&self, iova: Iova, host: NonNull<u8>, len: u64) -> io::Result<()> {
         // SAFETY: the caller's contract (Mapper::map) is the one map_dma needs.
         unsafe { self.0.map_dma(iova.0, host, len) }.map_err(io::Error::other)
+    }
+
+    unsafe fn map_read_only(&self, iova: Iova, host: NonNull<u8>, len: u64) -> io::Result<()> {
+        // SAFETY: the caller's contract (Mapper::map_read_only) is the one
+        // map_dma_read_only needs.
+        unsafe { self.0.map_dma_read_only(iova.0, host, len) }.map_err(io::Error::other)
     }
 
     fn unmap(&self, iova: Iova, len: u64) -> io::Result<()> {

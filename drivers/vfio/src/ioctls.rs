@@ -346,22 +346,30 @@ pub(crate) fn iommu_get_info(container: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     ))
 }
 
-/// `VFIO_IOMMU_MAP_DMA`: map `[vaddr, vaddr + size)` at `iova`, read/write.
+/// `VFIO_IOMMU_MAP_DMA`: map `[vaddr, vaddr + size)` at `iova`, for the
+/// device to read, and to write when `writable` (the kernel then pins the
+/// pages for writing, which a read-only mapping of the process refuses).
 ///
 /// # Safety
 ///
 /// From now until the matching [`iommu_unmap_dma`] returned, the device may
-/// read and write `[vaddr, vaddr + size)` at any moment: the caller keeps it
-/// mapped and holds no Rust reference into it.
+/// read (and when `writable` write) `[vaddr, vaddr + size)` at any moment:
+/// the caller keeps it mapped and holds no Rust reference into it.
 pub(crate) unsafe fn iommu_map_dma(
     container: BorrowedFd<'_>,
     vaddr: usize,
     iova: u64,
     size: u64,
+    writable: bool,
 ) -> io::Result<()> {
+    let write = if writable {
+        b::VFIO_DMA_MAP_FLAG_WRITE
+    } else {
+        0
+    };
     let map = b::vfio_iommu_type1_dma_map {
         argsz: size_of::<b::vfio_iommu_type1_dma_map>() as u32,
-        flags: b::VFIO_DMA_MAP_FLAG_READ | b::VFIO_DMA_MAP_FLAG_WRITE,
+        flags: b::VFIO_DMA_MAP_FLAG_READ | write,
         vaddr: vaddr as u64,
         iova,
         size,

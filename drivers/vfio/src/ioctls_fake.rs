@@ -27,6 +27,7 @@ pub(crate) enum Call {
         vaddr: usize,
         iova: u64,
         size: u64,
+        writable: bool,
     },
     Unmap {
         iova: u64,
@@ -260,8 +261,14 @@ pub(crate) unsafe fn iommu_map_dma(
     vaddr: usize,
     iova: u64,
     size: u64,
+    writable: bool,
 ) -> io::Result<()> {
-    log(Call::Map { vaddr, iova, size });
+    log(Call::Map {
+        vaddr,
+        iova,
+        size,
+        writable,
+    });
     match with(|s| s.map_errno) {
         Some(e) => Err(io::Error::from_raw_os_error(e)),
         None => Ok(()),

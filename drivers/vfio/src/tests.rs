@@ -4,8 +4,9 @@
 use std::fs;
 use std::ptr::NonNull;
 
+use rnic_core::Iova;
 use rnic_core::PciAddr;
-use rnic_dma::{DmaRegion, PagePolicy, PageSize};
+use rnic_dma::{DmaRegion, Mapper, PagePolicy, PageSize};
 
 use crate::ioctls::{self, Call, Script};
 use crate::sysfs::tests::Tree;
@@ -146,7 +147,8 @@ fn a_dma_region_is_mapped_through_the_container_and_unmapped_on_drop() {
     assert!(ioctls::calls().contains(&Call::Map {
         vaddr: region.as_ptr() as usize,
         iova,
-        size: 8192
+        size: 8192,
+        writable: true,
     }));
     drop(dev);
     assert!(
@@ -189,6 +191,38 @@ fn map_bookkeeping_refuses_overlaps_unknown_unmaps_and_short_unmaps() {
     c.unmap_dma(0x10_0000, 0x2000).unwrap();
     c.unmap_dma(0x10_2000, 0x1000).unwrap();
     assert!(c.mappings().is_empty());
+}
+
+/// `map_dma_read_only` (and the mapper's `map_read_only`) asks the kernel
+/// for a read-only mapping: VFIO_DMA_MAP_FLAG_READ alone.
+#[test]
+fn a_read_only_map_leaves_out_the_write_flag() {
+    let t = edu_tree();
+    let dev = open(&t);
+    let c = dev.container();
+    let host = NonNull::<u8>::dangling();
+    // SAFETY: the fake kernel never touches the memory.
+    unsafe { c.map_dma_read_only(0x30_0000, host, 0x1000) }.unwrap();
+    let mapper = VfioMapper(c.clone());
+    // SAFETY: as above.
+    unsafe { mapper.map_read_only(Iova(0x40_0000), host, 0x2000) }.unwrap();
+    // SAFETY: as above.
+    unsafe { mapper.map(Iova(0x50_0000), host, 0x1000) }.unwrap();
+    let maps: Vec<(u64, bool)> = ioctls::calls()
+        .into_iter()
+        .filter_map(|x| match x {
+            Call::Map { iova, writable, .. } => Some((iova, writable)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        maps,
+        [(0x30_0000, false), (0x40_0000, false), (0x50_0000, true)]
+    );
+    assert_eq!(c.mappings().len(), 3, "bookkept as any mapping");
+    for (iova, len) in c.mappings() {
+        c.unmap_dma(iova, len).unwrap();
+    }
 }
 
 #[test]

@@ -182,7 +182,8 @@ pub trait PciFunction: Send + Sync + fmt::Debug {
     /// [`user`] for how each transport does it: kernel VFIO pins the pages
     /// where they are; vfio-user moves them onto a memfd in place).
     /// `writable`: the registration grants write access, so every page must
-    /// be writable. A refusal ([`Mlx5Error::UserMemory`],
+    /// be writable; without it the device is given the pages to read only
+    /// (kernel VFIO: `VFIO_DMA_MAP_FLAG_READ` alone). A refusal ([`Mlx5Error::UserMemory`],
     /// [`Mlx5Error::IovaExhausted`], [`Mlx5Error::DmaMap`]) leaves the
     /// memory as it was.
     ///

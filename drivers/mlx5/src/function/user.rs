@@ -8,7 +8,10 @@
 //! - **Kernel VFIO** ([`Sharing::Pin`]): the page-rounded range is mapped
 //!   as it is with one `VFIO_IOMMU_MAP_DMA` of its virtual address, which
 //!   pins the pages (counted against `RLIMIT_MEMLOCK`); the IOMMU then
-//!   reaches the very pages the application uses.
+//!   reaches the very pages the application uses. A registration granting
+//!   no write access is mapped for the device to read only
+//!   (`Mapper::map_read_only`): its writes fault in the IOMMU, and memory
+//!   the process mapped read-only can be registered.
 //! - **vfio-user** ([`Sharing::Memfd`]): the device is another process and
 //!   reaches only memory passed to it by file descriptor (`DMA_MAP` with an
 //!   fd; the `vfio_user` 0.1.7 client offers nothing else — no fd-less
@@ -511,8 +514,17 @@ impl IovaSpace {
             // first step is unmapping them from the device: the caller of
             // `map_user` (Mkey's owner, on the application's behalf) keeps
             // the memory registered — mapped — until then (the verbs
-            // contract `Mlx5Provider::reg_mr` documents).
-            if let Err(source) = unsafe { self.mapper.map(at, ptr, n as u64) } {
+            // contract `Mlx5Provider::reg_mr` documents). A registration
+            // without write access is mapped for the device to read only
+            // (so read-only memory can be pinned on kernel VFIO).
+            let mapped = unsafe {
+                if writable {
+                    self.mapper.map(at, ptr, n as u64)
+                } else {
+                    self.mapper.map_read_only(at, ptr, n as u64)
+                }
+            };
+            if let Err(source) = mapped {
                 // Drop undoes what was mapped, frees the IOVA and moves
                 // the pages back.
                 drop(pages);
