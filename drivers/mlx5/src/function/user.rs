@@ -510,19 +510,19 @@ impl IovaSpace {
             let Some(ptr) = NonNull::new(host as *mut u8) else {
                 continue;
             };
-            // SAFETY: the pages stay mapped until `UserPages` drops, whose
-            // first step is unmapping them from the device: the caller of
+            // The pages stay mapped until `UserPages` drops, whose first
+            // step is unmapping them from the device: the caller of
             // `map_user` (Mkey's owner, on the application's behalf) keeps
             // the memory registered — mapped — until then (the verbs
             // contract `Mlx5Provider::reg_mr` documents). A registration
             // without write access is mapped for the device to read only
             // (so read-only memory can be pinned on kernel VFIO).
-            let mapped = unsafe {
-                if writable {
-                    self.mapper.map(at, ptr, n as u64)
-                } else {
-                    self.mapper.map_read_only(at, ptr, n as u64)
-                }
+            let mapped = if writable {
+                // SAFETY: as said above.
+                unsafe { self.mapper.map(at, ptr, n as u64) }
+            } else {
+                // SAFETY: as said above.
+                unsafe { self.mapper.map_read_only(at, ptr, n as u64) }
             };
             if let Err(source) = mapped {
                 // Drop undoes what was mapped, frees the IOVA and moves
