@@ -127,27 +127,24 @@ impl UserMemory {
         len: usize,
         f: impl FnOnce(&[AtomicU64]) -> Result<R, MemoryError>,
     ) -> Result<R, MemoryError> {
-        let prev = self.state.fetch_add(1, Ordering::Acquire);
-        let r = if prev & REVOKED != 0 {
-            Err(MemoryError::OutOfRange {
+        // The access counts as in flight while the pin lives.
+        let Some(_pin) = self.pin_direct() else {
+            return Err(MemoryError::OutOfRange {
                 access,
                 offset,
                 len,
                 region_len: 0,
-            })
-        } else {
-            // SAFETY: `words..words + nwords * 8` covers the registered
-            // range rounded out to 8-byte boundaries: mapped (checked at
-            // `new`, kept mapped by the caller of `new` until `revoke`, which
-            // waits for this access), 8-byte aligned, and the rounding stays
-            // within the pages of the range's first and last bytes. Only
-            // atomic words are formed, never plain references to the bytes.
-            let words =
-                unsafe { std::slice::from_raw_parts(self.words as *const AtomicU64, self.nwords) };
-            f(words)
+            });
         };
-        self.state.fetch_sub(1, Ordering::Release);
-        r
+        // SAFETY: `words..words + nwords * 8` covers the registered range
+        // rounded out to 8-byte boundaries: mapped (checked at `new`, kept
+        // mapped by the caller of `new` until `revoke`, which waits for
+        // `_pin`), 8-byte aligned, and the rounding stays within the pages of
+        // the range's first and last bytes. Only atomic words are formed,
+        // never plain references to the bytes.
+        let words =
+            unsafe { std::slice::from_raw_parts(self.words as *const AtomicU64, self.nwords) };
+        f(words)
     }
 
     /// Run `op` on the aligned word at region offset `offset` (an atomic's
@@ -227,7 +224,8 @@ impl Memory for UserMemory {
     /// The registered bytes for bulk copies and system calls (rxe's
     /// in-place sends and its copies into and out of the region), counted
     /// as an access in flight until the pin drops, so [`UserMemory::revoke`]
-    /// waits for it as for [`Memory::read`]; `None` once revoked.
+    /// waits for it; `None` once revoked. Every access takes one (the word
+    /// copies and atomics too, through `with_words`).
     fn pin_direct(&self) -> Option<PinnedSpan<'_>> {
         let prev = self.state.fetch_add(1, Ordering::Acquire);
         if prev & REVOKED != 0 {

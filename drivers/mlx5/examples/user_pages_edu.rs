@@ -186,7 +186,7 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Res<()> {
 
     // Bad input: unmapped pages, read-only pages with write access.
     let hole = f.map_user(0x1000, 4096, false);
-    let ro = readonly_page()?;
+    let ro = readonly_page_with(|_| 0)?;
     let refused_ro = f.map_user(ro.as_ptr() as usize, 4096, true);
     r.check(
         "user-refusals",
@@ -209,7 +209,7 @@ fn drive(r: &mut Report, addr: &PciAddr) -> Res<()> {
             refused_ro.err().map(|e| e.to_string()).unwrap_or_default()
         ),
     );
-    // SAFETY: the page `readonly_page` mapped; nothing refers to it.
+    // SAFETY: the page `readonly_page_with` mapped; nothing refers to it.
     unsafe { libc::munmap(ro.as_ptr().cast(), 4096) };
 
     // A read-only page registered without write access: the device reads
@@ -305,25 +305,6 @@ fn readonly_page_with(fill: fn(usize) -> u8) -> Res<NonNull<u8>> {
     // SAFETY: the page mapped above.
     if unsafe { libc::mprotect(p, 4096, libc::PROT_READ) } != 0 {
         return Err("mprotect(PROT_READ) failed".into());
-    }
-    Ok(NonNull::new(p.cast()).ok_or("mmap returned NULL")?)
-}
-
-/// One read-only anonymous page.
-fn readonly_page() -> Res<NonNull<u8>> {
-    // SAFETY: a fresh anonymous mapping at an address the kernel picks.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err("mmap of a read-only page failed".into());
     }
     Ok(NonNull::new(p.cast()).ok_or("mmap returned NULL")?)
 }

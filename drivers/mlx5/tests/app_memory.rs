@@ -86,6 +86,11 @@ impl Anon {
     /// `pages` pages mapped with `prot` and `flags` (plus anonymous), the
     /// view `len` bytes from `offset` (8-aligned).
     fn map(pages: usize, prot: i32, flags: i32, offset: usize, len: usize) -> Anon {
+        Anon::try_map(pages, prot, flags, offset, len).expect("mmap failed")
+    }
+
+    /// [`Anon::map`], `None` when the kernel refuses the mapping.
+    fn try_map(pages: usize, prot: i32, flags: i32, offset: usize, len: usize) -> Option<Anon> {
         let mapped = pages * 4096;
         // SAFETY: a fresh anonymous mapping at an address the kernel picks.
         let p = unsafe {
@@ -98,13 +103,15 @@ impl Anon {
                 0,
             )
         };
-        assert_ne!(p, libc::MAP_FAILED);
+        if p == libc::MAP_FAILED {
+            return None;
+        }
         let pages = Pages {
-            base: NonNull::new(p.cast()).unwrap(),
+            base: NonNull::new(p.cast())?,
             mapped,
             heap: false,
         };
-        Anon::over(pages, offset, len)
+        Some(Anon::over(pages, offset, len))
     }
 
     /// `pages` pages of heap memory (`malloc`'s, page-aligned as perftest's
@@ -781,38 +788,27 @@ fn inline_sends_read_application_memory_up_to_the_rc_limit() {
 /// hugetlb page can be had.
 fn huge_page(offset: usize, len: usize) -> Option<Anon> {
     let try_map = || {
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                2 << 20,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-                -1,
-                0,
-            )
-        };
-        NonNull::new(p.cast::<u8>()).filter(|_| p != libc::MAP_FAILED)
+        Anon::try_map(
+            512,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_HUGETLB,
+            offset,
+            len,
+        )
     };
-    let base = try_map().or_else(|| {
+    let huge = try_map().or_else(|| {
         let path = "/proc/sys/vm/nr_hugepages";
         let n: usize = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
         std::fs::write(path, (n + 1).to_string()).ok()?;
         try_map()
     });
-    let Some(base) = base else {
+    if huge.is_none() {
         eprintln!(
             "skipping the hugetlb case: no free 2 MiB hugetlb page and the pool cannot grow \
              (as root: echo 1 > /proc/sys/vm/nr_hugepages)"
         );
-        return None;
-    };
-    let pages = Pages {
-        base,
-        mapped: 2 << 20,
-        heap: false,
-    };
-    Some(Anon::over(pages, offset, len))
+    }
+    huge
 }
 
 /// Over vfio-user, hugetlb memory cannot be moved onto the driver's 4 KiB
