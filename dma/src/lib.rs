@@ -22,6 +22,10 @@
 //!   speed (`rep movsb` over raw pointers), and **[`OwnedBuffer`]**: an
 //!   application's own allocation (a `Vec<u8>`, a tensor's) registered as it
 //!   is and filled or read in place.
+//! - **CRC-32 in place** ([`crc`]): the RoCEv2 ICRC's CRC read straight out
+//!   of registered memory (loads in inline assembly, folded with
+//!   VPCLMULQDQ/PCLMULQDQ), so a sender CRCs a payload it sends in place
+//!   without copying it first.
 //! - **[`Mmio`]** for device registers and the named [`barrier`]s.
 //! - **Peer BARs** ([`PeerRegion`]): a window of another PCI device's BAR
 //!   (a GPU's, an ivshmem's) mapped into a domain, unmapped from the device
@@ -82,6 +86,7 @@
 pub mod barrier;
 pub mod buffer;
 pub mod copy;
+pub mod crc;
 mod error;
 pub mod iova;
 pub mod keys;

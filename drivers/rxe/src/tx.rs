@@ -37,10 +37,10 @@
 //! hands the kernel iovecs — headers from the arena, payload from the
 //! region — in the same GSO groups, so the only copy of a payload byte on
 //! the sending side is the kernel's. The ICRC of such a packet is computed
-//! at the flush over the headers, the payload (read through a small bounce
-//! buffer with `rnic_dma::copy`: no Rust reference into the region) and
-//! the pad; the kernel then reads the payload while it is still in the
-//! cache, because a queue flushes once [`ARENA`] bytes of wire data are
+//! at the flush over the headers, the payload (read in place by
+//! `rnic_dma::crc`, whose loads are inline assembly over the region's raw
+//! address: no copy, no Rust reference into the region) and the pad; the
+//! kernel then reads the payload while it is still in the cache, because a queue flushes once [`ARENA`] bytes of wire data are
 //! waiting. Counted as `tx_in_place` / `tx_in_place_bytes`.
 //!
 //! **IPv4 identification.** The ICRC covers the IPv4 identification, which
@@ -61,6 +61,7 @@ use std::sync::{Arc, Mutex};
 
 use rnic_core::memory::{DirectSpan, PinnedSpan};
 use rnic_core::{Gid, Memory, QpType, Qpn};
+use rnic_dma::crc::crc32_span;
 use rnic_roce::transport::{PacketDest, PacketSink, Piece};
 use rnic_roce::wire::icrc::IcrcStream;
 use rnic_roce::wire::roce::MIN_LEN;
@@ -82,8 +83,6 @@ const ARENA: usize = 512 * 1024;
 const MAX_HOLDS: usize = 8;
 /// Pieces one in-place payload may have (rnic-roce's limit).
 const MAX_PIECES: usize = 4;
-/// Bytes the ICRC pass reads an in-place payload through at a time.
-const BOUNCE: usize = 4096;
 /// Payloads of at least this many bytes leave from registered memory in
 /// place by default ([`Tx::in_place_min`]).
 pub const IN_PLACE_MIN: usize = 512;
@@ -322,8 +321,6 @@ pub struct Tx {
     holds: Vec<Arc<dyn Memory>>,
     /// The iovecs of a flush (kept to reuse the allocation).
     iov: Vec<RawIov>,
-    /// The ICRC pass's window on an in-place payload.
-    bounce: Vec<u8>,
     /// The CRC over this QP's packets' constant prefixes, per shape.
     icrc: icrc::IcrcCache,
 }
@@ -357,7 +354,6 @@ impl Tx {
             pieces: Vec::new(),
             holds: Vec::new(),
             iov: Vec::new(),
-            bounce: Vec::new(),
             icrc: icrc::IcrcCache::new(),
         }
     }
@@ -443,7 +439,6 @@ impl Tx {
             groups,
             pkts,
             pieces,
-            bounce,
             icrc: cache,
             ..
         } = self;
@@ -473,7 +468,7 @@ impl Tx {
                             })
                         } else {
                             let ps = pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
-                            fill_icrc_in_place(g, k as u16, p, ps, spans, arena, bounce)
+                            fill_icrc_in_place(g, k as u16, p, ps, spans, arena)
                         };
                         if !filled {
                             stats.tx_errors += 1;
@@ -698,15 +693,7 @@ impl Tx {
                             })
                     } else {
                         let ps = self.pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
-                        fill_icrc_in_place(
-                            &single,
-                            0,
-                            &p,
-                            ps,
-                            spans,
-                            &mut self.arena,
-                            &mut self.bounce,
-                        )
+                        fill_icrc_in_place(&single, 0, &p, ps, spans, &mut self.arena)
                     };
                     if !filled {
                         stats.tx_errors += 1;
@@ -727,8 +714,9 @@ fn piece_bytes(pieces: &[HeldPiece], p: &Pkt) -> usize {
 }
 
 /// Fill the ICRC of in-place packet `p` (segment `k` of group `g`): the
-/// headers from the arena, the payload `ps` read through `bounce` from
-/// `spans` (no reference into the region is formed), the pad; the result
+/// headers from the arena, the payload `ps` CRCed in place in `spans`
+/// (`rnic_dma::crc::crc32_span`: no copy, no reference into the region),
+/// the pad; the result
 /// goes into the tail's last 4 bytes. `false` when a piece's span is gone
 /// or too short, or the arena bytes are missing.
 fn fill_icrc_in_place(
@@ -738,7 +726,6 @@ fn fill_icrc_in_place(
     ps: &[HeldPiece],
     spans: &[Option<DirectSpan<'_>>],
     arena: &mut [u8],
-    bounce: &mut Vec<u8>,
 ) -> bool {
     let payload: usize = ps.iter().map(|x| x.len).sum();
     let roce_len = p.head + payload + p.tail;
@@ -764,24 +751,13 @@ fn fill_icrc_in_place(
         _ => return false,
     };
     h.update(rest);
-    if bounce.len() < BOUNCE {
-        bounce.resize(BOUNCE, 0);
-    }
     for piece in ps {
         let Some(Some(span)) = spans.get(piece.hold) else {
             return false;
         };
-        let mut done = 0;
-        while done < piece.len {
-            let n = (piece.len - done).min(BOUNCE);
-            let Some(chunk) = bounce.get_mut(..n) else {
-                return false;
-            };
-            if rnic_dma::copy::read_span(span, piece.offset + done, chunk).is_err() {
-                return false;
-            }
-            h.update(chunk);
-            done += n;
+        let read = h.update_with(|crc| crc32_span(crc, span, piece.offset, piece.len));
+        if read.is_err() {
+            return false;
         }
     }
     h.update(pad);

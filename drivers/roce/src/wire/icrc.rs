@@ -389,6 +389,21 @@ impl IcrcStream {
         self.h.update(bytes);
     }
 
+    /// The next bytes, CRCed by the caller: `f` gets the running CRC-32
+    /// (zlib's convention, what `crc32fast::Hasher::new_with_initial`
+    /// takes) and returns it continued over those bytes — for bytes that
+    /// cannot be lent as a slice, such as a payload read in place from
+    /// registered memory (`rnic_dma::crc::crc32_span`). An error from `f`
+    /// is returned and leaves the stream as it was.
+    pub fn update_with<E>(
+        &mut self,
+        f: impl FnOnce(u32) -> std::result::Result<u32, E>,
+    ) -> std::result::Result<(), E> {
+        let crc = f(self.h.clone().finalize())?;
+        self.h = crc32fast::Hasher::new_with_initial(crc);
+        Ok(())
+    }
+
     /// The ICRC value (appended least-significant byte first).
     pub fn finish(self) -> u32 {
         self.h.finalize()
@@ -1318,6 +1333,32 @@ mod tests {
                 "IPv6, {len} bytes"
             );
         }
+    }
+
+    /// A piece CRCed by the caller (`update_with`, what a sender reading
+    /// its payload in place does) continues the stream exactly as
+    /// `update` over the same bytes; a failed piece leaves it unchanged.
+    #[test]
+    fn a_caller_crced_piece_continues_the_stream() {
+        let (s4, d4) = (Ipv4Addr::new(10, 1, 2, 3), Ipv4Addr::new(10, 4, 5, 6));
+        let len = 4124;
+        let roce: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+        let bth: [u8; 12] = roce[..12].try_into().expect("12 bytes");
+        let (head, rest) = roce[12..len - ICRC_LEN].split_at(16);
+        let by_caller = |crc: u32, bytes: &[u8]| {
+            let mut h = crc32fast::Hasher::new_with_initial(crc);
+            h.update(bytes);
+            h.finalize()
+        };
+        let mut a = IcrcStream::v4(s4, d4, 3, true, 0xC001, 4791, len, &bth);
+        a.update(head);
+        assert_eq!(
+            a.update_with(|_| Err::<u32, &str>("span gone")),
+            Err("span gone")
+        );
+        a.update_with(|crc| Ok::<_, ()>(by_caller(crc, rest)))
+            .expect("infallible");
+        assert_eq!(a.finish(), compute_v4(s4, d4, 3, true, 0xC001, 4791, &roce));
     }
 
     /// Feeding a packet in pieces (headers, payload split anywhere, pad)
