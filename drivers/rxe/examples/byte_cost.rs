@@ -4,7 +4,8 @@
 //! * `parts`: each per-byte step of the data path alone, on one thread —
 //!   the atomic-word copies rnic-core's `read_words`/`write_words` do, the
 //!   `rep movsb` copies of `rnic_dma::copy`, `memcpy` (`copy_from_slice`)
-//!   for reference, and the ICRC's CRC-32 (crc32fast) — over a 64 KiB
+//!   for reference, and the ICRC's CRC-32 (crc32fast over a slice, and
+//!   `rnic_dma::crc` in place over the region, 4 KiB pieces) — over a 64 KiB
 //!   buffer (cache-resident) and a 64 MiB one (memory), in ns per KiB.
 //! * `path [SIZE] [N] [heap|owned]`: N RDMA WRITEs of SIZE bytes streamed
 //!   between two rxe devices on 127.0.0.1/127.0.0.2 (MTU 4096, window 1024
@@ -70,6 +71,7 @@ fn parts() {
         ("rep movsb write (copy::write_span)", 3),
         ("memcpy (copy_from_slice)", 4),
         ("CRC-32 (crc32fast, the ICRC)", 5),
+        ("CRC-32 in place (crc::crc32_span)", 6),
     ] {
         let mut row = Vec::new();
         for len in [64 << 10, 64 << 20] {
@@ -84,6 +86,13 @@ fn parts() {
                 2 => rnic_dma::copy::read_span(&span, 0, &mut buf).unwrap(),
                 3 => rnic_dma::copy::write_span(&span, 0, &src).unwrap(),
                 4 => buf.copy_from_slice(black_box(&src)),
+                6 => {
+                    let mut crc = 0;
+                    for at in (0..len).step_by(4096) {
+                        crc = rnic_dma::crc::crc32_span(crc, &span, at, 4096).unwrap();
+                    }
+                    black_box(crc);
+                }
                 _ => {
                     let mut h = crc32fast::Hasher::new();
                     for p in src.chunks(4096) {
