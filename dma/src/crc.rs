@@ -261,6 +261,8 @@ unsafe fn crc32_raw_with(kernel: Kernel, crc: u32, ptr: *const u8, len: usize) -
 ///
 /// As [`crc32_raw_with`].
 unsafe fn fold(kernel: Kernel, crc: u32, ptr: *const u8, len: usize) -> (u32, usize) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ptr, len);
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Vpclmul256 if len >= WIDE_MIN => {
