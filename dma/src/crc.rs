@@ -394,34 +394,6 @@ mod x86 {
         v
     }
 
-    /// Four consecutive 32-byte blocks at `p`, read by `vmovdqu` in one
-    /// `asm!` block.
-    ///
-    /// # Safety
-    ///
-    /// `p..p + 128` is valid for reads (as [`load4x128`]).
-    #[inline]
-    #[target_feature(enable = "avx")]
-    unsafe fn load4x256(p: *const u8) -> [__m256i; 4] {
-        let (a, b, c, d): (__m256i, __m256i, __m256i, __m256i);
-        // SAFETY: the 128 bytes lie in the caller's range; as `load4x128`.
-        unsafe {
-            asm!(
-                "vmovdqu {a}, ymmword ptr [{p}]",
-                "vmovdqu {b}, ymmword ptr [{p} + 32]",
-                "vmovdqu {c}, ymmword ptr [{p} + 64]",
-                "vmovdqu {d}, ymmword ptr [{p} + 96]",
-                p = in(reg) p,
-                a = out(ymm_reg) a,
-                b = out(ymm_reg) b,
-                c = out(ymm_reg) c,
-                d = out(ymm_reg) d,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
-        [a, b, c, d]
-    }
-
     /// `v[i]` XOR the `i`-th of four consecutive 32-byte blocks at `p`:
     /// the loads folded into `vpxor` in one `asm!` block (one instruction
     /// per block instead of a load and an XOR).
@@ -450,27 +422,6 @@ mod x86 {
             );
         }
         [a, b, c, d]
-    }
-
-    /// The 32-byte block at `p` (`vmovdqu`).
-    ///
-    /// # Safety
-    ///
-    /// `p..p + 32` is valid for reads (as [`load4x128`]).
-    #[inline]
-    #[target_feature(enable = "avx")]
-    unsafe fn load256(p: *const u8) -> __m256i {
-        let v: __m256i;
-        // SAFETY: the 32 bytes lie in the caller's range; as `load4x128`.
-        unsafe {
-            asm!(
-                "vmovdqu {v}, ymmword ptr [{p}]",
-                p = in(reg) p,
-                v = out(ymm_reg) v,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
-        v
     }
 
     #[inline]
@@ -537,12 +488,13 @@ mod x86 {
     #[target_feature(enable = "avx2,pclmulqdq,vpclmulqdq")]
     pub(super) unsafe fn fold_vpclmul(crc: u32, p: *const u8, len: usize) -> (u32, usize) {
         let k1024 = pair256(FOLD_1024);
+        let z = _mm256_setzero_si256();
+        // The first 128 bytes, the CRC register XORed into the first four.
+        let init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(!crc as i32));
         // SAFETY: 128 <= len.
-        let [mut x0, mut x1, mut x2, mut x3] = unsafe { load4x256(p) };
-        x0 = _mm256_xor_si256(x0, _mm256_zextsi128_si256(_mm_cvtsi32_si128(!crc as i32)));
+        let [mut x0, mut x1, mut x2, mut x3] = unsafe { xor_load4x256(p, [init, z, z, z]) };
         let mut at = 128;
         while len - at >= 128 {
-            let z = _mm256_setzero_si256();
             let folded = [
                 fold256(x0, k1024, z),
                 fold256(x1, k1024, z),
@@ -555,20 +507,15 @@ mod x86 {
         }
         let x2 = fold256(x0, pair256(FOLD_512), x2);
         let x3 = fold256(x1, pair256(FOLD_512), x3);
-        let k256 = pair256(FOLD_256);
-        let mut x = fold256(x2, k256, x3);
-        while len - at >= 32 {
-            // SAFETY: at + 32 <= len.
-            x = fold256(x, k256, unsafe { load256(p.wrapping_add(at)) });
-            at += 32;
-        }
+        let x = fold256(x2, pair256(FOLD_256), x3);
         let k128 = pair128(FOLD_128);
         let mut v = fold128(
             _mm256_castsi256_si128(x),
             k128,
             _mm256_extracti128_si256::<1>(x),
         );
-        if len - at >= 16 {
+        // The rest (under 128 bytes) 16 at a time.
+        while len - at >= 16 {
             // SAFETY: at + 16 <= len.
             v = fold128(v, k128, unsafe { load128_vex(p.wrapping_add(at)) });
             at += 16;
@@ -617,18 +564,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use rnic_core::{HeapMemory, Memory};
-
-    fn pattern(len: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
-    }
+    use rnic_testkit::pattern;
 
     fn reference(crc: u32, bytes: &[u8]) -> u32 {
         let mut h = crc32fast::Hasher::new_with_initial(crc);
