@@ -139,6 +139,23 @@ def rnic(rep):
                     moved = res["iterations"] * s / 1e9
                     add(rep, "rnic", f"rnic {t}-bw {where}", "poll", s, "bw", gbs, "GB/s",
                         cpu / moved if moved else None, forn)
+        # The WRITE responder has nothing to poll (no completion on the
+        # target side, as with ib_write_bw on a NIC): a server on its
+        # progress thread (`-e`) sleeps whenever the socket is empty and
+        # spends only its work, while the client busy-polls. The CPU·s/GB
+        # of this row is what the transfer itself costs both processes.
+        for s in (1048576, 4194304):
+            p = port(18600)
+            args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
+            text, cpu, forn = run(f"rnic_{where}_write-bw_passive__s{s}__r{rep}",
+                                  cpre + [RNIC, "perf", "write-bw", "-d", cdev, *args, sip],
+                                  server=spre + [RNIC, "perf", "write-bw", "-d", sdev, "-e", *args],
+                                  p=p, ns=sns, timeout=DUR * 10 + 30)
+            res = rnic_result(text)
+            if res:
+                moved = res["iterations"] * s / 1e9
+                add(rep, "rnic", f"rnic write-bw {where}", "poll, passive server", s, "bw",
+                    res["bw_average"] * 2**20 / 1e9, "GB/s", cpu / moved if moved else None, forn)
         for t in ("write", "send"):
             for mode in ("poll", "blocking"):
                 for s in LAT_SIZES:

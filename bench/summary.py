@@ -74,6 +74,7 @@ lines += ["## Ratios rnic / peer (medians; bandwidth: >1 = rnic faster; latency:
 bw_pairs = [("rnic write-bw loopback", "poll", p, pm) for p, pm in
             (("UCX tcp ucp_put_bw", "poll"), ("UCX tcp tag_bw", "poll"), ("kernel TCP iperf3", "blocking"),
              ("libfabric tcp fi_rma_bw writedata", "poll"), ("libfabric udp;ofi_rxd fi_rma_bw writedata", "poll"))]
+bw_pairs += [("rnic write-bw loopback", "poll, passive server", "UCX tcp tag_bw", "poll")]
 lat_pairs = [("duel: rnic write-lat", "poll", "duel: UCX tcp tag_lat", "poll"),
              ("rnic write-lat loopback", "poll", "UCX tcp tag_lat", "poll"),
              ("rnic write-lat loopback", "poll", "UCX tcp ucp_put_lat", "poll"),
@@ -100,6 +101,15 @@ if mem1 and rbw:
                for m in [med(mt, t, mo, s)])
     lines.append(f"* best rnic bandwidth median / 1-thread memcpy ceiling ({mem1['med']:.2f} GB/s): "
                  f"{best[0] / mem1['med']:.2f} ({best[1]})")
+# CPU seconds per GB, rnic WRITE against UCX's strongest bandwidth mode, largest size
+for am in ("poll", "poll, passive server"):
+    x = groups.get(("bw", "rnic write-bw loopback", am, 4194304))
+    y = groups.get(("bw", "UCX tcp tag_bw", "poll", 4194304))
+    cx = sorted(r["cpu_s_per_gb"] for r in x or [] if r["cpu_s_per_gb"] is not None)
+    cy = sorted(r["cpu_s_per_gb"] for r in y or [] if r["cpu_s_per_gb"] is not None)
+    if cx and cy:
+        mx, my = cx[len(cx) // 2], cy[len(cy) // 2]
+        lines.append(f"* CPU·s/GB at 4 MiB, rnic write-bw loopback ({am}) {mx:.2f} / UCX tcp tag_bw (poll) {my:.2f}: {mx / my:.2f}")
 open(f"{OUT}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 
