@@ -40,8 +40,9 @@
 //! at the flush over the headers, the payload (read in place by
 //! `rnic_dma::crc`, whose loads are inline assembly over the region's raw
 //! address: no copy, no Rust reference into the region) and the pad; the
-//! kernel then reads the payload while it is still in the cache, because a queue flushes once [`ARENA`] bytes of wire data are
-//! waiting. Counted as `tx_in_place` / `tx_in_place_bytes`.
+//! kernel then reads the payload while it is still in the cache, because a
+//! queue flushes once [`ARENA`] bytes of wire data are waiting. Counted as
+//! `tx_in_place` / `tx_in_place_bytes`.
 //!
 //! **IPv4 identification.** The ICRC covers the IPv4 identification, which
 //! the kernel picks. Every socket sets `IP_PMTUDISC_DO` (DF) and stays
@@ -716,9 +717,8 @@ fn piece_bytes(pieces: &[HeldPiece], p: &Pkt) -> usize {
 /// Fill the ICRC of in-place packet `p` (segment `k` of group `g`): the
 /// headers from the arena, the payload `ps` CRCed in place in `spans`
 /// (`rnic_dma::crc::crc32_span`: no copy, no reference into the region),
-/// the pad; the result
-/// goes into the tail's last 4 bytes. `false` when a piece's span is gone
-/// or too short, or the arena bytes are missing.
+/// the pad; the result goes into the tail's last 4 bytes. `false` when a
+/// piece's span is gone or too short, or the arena bytes are missing.
 fn fill_icrc_in_place(
     g: &Group,
     k: u16,
