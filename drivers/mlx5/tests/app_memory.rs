@@ -91,19 +91,59 @@ impl Anon {
 
     /// [`Anon::map`], `None` when the kernel refuses the mapping.
     fn try_map(pages: usize, prot: i32, flags: i32, offset: usize, len: usize) -> Option<Anon> {
+        Anon::try_map_at(0, pages, prot, flags, offset, len)
+    }
+
+    /// `pages` read-write private pages at a low address (below the
+    /// executable, 256 MiB up), which the kernel never picks for a mapping
+    /// that names no address: once unmapped, the hole stays a hole while
+    /// other tests of this process map memory in parallel (a hole the kernel
+    /// picked itself is the next one it hands out).
+    fn map_low(pages: usize) -> Anon {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        (0..256)
+            .find_map(|i| {
+                let at = 0x1000_0000 + i * 0x10_0000;
+                Anon::try_map_at(at, pages, rw, libc::MAP_PRIVATE, 0, pages * 4096)
+            })
+            .expect("no free range from 256 MiB to 512 MiB")
+    }
+
+    /// An anonymous mapping at exactly `at` (`MAP_FIXED_NOREPLACE`), or where
+    /// the kernel picks when `at` is 0; `None` when it cannot be made.
+    fn try_map_at(
+        at: usize,
+        pages: usize,
+        prot: i32,
+        flags: i32,
+        offset: usize,
+        len: usize,
+    ) -> Option<Anon> {
         let mapped = pages * 4096;
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks.
+        let fixed = if at == 0 {
+            0
+        } else {
+            libc::MAP_FIXED_NOREPLACE
+        };
+        // SAFETY: a fresh anonymous mapping; MAP_FIXED_NOREPLACE never
+        // replaces an existing mapping.
         let p = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                at as *mut libc::c_void,
                 mapped,
                 prot,
-                flags | libc::MAP_ANONYMOUS,
+                flags | fixed | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
         if p == libc::MAP_FAILED {
+            return None;
+        }
+        if at != 0 && p as usize != at {
+            // A kernel before 4.17 takes the flag as a hint only.
+            // SAFETY: the mapping just made, which nothing else knows.
+            unsafe { libc::munmap(p, mapped) };
             return None;
         }
         let pages = Pages {
@@ -600,14 +640,9 @@ fn bad_ranges_are_refused_with_the_typed_error_and_nothing_changes() {
         e => panic!("not a reg_mr error: {e:?}"),
     };
 
-    // Unmapped: a range whose pages were unmapped.
-    let gone = Anon::map(
-        2,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE,
-        0,
-        8192,
-    );
+    // Unmapped: a range whose pages were unmapped (low, so that no mapping
+    // a parallel test makes lands in the hole before the registration).
+    let gone = Anon::map_low(2);
     let view = Arc::new(gone.view(0, 8192));
     // SAFETY: the test's own mapping; the view is only registered, which
     // must refuse it, and the pages' owner is forgotten (never unmapped twice).
