@@ -43,11 +43,7 @@ pub const FRAME: usize = 68 << 10;
 /// Frames per ring.
 pub const FRAMES: usize = 64;
 
-/// `PACKET_VERSION`, `PACKET_VNET_HDR`, `PACKET_IGNORE_OUTGOING` and
-/// `TPACKET_V2` (linux/if_packet.h).
-const PACKET_VERSION: libc::c_int = 10;
-const PACKET_VNET_HDR: libc::c_int = 15;
-const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `TPACKET_V2` (`enum tpacket_versions`, linux/if_packet.h).
 const TPACKET_V2: libc::c_int = 1;
 /// `struct virtio_net_hdr` (linux/virtio_net.h): flags, gso_type, hdr_len,
 /// gso_size, csum_start, csum_offset; native byte order on a packet socket.
@@ -227,11 +223,11 @@ impl PacketRing {
         // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         let e = |what| move |source| (what, source);
-        setopt(&sock, libc::SOL_PACKET, PACKET_VERSION, &TPACKET_V2)
+        setopt(&sock, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2)
             .map_err(e("selecting TPACKET_V2"))?;
-        setopt(&sock, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)
+        setopt(&sock, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)
             .map_err(e("asking for virtio-net headers (PACKET_VNET_HDR)"))?;
-        setopt(&sock, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)
+        setopt(&sock, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32)
             .map_err(e("ignoring outgoing packets"))?;
         crate::sys::attach_filter(sock.as_fd(), &ring_filter(ip, roce_port))
             .map_err(e("attaching the ring's filter"))?;

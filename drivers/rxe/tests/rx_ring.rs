@@ -55,30 +55,7 @@ fn exchange(a: &Side, b: &Side, kick: &[&RxeDevice]) {
         .enumerate()
     {
         let data = rnic_testkit::pattern(len, 0x50 + i as u32);
-        a.fill(0, &data);
-        b.fill(LEN / 2, &vec![0xEE; len + 1]);
-        let src = [a.mr.sge(0, len as u32).unwrap()];
-        let dst = b.mr.addr() + (LEN / 2) as u64;
-        qa.post_send(&[SendWr::rdma_write(1, &src, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        assert_eq!(
-            wait(&a.cq, 1, kick)[0].status,
-            WcStatus::Success,
-            "WRITE {len}"
-        );
-        assert!(b.bytes(LEN / 2, len) == data, "WRITE {len}: bytes differ");
-        assert_eq!(b.bytes(LEN / 2 + len, 1), [0xEE], "WRITE {len} overran");
-
-        a.fill(LEN / 2, &vec![0xEE; len + 1]);
-        let rd = [a.mr.sge(LEN / 2, len as u32).unwrap()];
-        qa.post_send(&[SendWr::rdma_read(2, &rd, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        assert_eq!(
-            wait(&a.cq, 1, kick)[0].status,
-            WcStatus::Success,
-            "READ {len}"
-        );
-        assert!(a.bytes(LEN / 2, len) == data, "READ {len}: bytes differ");
+        write_then_read_back(a, &mut qa, b, LEN / 2, &data, kick);
     }
     let msg = rnic_testkit::pattern(3000, 9);
     a.fill(0, &msg);
