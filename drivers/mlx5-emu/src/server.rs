@@ -59,16 +59,23 @@ pub(crate) fn listen_unix(path: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::InvalidInput => return UnixListener::bind(path),
         Err(e) => return Err(e),
     };
-    let linked = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(listener),
+    let placed = match std::fs::hard_link(&tmp, path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&tmp);
+            Ok(())
+        }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
             io::ErrorKind::AddrInUse,
             format!("{}: exists already", path.display()),
         )),
-        Err(e) => Err(e),
+        // A filesystem without hard links: renamed (replacing what appeared at
+        // `path` since the caller's check, as a second bind would not).
+        Err(_) => std::fs::rename(&tmp, path),
+    };
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
+    placed.map(|()| listener)
 }
 
 /// Make `path` usable for a new listener: absent is fine; a socket nobody
