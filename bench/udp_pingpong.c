@@ -14,6 +14,13 @@
  *          socket on lo (filtered to the port) by polling frame status in
  *          memory: no receive system call; the UDP socket drops everything
  *          (a drop-all socket filter), so nothing queues there
+ *   uring  rnic's socket shape, received by an io_uring multishot RECVMSG
+ *          into provided buffers, the receiver spinning on the completion
+ *          queue in memory; default task running: the kernel interrupts the
+ *          spinning receiver (an IPI) to run the receive
+ *   ucoop  the same with IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG: no IPI;
+ *          the receiver sees the flag in memory and enters the kernel once
+ *          to run the receive
  * Prints, per mode, the median and minimum over the rounds of each round's
  * mean one-way time (round trip / 2); then what one empty poll costs (a
  * non-blocking receive on an empty socket shaped like rnic's, the call an
@@ -21,12 +28,15 @@
  * of one header, median ns per call over the rounds.
  *
  * gcc -O2 -o /tmp/udp_pingpong bench/udp_pingpong.c && /tmp/udp_pingpong 11 20000
- * (root: the tap and the ring need CAP_NET_RAW)
+ * (root: the tap and the ring need CAP_NET_RAW). Not under chrt: io_uring's
+ * workers are normal threads, which real-time spinners starve.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <linux/filter.h>
 #include <linux/if_packet.h>
+#include <linux/io_uring.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -35,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,14 +53,31 @@
 #define UDP_GRO 104
 #endif
 
-enum { RECV, MMSG, RNIC, RING, NMODES };
-static const char *names[NMODES] = {"recv", "mmsg", "rnic", "ring"};
-enum { FRAME = 2048, NFR = 256 };
+enum { RECV, MMSG, RNIC, RING, URING, UCOOP, NMODES };
+static const char *names[NMODES] = {"recv", "mmsg", "rnic", "ring", "uring", "ucoop"};
+enum { FRAME = 2048, NFR = 256, NBUF = 16, BUFSZ = 4096 };
+
+/* An io_uring with one multishot RECVMSG armed on the socket, its datagrams
+ * landing in a ring of provided buffers; the receiver spins on the
+ * completion queue's tail in memory. */
+struct uring {
+  int fd;
+  int coop;
+  unsigned *cq_head, *cq_tail, cq_mask, *sq_tail, sq_mask, *sq_flags;
+  unsigned *sq_array;
+  struct io_uring_sqe *sqes;
+  struct io_uring_cqe *cqes;
+  struct io_uring_buf_ring *br;
+  char *bufs;
+  unsigned short br_tail;
+  struct msghdr tmpl;
+};
 
 struct end {
   int mode, sock;
   char *ring;
   unsigned fr;
+  struct uring u;
   char buf[4200], ctl[256];
 };
 
@@ -82,12 +110,106 @@ static void ring_open(struct end *e, int port) {
   if (bind(p, (void *)&ll, sizeof ll)) die("bind AF_PACKET");
 }
 
+static void uring_arm(struct end *e) {
+  struct uring *u = &e->u;
+  unsigned t = *u->sq_tail, i = t & u->sq_mask;
+  struct io_uring_sqe *q = &u->sqes[i];
+  memset(q, 0, sizeof *q);
+  q->opcode = IORING_OP_RECVMSG;
+  q->fd = e->sock;
+  q->addr = (unsigned long)&u->tmpl;
+  q->ioprio = IORING_RECV_MULTISHOT;
+  q->flags = IOSQE_BUFFER_SELECT;
+  q->buf_group = 0;
+  u->sq_array[i] = i;
+  __atomic_store_n(u->sq_tail, t + 1, __ATOMIC_RELEASE);
+  if (syscall(__NR_io_uring_enter, u->fd, 1, 0, 0, NULL, 0) != 1) die("io_uring_enter");
+}
+
+static void uring_open(struct end *e, int coop) {
+  struct uring *u = &e->u;
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  u->coop = coop;
+  if (coop) p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  u->fd = (int)syscall(__NR_io_uring_setup, 8, &p);
+  if (u->fd < 0) die("io_uring_setup");
+  if (!(p.features & IORING_FEAT_SINGLE_MMAP)) die("io_uring without SINGLE_MMAP");
+  size_t sq = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+  size_t cq = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+  size_t sz = sq > cq ? sq : cq;
+  char *r = mmap(0, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, u->fd, IORING_OFF_SQ_RING);
+  if (r == MAP_FAILED) die("mmap io_uring");
+  u->sq_tail = (unsigned *)(r + p.sq_off.tail);
+  u->sq_flags = (unsigned *)(r + p.sq_off.flags);
+  u->sq_mask = *(unsigned *)(r + p.sq_off.ring_mask);
+  u->sq_array = (unsigned *)(r + p.sq_off.array);
+  u->cq_head = (unsigned *)(r + p.cq_off.head);
+  u->cq_tail = (unsigned *)(r + p.cq_off.tail);
+  u->cq_mask = *(unsigned *)(r + p.cq_off.ring_mask);
+  u->cqes = (struct io_uring_cqe *)(r + p.cq_off.cqes);
+  u->sqes = mmap(0, p.sq_entries * sizeof(struct io_uring_sqe), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_POPULATE, u->fd, IORING_OFF_SQES);
+  if (u->sqes == MAP_FAILED) die("mmap sqes");
+  u->br = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  u->bufs = mmap(0, NBUF * BUFSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (u->br == MAP_FAILED || u->bufs == MAP_FAILED) die("mmap buffers");
+  struct io_uring_buf_reg reg;
+  memset(&reg, 0, sizeof reg);
+  reg.ring_addr = (unsigned long)u->br;
+  reg.ring_entries = NBUF;
+  reg.bgid = 0;
+  if (syscall(__NR_io_uring_register, u->fd, IORING_REGISTER_PBUF_RING, &reg, 1)) die("PBUF_RING");
+  for (int i = 0; i < NBUF; i++) {
+    u->br->bufs[i].addr = (unsigned long)(u->bufs + (size_t)i * BUFSZ);
+    u->br->bufs[i].len = BUFSZ;
+    u->br->bufs[i].bid = (unsigned short)i;
+  }
+  u->br_tail = NBUF;
+  __atomic_store_n(&u->br->tail, u->br_tail, __ATOMIC_RELEASE);
+  memset(&u->tmpl, 0, sizeof u->tmpl);
+  u->tmpl.msg_namelen = sizeof(struct sockaddr_in);
+  u->tmpl.msg_controllen = 64;
+  uring_arm(e);
+}
+
+static void uring_rx(struct end *e) {
+  struct uring *u = &e->u;
+  for (;;) {
+    unsigned h = *u->cq_head;
+    while (h == __atomic_load_n(u->cq_tail, __ATOMIC_ACQUIRE)) {
+      /* Cooperative task running: no IPI; the flag says work is queued,
+       * and entering the kernel runs it (the receive, its completion). */
+      if (u->coop && (__atomic_load_n(u->sq_flags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN))
+        syscall(__NR_io_uring_enter, u->fd, 0, 0, IORING_ENTER_GETEVENTS, NULL, 0);
+      else
+        __builtin_ia32_pause();
+    }
+    struct io_uring_cqe c = u->cqes[h & u->cq_mask];
+    __atomic_store_n(u->cq_head, h + 1, __ATOMIC_RELEASE);
+    if (c.flags & IORING_CQE_F_BUFFER) {
+      unsigned short bid = (unsigned short)(c.flags >> IORING_CQE_BUFFER_SHIFT);
+      struct io_uring_buf *b = &u->br->bufs[u->br_tail & (NBUF - 1)];
+      b->addr = (unsigned long)(u->bufs + (size_t)bid * BUFSZ);
+      b->len = BUFSZ;
+      b->bid = bid;
+      __atomic_store_n(&u->br->tail, ++u->br_tail, __ATOMIC_RELEASE);
+    }
+    if (c.res < 0 && c.res != -ENOBUFS) {
+      fprintf(stderr, "io_uring recvmsg: %s\n", strerror(-c.res));
+      exit(1);
+    }
+    if (!(c.flags & IORING_CQE_F_MORE)) uring_arm(e);
+    if (c.res > 0) return;
+  }
+}
+
 static void end_open(struct end *e, int mode, int port) {
   memset(e, 0, sizeof *e);
   e->mode = mode;
   e->sock = socket(AF_INET, SOCK_DGRAM, 0);
   int one = 1;
-  if (mode == RNIC) {
+  if (mode == RNIC || mode == URING || mode == UCOOP) {
     setsockopt(e->sock, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     setsockopt(e->sock, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
     setsockopt(e->sock, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
@@ -95,7 +217,7 @@ static void end_open(struct end *e, int mode, int port) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   if (bind(e->sock, (void *)&a, sizeof a)) die("bind");
-  if (mode == RNIC) {
+  if (mode == RNIC || mode == URING || mode == UCOOP) {
     struct sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 0}}; /* socket 0 of the group */
     struct sock_fprog p = {1, code};
     if (setsockopt(e->sock, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &p, sizeof p)) die("REUSEPORT_CBPF");
@@ -107,9 +229,14 @@ static void end_open(struct end *e, int mode, int port) {
     if (setsockopt(e->sock, SOL_SOCKET, SO_ATTACH_FILTER, &p, sizeof p)) die("drop filter");
     ring_open(e, port);
   }
+  if (mode == URING || mode == UCOOP) uring_open(e, mode == UCOOP);
 }
 
 static void rx(struct end *e) {
+  if (e->mode == URING || e->mode == UCOOP) {
+    uring_rx(e);
+    return;
+  }
   if (e->mode == RING) {
     for (;;) {
       volatile struct tpacket2_hdr *h = (void *)(e->ring + (size_t)e->fr * FRAME);
@@ -260,7 +387,11 @@ int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 11, n = argc > 2 ? atoi(argv[2]) : 20000;
   double (*t)[NMODES] = calloc(rounds, sizeof *t);
   for (int r = 0; r < rounds; r++)
-    for (int m = 0; m < NMODES; m++) t[r][m] = round_us(m, n, 24700 + 10 * m);
+    for (int m = 0; m < NMODES; m++) {
+      t[r][m] = round_us(m, n, 24700 + 10 * m);
+      fprintf(stderr, "\rround %d/%d %-5s %.3f us ", r + 1, rounds, names[m], t[r][m]);
+    }
+  fprintf(stderr, "\n");
   printf("one-way us, 60-byte datagrams, %d rounds of %d round trips\n", rounds, n);
   printf("%-5s %8s %8s %8s\n", "mode", "median", "min", "/recv");
   double base = 0;

@@ -379,12 +379,19 @@ pub fn checks() -> Vec<Check> {
             // device gets from the kernel.
             use std::os::fd::AsFd;
             let usecs = rnic::rxe::sys::BUSY_POLL_USECS;
+            let ring_on = std::env::var("RNIC_RXE_RX_RING")
+                .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+            let ring = if ring_on {
+                "; RNIC_RXE_RX_RING=1: IPv4 addresses receive through a packet ring instead (see rxe-rx-ring)"
+            } else {
+                ""
+            };
             v.push(match rnic::rxe::sys::set_busy_poll(s.as_fd(), usecs) {
                 Ok(()) => check(
                     "rxe-rx-path",
                     Level::Ok,
                     format!(
-                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO); busy-polling devices (caller-driven) call recvmmsg(MSG_DONTWAIT) per poll with SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL, which polls a NIC's NAPI queue (lo and veth have none: there the poll loop is the whole path); io_uring and AF_XDP are not used (docs/benchmarks.md, \"The 8-byte path\")"
+                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO){ring}; busy-polling devices (caller-driven) call recvmmsg(MSG_DONTWAIT) per poll with SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL, which polls a NIC's NAPI queue (lo and veth have none: there the poll loop is the whole path); io_uring and AF_XDP are not used (docs/benchmarks.md, \"The 8-byte path\")"
                     ),
                     "",
                 ),
@@ -405,7 +412,30 @@ pub fn checks() -> Vec<Check> {
             "",
         )),
     }
+    v.push(rx_ring_check());
     v
+}
+
+/// Whether this process can open the packet-ring receive path
+/// (`RNIC_RXE_RX_RING=1`), by opening one on 127.0.0.1 (port 0, which
+/// nothing uses).
+fn rx_ring_check() -> Check {
+    match rnic::rxe::ring::PacketRing::open(std::net::Ipv4Addr::LOCALHOST, 0) {
+        Ok(_) => check(
+            "rxe-rx-ring",
+            Level::Ok,
+            "packet rings available: with RNIC_RXE_RX_RING=1 an IPv4 address receives through an AF_PACKET TPACKET_V2 ring polled in memory (an idle poll is a load, a datagram needs no system call; the device binds exclusively)",
+            "",
+        ),
+        Err((what, e)) => check(
+            "rxe-rx-ring",
+            Level::Warn,
+            format!(
+                "no packet ring: {what} failed ({e}); devices receive through their UDP sockets"
+            ),
+            "run as root (CAP_NET_RAW) on Linux 6.2+ for the low-latency receive path (RNIC_RXE_RX_RING=1)",
+        ),
+    }
 }
 
 /// `rnicctl doctor`.

@@ -151,6 +151,11 @@ enum Cmd {
     /// write-bw -d rxe:10.0.0.2 10.0.0.1`. The TCP exchange is perftest
     /// 4.5-0.17's (Debian bookworm), so either side may be a stock
     /// ib_write_bw / ib_send_lat / … on a kernel rxe device.
+    ///
+    /// rxe devices read the environment: RNIC_RXE_RX_RING=1 receives through
+    /// a packet ring polled in memory (the lowest latency; root, Linux 6.2+;
+    /// `rnicctl doctor` says whether it is available), RNIC_RXE_SHARE=0 binds
+    /// the address exclusively.
     Perf(perf::PerfArgs),
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]

@@ -153,6 +153,13 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
             "{icrc}"
         );
     }
+    // rxe-rx-ring: OK exactly when a packet ring opens: a raw socket (as
+    // the tap) on Linux 6.2+.
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let new_enough = rnic::rxe::ring::kernel_version(release.trim())
+        .is_some_and(|v| v >= rnic::rxe::ring::MIN_KERNEL);
+    let ring = get("rxe-rx-ring");
+    assert_eq!(ring["level"] == "OK", raw && new_enough, "{ring}");
     for n in [
         "vfio-pci",
         "/dev/vfio",

@@ -77,14 +77,31 @@ pub struct BpfInsn {
     pub k: u32,
 }
 
-/// Classic BPF opcodes used by [`tap_filter`] (linux/filter.h).
-mod bpf {
-    pub const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
-    pub const LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
-    pub const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * (P[k] & 0xf)
-    pub const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    pub const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
-    pub const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+/// Classic BPF opcodes used by [`tap_filter`] and rnic-rxe's packet-ring
+/// filter (linux/filter.h).
+pub mod bpf {
+    /// BPF_LD | BPF_B | BPF_ABS
+    pub const LD_B_ABS: u16 = 0x30;
+    /// BPF_LD | BPF_W | BPF_ABS
+    pub const LD_W_ABS: u16 = 0x20;
+    /// BPF_LD | BPF_H | BPF_ABS
+    pub const LD_H_ABS: u16 = 0x28;
+    /// BPF_LD | BPF_H | BPF_IND
+    pub const LD_H_IND: u16 = 0x48;
+    /// BPF_LDX | BPF_B | BPF_MSH: X = 4 * (P[k] & 0xf)
+    pub const LDX_B_MSH: u16 = 0xb1;
+    /// BPF_JMP | BPF_JEQ | BPF_K
+    pub const JEQ_K: u16 = 0x15;
+    /// BPF_JMP | BPF_JSET | BPF_K
+    pub const JSET_K: u16 = 0x45;
+    /// BPF_RET | BPF_K
+    pub const RET_K: u16 = 0x06;
+    /// BPF_ALU | BPF_AND | BPF_K
+    pub const AND_K: u16 = 0x54;
+    /// BPF_ALU | BPF_LSH | BPF_K
+    pub const LSH_K: u16 = 0x64;
+    /// BPF_MISC | BPF_TAX: X = A
+    pub const TAX: u16 = 0x07;
 }
 
 /// The program of an identification tap (a raw IPv4 socket sees packets

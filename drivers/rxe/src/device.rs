@@ -700,23 +700,32 @@ impl RxState {
             let mut got_here = 0;
             while got_here < budget {
                 let want = self.rx.want;
-                let got = match sys::recv_batch(
-                    port.sock.as_fd(),
-                    &mut self.rx.arena,
-                    self.rx.slot,
-                    &mut self.rx.msgs[..want],
-                ) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "recvmmsg failed");
-                        0
+                let got = match &port.ring {
+                    Some(ring) => {
+                        ring.recv_batch(&mut self.rx.arena, self.rx.slot, &mut self.rx.msgs[..want])
                     }
+                    None => match sys::recv_batch(
+                        port.sock.as_fd(),
+                        &mut self.rx.arena,
+                        self.rx.slot,
+                        &mut self.rx.msgs[..want],
+                    ) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "recvmmsg failed");
+                            0
+                        }
+                    },
                 };
                 self.rx.want = (got * 2).clamp(1, BATCH);
                 if got == 0 {
                     break;
                 }
-                self.stats.recvmmsg_calls += 1;
+                if port.ring.is_some() {
+                    self.stats.ring_batches += 1;
+                } else {
+                    self.stats.recvmmsg_calls += 1;
+                }
                 for i in 0..got {
                     let (parts, table) = self.parts();
                     deliver(parts, sh, table, pi, i, now);
@@ -1316,7 +1325,7 @@ impl Shared {
         };
         for (i, p) in self.ports.iter().enumerate() {
             let mut ev = nix::sys::epoll::EpollEvent::new(flags, i as u64);
-            if let Err(e) = epoll.modify(&p.sock, &mut ev) {
+            if let Err(e) = epoll.modify(p.rx_fd(), &mut ev) {
                 tracing::debug!(error = %e, on, "epoll_ctl(MOD) of a socket failed");
             }
         }

@@ -91,6 +91,22 @@ pub enum RxeError {
         #[source]
         source: io::Error,
     },
+    /// The packet-ring receive path (`RxeConfig::rx_ring`) could not be set
+    /// up on an address.
+    #[error(
+        "{what} for the packet-ring receive path on {addr} failed: {source}. The ring needs \
+         CAP_NET_RAW (run as root) and Linux 6.2 or later; without RNIC_RXE_RX_RING=1 (or \
+         RxeConfig::with_rx_ring(false)) the device receives through its UDP socket"
+    )]
+    PacketRing {
+        /// What was being done.
+        what: &'static str,
+        /// The local address and port.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// Listing the interfaces failed.
     #[error("reading the interface addresses (getifaddrs) failed: {0}")]
     Interfaces(#[source] nix::Error),

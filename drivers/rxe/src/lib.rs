@@ -44,6 +44,14 @@
 //!   out QPNs only from its slot ([`RxeDevice::qpn_range`]). Needs CAP_BPF
 //!   and CAP_SYS_ADMIN, else (or with `RNIC_RXE_SHARE=0`) the addresses are
 //!   bound exclusively.
+//! * **Packet-ring receive** ([`ring`], opt-in: [`RxeConfig::rx_ring`],
+//!   `RNIC_RXE_RX_RING=1`): an IPv4 address's datagrams arrive in an
+//!   `AF_PACKET` `TPACKET_V2` ring polled in memory (its UDP socket drops
+//!   them all: one queue, so a stream is never reordered between two), GSO
+//!   datagrams whole with their segment size from the virtio-net header. An
+//!   idle busy poll is a load instead of a `recvmmsg`, a datagram needs no
+//!   receive system call: the low-latency path for caller-driven devices.
+//!   Root (CAP_NET_RAW), Linux 6.2+, exclusive binding.
 //! * **Fault injection** ([`FaultConfig`], off by default): seeded loss and
 //!   reordering of verified packets before demultiplexing, counted.
 //!
@@ -91,6 +99,7 @@ mod mem;
 mod port;
 mod provider;
 mod qpns;
+pub mod ring;
 pub mod share;
 mod stats;
 pub mod sys;

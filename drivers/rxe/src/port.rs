@@ -39,6 +39,9 @@ pub struct Port {
     /// receive path could not predict is still checked in all 32 bits.
     /// `None` without CAP_NET_RAW (or when not asked for).
     pub tap: Option<std::os::fd::OwnedFd>,
+    /// The packet-ring receive path (`crate::ring`): when present, every
+    /// datagram to the port arrives here and `sock` drops all it receives.
+    pub ring: Option<crate::ring::PacketRing>,
     /// The network namespace `sock` was bound in (the opening thread's),
     /// when `/proc` shows it: per-QP sockets bound later, from whichever
     /// thread connects or posts, are bound there too.
@@ -125,6 +128,7 @@ impl Port {
         roce_port: u16,
         want_gro: bool,
         want_tap: bool,
+        want_ring: bool,
         share: Option<&mut crate::share::Member>,
     ) -> Result<Port, RxeError> {
         let addr = sockaddr(local.ip, local.scope_id, roce_port);
@@ -165,6 +169,24 @@ impl Port {
             },
             _ => None,
         };
+        let ring = match local.ip {
+            IpAddr::V4(v4) if want_ring => {
+                let ring = crate::ring::PacketRing::open(v4, roce_port)
+                    .map_err(|(what, source)| RxeError::PacketRing { what, addr, source })?;
+                // One queue: what the ring takes, the socket drops.
+                sys::drop_all(sock.as_fd()).map_err(|source| RxeError::PacketRing {
+                    what: "attaching the drop-all filter to the UDP socket",
+                    addr,
+                    source,
+                })?;
+                Some(ring)
+            }
+            IpAddr::V6(_) if want_ring => {
+                tracing::info!(%addr, "no packet ring for an IPv6 address: it receives through its socket");
+                None
+            }
+            _ => None,
+        };
         Ok(Port {
             gid: local.gid,
             ip: local.ip,
@@ -173,8 +195,18 @@ impl Port {
             sock,
             gro,
             tap,
+            ring,
             netns: NetNs::current().ok(),
         })
+    }
+
+    /// The descriptor that becomes readable when a datagram for this port
+    /// arrives: the packet ring's socket, or the UDP socket.
+    pub fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match &self.ring {
+            Some(r) => r.fd(),
+            None => self.sock.as_fd(),
+        }
     }
 
     /// A send-only socket from this address and UDP port `sport` (rxe's

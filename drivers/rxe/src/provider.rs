@@ -75,6 +75,17 @@ pub struct RxeConfig {
     /// `icrc_unverified`); `RNIC_RXE_IDENT_RECOVERY=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub ident_recovery: bool,
+    /// Receive through a packet ring per IPv4 address (`AF_PACKET`,
+    /// `TPACKET_V2`) polled in memory instead of through the UDP socket:
+    /// an idle poll is a load, not a `recvmmsg` system call, and a datagram
+    /// is taken without one — the low-latency receive path for caller-driven
+    /// devices. Needs CAP_NET_RAW and Linux 6.2+ (opening fails with
+    /// [`RxeError::PacketRing`] otherwise); binds exclusively (no sharing
+    /// group); IPv6 addresses keep their socket. On loopback the kernel's
+    /// copy into the ring runs on the *sender's* CPU, so streaming gets
+    /// slower there. Off by default; `RNIC_RXE_RX_RING=1` turns it on for
+    /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
+    pub rx_ring: bool,
     /// Payloads of at least this many bytes in memory that offers direct
     /// access leave from it in place: the kernel's copy is the only one on
     /// the sending side (`tx.rs`). `usize::MAX` copies every payload into
@@ -140,6 +151,7 @@ impl RxeConfig {
             ident_tap: true,
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
+            rx_ring: env_on("RNIC_RXE_RX_RING"),
             tx_in_place_min: if env_off("RNIC_RXE_TX_IN_PLACE") {
                 usize::MAX
             } else {
@@ -188,6 +200,14 @@ impl RxeConfig {
     #[must_use]
     pub fn with_share(mut self, on: bool) -> RxeConfig {
         self.share = on;
+        self
+    }
+
+    /// The same, receiving through packet rings or not (see
+    /// [`RxeConfig::rx_ring`]).
+    #[must_use]
+    pub fn with_rx_ring(mut self, on: bool) -> RxeConfig {
+        self.rx_ring = on;
         self
     }
 
@@ -321,7 +341,12 @@ fn env_off(name: &str) -> bool {
 /// `RNIC_RXE_IDENT_RECOVERY=1` (or `true`/`yes`/`on`): opt in to the 15-bit
 /// ICRC check for packets whose identification could not be known.
 pub fn ident_recovery_from_env() -> bool {
-    std::env::var("RNIC_RXE_IDENT_RECOVERY").is_ok_and(|v| {
+    env_on("RNIC_RXE_IDENT_RECOVERY")
+}
+
+/// `name` is set to `1` (or `true`/`yes`/`on`).
+fn env_on(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
         matches!(
             v.trim().to_ascii_lowercase().as_str(),
             "1" | "true" | "yes" | "on"
@@ -368,6 +393,7 @@ impl RxeDevice {
             cfg.roce_port,
             cfg.gro,
             cfg.ident_tap,
+            cfg.rx_ring,
             cfg.share,
             &match &cfg.target {
                 Target::Netdev(n) => format!("rxe:{n}"),
@@ -393,6 +419,9 @@ impl RxeDevice {
         };
         let gso = cfg.gso && ports.iter().all(|p| sys::probe_gso(&p.sock));
         let gro = ports.iter().any(|p| p.gro);
+        // A ring hands over GSO datagrams whole, as a GRO socket does: the
+        // receive slots must hold them.
+        let whole = gro || ports.iter().any(|p| p.ring.is_some());
         let active_mtu = gid::active_mtu(addrs.first().and_then(|a| a.netdev_mtu));
         let doorbell =
             EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
@@ -408,7 +437,7 @@ impl RxeDevice {
                 })?;
             for (i, p) in ports.iter().enumerate() {
                 epoll
-                    .add(&p.sock, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+                    .add(p.rx_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
                     .map_err(|source| RxeError::Event {
                         what: "the epoll registration of a socket",
                         source,
@@ -435,7 +464,7 @@ impl RxeDevice {
                 pds: Slab::default(),
                 next_qpn: 0x11,
             }),
-            rx: Mutex::new(RxState::new(gro, cfg.faults, cfg.ident_recovery)),
+            rx: Mutex::new(RxState::new(whole, cfg.faults, cfg.ident_recovery)),
             send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min),
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),
@@ -579,6 +608,16 @@ impl RxeDevice {
     /// Whether receives use UDP GRO.
     pub fn gro(&self) -> bool {
         self.inner.sh.ports.iter().any(|p| p.gro)
+    }
+
+    /// How many of the device's addresses receive through a packet ring
+    /// ([`RxeConfig::rx_ring`]), and how many it has.
+    pub fn rx_rings(&self) -> (usize, usize) {
+        let ports = &self.inner.sh.ports;
+        (
+            ports.iter().filter(|p| p.ring.is_some()).count(),
+            ports.len(),
+        )
     }
 
     /// The QPNs this device hands out: all of them, or its slot's when it
@@ -945,7 +984,7 @@ impl CqOps for RxeCq {
                 fds.extend(
                     sh.ports
                         .iter()
-                        .map(|p| PollFd::new(p.sock.as_fd(), PollFlags::POLLIN)),
+                        .map(|p| PollFd::new(p.rx_fd(), PollFlags::POLLIN)),
                 );
             }
             poll(&mut fds, ms).map_err(|e| VerbsError::WaitCq {

@@ -381,12 +381,15 @@ pub(crate) fn bind_ports(
     roce_port: u16,
     gro: bool,
     tap: bool,
+    ring: bool,
     share: bool,
     target: &str,
 ) -> Result<(Vec<crate::port::Port>, Option<Member>), RxeError> {
     use crate::port::Port;
     static SAID: std::sync::Once = std::sync::Once::new();
-    let mut member = if share {
+    // A packet ring sees its address's datagrams whatever process they are
+    // for: a device with rings binds exclusively.
+    let mut member = if share && !ring {
         match Member::claim(Path::new(REGISTRY), target) {
             Ok(m) => Some(m),
             Err(JoinError::Unavailable(why)) => {
@@ -403,7 +406,7 @@ pub(crate) fn bind_ports(
     };
     let ports = addrs
         .iter()
-        .map(|a| Port::bind(a, roce_port, gro, tap, member.as_mut()))
+        .map(|a| Port::bind(a, roce_port, gro, tap, ring, member.as_mut()))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((ports, member))
 }

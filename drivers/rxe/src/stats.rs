@@ -66,6 +66,8 @@ pub struct DeviceStats {
     pub rx_datagrams: u64,
     /// `recvmmsg` calls that returned data.
     pub recvmmsg_calls: u64,
+    /// Batches taken from packet rings (`RxeConfig::rx_ring`) that held data.
+    pub ring_batches: u64,
     /// RoCE packets received (a GRO datagram carries several).
     pub rx_packets: u64,
     /// Their bytes.
@@ -148,6 +150,7 @@ impl DeviceStats {
             sport_fallbacks,
             rx_datagrams,
             recvmmsg_calls,
+            ring_batches,
             rx_packets,
             rx_bytes,
             gro_datagrams,
@@ -191,6 +194,7 @@ impl DeviceStats {
             (&mut self.sport_fallbacks, sport_fallbacks),
             (&mut self.rx_datagrams, rx_datagrams),
             (&mut self.recvmmsg_calls, recvmmsg_calls),
+            (&mut self.ring_batches, ring_batches),
             (&mut self.rx_packets, rx_packets),
             (&mut self.rx_bytes, rx_bytes),
             (&mut self.gro_datagrams, gro_datagrams),
@@ -258,11 +262,12 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} GRO datagrams carrying {} packets; the progress thread received {} datagrams in {} wake-ups), {} malformed, {} unknown QPN ({} in other processes' ranges)",
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} packet-ring batches, {} GRO datagrams carrying {} packets; the progress thread received {} datagrams in {} wake-ups), {} malformed, {} unknown QPN ({} in other processes' ranges)",
             d.rx_packets,
             d.rx_bytes,
             d.rx_datagrams,
             d.recvmmsg_calls,
+            d.ring_batches,
             d.gro_datagrams,
             d.gro_segments,
             d.thread_datagrams,

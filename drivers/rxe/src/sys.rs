@@ -595,30 +595,59 @@ pub fn ident_tap(ip: Ipv4Addr, roce_port: u16) -> io::Result<std::os::fd::OwnedF
     }
     // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
     let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    let filter = tap_filter(roce_port);
-    let prog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    // SAFETY: `owned` is a live socket; `prog` points at `filter`, both on
-    // our stack for the duration of the call, with the size we pass; the
-    // kernel copies the program.
-    let rc = unsafe {
-        libc::setsockopt(
-            owned.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&raw const prog).cast(),
-            size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    attach_filter(owned.as_fd(), &rnic_roce::ident::tap_filter(roce_port))?;
     let addr = nix::sys::socket::SockaddrIn::from(SocketAddrV4::new(ip, 0));
     nix::sys::socket::bind(owned.as_raw_fd(), &addr).map_err(io::Error::from)?;
     set_buffers(&owned, 1 << 20);
     Ok(owned)
+}
+
+/// Attach classic-BPF program `prog` to socket `fd` (`SO_ATTACH_FILTER`).
+pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[rnic_roce::ident::BpfInsn]) -> io::Result<()> {
+    let code: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(code.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        filter: code.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fd` is a live socket borrowed for the call; `fprog` points at
+    // `code`, both alive for the call, with the sizes we pass; the kernel
+    // copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Drop every datagram socket `fd` would receive (a port whose packet ring
+/// takes them; see `crate::ring`).
+pub fn drop_all(fd: BorrowedFd<'_>) -> io::Result<()> {
+    attach_filter(
+        fd,
+        &[rnic_roce::ident::BpfInsn {
+            code: rnic_roce::ident::bpf::RET_K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }],
+    )
 }
 
 /// Read one tapped packet into `buf` without blocking: `Ok(None)` when the

@@ -63,32 +63,7 @@ fn exchange(a: &Side, b: &Side, extra_a: &rnic_core::MemoryRegion, extra_mem: &d
         .enumerate()
     {
         let data = rnic_testkit::pattern(len, 0x30 + i as u32);
-        a.fill(0, &data);
-        b.fill(LEN / 2, &vec![0xEE; len + 1]);
-        let src = [a.mr.sge(0, len as u32).unwrap()];
-        let dst = b.mr.addr() + (LEN / 2) as u64;
-        qa.post_send(&[SendWr::rdma_write(1, &src, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        assert_eq!(
-            wait(&a.cq, 1, &[])[0].status,
-            WcStatus::Success,
-            "WRITE {len}"
-        );
-        assert!(b.bytes(LEN / 2, len) == data, "WRITE {len}: bytes differ");
-        assert_eq!(b.bytes(LEN / 2 + len, 1), [0xEE], "WRITE {len} overran");
-
-        // READ it back into a at 512 KiB.
-        a.fill(LEN / 2, &vec![0xEE; len + 1]);
-        let rd = [a.mr.sge(LEN / 2, len as u32).unwrap()];
-        qa.post_send(&[SendWr::rdma_read(2, &rd, dst, b.mr.rkey()).signaled()])
-            .unwrap();
-        assert_eq!(
-            wait(&a.cq, 1, &[])[0].status,
-            WcStatus::Success,
-            "READ {len}"
-        );
-        assert!(a.bytes(LEN / 2, len) == data, "READ {len}: bytes differ");
-        assert_eq!(a.bytes(LEN / 2 + len, 1), [0xEE], "READ {len} overran");
+        write_then_read_back(a, &mut qa, b, LEN / 2, &data, &[]);
     }
     // A SEND of 5000 + 700 + 3000 bytes from a's buffer, the second region,
     // and a's buffer again: one payload spanning three SGEs in two regions.

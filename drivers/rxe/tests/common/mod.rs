@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rnic_core::{
     AccessFlags, CompletionQueue, Context, CqStats, HeapMemory, InitParams, Memory, MemoryRegion,
     Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
-    VerbsError, WorkCompletion,
+    SendWr, VerbsError, WcStatus, WorkCompletion,
 };
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
 
@@ -216,6 +216,46 @@ pub fn sides(buf: usize, progress: Progress) -> (Side, Side) {
         Side::new(open(ia, progress), buf, 512),
         Side::new(open(ib, progress), buf, 512),
     )
+}
+
+/// An RDMA WRITE of `data` from the start of `a`'s buffer to `b`'s at `at`,
+/// then a READ of it back into `a`'s buffer at `at`: each completes and
+/// lands byte-exact without overrunning (a 0xEE guard byte after each).
+/// `kick`: caller-driven devices the waits must progress.
+pub fn write_then_read_back(
+    a: &Side,
+    qa: &mut QueuePair,
+    b: &Side,
+    at: usize,
+    data: &[u8],
+    kick: &[&RxeDevice],
+) {
+    let len = data.len();
+    a.fill(0, data);
+    b.fill(at, &vec![0xEE; len + 1]);
+    let src = [a.mr.sge(0, len as u32).unwrap()];
+    let dst = b.mr.addr() + at as u64;
+    qa.post_send(&[SendWr::rdma_write(1, &src, dst, b.mr.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(
+        wait(&a.cq, 1, kick)[0].status,
+        WcStatus::Success,
+        "WRITE {len}"
+    );
+    assert!(b.bytes(at, len) == data, "WRITE {len}: bytes differ");
+    assert_eq!(b.bytes(at + len, 1), [0xEE], "WRITE {len} overran");
+
+    a.fill(at, &vec![0xEE; len + 1]);
+    let rd = [a.mr.sge(at, len as u32).unwrap()];
+    qa.post_send(&[SendWr::rdma_read(2, &rd, dst, b.mr.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(
+        wait(&a.cq, 1, kick)[0].status,
+        WcStatus::Success,
+        "READ {len}"
+    );
+    assert!(a.bytes(at, len) == data, "READ {len}: bytes differ");
+    assert_eq!(a.bytes(at + len, 1), [0xEE], "READ {len} overran");
 }
 
 /// Poll `cq` until `n` completions arrived (panics after 20 s). Also kicks
