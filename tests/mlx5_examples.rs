@@ -39,7 +39,7 @@ fn pingpong(
     port: u16,
     extra: &[&str],
 ) {
-    let (port, ssize) = (port.to_string(), size.to_string());
+    let (tcp, port, ssize) = (port, port.to_string(), size.to_string());
     let args = |spec: &str| -> Vec<String> {
         let mut v: Vec<String> = [
             "-d", spec, "-g", "0", "-c", "-n", "100", "-s", &ssize, "-p", &port,
@@ -50,17 +50,47 @@ fn pingpong(
         v.extend(extra.iter().map(|x| x.to_string()));
         v
     };
-    let s = Command::new(bin)
+    let mut s = Command::new(bin)
         .args(args(server.0))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The server listens once its device and QP are up; a client started before
+    // that is refused (a fixed 300 ms head start was not always enough).
+    if !rnic_testkit::wait_listening(&mut s, tcp, Duration::from_secs(60)) {
+        let _ = s.kill();
+        let o = s.wait_with_output().unwrap();
+        panic!(
+            "the server never listened on port {tcp}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     let mut ca = args(client.0);
     ca.push("127.0.0.1".to_owned());
-    let c = ok(&Command::new(bin).args(&ca).output().unwrap());
-    let s = ok(&s.wait_with_output().unwrap());
+    let c = Command::new(bin).args(&ca).output().unwrap();
+    if !c.status.success() {
+        let _ = s.kill();
+    }
+    let s = s.wait_with_output().unwrap();
+    // Either side failing shows both.
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        c.status.success() && s.status.success(),
+        "client ({}):\n{}\nserver ({}):\n{}",
+        c.status,
+        text(&c),
+        s.status,
+        text(&s)
+    );
+    let (c, s) = (ok(&c), ok(&s));
     for (out, me, peer) in [(&c, client.1, server.1), (&s, server.1, client.1)] {
         let l: Vec<&str> = out.lines().collect();
         assert_eq!(l.len(), 4, "{out}");

@@ -19,6 +19,7 @@
 
 use rnic_core::{MemoryRegion, Mtu, QueuePair, WorkCompletion};
 use rnic_core::{RecvWr, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
+use std::time::{Duration, Instant};
 
 /// One MiB.
 pub const MIB: usize = 1 << 20;
@@ -205,5 +206,57 @@ pub fn every_rc_op<E: Endpoint>(
         );
         assert_eq!(a.bytes(3 * MIB, 8), a.atomic_bytes(orig), "{opcode:?}");
         assert_eq!(b.bytes(3 * MIB + 64, 8), b.atomic_bytes(left), "{opcode:?}");
+    }
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port` (IPv4 or IPv6):
+/// the listening sockets of its network namespace from `/proc/PID/net/tcp{,6}`,
+/// matched by inode against its descriptors. A test that starts a server process
+/// waits for this rather than sleeping, and without connecting (the server would
+/// take a probe for its client); a listener left by another process on the same
+/// port does not count.
+pub fn tcp_listening(pid: u32, port: u16) -> bool {
+    const LISTEN: &str = "0A";
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        // "sl local_address rem_address st … uid timeout inode", addresses as HEXIP:HEXPORT.
+        for line in t.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().take(10).collect();
+            if f.len() == 10
+                && f[3] == LISTEN
+                && f[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+            {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    !inodes.is_empty()
+        && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+            })
+        })
+}
+
+/// Wait until `child` listens on TCP `port` ([`tcp_listening`]): `false` if it
+/// exited first or `limit` passed (the caller then reports its output).
+pub fn wait_listening(child: &mut std::process::Child, port: u16, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if tcp_listening(child.id(), port) {
+            return true;
+        }
+        if !matches!(child.try_wait(), Ok(None)) || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -638,7 +638,7 @@ impl ControlListener {
             }
             std::fs::remove_file(path)?;
         }
-        let listener = UnixListener::bind(path)?;
+        let listener = crate::server::listen_unix(path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();

@@ -23,10 +23,10 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -43,6 +43,40 @@ use crate::device::{Device, Options};
 use crate::error::EmuError;
 use crate::firmware::{Accounting, Firmware, FirmwareHandle};
 use crate::watch::{Backoff, DoorbellHandler, NoFirmware, Watcher};
+
+/// Bind and listen on `path` such that the path appears only once it accepts connections:
+/// bound and listening under a short temporary name in the same directory first, then
+/// hard-linked to `path`. A client that waits for the file to appear (a test, a supervisor)
+/// can connect at once; with a plain `bind` the file exists before `listen` and such a
+/// connect is refused. An existing `path` is `AddrInUse`, as `bind` says.
+pub(crate) fn listen_unix(path: &Path) -> io::Result<UnixListener> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{}.{n}", std::process::id()));
+    let listener = match UnixListener::bind(&tmp) {
+        Ok(l) => l,
+        // The temporary name past the 107 bytes of sun_path: bind the path itself.
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => return UnixListener::bind(path),
+        Err(e) => return Err(e),
+    };
+    let placed = match std::fs::hard_link(&tmp, path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&tmp);
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{}: exists already", path.display()),
+        )),
+        // A filesystem without hard links: renamed (replacing what appeared at
+        // `path` since the caller's check, as a second bind would not).
+        Err(_) => std::fs::rename(&tmp, path),
+    };
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed.map(|()| listener)
+}
 
 /// Make `path` usable for a new listener: absent is fine; a socket nobody
 /// listens on (left by a crashed emulator) is removed; a live socket or a
@@ -393,12 +427,12 @@ impl Emulator {
         let socket = socket.as_ref().to_path_buf();
         prepare_socket(&socket)?;
         let dev = Arc::new(Device::new(options, handler)?);
-        let server = Server::new(&socket, true, irqs(&dev), regions(&dev)).map_err(|source| {
-            EmuError::Listen {
-                path: socket.clone(),
-                source,
-            }
+        let listener = listen_unix(&socket).map_err(|e| EmuError::Listen {
+            path: socket.clone(),
+            source: vfio_user::Error::SocketBind(e),
         })?;
+        // The emulator removes the socket when it stops (`Drop`).
+        let server = Server::from_owned_fd(listener.into(), true, irqs(&dev), regions(&dev));
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared::default());
         before_serving(&dev, &shared);
@@ -467,8 +501,8 @@ impl Emulator {
                 warn!(thread = ?t.thread().name(), "emulator thread still busy (a client is connected); detached");
             }
         }
-        // The serving thread's listener removes the socket when it ends; a
-        // detached one (a client still connected) has not.
+        // The socket is ours to remove (the listener was handed to the server
+        // as a descriptor, without its path).
         if std::fs::symlink_metadata(&self.socket).is_ok_and(|m| m.file_type().is_socket())
             && let Err(e) = std::fs::remove_file(&self.socket)
             && e.kind() != io::ErrorKind::NotFound

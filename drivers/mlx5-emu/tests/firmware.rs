@@ -688,11 +688,22 @@ fn page_counts_come_from_the_options() {
     r.ok(&cmd(CmdOpcode::Nop, 0, 0x10), OUT_HDR);
 }
 
+/// Wait (at most 5 s) until `done` holds: the watcher and the firmware run on threads of
+/// their own, and a loaded machine may take a while to schedule them.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_delayed_command_completes_late_while_other_slots_run_and_its_own_slot_is_busy() {
     let r = Rig::new();
     let faults = r.fw().faults();
-    let delay = Duration::from_millis(300);
+    // Long enough for the checks below to run within it on a loaded 2-core machine.
+    let delay = Duration::from_millis(1000);
     assert!(faults.delay_next(Some(CmdOpcode::EnableHca), delay));
     assert!(
         !faults.delay_next(None, Duration::from_secs(601)),
@@ -701,7 +712,9 @@ fn a_delayed_command_completes_late_while_other_slots_run_and_its_own_slot_is_bu
     let start = Instant::now();
     let enable_cmd = cmd(CmdOpcode::EnableHca, 0, 0x10);
     r.post(0, &enable_cmd, OUT_HDR, Tweak::default());
-    std::thread::sleep(Duration::from_millis(30));
+    until("the delayed command was never fetched", || {
+        r.fw().late_pending() > 0
+    });
     assert_eq!(r.fw().late_pending(), 1);
     assert_eq!(r.fw().phase(), Phase::Disabled, "not executed yet");
     assert_eq!(
@@ -712,7 +725,9 @@ fn a_delayed_command_completes_late_while_other_slots_run_and_its_own_slot_is_bu
     // A ring of the busy slot is ignored (a slot executes one command at a time).
     r.post(0, &enable_cmd, OUT_HDR, Tweak::default());
     // (Let the watcher take that ring before slot 1's doorbell write replaces it.)
-    std::thread::sleep(Duration::from_millis(20));
+    until("the busy slot's ring was never seen", || {
+        r.fw().stats().ignored_busy > 0
+    });
     assert_eq!(r.fw().stats().ignored_busy, 1);
     // Another slot is served meanwhile (NOP before ENABLE_HCA: refused, but completed).
     let nop = r.exec_on(
@@ -747,9 +762,15 @@ fn a_delayed_command_completes_late_while_other_slots_run_and_its_own_slot_is_bu
     // A reset before the delay ends drops the command: never executed, never completed.
     faults.delay_next(None, Duration::from_millis(200));
     r.post(2, &q, 0x70, Tweak::default());
-    std::thread::sleep(Duration::from_millis(20));
+    until("the third delayed command was never fetched", || {
+        r.fw().late_pending() > 0
+    });
     r.f.reset().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Dropped (or, wrongly, executed) when its delay ends.
+    until("the delay never ended", || {
+        let s = r.fw().stats();
+        s.late_dropped > 0 || s.executed(CmdOpcode::QueryIssi) > 1
+    });
     let s = r.fw().stats();
     assert_eq!((s.delayed, s.late_dropped), (3, 1));
     assert_eq!(r.fw().late_pending(), 0);

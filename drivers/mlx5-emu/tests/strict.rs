@@ -188,25 +188,6 @@ fn vport_state(r: &Rig) -> (u32, u32) {
     (o.admin_state(), o.state())
 }
 
-/// The next EQE of a ring of 2^log entries after `ci` EQEs, if its owner bit says so.
-fn eqe(ring: &DmaBuffer, log: u32, ci: u32) -> Option<[u8; 64]> {
-    let mut e = [0u8; 64];
-    ring.read(((ci & ((1 << log) - 1)) * 64) as usize, &mut e)
-        .unwrap();
-    (u32::from(e[63] & 1) == (ci >> log) & 1).then_some(e)
-}
-
-fn wait_eqe(ring: &DmaBuffer, log: u32, ci: u32) -> [u8; 64] {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(e) = eqe(ring, log, ci) {
-            return e;
-        }
-        assert!(Instant::now() < deadline, "no EQE {ci}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Row 8: PTYS reports the configured speed as capability, admin and (link up) oper;
 /// `set_link` moves QUERY_VPORT_STATE and PTYS oper, and posts PORT_CHANGE EQEs (down 1,
 /// active 4, port 1 at EQE+0x28 bits 7:4). PTYS's refusals: port, protocol, write, length.

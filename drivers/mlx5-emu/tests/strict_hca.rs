@@ -299,6 +299,8 @@ fn an_eq_overrun_is_a_fatal_health_syndrome() {
         let nop = cmd(CmdOpcode::Nop, 0, 0x10);
         hw.r.ok(&nop, OUT);
         hw.r.ok(&nop, OUT);
+        // The overrun comes with that NOP's completion event, after its output is back.
+        wait_for("the EQ overrun", &hw, |s| s.eq_overruns > 0);
         assert_eq!(hw.r.fw().hca_stats().eq_overruns, 1);
         let bar = hw.r.f.bar0();
         let word = |f: rnic_mlx5_prm::FieldLayout| {

@@ -127,52 +127,67 @@ fn a_caller_driven_device_has_no_thread_to_schedule() {
 /// a WRITE to a QPN nobody has (its packets dropped as unknown) fails with
 /// RETRY_EXC_ERR after its 1 + retry_cnt timeouts of ~4.2 ms (exponent 10),
 /// not after waits rounded up to the thread's idle period.
+///
+/// Timed, so measured up to five times (a fresh QP each) and judged by the
+/// fastest: load only adds to a run's time, while a thread that missed the
+/// first deadline cannot finish before its idle wake-up, ~48 ms after the
+/// post, in any run. One run alone failed 2 times in 30 on a loaded 2-core
+/// machine (46 and 50 ms; at a load average of 9, three runs in a row took
+/// 49-60 ms).
 #[test]
 fn a_sleeping_thread_keeps_short_retransmission_deadlines() {
     let (ia, ib) = ip_pair();
     let a = Side::new(open_with(ia, None), 4096, 16);
     let b = Side::new(open_with(ib, None), 4096, 16);
-    let mut qa = a.qp(QpType::Rc);
-    let init = rnic_core::InitParams {
-        access: ALL,
-        ..rnic_core::InitParams::default()
-    };
-    qa.to_init(&init).unwrap();
-    let nobody = rnic_core::Qpn::new(0x00ab_cdef).unwrap();
-    qa.to_rtr(
-        nobody,
-        rnic_core::Psn::from_wire(1),
-        b.gid(),
-        &rtr(Mtu::Mtu1024),
-    )
-    .unwrap();
-    let rts = rnic_core::RtsParams {
-        timeout: 10,
-        retry_cnt: 3,
-        ..rts()
-    };
-    qa.to_rts(rnic_core::Psn::from_wire(7), &rts).unwrap();
-    // Let the thread fall asleep towards its idle wake-up first (50 ms from
-    // its last round).
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    let sge = [a.mr.sge(0, 8).unwrap()];
-    let t = std::time::Instant::now();
-    qa.post_send(&[SendWr::rdma_write(1, &sge, b.mr.addr(), b.mr.rkey()).signaled()])
-        .unwrap();
-    // No polling meanwhile (a poll's round would run the timers itself):
-    // sleep on the CQ's event until the thread delivers the completion.
-    a.cq.req_notify(false).unwrap();
-    assert!(a.cq.wait(Some(std::time::Duration::from_secs(5))).unwrap());
-    let took = t.elapsed();
-    let wc = wait(&a.cq, 1, &[]);
-    println!("RETRY_EXC_ERR after {took:?}: {wc:?}");
-    assert_eq!(wc[0].status, WcStatus::RetryExcErr, "{wc:?}");
     let timeout = std::time::Duration::from_nanos(4096 << 10);
     // 4 timeouts of 4.2 ms (each rounded up to the thread's millisecond):
     // about 20 ms. A first deadline missed until the thread's idle wake-up
     // would take about 60 ms (a post that never rings: 43.7 ms even after
     // 20 ms of the thread's sleep had passed).
-    assert!(took >= timeout * 4, "{took:?}");
-    assert!(took < std::time::Duration::from_millis(35), "{took:?}");
-    assert!(b.dev.stats().device.unknown_qpn >= 4);
+    let bound = std::time::Duration::from_millis(35);
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let mut qa = a.qp(QpType::Rc);
+        let init = rnic_core::InitParams {
+            access: ALL,
+            ..rnic_core::InitParams::default()
+        };
+        qa.to_init(&init).unwrap();
+        let nobody = rnic_core::Qpn::new(0x00ab_cdef).unwrap();
+        qa.to_rtr(
+            nobody,
+            rnic_core::Psn::from_wire(1),
+            b.gid(),
+            &rtr(Mtu::Mtu1024),
+        )
+        .unwrap();
+        let rts = rnic_core::RtsParams {
+            timeout: 10,
+            retry_cnt: 3,
+            ..rts()
+        };
+        qa.to_rts(rnic_core::Psn::from_wire(7), &rts).unwrap();
+        // Let the thread fall asleep towards its idle wake-up first (50 ms from
+        // its last round).
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let sge = [a.mr.sge(0, 8).unwrap()];
+        let t = std::time::Instant::now();
+        qa.post_send(&[SendWr::rdma_write(1, &sge, b.mr.addr(), b.mr.rkey()).signaled()])
+            .unwrap();
+        // No polling meanwhile (a poll's round would run the timers itself):
+        // sleep on the CQ's event until the thread delivers the completion.
+        a.cq.req_notify(false).unwrap();
+        assert!(a.cq.wait(Some(std::time::Duration::from_secs(5))).unwrap());
+        let run = t.elapsed();
+        let wc = wait(&a.cq, 1, &[]);
+        println!("RETRY_EXC_ERR after {run:?}: {wc:?}");
+        assert_eq!(wc[0].status, WcStatus::RetryExcErr, "{wc:?}");
+        assert!(run >= timeout * 4, "{run:?}");
+        took.push(run);
+        if run < bound {
+            break;
+        }
+    }
+    assert!(took.iter().any(|&t| t < bound), "{took:?}");
+    assert!(b.dev.stats().device.unknown_qpn >= 4 * took.len() as u64);
 }

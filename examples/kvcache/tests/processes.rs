@@ -81,7 +81,7 @@ fn run_pair(ns: Option<(&str, &str)>, decode_dev: &str, prefill_dev: &str, conne
         "30".into(),
     ];
     common(&mut dargs);
-    let d = spawn(dns, env!("CARGO_BIN_EXE_kv_decode"), dargs);
+    let mut d = spawn(dns, env!("CARGO_BIN_EXE_kv_decode"), dargs);
     let mut pargs = vec![
         "--connect".into(),
         format!("{connect_ip}:{port}"),
@@ -97,8 +97,16 @@ fn run_pair(ns: Option<(&str, &str)>, decode_dev: &str, prefill_dev: &str, conne
         "4".into(),
     ];
     common(&mut pargs);
-    // Give the decode node a moment to listen.
-    std::thread::sleep(Duration::from_millis(300));
+    // The prefill node connects once: wait until the decode node listens (in its
+    // namespace; a fixed 300 ms head start is a guess).
+    if !rnic_testkit::wait_listening(&mut d, port, Duration::from_secs(30)) {
+        let _ = d.kill();
+        let o = d.wait_with_output().expect("output");
+        panic!(
+            "kv_decode never listened on port {port}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     let p = spawn(pns, env!("CARGO_BIN_EXE_kv_prefill"), pargs);
     let pout = wait_within(p, Duration::from_secs(60));
     let dout = wait_within(d, Duration::from_secs(60));

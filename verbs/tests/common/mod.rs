@@ -68,23 +68,6 @@ pub fn verbs_cmd(program: impl AsRef<std::ffi::OsStr>) -> Command {
     c
 }
 
-/// Whether some socket listens on TCP `port` (any address).
-pub fn listening(port: u16) -> bool {
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3
-                    && cols[3] == "0A"
-                    && cols[1]
-                        .rsplit_once(':')
-                        .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-                        == Some(port)
-            })
-        })
-    })
-}
-
 /// Wait for `child` to exit within `limit`; kill it past that.
 pub fn wait_output(mut child: Child, limit: Duration, what: &str) -> Output {
     let start = Instant::now();
@@ -152,7 +135,10 @@ pub fn run_pair(mut server: Command, mut client: Command, port: u16, limit: Dura
         .expect("start the server");
     let start = Instant::now();
     let mut srv = Some(srv);
-    while !listening(port) {
+    while !srv
+        .as_ref()
+        .is_some_and(|s| rnic_testkit::tcp_listening(s.id(), port))
+    {
         if let Some(s) = srv.as_mut()
             && let Ok(Some(_)) = s.try_wait()
         {

@@ -224,22 +224,22 @@ pub struct ReplyRewrite {
 
 /// Deliver `output` (at least 16 bytes; bytes past `outlen` are not sent): the output
 /// mailboxes' data areas (their headers stay as the driver wrote them unless `rewrite` says
-/// otherwise), then the 16 inline output bytes of the entry, then the status byte. A DMA fault
-/// on the way is a delivery `FwInternalErr`.
-pub fn complete(
+/// otherwise), then the 16 inline output bytes of the entry. A DMA fault on the way is a
+/// delivery `FwInternalErr`. The entry stays the firmware's until [`finish`] writes the
+/// returned status byte.
+pub fn reply(
     dev: &Device,
     cmd: &Command,
     output: &[u8],
     rewrite: Option<ReplyRewrite>,
 ) -> DeliveryStatus {
-    let mut status = deliver(dev, cmd, output);
+    let status = deliver(dev, cmd, output);
     if let Some(how) = rewrite
         && status == DeliveryStatus::Ok
         && !rewrite_headers(dev, cmd, how)
     {
-        status = DeliveryStatus::FwInternalErr;
+        return DeliveryStatus::FwInternalErr;
     }
-    finish(dev, cmd.entry_iova, status);
     status
 }
 

@@ -752,11 +752,11 @@ impl Firmware {
             }
             cmdq::Fetch::Refused { entry_iova, status } => {
                 tracing::warn!(slot, %status, "command refused by the transport (delivery status)");
-                cmdq::finish(dev, entry_iova, status);
                 *lock(&sh.stats)
                     .delivery_errors
                     .entry(status.as_raw())
                     .or_default() += 1;
+                cmdq::finish(dev, entry_iova, status);
                 return;
             }
             cmdq::Fetch::Ready(cmd) => cmd,
@@ -853,11 +853,11 @@ fn refetch(sh: &Shared, dev: &Device, p: exec::Parked) -> Option<cmdq::Command> 
         }
         cmdq::Fetch::Refused { entry_iova, status } => {
             tracing::warn!(slot = p.slot, %status, "a parked entry's mailboxes changed: refused");
-            cmdq::finish(dev, entry_iova, status);
             *lock(&sh.stats)
                 .delivery_errors
                 .entry(status.as_raw())
                 .or_default() += 1;
+            cmdq::finish(dev, entry_iova, status);
             None
         }
         cmdq::Fetch::Ignored(why) => {
@@ -975,24 +975,28 @@ fn complete(
         lock(&sh.stats).rewritten_replies += 1;
         tracing::info!(slot, ?rewrite, "reply headers rewritten (fault hook)");
     }
-    let delivery = cmdq::complete(dev, cmd, &out, rewrite);
-    // Events mode: a command completion EQE on the EQ that asks for them.
+    let delivery = cmdq::reply(dev, cmd, &out, rewrite);
+    // Counted before the entry goes back: a driver that saw its command complete reads
+    // statistics that include it.
     {
-        let s = lock(&sh.state);
-        let posted = crate::hca::lock(&s.hca).command_event(dev, slot);
-        drop(s);
-        if posted {
-            lock(&sh.stats).command_events += 1;
+        let mut st = lock(&sh.stats);
+        if delivery != DeliveryStatus::Ok {
+            *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
+        } else {
+            *st.commands.entry(op.as_raw()).or_default() += 1;
+            if let Err(r) = result {
+                *st.errors.entry(r.status.as_raw()).or_default() += 1;
+            }
         }
     }
-    let mut st = lock(&sh.stats);
-    if delivery != DeliveryStatus::Ok {
-        *st.delivery_errors.entry(delivery.as_raw()).or_default() += 1;
-        return;
-    }
-    *st.commands.entry(op.as_raw()).or_default() += 1;
-    if let Err(r) = result {
-        *st.errors.entry(r.status.as_raw()).or_default() += 1;
+    cmdq::finish(dev, cmd.entry_iova, delivery);
+    // Events mode: a command completion EQE on the EQ that asks for them, after the
+    // ownership it announces.
+    let s = lock(&sh.state);
+    let posted = crate::hca::lock(&s.hca).command_event(dev, slot);
+    drop(s);
+    if posted {
+        lock(&sh.stats).command_events += 1;
     }
 }
 

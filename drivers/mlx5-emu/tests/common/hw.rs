@@ -316,6 +316,28 @@ impl Cq {
     }
 }
 
+/// The next EQE of a ring of 2^log entries after `ci` EQEs, if its owner bit says so.
+pub fn eqe(ring: &DmaBuffer, log: u32, ci: u32) -> Option<[u8; 64]> {
+    let mut e = [0u8; 64];
+    ring.read(((ci & ((1 << log) - 1)) * 64) as usize, &mut e)
+        .unwrap();
+    (u32::from(e[63] & 1) == (ci >> log) & 1).then_some(e)
+}
+
+/// [`eqe`] within 5 s. The firmware hands a command's output back (the ownership bit)
+/// before it writes that command's completion EQE: a test that saw the command complete
+/// waits for the EQE rather than reading its slot at once.
+pub fn wait_eqe(ring: &DmaBuffer, log: u32, ci: u32) -> [u8; 64] {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(e) = eqe(ring, log, ci) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no EQE {ci}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 pub fn opcode(cqe: &[u8; 64]) -> CqeOpcode {
     CqeOpcode::from_raw((Cqe64::new_unchecked(&cqe[..]).opcode()) as u8)
 }
