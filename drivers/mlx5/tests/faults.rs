@@ -194,7 +194,17 @@ fn a_delayed_command_dropped_by_a_reset_never_completes() {
     let f = hca.function().clone();
     std::mem::forget(hca);
     f.reset().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Dropped (or, wrongly, executed) when its delay ends, ~250 ms from now.
+    let ran = fw(&emu).stats().executed(CmdOpcode::AllocPd);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = fw(&emu).stats();
+        if st.late_dropped > 0 || st.executed(CmdOpcode::AllocPd) > ran {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let st = fw(&emu).stats();
     assert_eq!((st.delayed, st.late_dropped), (1, 1), "{st:?}");
     assert_eq!(fw(&emu).late_pending(), 0);
