@@ -250,6 +250,10 @@ pub(crate) struct Cq {
     /// [`Cq::arm_from_record`]).
     arm_word: u32,
     from_record: Vec<u32>,
+    /// The consumer index of the newest arm taken from the record: a
+    /// doorbell behind it was written before that arm, which superseded it
+    /// (see [`Cq::arm`]).
+    record_ci: Option<u32>,
     pub(crate) error: bool,
     /// `cqc.oi` (overrun ignore): no overrun check, CQEs overwrite.
     oi: bool,
@@ -337,6 +341,7 @@ impl Cq {
             self.from_record.remove(0);
         }
         self.from_record.push(word);
+        self.record_ci = Some(word & MASK24);
         let pending = self.pi.wrapping_sub(word & MASK24) & MASK24;
         // An arm behind the producer fires at once (as its doorbell would
         // have): on this CQE, whatever its kind.
@@ -353,8 +358,19 @@ impl Cq {
             self.from_record.drain(..=at);
             return false;
         }
-        self.arm_word = word;
         let (cmd, ci) = ((word >> 24) & 0xf, word & MASK24);
+        // A doorbell the watcher read long ago and delivers only now, after
+        // more arms than `from_record` keeps were taken from the record: its
+        // consumer index is behind the newest of those (the driver's index
+        // never goes back), so a later arm already superseded it. Applied, it
+        // would fire at once for CQEs that arm already reported.
+        if let Some(rc) = self.record_ci {
+            let behind = rc.wrapping_sub(ci) & MASK24;
+            if behind != 0 && behind < 1 << 23 {
+                return false;
+            }
+        }
+        self.arm_word = word;
         let pending = self.pi.wrapping_sub(ci) & MASK24;
         if cmd > 1 || self.error || pending > self.ring.entries() {
             // An unknown command, a CQ in error, or a consumer index beyond the producer.
@@ -527,6 +543,7 @@ impl Queues {
                 armed: None,
                 arm_word: 0,
                 from_record: Vec::new(),
+                record_ci: None,
                 error: false,
                 oi: c.oi() == 1,
             },
