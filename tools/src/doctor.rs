@@ -318,7 +318,9 @@ pub fn checks() -> Vec<Check> {
         ),
     });
     // Full ICRC checks for unpredictable IPv4 identifications.
-    let recovery = rnic::rxe::RxeConfig::new(rnic::rxe::Target::Netdev("lo".into())).ident_recovery;
+    // What devices opened with `RxeConfig::new` take from the environment.
+    let env = rnic::rxe::RxeConfig::new(rnic::rxe::Target::Netdev("lo".into()));
+    let recovery = env.ident_recovery;
     let tap = rnic::rxe::sys::ident_tap(std::net::Ipv4Addr::LOCALHOST, 4791);
     v.push(match (&tap, recovery) {
         (Ok(_), false) => check(
@@ -379,9 +381,7 @@ pub fn checks() -> Vec<Check> {
             // device gets from the kernel.
             use std::os::fd::AsFd;
             let usecs = rnic::rxe::sys::BUSY_POLL_USECS;
-            let ring_on = std::env::var("RNIC_RXE_RX_RING")
-                .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-            let ring = if ring_on {
+            let ring = if env.rx_ring {
                 "; RNIC_RXE_RX_RING=1: IPv4 addresses receive through a packet ring instead (see rxe-rx-ring)"
             } else {
                 ""

@@ -68,11 +68,13 @@
 //!   two QPs' or two CQs' at once, and no call holds two devices' locks.
 //! * Moving a QP to RESET or destroying it removes its completions from its
 //!   CQs (the provider contract).
-//! * The only `unsafe` is in [`sys`] and in `bpf` (device sharing: `bpf(2)`,
-//!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks); in [`sys`]: `IP_MTU_DISCOVER`, `sendmmsg`,
+//! * The only `unsafe` is in [`sys`], in `bpf` (device sharing: `bpf(2)`,
+//!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks) and in [`ring`]
+//!   (the packet ring's socket, mapping, frame copies and status words); in
+//!   [`sys`]: socket options, `sendmmsg`,
 //!   `recvmmsg` over stack-built headers (`sendmmsg`'s iovecs point into
 //!   the transmit arena and into held regions' direct spans), the
-//!   identification tap's raw socket, filter and `recv`.
+//!   identification tap's raw socket, filters and `recv`.
 //!
 //! # Example
 //!

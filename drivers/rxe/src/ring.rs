@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rnic_roce::ident::{BpfInsn, bpf};
 
-use crate::sys::RxMsg;
+use crate::sys::{RxMsg, set_opt};
 
 /// Bytes per frame: a multiple of the page size, so that one frame is one
 /// block.
@@ -88,7 +88,7 @@ const NET: u32 = 0xfff0_0000;
 
 /// The classic-BPF program of a port's ring: keep whole datagrams for UDP
 /// `roce_port` on `ip` that are not fragments, drop the rest. Offsets are
-/// from the IPv4 header ([`NET`]), so any link layer works.
+/// from the IPv4 header (`NET`), so any link layer works.
 pub fn ring_filter(ip: Ipv4Addr, roce_port: u16) -> [BpfInsn; 14] {
     let op = |code, jt, jf, k| BpfInsn { code, jt, jf, k };
     [
@@ -133,7 +133,7 @@ pub struct Parsed {
 }
 
 /// Parse the first bytes of a frame's IPv4 datagram (`head`, up to
-/// [`HEADERS`]) of which the frame holds `snap` bytes. `None`: not an IPv4
+/// `HEADERS`) of which the frame holds `snap` bytes. `None`: not an IPv4
 /// UDP datagram whose headers the frame holds.
 pub fn parse(head: &[u8], snap: usize) -> Option<Parsed> {
     let b0 = *head.first()?;
@@ -162,25 +162,6 @@ pub fn gso_size(vnet: &[u8; VNET_HDR]) -> u16 {
         0
     } else {
         u16::from_ne_bytes([vnet[4], vnet[5]])
-    }
-}
-
-fn setopt(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &impl Sized) -> io::Result<()> {
-    // SAFETY: `fd` is a live socket; `v` is a value of the size we pass,
-    // which the kernel only reads for the duration of the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            v as *const _ as *const libc::c_void,
-            size_of_val(v) as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
@@ -223,12 +204,22 @@ impl PacketRing {
         // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         let e = |what| move |source| (what, source);
-        setopt(&sock, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2)
-            .map_err(e("selecting TPACKET_V2"))?;
-        setopt(&sock, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)
+        set_opt(
+            sock.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &TPACKET_V2,
+        )
+        .map_err(e("selecting TPACKET_V2"))?;
+        set_opt(sock.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)
             .map_err(e("asking for virtio-net headers (PACKET_VNET_HDR)"))?;
-        setopt(&sock, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32)
-            .map_err(e("ignoring outgoing packets"))?;
+        set_opt(
+            sock.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1i32,
+        )
+        .map_err(e("ignoring outgoing packets"))?;
         crate::sys::attach_filter(sock.as_fd(), &ring_filter(ip, roce_port))
             .map_err(e("attaching the ring's filter"))?;
         let req = libc::tpacket_req {
@@ -237,7 +228,7 @@ impl PacketRing {
             tp_frame_size: FRAME as u32,
             tp_frame_nr: FRAMES as u32,
         };
-        setopt(&sock, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
+        set_opt(sock.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
             .map_err(e("creating the receive ring (PACKET_RX_RING)"))?;
         // SAFETY: maps the ring the kernel just made for this socket, at an
         // address the kernel picks; nothing else refers to it.

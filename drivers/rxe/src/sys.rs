@@ -249,16 +249,27 @@ pub fn monotonic_ns() -> u64 {
 
 /// Set an integer socket option by number.
 fn set_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
+    set_opt(fd, level, name, &value)
+}
+
+/// Set socket option `name` of `level` to `value` (an integer or a plain
+/// C struct such as `tpacket_req`), passed with its size.
+pub(crate) fn set_opt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: i32,
+    name: i32,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `fd` is a live socket (borrowed for the call); the option value
-    // points at a c_int on our stack whose size we pass; the kernel only
-    // reads it.
+    // points at a `T` the caller holds for the call, whose size we pass; the
+    // kernel only reads it.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             level,
             name,
-            (&raw const value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -563,20 +574,9 @@ pub fn is_v6(ip: &IpAddr) -> bool {
 /// Bytes of each tapped packet kept (rnic-roce's [`rnic_roce::ident::TAP_SNAP`]).
 pub const TAP_SNAP: usize = rnic_roce::ident::TAP_SNAP;
 
-/// The filter of an identification tap ([`rnic_roce::ident::tap_filter`]):
-/// keep the first [`TAP_SNAP`] bytes of every unfragmented IPv4/UDP packet
-/// to `roce_port` whose IPv4 identification is not 0, drop everything else.
-pub fn tap_filter(roce_port: u16) -> [libc::sock_filter; 9] {
-    rnic_roce::ident::tap_filter(roce_port).map(|i| libc::sock_filter {
-        code: i.code,
-        jt: i.jt,
-        jf: i.jf,
-        k: i.k,
-    })
-}
-
 /// A raw IPv4 socket that sees a copy of every UDP packet to `ip`:`roce_port`
-/// whose identification is not 0, cut to its headers (see [`tap_filter`]),
+/// whose identification is not 0, cut to its headers (see
+/// [`rnic_roce::ident::tap_filter`]),
 /// non-blocking. Raw delivery precedes UDP delivery in the kernel, so a
 /// datagram's copy is queued here before the datagram is readable on the
 /// UDP socket. Needs CAP_NET_RAW (`EPERM` otherwise).
