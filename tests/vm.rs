@@ -667,7 +667,7 @@ fn icrc_all_32_bits(line: &str) -> bool {
 /// The parser on lines as rnic-rxe prints them (runs without a VM).
 #[test]
 fn icrc_counter_line_parses() {
-    let full = "icrc: 120 ok, all 32 bits (ident 0: 3, GRO index: 0, previous + 1: 116, tapped: 1), 0 recovered (15-bit check), 0 unverifiable (dropped), 0 dropped; 2 tap drains";
+    let full = "icrc: 120 ok, all 32 bits (ident 0: 3, GRO index: 0, previous + 1: 116, tapped: 1, seen by the ring: 0), 0 recovered (15-bit check), 0 unverifiable (dropped), 0 dropped; 2 tap drains";
     assert_eq!(icrc_count(full, " recovered"), Some(0));
     assert_eq!(icrc_drops(full), Some(0));
     assert_eq!(
@@ -1561,16 +1561,23 @@ const PERF_TESTS: [&str; 8] = [
 /// `rnicctl perf` against stock perftest (the guest's ib_write_bw, ib_read_bw,
 /// ib_send_bw, ib_atomic_bw and the four _lat tools on kernel rxe) over
 /// perftest's TCP exchange, 200 iterations each; `server` says which side listens.
-fn interop_perftest(server: &str) {
+/// With `ring`, rnicctl receives through the packet ring (`RNIC_RXE_RX_RING=1`)
+/// and must check every kernel packet's ICRC with the identification the ring
+/// saw in its header: none tapped, none predicted.
+fn interop_perftest(server: &str, ring: bool) {
     let name = format!("interop-perftest@{server}-server");
     let Some(run) = run_prepared(&name, &[], 300, || {
         let bin = host_rnicctl().unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
-        vec![
+        let mut env: Vec<(String, String)> = vec![
             ("RNICCTL".into(), bin.display().to_string()),
             ("RNIC_INTEROP_SERVER".into(), server.into()),
             ("RNIC_PERF_TESTS".into(), PERF_TESTS.join(" ")),
             ("RNIC_PERF_ITERS".into(), "200".into()),
-        ]
+        ];
+        if ring {
+            env.push(("RNIC_RXE_RX_RING".into(), "1".into()));
+        }
+        env
     }) else {
         return;
     };
@@ -1618,6 +1625,15 @@ fn interop_perftest(server: &str) {
         }
         if let Some(line) = icrc_line(&rnic) {
             c.icrc_clean(&format!("{name} {t}"), "rnic", line);
+            if ring {
+                let seen = icrc_detail(line, "seen by the ring: ");
+                c.that(
+                    seen.is_some_and(|n| n > 0)
+                        && icrc_ok(line) == seen
+                        && icrc_detail(line, "tapped: ") == Some(0),
+                    format!("{name} {t}: the ring did not check every ICRC with the identification it saw: {line}"),
+                );
+            }
         }
     }
     check_leftovers(&run, &mut c);
@@ -1625,13 +1641,13 @@ fn interop_perftest(server: &str) {
 }
 
 #[test]
-fn interop_perftest_kernel_servers_rnicctl_clients() {
-    interop_perftest("kernel");
+fn interop_perftest_kernel_servers_rnicctl_clients_on_the_packet_ring() {
+    interop_perftest("kernel", true);
 }
 
 #[test]
 fn interop_perftest_rnicctl_servers_kernel_clients() {
-    interop_perftest("rnic");
+    interop_perftest("rnic", false);
 }
 
 /// Builds the drop-in libibverbs (verbs/, dev profile) and installs it as

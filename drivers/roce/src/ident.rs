@@ -37,6 +37,10 @@ pub enum Predicted {
     Next,
     /// IPv6: nothing to predict.
     V6,
+    /// Not predicted: the receive path saw the datagram's IPv4 header
+    /// (rnic-rxe's packet ring) and checked with its identification
+    /// ([`check_icrc_seen`]).
+    Seen,
 }
 
 /// The outcome of an ICRC check.
@@ -343,6 +347,44 @@ pub fn check_icrc(
     }
 }
 
+/// Check the ICRC of `pkt` (BTH‥ICRC), segment `index` of an IPv4 datagram
+/// from `src` to `local`:`dport` whose IPv4 header the receive path saw:
+/// identification `ident`, don't-fragment bit `df`. Nothing is predicted:
+/// the segment carried `ident + index` (a GSO send the kernel segmented,
+/// which GRO merged again, or one the loopback delivered whole and whose
+/// sender filled the ICRCs that way) or, for a GRO batch of equal
+/// identifications, `ident` itself. All 32 bits verified, else
+/// [`IcrcCheck::Bad`]. `last` is updated as [`check_icrc`] does, so a later
+/// datagram through a socket is still predicted.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn check_icrc_seen(
+    local: Ipv4Addr,
+    dport: u16,
+    src: &SocketAddr,
+    index: u16,
+    (ident, df): (u16, bool),
+    pkt: &[u8],
+    last: &mut LastIdent,
+    cache: &mut icrc::IcrcCache,
+) -> IcrcCheck {
+    let IpAddr::V4(s) = src.ip() else {
+        return IcrcCheck::Bad;
+    };
+    let candidates = [ident.wrapping_add(index), ident];
+    let n = if index == 0 { 1 } else { 2 };
+    for &id in candidates.get(..n).unwrap_or(&[]) {
+        if cache
+            .verify_v4(s, local, id, df, src.port(), dport, pkt)
+            .is_ok()
+        {
+            *last = Some((*src, id));
+            return IcrcCheck::Ok(Predicted::Seen);
+        }
+    }
+    IcrcCheck::Bad
+}
+
 /// Counts of [`check_icrc`] outcomes, and the line rnic prints them as
 /// (`icrc: N ok, all 32 bits (…), R recovered (15-bit check), U
 /// unverifiable (dropped), D dropped`).
@@ -376,7 +418,7 @@ impl IcrcCounts {
                     Predicted::Zero => self.ident_zero += 1,
                     Predicted::GroIndex => self.gro_index += 1,
                     Predicted::Next => self.next += 1,
-                    Predicted::V6 => {}
+                    Predicted::V6 | Predicted::Seen => {}
                 }
             }
             IcrcCheck::Tapped => {
@@ -492,6 +534,69 @@ mod tests {
             check_icrc(IpAddr::V4(D), 4791, &src(), 3, &p[..12], &p, &mut cx),
             IcrcCheck::Ok(Predicted::GroIndex)
         );
+    }
+
+    /// With the header seen, the identification is the header's (plus the
+    /// segment index, or the same for a GRO batch of equal ones), whatever
+    /// a predictor would have guessed; any other is bad, not unverified.
+    #[test]
+    fn a_seen_identification_is_checked_not_predicted() {
+        let mut last = None;
+        let mut cache = icrc::IcrcCache::new();
+        let mut run = |index, seen, pkt: &[u8]| {
+            check_icrc_seen(
+                D,
+                4791,
+                &src(),
+                index,
+                (seen, true),
+                pkt,
+                &mut last,
+                &mut cache,
+            )
+        };
+        // A kernel rxe counter value no prediction knows.
+        let p = packet(S, D, 0xC123, 0x7e12);
+        assert_eq!(run(0, 0x7e12, &p), IcrcCheck::Ok(Predicted::Seen));
+        // Segment 3 of a datagram whose header says 0x5000.
+        let seg = packet(S, D, 0xC123, 0x5003);
+        assert_eq!(run(3, 0x5000, &seg), IcrcCheck::Ok(Predicted::Seen));
+        // A GRO batch of equal identifications.
+        let same = packet(S, D, 0xC123, 0x5000);
+        assert_eq!(run(2, 0x5000, &same), IcrcCheck::Ok(Predicted::Seen));
+        // Filled for another identification than the one it came with: bad,
+        // even for identification 0 or the segment index.
+        let zero = packet(S, D, 0xC123, 0);
+        assert_eq!(run(0, 0x1234, &zero), IcrcCheck::Bad);
+        let idx = packet(S, D, 0xC123, 2);
+        assert_eq!(run(2, 0x1234, &idx), IcrcCheck::Bad);
+        // The DF bit is the header's too.
+        assert_eq!(
+            check_icrc_seen(
+                D,
+                4791,
+                &src(),
+                0,
+                (0x7e12, false),
+                &p,
+                &mut None,
+                &mut icrc::IcrcCache::new()
+            ),
+            IcrcCheck::Bad
+        );
+        // The last identification follows, for the predictor.
+        let mut last = None;
+        check_icrc_seen(
+            D,
+            4791,
+            &src(),
+            0,
+            (0x7e12, true),
+            &p,
+            &mut last,
+            &mut icrc::IcrcCache::new(),
+        );
+        assert_eq!(last, Some((src(), 0x7e12)));
     }
 
     /// A tapped identification verifies all 32 bits, is used once, and a

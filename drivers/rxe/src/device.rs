@@ -30,6 +30,7 @@
 //! grown once (no allocation per packet).
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
@@ -41,7 +42,9 @@ use rnic_roce::wire::roce::MIN_LEN;
 use rustc_hash::FxHashMap;
 
 use crate::fault::{FaultConfig, Faults, Verdict};
-use crate::ident::{IcrcCache, IcrcCheck, IdentCtx, LastIdent, Predicted, TapTable, check_icrc};
+use crate::ident::{
+    IcrcCache, IcrcCheck, IdentCtx, LastIdent, Predicted, TapTable, check_icrc, check_icrc_seen,
+};
 use crate::mem::{KeyAccess, Keys};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -990,24 +993,39 @@ fn deliver<'a>(
             stats.rx_malformed += 1;
             continue;
         }
-        let mut cx = IdentCtx {
-            last: last_ident,
-            tap: port
-                .tap
-                .as_ref()
-                .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
-            recovery: ident_recovery,
-            icrc: &mut *icrc,
+        let check = match (m.ident, port.ip) {
+            // The packet ring saw the IPv4 header: nothing to predict.
+            (Some(seen), IpAddr::V4(local)) => check_icrc_seen(
+                local,
+                sh.roce_port,
+                &src,
+                k as u16,
+                seen,
+                pkt,
+                last_ident,
+                icrc,
+            ),
+            _ => {
+                let mut cx = IdentCtx {
+                    last: last_ident,
+                    tap: port
+                        .tap
+                        .as_ref()
+                        .and_then(|fd| Some((fd.as_fd(), taps.get_mut(pi)?))),
+                    recovery: ident_recovery,
+                    icrc: &mut *icrc,
+                };
+                check_icrc(
+                    port.ip,
+                    sh.roce_port,
+                    &src,
+                    k as u16,
+                    first_bth,
+                    pkt,
+                    &mut cx,
+                )
+            }
         };
-        let check = check_icrc(
-            port.ip,
-            sh.roce_port,
-            &src,
-            k as u16,
-            first_bth,
-            pkt,
-            &mut cx,
-        );
         match check {
             IcrcCheck::Ok(path) => {
                 stats.icrc_ok += 1;
@@ -1021,6 +1039,7 @@ fn deliver<'a>(
                         stats.icrc_ident_next += 1;
                         *tap_pending += pkt.len() + TAP_COPY_CHARGE;
                     }
+                    Predicted::Seen => stats.icrc_ident_seen += 1,
                     Predicted::V6 => {}
                 }
             }

@@ -73,6 +73,7 @@ pub fn deliver(dev: &RxeDevice, from: SocketAddr, datagram: &[u8], gro_segment: 
         src: Some(from),
         gro: gro_segment,
         truncated: false,
+        ident: None,
     };
     let now = sh.now();
     {

@@ -14,7 +14,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 
-pub(crate) use rnic_roce::ident::{IcrcCheck, LastIdent, Predicted};
+pub(crate) use rnic_roce::ident::{IcrcCheck, LastIdent, Predicted, check_icrc_seen};
 pub(crate) use rnic_roce::wire::icrc::IcrcCache;
 
 use crate::sys;

@@ -37,7 +37,9 @@ pub struct Port {
     /// that sees the headers of every packet to this address whose IPv4
     /// identification is not 0, so an ICRC whose identification the
     /// receive path could not predict is still checked in all 32 bits.
-    /// `None` without CAP_NET_RAW (or when not asked for).
+    /// `None` without CAP_NET_RAW, when not asked for, or with a packet
+    /// ring (which sees every header, so identifications are never
+    /// predicted there).
     pub tap: Option<std::os::fd::OwnedFd>,
     /// The packet-ring receive path (`crate::ring`): when present, every
     /// datagram to the port arrives here and `sock` drops all it receives.
@@ -152,23 +154,6 @@ impl Port {
         let sock = bound;
         prepare(&sock, local.ip, addr)?;
         let gro = want_gro && sys::enable_gro(&sock);
-        let tap = match local.ip {
-            IpAddr::V4(v4) if want_tap => match sys::ident_tap(v4, roce_port) {
-                Ok(fd) => Some(fd),
-                Err(e) => {
-                    tracing::warn!(
-                        %addr,
-                        error = %e,
-                        "no IPv4 identification tap (needs CAP_NET_RAW): packets whose \
-                         identification cannot be predicted (kernel rxe peers after a loss, \
-                         or their first packet) cannot be ICRC-checked in all 32 bits and are \
-                         dropped unless RNIC_RXE_IDENT_RECOVERY=1 allows the 15-bit check"
-                    );
-                    None
-                }
-            },
-            _ => None,
-        };
         let ring = match local.ip {
             IpAddr::V4(v4) if want_ring => {
                 let ring = crate::ring::PacketRing::open(v4, roce_port)
@@ -185,6 +170,24 @@ impl Port {
                 tracing::info!(%addr, "no packet ring for an IPv6 address: it receives through its socket");
                 None
             }
+            _ => None,
+        };
+        let tap = match local.ip {
+            // With a ring the receive path sees every IPv4 header: no tap.
+            IpAddr::V4(v4) if want_tap && ring.is_none() => match sys::ident_tap(v4, roce_port) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!(
+                        %addr,
+                        error = %e,
+                        "no IPv4 identification tap (needs CAP_NET_RAW): packets whose \
+                         identification cannot be predicted (kernel rxe peers after a loss, \
+                         or their first packet) cannot be ICRC-checked in all 32 bits and are \
+                         dropped unless RNIC_RXE_IDENT_RECOVERY=1 allows the 15-bit check"
+                    );
+                    None
+                }
+            },
             _ => None,
         };
         Ok(Port {

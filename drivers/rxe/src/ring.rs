@@ -130,6 +130,9 @@ pub struct Parsed {
     pub len: usize,
     /// The frame holds fewer bytes than the payload.
     pub truncated: bool,
+    /// The IPv4 identification and don't-fragment bit (the ICRC covers
+    /// both: checked with them, nothing predicted).
+    pub ident: (u16, bool),
 }
 
 /// Parse the first bytes of a frame's IPv4 datagram (`head`, up to
@@ -152,6 +155,10 @@ pub fn parse(head: &[u8], snap: usize) -> Option<Parsed> {
         off,
         len,
         truncated: off + len > snap,
+        ident: (
+            u16::from_be_bytes([*head.get(4)?, *head.get(5)?]),
+            head.get(6)? & 0x40 != 0,
+        ),
     })
 }
 
@@ -369,6 +376,7 @@ impl PacketRing {
             src: Some(d.src),
             gro: gso_size(&vnet),
             truncated,
+            ident: Some(d.ident),
         }
     }
 }
@@ -409,6 +417,12 @@ mod tests {
             // The frame holds one byte less than the datagram.
             assert!(parse(&h, off + 99).unwrap().truncated);
         }
+        // The identification and the DF bit come from the header.
+        let mut h = ipv4_udp([10, 0, 0, 7], 49_152, 100, 5);
+        assert_eq!(parse(&h, 128).unwrap().ident, (0, false));
+        h[4..6].copy_from_slice(&0xbeefu16.to_be_bytes());
+        h[6] = 0x40;
+        assert_eq!(parse(&h, 128).unwrap().ident, (0xbeef, true));
     }
 
     #[test]

@@ -80,7 +80,8 @@ pub struct DeviceStats {
     pub rx_malformed: u64,
     /// ICRC verified, all 32 bits, with a predicted identification (IPv4:
     /// the GRO segment index, the sender's previous identification + 1, or
-    /// 0; IPv6 has none) or the one the identification tap saw.
+    /// 0; IPv6 has none), the one the identification tap saw, or the one in
+    /// the header the packet ring saw.
     pub icrc_ok: u64,
     /// Of `icrc_ok`: IPv4 verified with identification 0 (rnic peers; also
     /// a datagram's first segment).
@@ -93,6 +94,9 @@ pub struct DeviceStats {
     /// Of `icrc_ok`: IPv4 verified (all 32 bits) with the identification the
     /// tap saw, after every prediction missed.
     pub icrc_ident_tap: u64,
+    /// Of `icrc_ok`: IPv4 verified with the identification of the header
+    /// the packet ring saw (nothing predicted, no tap needed).
+    pub icrc_ident_seen: u64,
     /// IPv4 packets dropped because no prediction held, no tap exists and
     /// the 15-bit recovery is off (see `RxeConfig::ident_recovery`).
     pub icrc_unverified: u64,
@@ -161,6 +165,7 @@ impl DeviceStats {
             icrc_ident_gro,
             icrc_ident_next,
             icrc_ident_tap,
+            icrc_ident_seen,
             icrc_unverified,
             icrc_recovered,
             icrc_drops,
@@ -205,6 +210,7 @@ impl DeviceStats {
             (&mut self.icrc_ident_gro, icrc_ident_gro),
             (&mut self.icrc_ident_next, icrc_ident_next),
             (&mut self.icrc_ident_tap, icrc_ident_tap),
+            (&mut self.icrc_ident_seen, icrc_ident_seen),
             (&mut self.icrc_unverified, icrc_unverified),
             (&mut self.icrc_recovered, icrc_recovered),
             (&mut self.icrc_drops, icrc_drops),
@@ -278,12 +284,13 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped; {} tap drains",
+            "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}, seen by the ring: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped; {} tap drains",
             d.icrc_ok,
             d.icrc_ident_zero,
             d.icrc_ident_gro,
             d.icrc_ident_next,
             d.icrc_ident_tap,
+            d.icrc_ident_seen,
             d.icrc_recovered,
             d.icrc_unverified,
             d.icrc_drops,

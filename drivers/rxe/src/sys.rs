@@ -436,6 +436,9 @@ pub struct RxMsg {
     pub gro: u16,
     /// The datagram did not fit its slot.
     pub truncated: bool,
+    /// Its IPv4 identification and don't-fragment bit, when the receive
+    /// path saw the IPv4 header (the packet ring; a socket does not).
+    pub ident: Option<(u16, bool)>,
 }
 
 impl RxMsg {
@@ -445,6 +448,7 @@ impl RxMsg {
         src: None,
         gro: 0,
         truncated: false,
+        ident: None,
     };
 }
 
@@ -528,6 +532,7 @@ fn recv_n<const N: usize>(
             src: addrs[i].decode(),
             gro: parse_gro(&cmsgs[i].0[..ctl]),
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            ident: None,
         };
     }
     Ok(got)

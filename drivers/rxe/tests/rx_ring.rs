@@ -6,7 +6,8 @@
 //! loopback delivers whole (their segment size from the virtio-net header);
 //! with a progress thread (epoll on the ring's socket) and caller-driven;
 //! against a device on the socket path; under seeded loss and reordering;
-//! and a malformed datagram is counted and dropped. Needs root (CAP_NET_RAW) and Linux 6.2+: skipped with a
+//! and a malformed datagram is counted and dropped. Every ICRC is checked
+//! with the identification of the header the ring saw. Needs root (CAP_NET_RAW) and Linux 6.2+: skipped with a
 //! message otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -79,6 +80,11 @@ fn assert_ring_only(d: &RxeDevice, who: &str) {
     );
     assert!(s.ring_batches > 0 && s.rx_packets > 0, "{who}: {s:?}");
     assert_eq!(s.icrc_ok, s.rx_packets, "{who}: every ICRC verified: {s:?}");
+    assert_eq!(
+        s.icrc_ident_seen, s.icrc_ok,
+        "{who}: each with the identification its header carried: {s:?}"
+    );
+    assert_eq!(s.tap_drains, 0, "{who}: a ring device needs no tap: {s:?}");
     assert_eq!(s.rx_malformed, 0, "{who}: {s:?}");
 }
 
