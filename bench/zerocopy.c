@@ -8,7 +8,9 @@
  * transport would have to before completing a work request). The receiver
  * drains with UDP_GRO. Prints the CPU time (user + system, both processes)
  * per KiB moved and the sender's zero-copy outcome (how many sends the
- * kernel reported as copied anyway: SO_EE_CODE_ZEROCOPY_COPIED).
+ * kernel reported as copied anyway: SO_EE_CODE_ZEROCOPY_COPIED) and how
+ * many of the bytes the receiver got (no flow control: a slower receiver
+ * loses datagrams, and the CPU per KiB is per KiB sent).
  *
  *   gcc -O2 -o zerocopy bench/zerocopy.c
  *   ./zerocopy [copy|zerocopy] [GB=2] [dst=127.0.0.1]
@@ -54,12 +56,16 @@ int main(int argc, char **argv) {
   setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
   setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
   if (bind(rx, (void *)&a, sizeof a) < 0) { perror("bind"); return 1; }
+  int rep[2];
+  if (pipe(rep) < 0) { perror("pipe"); return 1; }
   pid_t kid = fork();
-  if (kid == 0) { /* receiver: drain until a 1-byte end marker */
+  if (kid == 0) { /* receiver: drain until a 1-byte end marker, report the bytes */
     static char buf[1 << 16];
+    long got = 0;
     for (;;) {
       ssize_t n = recv(rx, buf, sizeof buf, 0);
-      if (n == 1) _exit(0);
+      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
+      if (n > 0) got += n;
     }
   }
   int tx = socket(AF_INET, SOCK_DGRAM, 0);
@@ -93,10 +99,13 @@ int main(int argc, char **argv) {
   sendto(tx, "x", 1, 0, (void *)&a, sizeof a);
   waitpid(kid, NULL, 0);
   double t_recv = cpu(RUSAGE_CHILDREN);
+  long got = 0;
+  if (read(rep[0], &got, sizeof got) != sizeof got) got = -1;
   double kib = sends * (double)DGRAM / 1024;
   printf("%s: %ld sends of %d B: sender %.1f ns/KiB, receiver %.1f ns/KiB, both %.1f ns/KiB CPU",
          zc ? "MSG_ZEROCOPY" : "copy", sends, DGRAM, t_send * 1e9 / kib, t_recv * 1e9 / kib,
          (t_send + t_recv) * 1e9 / kib);
+  printf("; received %.1f %% of the bytes", 100.0 * got / (sends * (double)DGRAM));
   if (zc) printf("; %ld of %ld sends copied by the kernel anyway, %ld waits for released pages", copied, sends, waits);
   printf("\n");
   return 0;
