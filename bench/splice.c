@@ -59,10 +59,8 @@ int main(int argc, char **argv) {
   long sends = (long)(gb * 1e9 / (SEGS * PAY));
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  int rx = socket(AF_INET, SOCK_DGRAM, 0), one = 1, big = 8 << 20;
-  setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
-  setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
-  if (bind(rx, (void *)&a, sizeof a) < 0) { perror("bind"); return 1; }
+  int rx = gro_receiver(&a), big = 8 << 20;
+  if (rx < 0) return 1;
   int credit[2], rep[2];
   if (pipe(credit) < 0 || pipe(rep) < 0) { perror("pipe"); return 1; }
   pid_t kid = fork();

@@ -52,10 +52,8 @@ int main(int argc, char **argv) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
   inet_pton(AF_INET, dst, &a.sin_addr);
 
-  int rx = socket(AF_INET, SOCK_DGRAM, 0), one = 1, big = 8 << 20;
-  setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
-  setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
-  if (bind(rx, (void *)&a, sizeof a) < 0) { perror("bind"); return 1; }
+  int rx = gro_receiver(&a), one = 1, big = 8 << 20;
+  if (rx < 0) return 1;
   int rep[2];
   if (pipe(rep) < 0) { perror("pipe"); return 1; }
   pid_t kid = fork();

@@ -166,6 +166,18 @@ impl Rig {
         std::thread::sleep(Duration::from_millis(5));
     }
 
+    /// One honest SEND_ONLY per identification in `ids` (wire and ICRC
+    /// alike), each completing successfully at the next PSN.
+    fn deliver_each(&mut self, ids: &[u16], label: &str) {
+        for (i, &id) in ids.iter().enumerate() {
+            self.send(id, id, format!("{label} {i}").as_bytes());
+            let wc = self.completions();
+            assert_eq!(wc.len(), 1, "{label} {id:#x}: {wc:?}");
+            assert_eq!(wc[0].status, WcStatus::Success);
+            self.psn += 1;
+        }
+    }
+
     fn completions(&self) -> Vec<rnic_core::WorkCompletion> {
         let mut wcs = [rnic_core::WorkCompletion::default(); 16];
         let n = self.b.cq.poll(&mut wcs).unwrap();
@@ -183,13 +195,7 @@ fn unpredictable_identifications_are_checked_in_all_32_bits_by_the_tap() {
         return skip();
     };
     // Random identifications: no prediction holds; the tap saw each.
-    for (i, id) in [0x3b1fu16, 0x91c4, 0x0007, 0xfffe].into_iter().enumerate() {
-        r.send(id, id, format!("tapped {i}").as_bytes());
-        let wc = r.completions();
-        assert_eq!(wc.len(), 1, "{wc:?}");
-        assert_eq!(wc[0].status, WcStatus::Success);
-        r.psn += 1;
-    }
+    r.deliver_each(&[0x3b1f, 0x91c4, 0x0007, 0xfffe], "tapped");
     let d = r.b.dev.stats().device;
     assert_eq!(
         (d.icrc_ident_tap, d.icrc_recovered, d.icrc_unverified),
@@ -230,16 +236,7 @@ fn a_ring_device_checks_the_identification_each_packet_carries() {
     let Some(mut r) = rig_with(|cfg| cfg.with_rx_ring(true).with_ident_tap(true)) else {
         return skip();
     };
-    for (i, id) in [0x3b1fu16, 0x91c4, 0x0007, 0, 0xfffe]
-        .into_iter()
-        .enumerate()
-    {
-        r.send(id, id, format!("seen {i}").as_bytes());
-        let wc = r.completions();
-        assert_eq!(wc.len(), 1, "{wc:?}");
-        assert_eq!(wc[0].status, WcStatus::Success);
-        r.psn += 1;
-    }
+    r.deliver_each(&[0x3b1f, 0x91c4, 0x0007, 0, 0xfffe], "seen");
     let d = r.b.dev.stats().device;
     assert_eq!(
         (
