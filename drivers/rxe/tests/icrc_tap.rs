@@ -230,7 +230,8 @@ fn unpredictable_identifications_are_checked_in_all_32_bits_by_the_tap() {
 /// ones verify with no tap (it opens none) and no prediction, and a packet
 /// whose ICRC holds only for another identification is refused — also
 /// when that other one is 0 or the next of a counter, which a socket
-/// device's predictions would have accepted.
+/// device's predictions would have accepted. A duplicate is not delivered
+/// twice.
 #[test]
 fn a_ring_device_checks_the_identification_each_packet_carries() {
     let Some(mut r) = rig_with(|cfg| cfg.with_rx_ring(true).with_ident_tap(true)) else {
@@ -263,7 +264,23 @@ fn a_ring_device_checks_the_identification_each_packet_carries() {
     r.send(0x1234, 0x1234, b"honest");
     let wc = r.completions();
     assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success));
-    assert_eq!(r.b.bytes(wc[0].wr_id as usize * 64, 6), b"honest");
+    let slot = wc[0].wr_id as usize * 64;
+    assert_eq!(r.b.bytes(slot, 6), b"honest");
+    // The same PSN again (a duplicate on the wire, another identification
+    // and other bytes): verified, answered, never delivered twice — no
+    // receive is consumed and the next slot stays untouched.
+    let next = r.b.bytes(slot + 64, 64);
+    r.send(0x1235, 0x1235, b"replay");
+    assert!(
+        r.completions().is_empty(),
+        "a duplicate completed a receive"
+    );
+    assert_eq!(r.b.bytes(slot, 6), b"honest");
+    assert_eq!(r.b.bytes(slot + 64, 64), next);
+    r.psn += 1;
+    r.deliver_each(&[0x1236], "after the duplicate");
+    let d = r.b.dev.stats().device;
+    assert_eq!(d.icrc_ident_seen, d.icrc_ok, "{d:?}");
 }
 
 #[test]
