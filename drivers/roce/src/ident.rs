@@ -208,10 +208,8 @@ impl TapTable {
             if t.src != ip || t.sport != src.port() || t.bth[..] != *bth {
                 return None;
             }
-            // GRO coalesces a run of consecutive identifications (or one
-            // repeated identification); the tap sees the first.
-            [t.ident.wrapping_add(index), t.ident]
-                .into_iter()
+            // The tap sees the first identification of a GRO batch.
+            segment_idents(t.ident, index)
                 .find(|&id| verify(id))
                 .map(|id| (i, id))
         });
@@ -219,6 +217,15 @@ impl TapTable {
         self.seen.remove(i);
         Some(id)
     }
+}
+
+/// The identifications segment `index` of a GRO batch whose first header
+/// carried `first` may have been sent with: GRO coalesces a run of
+/// consecutive identifications (`first + index`) or one repeated
+/// identification (`first`); for segment 0 the two are one.
+fn segment_idents(first: u16, index: u16) -> impl Iterator<Item = u16> {
+    let repeated = (index != 0).then_some(first);
+    std::iter::once(first.wrapping_add(index)).chain(repeated)
 }
 
 /// IPv4 header → (source, UDP source port, BTH, identification).
@@ -371,9 +378,7 @@ pub fn check_icrc_seen(
     let IpAddr::V4(s) = src.ip() else {
         return IcrcCheck::Bad;
     };
-    let candidates = [ident.wrapping_add(index), ident];
-    let n = if index == 0 { 1 } else { 2 };
-    for &id in candidates.get(..n).unwrap_or(&[]) {
+    for id in segment_idents(ident, index) {
         if cache
             .verify_v4(s, local, id, df, src.port(), dport, pkt)
             .is_ok()
