@@ -36,8 +36,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
 
 use nix::sys::eventfd::EventFd;
-use rnic_core::{Mtu, QpAttr, QpCaps, QpType, WorkCompletion};
+use rnic_core::{
+    DirectSpan, MemAccess, Memory, Mtu, PinnedSpan, QpAttr, QpCaps, QpType, WorkCompletion,
+};
 use rnic_roce::transport::{self, CompletionSink, CqSide, Instant, Io, Qp, QpStats};
+use rnic_roce::wire::ICRC_LEN;
 use rnic_roce::wire::roce::MIN_LEN;
 use rustc_hash::FxHashMap;
 
@@ -392,6 +395,54 @@ pub struct RxState {
     /// nanoseconds + 1 (0: none): what the progress thread sleeps towards
     /// (`Shared::next_deadline` may be stored by another thread's round).
     pub scan_next: u64,
+    /// Receive placement's state (`RxeConfig::rx_place`; `None`: off).
+    placing: Option<Placing>,
+}
+
+/// Receive placement's state ([`RxeConfig::rx_place`](crate::RxeConfig::rx_place)).
+#[derive(Debug, Default)]
+struct Placing {
+    /// The port and QP the last datagram's READ responses went to, while
+    /// that QP expects more: the next datagram on that port is received
+    /// into its READ's buffer.
+    hint: Option<(usize, Arc<QpShared>)>,
+    /// Datagrams to receive as usual before predicting again (after one
+    /// that was not as predicted).
+    cool: u32,
+}
+
+/// Most responses one placed datagram is predicted to carry (UDP GRO's
+/// segment limit).
+const PLACE_MAX_SEGS: usize = 64;
+/// Distinct registrations one placed datagram may write (the payload
+/// pieces' memories, pinned for the receive).
+const PLACE_REGIONS: usize = 4;
+/// Scatter entries: per response its header, up to four payload pieces and
+/// its tail; one for whatever follows.
+const PLACE_IOV: usize = PLACE_MAX_SEGS * 6 + 1;
+/// Datagrams received as usual after one that was not as predicted (bounds
+/// what interleaved streams cost: a datagram that is not as predicted is
+/// copied twice).
+const PLACE_COOL: u32 = 8;
+
+/// One response of a placement plan: where it lies in the datagram, and
+/// its payload's pieces (registration index, offset in it, bytes).
+#[derive(Clone, Copy, Debug)]
+struct PlanSeg {
+    resp: transport::ExpectedResponse,
+    at: usize,
+    pieces: [(usize, usize, usize); 4],
+    n: usize,
+}
+
+/// What a placement attempt did.
+enum Placed {
+    /// Received one datagram (placed, or reassembled and received as usual).
+    Got,
+    /// Nothing was waiting.
+    Empty,
+    /// No prediction: receive as usual.
+    Unpredicted,
 }
 
 /// What a round does with the ACKs it produces when it produces nothing
@@ -636,6 +687,7 @@ struct Parts<'r> {
     tap_pending: &'r mut usize,
     faults: &'r mut Faults,
     touched: &'r mut Touched,
+    placing: Option<&'r mut Placing>,
 }
 
 impl RxState {
@@ -656,7 +708,15 @@ impl RxState {
             deferred: Vec::new(),
             deferred_since: 0,
             scan_next: 0,
+            placing: None,
         }
+    }
+
+    /// The same, receiving READ response payloads straight into their
+    /// READs' buffers or not ([`RxeConfig::rx_place`](crate::RxeConfig::rx_place)).
+    pub fn with_placement(mut self, on: bool) -> RxState {
+        self.placing = on.then(Placing::default);
+        self
     }
 
     /// Forget what earlier datagrams left here, as on a freshly opened
@@ -702,6 +762,16 @@ impl RxState {
         for (pi, port) in sh.ports.iter().enumerate() {
             let mut got_here = 0;
             while got_here < budget {
+                if port.ring.is_none() && self.placing_ready(pi) {
+                    match self.place_one(sh, pi, now) {
+                        Placed::Got => {
+                            got_here += 1;
+                            continue;
+                        }
+                        Placed::Empty => break,
+                        Placed::Unpredicted => {}
+                    }
+                }
                 let want = self.rx.want;
                 let got = match &port.ring {
                     Some(ring) => {
@@ -871,7 +941,241 @@ impl RxState {
     /// the receive path's copy too (the caller holds the rx lock, so no
     /// round is using it).
     pub fn remove_qp(&mut self, qpn: u32) {
+        if let Some(pl) = &mut self.placing
+            && let Some((_, q)) = &pl.hint
+            && self.table.get(&qpn).is_some_and(|t| Arc::ptr_eq(t, q))
+        {
+            pl.hint = None;
+        }
         self.table.remove(&qpn);
+    }
+
+    /// Placement is on and predicts a datagram on port `pi`.
+    fn placing_ready(&self, pi: usize) -> bool {
+        self.placing
+            .as_ref()
+            .is_some_and(|p| p.cool == 0 && p.hint.as_ref().is_some_and(|(hp, _)| *hp == pi))
+    }
+
+    /// Receive the next datagram of port `pi` with its READ response
+    /// payloads placed in the hinted QP's READ buffer (see
+    /// [`RxeConfig::rx_place`](crate::RxeConfig::rx_place)).
+    ///
+    /// Under the QP's lock (so the READ can neither complete nor be
+    /// flushed while the kernel writes its buffer) the engine names the
+    /// responses it expects; each one's header and tail (pad, ICRC) go to
+    /// the receive slot at the offset they would have in the datagram and
+    /// its payload to the READ's buffer, whatever follows to the rest of
+    /// the slot. The datagram is taken only when every segment is a
+    /// predicted response — the GRO segmentation lands each on its planned
+    /// bytes, opcode, pad, QPN and PSN as expected, and its ICRC verifies
+    /// over the header, the payload read in place and the tail with a
+    /// predicted identification — and the QP then takes each header
+    /// (`Qp::receive_placed`). Anything else is put back together in the
+    /// slot (the payloads copied back from the buffer) and received as
+    /// usual: the bytes it left in the READ's buffer lie in PSNs the READ
+    /// has not accepted, which the accepted responses rewrite before the
+    /// READ completes.
+    fn place_one(&mut self, sh: &Shared, pi: usize, now: Instant) -> Placed {
+        let Some(port) = sh.ports.get(pi) else {
+            return Placed::Unpredicted;
+        };
+        let Some(q) = self
+            .placing
+            .as_ref()
+            .and_then(|p| p.hint.as_ref())
+            .map(|(_, q)| Arc::clone(q))
+        else {
+            return Placed::Unpredicted;
+        };
+        if self.faults.has_held() {
+            // The held packet goes first, as usual.
+            return Placed::Unpredicted;
+        }
+        let mut e = q.lock();
+        let mut mem = KeyAccess::new(&sh.keys);
+        let slot = self.rx.slot;
+        let Some((rp, plan, nseg, regions)) = plan_placement(&e.qp, &mem, slot) else {
+            drop(e);
+            if let Some(pl) = &mut self.placing {
+                pl.hint = None;
+            }
+            return Placed::Unpredicted;
+        };
+        let pins: [Option<PinnedSpan<'_>>; PLACE_REGIONS] =
+            std::array::from_fn(|r| regions[r].as_ref().and_then(|m| m.pin_direct()));
+        let spans: [Option<DirectSpan<'_>>; PLACE_REGIONS] =
+            std::array::from_fn(|r| pins[r].as_ref().map(PinnedSpan::span));
+        let Some(arena) = self.rx.arena.get_mut(..slot) else {
+            return Placed::Unpredicted;
+        };
+        let base = arena.as_mut_ptr();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; PLACE_IOV];
+        let mut ni = 0;
+        let mut push = |ptr: *mut u8, len: usize| {
+            if let Some(v) = iov.get_mut(ni) {
+                *v = libc::iovec {
+                    iov_base: ptr.cast(),
+                    iov_len: len,
+                };
+                ni += 1;
+            }
+        };
+        let mut planned = 0;
+        for p in plan.iter().take(nseg) {
+            let r = &p.resp;
+            push(base.wrapping_add(p.at), r.header);
+            for &(ri, off, len) in p.pieces.iter().take(p.n) {
+                let Some(Ok(ptr)) = spans[ri].map(|s| s.range(MemAccess::Write, off, len)) else {
+                    return Placed::Unpredicted;
+                };
+                push(ptr, len);
+            }
+            push(
+                base.wrapping_add(p.at + r.header + r.payload),
+                r.pad + ICRC_LEN,
+            );
+            planned = p.at + r.len();
+        }
+        if planned < slot {
+            push(base.wrapping_add(planned), slot - planned);
+        }
+        // SAFETY: every entry names writable memory for the call: the
+        // receive slot (`arena`, borrowed mutably here, no reference into
+        // it alive) or a range `DirectSpan::range` checked inside a
+        // registration pinned above (`pins`) and kept alive by `regions`,
+        // memory made of atomics that the kernel writes as a device's DMA
+        // would; the QP's lock keeps the READ from completing meanwhile.
+        let got = unsafe { sys::recv_scatter(port.sock.as_fd(), &iov[..ni]) };
+        let m = match got {
+            Ok(Some(m)) => m,
+            Ok(None) => return Placed::Empty,
+            Err(err) => {
+                tracing::debug!(error = %err, "recvmsg failed");
+                return Placed::Empty;
+            }
+        };
+        self.stats.recvmmsg_calls += 1;
+        let src_gid = m.src.as_ref().map(gid_of);
+        let verified = match (m.src, src_gid) {
+            (Some(src), Some(_)) if !m.truncated => verify_placed(
+                &self.rx.arena[..m.len.min(slot)],
+                &plan[..nseg],
+                &spans,
+                &rp,
+                &m,
+                port.ip,
+                sh.roce_port,
+                &src,
+                &mut self.icrc,
+                &mut self.last_ident,
+            ),
+            _ => None,
+        };
+        let (Some(paths), Some(src_gid)) = (verified, src_gid) else {
+            // Not as predicted: put the datagram back together and receive
+            // it as usual, after the QP's and the key table's locks go.
+            fill_holes(&mut self.rx.arena[..slot], &plan[..nseg], &spans, m.len);
+            drop(pins);
+            drop(mem);
+            drop(e);
+            self.stats.rx_place_fallbacks += 1;
+            if let Some(pl) = &mut self.placing {
+                pl.cool = PLACE_COOL;
+            }
+            self.rx.msgs[0] = m;
+            let (parts, table) = self.parts();
+            deliver(parts, sh, table, pi, 0, now);
+            return Placed::Got;
+        };
+        self.stats.rx_datagrams += 1;
+        let (paths, segs) = paths;
+        if segs > 1 {
+            self.stats.gro_datagrams += 1;
+        }
+        for (p, &path) in plan.iter().zip(&paths[..segs]) {
+            let r = &p.resp;
+            let len = r.len();
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += len as u64;
+            if segs > 1 {
+                self.stats.gro_segments += 1;
+            }
+            self.stats.icrc_ok += 1;
+            match path {
+                Predicted::Zero => self.stats.icrc_ident_zero += 1,
+                Predicted::GroIndex => {
+                    self.stats.icrc_ident_gro += 1;
+                    self.tap_pending += len + TAP_COPY_CHARGE;
+                }
+                Predicted::Next => {
+                    self.stats.icrc_ident_next += 1;
+                    self.tap_pending += len + TAP_COPY_CHARGE;
+                }
+                Predicted::Seen | Predicted::V6 => {}
+            }
+            match self.faults.judge() {
+                Verdict::Deliver => {}
+                Verdict::Drop => {
+                    self.stats.fault_drops += 1;
+                    continue;
+                }
+                Verdict::Hold => {
+                    self.stats.fault_reordered += 1;
+                    fill_holes(
+                        &mut self.rx.arena[..slot],
+                        std::slice::from_ref(p),
+                        &spans,
+                        m.len,
+                    );
+                    self.faults
+                        .hold(&self.rx.arena[p.at..p.at + len], src_gid, port.gid);
+                    continue;
+                }
+            }
+            let header = &self.rx.arena[p.at..p.at + r.header];
+            let taken = run_engine_with(sh, &mut e, &mut mem, |qp, io| {
+                qp.receive_placed(now, &rp, header, r.payload, src_gid, port.gid, io)
+            });
+            if taken {
+                self.stats.rx_placed += 1;
+                self.stats.rx_placed_bytes += r.payload as u64;
+            } else {
+                fill_holes(
+                    &mut self.rx.arena[..slot],
+                    std::slice::from_ref(p),
+                    &spans,
+                    m.len,
+                );
+                let pkt = &self.rx.arena[p.at..p.at + len];
+                run_engine_with(sh, &mut e, &mut mem, |qp, io| {
+                    qp.receive_at(now, pkt, src_gid, port.gid, io);
+                });
+            }
+            // A response held back from this datagram (same QP) follows.
+            if let Some((pkt, s, d)) = self.faults.take_held() {
+                run_engine_with(sh, &mut e, &mut mem, |qp, io| {
+                    qp.receive_at(now, &pkt, s, d, io);
+                });
+            }
+        }
+        drop(pins);
+        drop(mem);
+        q.set_deadline(e.qp.next_deadline());
+        if e.tx.pending() > 0 {
+            touch(&mut self.touched, &q, &e);
+        }
+        let more = e.qp.read_placement().is_some();
+        drop(e);
+        if let Some(pl) = &mut self.placing
+            && !more
+        {
+            pl.hint = None;
+        }
+        Placed::Got
     }
 
     /// Everything but the table, and the table.
@@ -887,6 +1191,7 @@ impl RxState {
             faults,
             table,
             touched,
+            placing,
             ..
         } = self;
         (
@@ -900,6 +1205,7 @@ impl RxState {
                 tap_pending,
                 faults,
                 touched,
+                placing: placing.as_mut(),
             },
             table,
         )
@@ -955,6 +1261,7 @@ fn deliver<'a>(
         tap_pending,
         faults,
         touched,
+        placing,
     } = p;
     let m = rx.msgs[i];
     stats.rx_datagrams += 1;
@@ -1090,8 +1397,199 @@ fn deliver<'a>(
             d.packet(sh, &pkt, held_src, held_dst, now);
         }
     }
+    if let Some(pl) = placing {
+        pl.cool = pl.cool.saturating_sub(1);
+        pl.hint = match &held {
+            Some(h) if h.e.qp.read_placement().is_some() => Some((pi, Arc::clone(h.q))),
+            _ => None,
+        };
+    }
     if let Some(h) = held {
         h.release(touched);
+    }
+}
+
+/// The responses QP `qp` expects next, planned into one receive slot of
+/// `slot` bytes: the prediction, up to [`PLACE_MAX_SEGS`] responses (each
+/// at its datagram offset, its payload as pieces of at most
+/// [`PLACE_REGIONS`] registrations that offer direct access), how many,
+/// and those registrations. `None` when nothing can be placed.
+#[allow(clippy::type_complexity)]
+fn plan_placement(
+    qp: &Qp,
+    mem: &KeyAccess<'_>,
+    slot: usize,
+) -> Option<(
+    transport::ReadPlacement,
+    [PlanSeg; PLACE_MAX_SEGS],
+    usize,
+    [Option<Arc<dyn Memory>>; PLACE_REGIONS],
+)> {
+    let rp = qp.read_placement()?;
+    let first = rp.response(0)?;
+    let mut plan = [PlanSeg {
+        resp: first,
+        at: 0,
+        pieces: [(0, 0, 0); 4],
+        n: 0,
+    }; PLACE_MAX_SEGS];
+    let mut regions: [Option<Arc<dyn Memory>>; PLACE_REGIONS] = Default::default();
+    let mut nseg = 0;
+    let mut at = 0;
+    'plan: while nseg < PLACE_MAX_SEGS {
+        let Some(r) = rp.response(nseg as u32) else {
+            break;
+        };
+        if at + r.len() > slot {
+            break;
+        }
+        let mut lent = [None; 4];
+        let Some(n) = qp.read_pieces(mem, &rp, r.offset, r.payload, &mut lent) else {
+            break;
+        };
+        let mut pieces = [(0, 0, 0); 4];
+        for (dst, piece) in pieces.iter_mut().zip(lent.iter().take(n)) {
+            let Some(piece) = piece else { break 'plan };
+            let known = regions
+                .iter()
+                .position(|m| m.as_ref().is_some_and(|m| Arc::ptr_eq(m, piece.mem)));
+            let ri = match known {
+                Some(ri) => ri,
+                None => {
+                    let Some(free) = regions.iter().position(Option::is_none) else {
+                        break 'plan;
+                    };
+                    regions[free] = Some(Arc::clone(piece.mem));
+                    free
+                }
+            };
+            *dst = (ri, piece.offset, piece.len);
+        }
+        plan[nseg] = PlanSeg {
+            resp: r,
+            at,
+            pieces,
+            n,
+        };
+        nseg += 1;
+        at += r.len();
+    }
+    (nseg > 0).then_some((rp, plan, nseg, regions))
+}
+
+/// Check a datagram received for placement (`slot`: the receive slot's
+/// `m.len` bytes, payloads absent) against its plan: every GRO segment a
+/// planned response, on its planned bytes, with the expected opcode, pad,
+/// QPN and PSN, whose ICRC verifies over header, payload (read in place)
+/// and tail with a predicted identification (the segment index, the
+/// sender's previous + 1, 0). The identification each verified with, one
+/// per segment; `None` when anything differs.
+#[allow(clippy::too_many_arguments)]
+fn verify_placed(
+    slot: &[u8],
+    plan: &[PlanSeg],
+    spans: &[Option<DirectSpan<'_>>; PLACE_REGIONS],
+    rp: &transport::ReadPlacement,
+    m: &RxMsg,
+    local: IpAddr,
+    dport: u16,
+    src: &std::net::SocketAddr,
+    icrc: &mut IcrcCache,
+    last: &mut LastIdent,
+) -> Option<([Predicted; PLACE_MAX_SEGS], usize)> {
+    let len = slot.len();
+    let seg = if m.gro > 0 { usize::from(m.gro) } else { len };
+    if len == 0 || seg == 0 {
+        return None;
+    }
+    let nsegs = len.div_ceil(seg);
+    if nsegs > plan.len() {
+        return None;
+    }
+    let mut paths = [Predicted::V6; PLACE_MAX_SEGS];
+    for (k, p) in plan.iter().take(nsegs).enumerate() {
+        let r = &p.resp;
+        let start = k * seg;
+        if p.at != start || r.len() != seg.min(len - start) {
+            return None;
+        }
+        let bth = slot.get(p.at..p.at + 12)?;
+        let psn = u32::from_be_bytes([0, bth[9], bth[10], bth[11]]);
+        let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+        if bth[0] != r.opcode
+            || usize::from((bth[1] >> 4) & 3) != r.pad
+            || qpn != rp.qpn.get()
+            || psn != r.psn.get()
+        {
+            return None;
+        }
+        let mut crc = 0;
+        for &(ri, off, n) in p.pieces.iter().take(p.n) {
+            let span = spans.get(ri).copied().flatten()?;
+            crc = rnic_dma::crc::crc32_span(crc, &span, off, n).ok()?;
+        }
+        let head = slot.get(p.at..p.at + r.header)?;
+        let tail = slot.get(p.at + r.header + r.payload..p.at + r.len())?;
+        let body = (crc, r.payload);
+        let path = match (src.ip(), local) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let next = match *last {
+                    Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
+                    _ => None,
+                };
+                let index = k as u16;
+                let index_path = if index == 0 {
+                    Predicted::Zero
+                } else {
+                    Predicted::GroIndex
+                };
+                let candidates = [
+                    (Some(index), index_path),
+                    (next, Predicted::Next),
+                    (Some(0), Predicted::Zero),
+                ];
+                let (id, path) = candidates.into_iter().find_map(|(c, path)| {
+                    let id = c?;
+                    icrc.verify_v4_parts(s, d, id, true, src.port(), dport, head, body, tail)
+                        .is_ok()
+                        .then_some((id, path))
+                })?;
+                *last = Some((*src, id));
+                path
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                icrc.verify_v6_parts(s, d, src.port(), dport, head, body, tail)
+                    .ok()?;
+                Predicted::V6
+            }
+            _ => return None,
+        };
+        *paths.get_mut(k)? = path;
+    }
+    Some((paths, nsegs))
+}
+
+/// Copy the planned payloads back from the READ's buffer into the receive
+/// slot (as far as the datagram's `len` bytes reach), which then holds the
+/// datagram as it arrived.
+fn fill_holes(
+    slot: &mut [u8],
+    plan: &[PlanSeg],
+    spans: &[Option<DirectSpan<'_>>; PLACE_REGIONS],
+    len: usize,
+) {
+    for p in plan {
+        let mut at = p.at + p.resp.header;
+        for &(ri, off, n) in p.pieces.iter().take(p.n) {
+            let end = (at + n).min(len);
+            if end <= at {
+                return;
+            }
+            if let (Some(Some(span)), Some(dst)) = (spans.get(ri), slot.get_mut(at..end)) {
+                let _ = rnic_dma::copy::read_span(span, off, dst);
+            }
+            at += n;
+        }
     }
 }
 

@@ -105,6 +105,11 @@ impl Faults {
     pub(crate) fn take_held(&mut self) -> Option<(Vec<u8>, Gid, Gid)> {
         self.held.take()
     }
+
+    /// A packet is held back.
+    pub(crate) fn has_held(&self) -> bool {
+        self.held.is_some()
+    }
 }
 
 #[cfg(test)]

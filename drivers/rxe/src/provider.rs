@@ -86,6 +86,21 @@ pub struct RxeConfig {
     /// slower there. Off by default; `RNIC_RXE_RX_RING=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub rx_ring: bool,
+    /// Receive READ response payloads straight into the READ's local
+    /// buffer (socket ports; memory that offers direct access): while a
+    /// READ's responses stream in, each datagram is received with a
+    /// scatter list — headers and ICRCs into the transport's buffer, the
+    /// payloads where the READ puts them — and checked (shape, QPN, PSN,
+    /// ICRC read in place) before the QP takes the headers; a datagram that
+    /// is not what was predicted is put back together and received as any
+    /// other. The local buffer belongs to the transport until the READ
+    /// completes, so bytes a rejected packet left there are rewritten by
+    /// the accepted one before anyone may read them. Removes the user-space
+    /// copy of READ data; on loopback the kernel's copy then writes the
+    /// colder destination instead (docs/benchmarks.md, "Receive
+    /// placement"). Off by default; `RNIC_RXE_RX_PLACE=1` turns it on for
+    /// devices opened with [`RxeConfig::new`].
+    pub rx_place: bool,
     /// Payloads of at least this many bytes in memory that offers direct
     /// access leave from it in place: the kernel's copy is the only one on
     /// the sending side (`tx.rs`). `usize::MAX` copies every payload into
@@ -152,6 +167,7 @@ impl RxeConfig {
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
             rx_ring: env_on("RNIC_RXE_RX_RING"),
+            rx_place: env_on("RNIC_RXE_RX_PLACE"),
             tx_in_place_min: if env_off("RNIC_RXE_TX_IN_PLACE") {
                 usize::MAX
             } else {
@@ -208,6 +224,14 @@ impl RxeConfig {
     #[must_use]
     pub fn with_rx_ring(mut self, on: bool) -> RxeConfig {
         self.rx_ring = on;
+        self
+    }
+
+    /// The same, placing READ response payloads or not (see
+    /// [`RxeConfig::rx_place`]).
+    #[must_use]
+    pub fn with_rx_place(mut self, on: bool) -> RxeConfig {
+        self.rx_place = on;
         self
     }
 
@@ -464,7 +488,9 @@ impl RxeDevice {
                 pds: Slab::default(),
                 next_qpn: 0x11,
             }),
-            rx: Mutex::new(RxState::new(whole, cfg.faults, cfg.ident_recovery)),
+            rx: Mutex::new(
+                RxState::new(whole, cfg.faults, cfg.ident_recovery).with_placement(cfg.rx_place),
+            ),
             send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min),
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),

@@ -78,6 +78,15 @@ pub struct DeviceStats {
     pub gro_segments: u64,
     /// Packets too short for BTH + ICRC, or truncated by the socket.
     pub rx_malformed: u64,
+    /// READ responses received with their payload placed straight into
+    /// the READ's local buffer (`RxeConfig::rx_place`).
+    pub rx_placed: u64,
+    /// Their payload bytes.
+    pub rx_placed_bytes: u64,
+    /// Datagrams received for placement that were not the responses
+    /// predicted (another QP, another PSN or shape, a bad ICRC): copied
+    /// back together and received as any other.
+    pub rx_place_fallbacks: u64,
     /// ICRC verified, all 32 bits, with a predicted identification (IPv4:
     /// the GRO segment index, the sender's previous identification + 1, or
     /// 0; IPv6 has none), the one the identification tap saw, or the one in
@@ -160,6 +169,9 @@ impl DeviceStats {
             gro_datagrams,
             gro_segments,
             rx_malformed,
+            rx_placed,
+            rx_placed_bytes,
+            rx_place_fallbacks,
             icrc_ok,
             icrc_ident_zero,
             icrc_ident_gro,
@@ -205,6 +217,9 @@ impl DeviceStats {
             (&mut self.gro_datagrams, gro_datagrams),
             (&mut self.gro_segments, gro_segments),
             (&mut self.rx_malformed, rx_malformed),
+            (&mut self.rx_placed, rx_placed),
+            (&mut self.rx_placed_bytes, rx_placed_bytes),
+            (&mut self.rx_place_fallbacks, rx_place_fallbacks),
             (&mut self.icrc_ok, icrc_ok),
             (&mut self.icrc_ident_zero, icrc_ident_zero),
             (&mut self.icrc_ident_gro, icrc_ident_gro),
@@ -282,6 +297,13 @@ impl fmt::Display for RxeStats {
             d.unknown_qpn,
             d.foreign_qpn
         )?;
+        if d.rx_placed > 0 || d.rx_place_fallbacks > 0 {
+            writeln!(
+                f,
+                "placed: {} READ responses, {} payload bytes received straight into their READs' buffers; {} datagrams not as predicted (reassembled, received as usual)",
+                d.rx_placed, d.rx_placed_bytes, d.rx_place_fallbacks
+            )?;
+        }
         writeln!(
             f,
             "icrc: {} ok, all 32 bits (ident 0: {}, GRO index: {}, previous + 1: {}, tapped: {}, seen by the ring: {}), {} recovered (15-bit check), {} unverifiable (dropped), {} dropped; {} tap drains",

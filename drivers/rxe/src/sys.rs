@@ -538,6 +538,57 @@ fn recv_n<const N: usize>(
     Ok(got)
 }
 
+/// Receive one datagram without blocking into the buffers `iov` names, in
+/// order (a scatter receive: headers into the transport's own buffer,
+/// payloads straight into registered memory). `None` when none was
+/// waiting; the message's `len` is the bytes the buffers took.
+///
+/// # Safety
+///
+/// Every entry of `iov` must name memory valid for writes of its length
+/// for the whole call, which no Rust reference covers meanwhile (the
+/// kernel writes it as a device's DMA would).
+pub unsafe fn recv_scatter(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<Option<RxMsg>> {
+    let mut addr = AddrBuf::EMPTY;
+    let mut cmsg = Cmsg([0; CMSG_ROOM]);
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = addr.0.as_mut_ptr().cast();
+    h.msg_namelen = size_of::<AddrBuf>() as libc::socklen_t;
+    // The kernel only reads the iovec array.
+    h.msg_iov = iov.as_ptr().cast_mut();
+    h.msg_iovlen = iov.len();
+    h.msg_control = cmsg.0.as_mut_ptr().cast();
+    h.msg_controllen = CMSG_ROOM;
+    // SAFETY: the header points at live, writable locals (address,
+    // control bytes) with their true sizes and at `iov`, whose entries the
+    // caller guarantees writable for the call; no other pointer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_recvmsg,
+            fd.as_raw_fd(),
+            &raw mut h,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let room: usize = iov.iter().map(|v| v.iov_len).sum();
+    let ctl = h.msg_controllen.min(CMSG_ROOM);
+    Ok(Some(RxMsg {
+        len: (rc as usize).min(room),
+        src: addr.decode(),
+        gro: parse_gro(&cmsg.0[..ctl]),
+        truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+        ident: None,
+    }))
+}
+
 /// The `UDP_GRO` segment size in a control buffer (0 when absent).
 fn parse_gro(ctl: &[u8]) -> u16 {
     let w = size_of::<usize>();

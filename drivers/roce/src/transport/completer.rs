@@ -4,12 +4,13 @@
 use core::time::Duration;
 
 use rnic_core::qp::{ack_timeout_delay, rnr_timer_delay};
-use rnic_core::{Psn, WcStatus};
+use rnic_core::{Gid, Psn, QpType, Qpn, WcStatus};
 
-use super::pkt::{Pkt, f, syndrome};
+use super::pkt::{self, Pkt, f, op, syndrome};
 use super::qp::Qp;
+use super::qp::{KeyPiece, MAX_PIECES};
 use super::queue::{WqeStatus, sgl_write};
-use super::{Instant, Io};
+use super::{Access, Instant, Io, MemoryAccess, Piece};
 
 /// Completer state.
 #[derive(Clone, Copy, Debug, Default)]
@@ -31,6 +32,96 @@ pub(crate) struct Completer {
     pub read_cont: bool,
 }
 
+/// Where the READ responses a QP expects next put their payloads
+/// ([`Qp::read_placement`]): what a receive path needs to receive them
+/// straight into the READ's local buffer (which belongs to the transport
+/// until the READ completes) and hand the QP only their headers
+/// ([`Qp::receive_placed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadPlacement {
+    /// The QP (the responses' BTH DestQP).
+    pub qpn: Qpn,
+    /// The PSN expected next.
+    pub psn: Psn,
+    /// Responses left, `psn`'s included (the last is the READ's LAST or
+    /// ONLY).
+    pub left: u32,
+    /// The response at `psn` opens the READ (FIRST or ONLY).
+    pub opens: bool,
+    /// The READ's message offset of `psn`'s payload.
+    pub offset: u64,
+    /// Payload bytes left from `offset`.
+    pub bytes: u64,
+    /// Payload bytes of every response but the READ's last (the path MTU).
+    pub mtu: u32,
+    /// The READ's send-queue slot and first PSN: a placed response is
+    /// taken only while they still name the head (`receive_placed`).
+    head: u32,
+    first_psn: Psn,
+}
+
+/// One response a [`ReadPlacement`] expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpectedResponse {
+    /// Its PSN.
+    pub psn: Psn,
+    /// Its opcode.
+    pub opcode: u8,
+    /// Header bytes (BTH, AETH where the opcode has one).
+    pub header: usize,
+    /// The READ's message offset of its payload.
+    pub offset: u64,
+    /// Payload bytes.
+    pub payload: usize,
+    /// Pad bytes after the payload.
+    pub pad: usize,
+}
+
+impl ExpectedResponse {
+    /// Bytes on the wire: headers, payload, pad, ICRC.
+    pub fn len(&self) -> usize {
+        self.header + self.payload + self.pad + pkt::ICRC_LEN
+    }
+
+    /// Never empty (a header and an ICRC at least).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl ReadPlacement {
+    /// The `k`-th response from [`ReadPlacement::psn`] (`None` past the
+    /// READ's last).
+    pub fn response(&self, k: u32) -> Option<ExpectedResponse> {
+        if k >= self.left {
+            return None;
+        }
+        let first = k == 0 && self.opens;
+        let last = k + 1 == self.left;
+        let opcode = match (first, last) {
+            (true, true) => op::READ_RESP_ONLY,
+            (true, false) => op::READ_RESP_FIRST,
+            (false, true) => op::READ_RESP_LAST,
+            (false, false) => op::READ_RESP_MIDDLE,
+        };
+        let at = u64::from(k) * u64::from(self.mtu);
+        let payload = if last {
+            self.bytes.checked_sub(at)?
+        } else {
+            u64::from(self.mtu)
+        };
+        let payload = usize::try_from(payload).ok()?;
+        Some(ExpectedResponse {
+            psn: self.psn.wrapping_add(k),
+            opcode,
+            header: pkt::header_len(opcode),
+            offset: self.offset + at,
+            payload,
+            pad: (4 - payload % 4) % 4,
+        })
+    }
+}
+
 /// What a response's AETH says.
 enum Kind {
     ReadData,
@@ -41,6 +132,118 @@ enum Kind {
 }
 
 impl Qp {
+    /// Where the READ responses this QP expects next go: `Some` while an RC
+    /// QP whose requester is on waits for response data of the READ at the
+    /// head of its send queue, from the completer's PSN on, and the opcode
+    /// of that PSN is certain (not right after a retry from the middle of
+    /// a READ, which a responder may answer as a new READ or as the
+    /// continuation).
+    pub fn read_placement(&self) -> Option<ReadPlacement> {
+        if self.cfg.qp_type != QpType::Rc || !self.sender_on() {
+            return None;
+        }
+        let head = self.sq.head;
+        let w = self.sq.get(head)?;
+        if w.status != WqeStatus::Started || !w.is_read() || w.len == 0 {
+            return None;
+        }
+        let psn = self.comp.psn;
+        if !w.holds(psn) || !psn.is_before(self.req.sent_hi) {
+            return None;
+        }
+        let k = w.first_psn.distance_to(psn).unsigned_abs();
+        let opens = k == 0 && !self.comp.read_cont;
+        if !opens && !self.comp.read_cont {
+            return None;
+        }
+        let mtu = self.a.path_mtu.bytes();
+        let offset = u64::from(k) * u64::from(mtu);
+        Some(ReadPlacement {
+            qpn: self.cfg.qpn,
+            psn,
+            left: w.npkts.checked_sub(k)?,
+            opens,
+            offset,
+            bytes: w.len.checked_sub(offset)?,
+            mtu,
+            head,
+            first_psn: w.first_psn,
+        })
+    }
+
+    /// The READ's local buffer from message offset `offset`, `len` bytes,
+    /// as pieces of registered memory that offers direct access (checked
+    /// for the SGEs' L_Keys and local write access as the copy would be),
+    /// into `out`; how many. `None` when `rp` no longer describes the head
+    /// or a piece's memory offers no direct access, the range spans more
+    /// SGEs than `out` holds (or than 4), or a key does not validate (the copy then
+    /// reports that).
+    pub fn read_pieces<'m>(
+        &self,
+        mem: &'m dyn MemoryAccess,
+        rp: &ReadPlacement,
+        offset: u64,
+        len: usize,
+        out: &mut [Option<Piece<'m>>],
+    ) -> Option<usize> {
+        let w = self.sq.get(rp.head)?;
+        if self.sq.head != rp.head || w.first_psn != rp.first_psn || !w.is_read() {
+            return None;
+        }
+        let mut keys = [KeyPiece::EMPTY; MAX_PIECES];
+        let room = out.len().min(MAX_PIECES);
+        let n = self
+            .sq
+            .payload_pieces(rp.head, offset, len, keys.get_mut(..room)?)?;
+        for (slot, k) in out.iter_mut().zip(keys.iter().take(n)) {
+            let (m, off) = mem
+                .lend(self.cfg.pd, k.key, k.addr, k.len as u64, Access::LocalWrite)
+                .ok()??;
+            *slot = Some(Piece {
+                mem: m,
+                offset: off,
+                len: k.len,
+            });
+        }
+        Some(n)
+    }
+
+    /// A READ response `rp` predicted, whose `placed` payload bytes (and pad)
+    /// the receive path has put into the READ's local buffer where
+    /// [`Qp::read_pieces`] said (its ICRC verified over them there): handle
+    /// it from its `header` (BTH, AETH) as [`Qp::receive_at`] handles the
+    /// whole packet, without writing the payload again. `false`, with
+    /// nothing changed, when `rp` no longer names the head READ or the
+    /// header is not a READ response whose pad fits `placed`: the caller
+    /// then hands over the whole packet instead.
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_placed(
+        &mut self,
+        now: Instant,
+        rp: &ReadPlacement,
+        header: &[u8],
+        placed: usize,
+        src: Gid,
+        dst: Gid,
+        io: &mut Io<'_>,
+    ) -> bool {
+        let current = self
+            .sq
+            .get(rp.head)
+            .is_some_and(|w| w.first_psn == rp.first_psn && w.is_read());
+        if self.sq.head != rp.head || !current {
+            return false;
+        }
+        let Ok(p) = pkt::parse_placed(header, placed) else {
+            return false;
+        };
+        let pad = header.get(1).map_or(0, |b| usize::from((b >> 4) & 3));
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += (header.len() + placed + pad + pkt::ICRC_LEN) as u64;
+        self.receive_pkt(now, &p, src, dst, io);
+        true
+    }
+
     /// Handle one response packet (RTS only).
     pub(crate) fn complete_response(&mut self, now: Instant, p: &Pkt<'_>, io: &mut Io<'_>) {
         if !p.psn.is_before(self.req.sent_hi) {
@@ -126,7 +329,7 @@ impl Qp {
                 } else {
                     let off = u64::from(w.first_psn.distance_to(p.psn).unsigned_abs()) * mtu;
                     let remaining = w.len.saturating_sub(off);
-                    let n = p.payload.len() as u64;
+                    let n = p.payload_len() as u64;
                     let ok = if p.is(f::LAST) {
                         n == remaining
                     } else {
@@ -136,7 +339,11 @@ impl Qp {
                         self.stats.drops.bad_response += 1;
                     } else {
                         let sges = self.sq.sges(head);
-                        if sgl_write(io.mem, self.cfg.pd, sges, off, p.payload).is_err() {
+                        // A placed payload is where this write would put it
+                        // (`Qp::receive_placed` checked the prediction).
+                        if p.placed == 0
+                            && sgl_write(io.mem, self.cfg.pd, sges, off, p.payload).is_err()
+                        {
                             self.fail_head(WcStatus::LocProtErr, io);
                             return;
                         }

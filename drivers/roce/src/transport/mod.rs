@@ -108,6 +108,7 @@ use rnic_core::{
     AddressVector, Lkey, Memory, PdHandle, QpState, QpType, Qpn, Rkey, WorkCompletion,
 };
 
+pub use completer::{ExpectedResponse, ReadPlacement};
 pub use qp::{Qp, QpConfig};
 pub use requester::DEFAULT_MAX_UNACKED_PSNS;
 pub use stats::{DropCounts, NakCounts, QpStats};

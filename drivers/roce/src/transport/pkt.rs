@@ -230,6 +230,10 @@ pub(crate) struct Pkt<'a> {
     pub qkey: u32,
     pub src_qp: Qpn,
     pub payload: &'a [u8],
+    /// A READ response whose payload the receive path already placed in the
+    /// READ's local buffer ([`parse_placed`]): its length (`payload` is
+    /// then empty); 0 for every other packet.
+    pub placed: usize,
 }
 
 impl Pkt<'_> {
@@ -242,6 +246,55 @@ impl Pkt<'_> {
     pub fn any(&self, mask: u32) -> bool {
         self.flags & mask != 0
     }
+
+    /// Payload bytes: in the packet, or placed ahead of it.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len().max(self.placed)
+    }
+}
+
+/// Parse the headers (BTH‥AETH) of a READ response whose `placed` payload
+/// bytes and pad the receive path put straight into the READ's local
+/// buffer: the same checks as [`parse`] on the packet they came from, the
+/// pad count included (`placed` + pad a multiple of 4).
+pub(crate) fn parse_placed(header: &[u8], placed: usize) -> Result<Pkt<'static>, ParseError> {
+    let mut b = [0u8; 32];
+    let n = header.len();
+    let Some(h) = b.get_mut(..n) else {
+        return Err(ParseError::BadHeader);
+    };
+    h.copy_from_slice(header);
+    let Some(&flags_byte) = header.get(1) else {
+        return Err(ParseError::Truncated);
+    };
+    let pad = usize::from((flags_byte >> 4) & 3);
+    // Parsed as the same headers with no payload and no pad.
+    b[1] &= !0x30;
+    let p = parse(b.get(..n + ICRC_LEN).ok_or(ParseError::BadHeader)?)?;
+    if !p.is(f::READ_RESP) || !p.payload.is_empty() || n != header_len(p.opcode) {
+        return Err(ParseError::BadHeader);
+    }
+    if placed == 0 || !(placed + pad).is_multiple_of(4) {
+        return Err(ParseError::BadHeader);
+    }
+    Ok(Pkt {
+        opcode: p.opcode,
+        flags: p.flags,
+        dest_qp: p.dest_qp,
+        ack_req: p.ack_req,
+        psn: p.psn,
+        reth: p.reth,
+        aeth_syndrome: p.aeth_syndrome,
+        aeth_msn: p.aeth_msn,
+        imm: p.imm,
+        ieth: p.ieth,
+        atomic: p.atomic,
+        atomic_orig: p.atomic_orig,
+        qkey: p.qkey,
+        src_qp: p.src_qp,
+        payload: &[],
+        placed,
+    })
 }
 
 /// The BTH DestQP of a packet, for demultiplexing before [`parse`].
@@ -306,6 +359,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
         qkey: 0,
         src_qp: Qpn::default(),
         payload,
+        placed: 0,
     };
     let mut at = BTH_LEN;
     for &h in info.headers {
@@ -392,6 +446,7 @@ fn parse_via_view(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
         qkey: 0,
         src_qp: Qpn::default(),
         payload,
+        placed: 0,
     };
     if let Some(d) = view.deth() {
         p.qkey = d.qkey();

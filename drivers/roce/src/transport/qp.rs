@@ -559,6 +559,19 @@ impl Qp {
                 return;
             }
         };
+        self.receive_pkt(now, &p, src, dst, io);
+    }
+
+    /// [`Qp::receive_at`] after the parse.
+    #[inline]
+    pub(crate) fn receive_pkt(
+        &mut self,
+        now: Instant,
+        p: &pkt::Pkt<'_>,
+        src: Gid,
+        dst: Gid,
+        io: &mut Io<'_>,
+    ) {
         if p.dest_qp != self.cfg.qpn {
             self.stats.drops.wrong_qpn += 1;
             return;
@@ -570,7 +583,7 @@ impl Qp {
         }
         if ud_pkt {
             if self.responder_on() {
-                self.ud_receive(&p, src, dst, io);
+                self.ud_receive(p, src, dst, io);
             } else {
                 self.stats.drops.bad_state += 1;
             }
@@ -587,12 +600,12 @@ impl Qp {
         }
         if p.any(pkt::f::RESPONSE) {
             if self.sender_on() {
-                self.complete_response(now, &p, io);
+                self.complete_response(now, p, io);
             } else {
                 self.stats.drops.bad_state += 1;
             }
         } else if self.responder_on() {
-            self.respond(&p, io);
+            self.respond(p, io);
         } else {
             self.stats.drops.bad_state += 1;
         }

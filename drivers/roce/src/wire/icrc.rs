@@ -713,7 +713,14 @@ impl IcrcCache {
     /// The ICRC of `roce` (BTH..ICRC, at least [`CACHED_BTH`] covered
     /// bytes) whose prefix is `prefix`.
     fn compute(&mut self, prefix: Prefix, after_prefix: &[u8]) -> u32 {
-        let mut h = match self.slots.get_mut(prefix.slot()) {
+        let mut h = self.state_after(prefix);
+        h.update(after_prefix);
+        h.finalize()
+    }
+
+    /// The CRC state after `prefix`: remembered, or hashed and remembered.
+    fn state_after(&mut self, prefix: Prefix) -> crc32fast::Hasher {
+        match self.slots.get_mut(prefix.slot()) {
             Some(Some(c)) if c.prefix == prefix => {
                 self.hits += 1;
                 c.after.clone()
@@ -729,9 +736,7 @@ impl IcrcCache {
                 }
                 after
             }
-        };
-        h.update(after_prefix);
-        h.finalize()
+        }
     }
 
     /// [`compute_v4`], resuming from the remembered prefix state.
@@ -821,6 +826,106 @@ impl IcrcCache {
         verify_by(roce, ipv4::HEADER_LEN, |r| {
             self.compute_v4(src, dst, ip_id, dont_frag, udp_src_port, udp_dst_port, r)
         })
+    }
+
+    /// [`IcrcCache::verify_v4`] for a packet received in parts: `head`
+    /// (BTH and the headers after it), a `body` whose CRC the caller took
+    /// where it lies (`body.0`: the CRC-32 of its `body.1` bytes alone,
+    /// zlib's convention, e.g. a payload read in place in registered
+    /// memory), then `tail` (pad and the ICRC). The body's CRC is folded in
+    /// (`crc32fast::Hasher::combine`), so a caller trying several
+    /// identifications reads the body once.
+    #[allow(clippy::too_many_arguments)] // verify_v4's, and the parts
+    pub fn verify_v4_parts(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ip_id: u16,
+        dont_frag: bool,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        head: &[u8],
+        body: (u32, usize),
+        tail: &[u8],
+    ) -> Result<()> {
+        let roce_len = head.len() + body.1 + tail.len();
+        check_udp_payload(roce_len, ipv4::HEADER_LEN)?;
+        let bth = *head.first_chunk::<BTH_RESV8A>().ok_or(Error::Truncated {
+            header: Header::Bth,
+            need: CACHED_BTH,
+            have: head.len(),
+        })?;
+        let prefix = Prefix::V4 {
+            src,
+            dst,
+            ip_id,
+            dont_frag,
+            sport: udp_src_port,
+            dport: udp_dst_port,
+            roce_len,
+            bth,
+        };
+        self.verify_parts(prefix, head, body, tail)
+    }
+
+    /// [`IcrcCache::verify_v6`] for a packet received in parts (see
+    /// [`IcrcCache::verify_v4_parts`]).
+    #[allow(clippy::too_many_arguments)] // verify_v6's, and the parts
+    pub fn verify_v6_parts(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        udp_src_port: u16,
+        udp_dst_port: u16,
+        head: &[u8],
+        body: (u32, usize),
+        tail: &[u8],
+    ) -> Result<()> {
+        let roce_len = head.len() + body.1 + tail.len();
+        check_udp_payload(roce_len, ipv6::HEADER_LEN)?;
+        let bth = *head.first_chunk::<BTH_RESV8A>().ok_or(Error::Truncated {
+            header: Header::Bth,
+            need: CACHED_BTH,
+            have: head.len(),
+        })?;
+        let prefix = Prefix::V6 {
+            src,
+            dst,
+            sport: udp_src_port,
+            dport: udp_dst_port,
+            roce_len,
+            bth,
+        };
+        self.verify_parts(prefix, head, body, tail)
+    }
+
+    /// The parts' ICRC, resuming from the prefix state, against the
+    /// trailer at the end of `tail`.
+    fn verify_parts(
+        &mut self,
+        prefix: Prefix,
+        head: &[u8],
+        (body_crc, body_len): (u32, usize),
+        tail: &[u8],
+    ) -> Result<()> {
+        let (Some(after), Some(pad)) = (
+            head.get(CACHED_BTH..),
+            tail.get(..tail.len().saturating_sub(ICRC_LEN)),
+        ) else {
+            return Err(Error::Truncated {
+                header: Header::Bth,
+                need: CACHED_BTH + ICRC_LEN,
+                have: head.len() + tail.len(),
+            });
+        };
+        let mut h = self.state_after(prefix);
+        h.update(after);
+        h.combine(&crc32fast::Hasher::new_with_initial_len(
+            body_crc,
+            body_len as u64,
+        ));
+        h.update(pad);
+        check_trailer(tail, h.finalize())
     }
 
     /// [`fill_v6`] through the cache.
@@ -1208,6 +1313,50 @@ mod tests {
                 2 * long.count() as u64 + 3 * full.count() as u64
             });
         }
+    }
+
+    /// A packet verified in parts — headers, a body whose CRC the caller
+    /// took alone, a tail — verifies exactly when the whole packet does,
+    /// at every split, IPv4 and IPv6; a changed byte in any part fails.
+    #[test]
+    fn parts_verify_as_the_whole_packet_does() {
+        let (s4, d4) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let (s6, d6) = (Ipv6Addr::LOCALHOST, Ipv6Addr::UNSPECIFIED);
+        let mut roce: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        roce[..4].copy_from_slice(&[0x0E, 0x30, 0xFF, 0xFF]);
+        let mut v4 = roce.clone();
+        fill_v4(s4, d4, 9, true, 0xC000, 4791, &mut v4).unwrap();
+        let mut v6 = roce;
+        fill_v6(s6, d6, 0xC000, 4791, &mut v6).unwrap();
+        let mut cache = IcrcCache::new();
+        let body = |b: &[u8]| (crc32fast::hash(b), b.len());
+        for h in [CACHED_BTH, 12, 16, 100] {
+            for t in [ICRC_LEN, ICRC_LEN + 3] {
+                for (v6_case, pkt) in [(false, &v4), (true, &v6)] {
+                    let check = |c: &mut IcrcCache, p: &[u8]| {
+                        let (head, rest) = p.split_at(h);
+                        let (mid, tail) = rest.split_at(rest.len() - t);
+                        if v6_case {
+                            c.verify_v6_parts(s6, d6, 0xC000, 4791, head, body(mid), tail)
+                        } else {
+                            c.verify_v4_parts(s4, d4, 9, true, 0xC000, 4791, head, body(mid), tail)
+                        }
+                    };
+                    assert_eq!(check(&mut cache, pkt), Ok(()), "split {h}/{t}");
+                    for at in [0, h, h + 50, pkt.len() - t, pkt.len() - 1] {
+                        let mut bad = pkt.clone();
+                        bad[at] ^= 0x20;
+                        let r = check(&mut cache, &bad);
+                        assert!(matches!(r, Err(Error::IcrcMismatch { .. })), "{at}: {r:?}");
+                    }
+                }
+            }
+        }
+        // Another identification: the whole packet's ICRC does not hold.
+        let (head, rest) = v4.split_at(12);
+        let (mid, tail) = rest.split_at(rest.len() - ICRC_LEN);
+        let r = cache.verify_v4_parts(s4, d4, 10, true, 0xC000, 4791, head, body(mid), tail);
+        assert!(r.is_err());
     }
 
     /// A remembered prefix answers only for its own fields: the same
