@@ -154,8 +154,9 @@ enum Cmd {
     ///
     /// rxe devices read the environment: RNIC_RXE_RX_RING=1 receives through
     /// a packet ring polled in memory (the lowest latency; root, Linux 6.2+;
-    /// `rnicctl doctor` says whether it is available), RNIC_RXE_SHARE=0 binds
-    /// the address exclusively.
+    /// `rnicctl doctor` says whether it is available), RNIC_RXE_RX_PLACE=1
+    /// receives READ response payloads straight into the READ's buffer,
+    /// RNIC_RXE_SHARE=0 binds the address exclusively.
     Perf(perf::PerfArgs),
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]

@@ -7,13 +7,16 @@
 //!   for reference, and the ICRC's CRC-32 (crc32fast over a slice, and
 //!   `rnic_dma::crc` in place over the region, 4 KiB pieces) — over a 64 KiB
 //!   buffer (cache-resident) and a 64 MiB one (memory), in ns per KiB.
-//! * `path [SIZE] [N] [heap|owned]`: N RDMA WRITEs of SIZE bytes streamed
+//! * `path [SIZE] [N] [heap|owned] [write|read]`: N RDMA WRITEs (or READs)
+//!   of SIZE bytes streamed
 //!   between two rxe devices on 127.0.0.1/127.0.0.2 (MTU 4096, window 1024
 //!   PSNs, up to 8 WRITEs in flight, `RNIC_BYTE_COST_SLOTS` to change), **one thread driving both ends**
 //!   (caller-driven progress), so the process's CPU time (user + system,
 //!   `getrusage`) is the whole cost of moving the bytes, kernel copies
 //!   included, with no idle spinning; reported as ns per KiB and CPU·s/GB,
-//!   with the system calls and datagrams the devices counted.
+//!   with the system calls and datagrams the devices counted. The devices
+//!   read the environment (`RNIC_RXE_RX_PLACE=1`: the reader receives READ
+//!   response payloads straight into its buffer; the counts say how many).
 //!
 //! `cargo run --release -p rnic-rxe --example byte_cost -- parts`
 //! `cargo run --release -p rnic-rxe --example byte_cost -- path 1048576 2000`
@@ -108,7 +111,7 @@ fn parts() {
     }
 }
 
-fn path(size: usize, n: usize, owned: bool) {
+fn path(size: usize, n: usize, owned: bool, read: bool) {
     let open = |ip: [u8; 4]| {
         RxeDevice::open(
             &RxeConfig::new(Target::Ip(IpAddr::V4(Ipv4Addr::from(ip))))
@@ -119,7 +122,7 @@ fn path(size: usize, n: usize, owned: bool) {
     };
     let dev = [open([127, 0, 0, 1]), open([127, 0, 0, 2])];
     let ctx = [dev[0].context(), dev[1].context()];
-    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     // WRITEs in flight, each from and to its own slot of the regions:
     // RNIC_BYTE_COST_SLOTS (default 8: 8 MiB regions at 1 MiB, larger than
     // the L2, so every byte comes from and goes to DRAM; rnicctl perf's
@@ -179,11 +182,12 @@ fn path(size: usize, n: usize, owned: bool) {
         while posted < n && posted - done < inflight {
             let slot = (posted % inflight) * size;
             let sge = [mra.sge(slot, len).unwrap()];
-            let wr =
-                [
-                    SendWr::rdma_write(posted as u64, &sge, mrb.addr() + slot as u64, mrb.rkey())
-                        .signaled(),
-                ];
+            let remote = mrb.addr() + slot as u64;
+            let wr = [if read {
+                SendWr::rdma_read(posted as u64, &sge, remote, mrb.rkey()).signaled()
+            } else {
+                SendWr::rdma_write(posted as u64, &sge, remote, mrb.rkey()).signaled()
+            }];
             qa.post_send(&wr).unwrap();
             posted += 1;
         }
@@ -201,7 +205,8 @@ fn path(size: usize, n: usize, owned: bool) {
     let kib = bytes / 1024.0;
     let (sa, sb) = (dev[0].stats().device, dev[1].stats().device);
     println!(
-        "{n} WRITEs of {size} B ({} memory), one thread, both ends: CPU {:.3} s (user {:.3}, sys {:.3}), wall {:.3} s",
+        "{n} {} of {size} B ({} memory), one thread, both ends: CPU {:.3} s (user {:.3}, sys {:.3}), wall {:.3} s",
+        if read { "READs" } else { "WRITEs" },
         if owned { "OwnedBuffer" } else { "HeapMemory" },
         (user + sys).as_secs_f64(),
         user.as_secs_f64(),
@@ -216,14 +221,18 @@ fn path(size: usize, n: usize, owned: bool) {
         (user + sys).as_secs_f64() / (bytes / 1e9),
         bytes / 1e9 / (user + sys).as_secs_f64()
     );
+    let (tx, rx) = if read { (&sb, &sa) } else { (&sa, &sb) };
     println!(
-        "  sender: {} sendmmsg, {} datagrams ({} GSO sends); receiver: {} recvmmsg, {} datagrams, {} packets",
-        sa.sendmmsg_calls,
-        sa.tx_datagrams,
-        sa.gso_sends,
-        sb.recvmmsg_calls,
-        sb.rx_datagrams,
-        sb.rx_packets
+        "  data sender: {} sendmmsg, {} datagrams ({} GSO sends); data receiver: {} receive calls, {} datagrams, {} packets, {} placed ({} bytes), {} placement fallbacks",
+        tx.sendmmsg_calls,
+        tx.tx_datagrams,
+        tx.gso_sends,
+        rx.recvmmsg_calls,
+        rx.rx_datagrams,
+        rx.rx_packets,
+        rx.rx_placed,
+        rx.rx_placed_bytes,
+        rx.rx_place_fallbacks
     );
     drop(qb);
 }
@@ -236,8 +245,9 @@ fn main() {
             let size = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
             let n = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(1000);
             let owned = args.get(4).is_some_and(|a| a == "owned");
-            path(size, n, owned);
+            let read = args.get(5).is_some_and(|a| a == "read");
+            path(size, n, owned, read);
         }
-        Some(other) => eprintln!("unknown mode {other}: parts | path [SIZE] [N] [heap|owned]"),
+        Some(other) => eprintln!("unknown mode {other}: parts | path [SIZE] [N] [heap|owned] [write|read]"),
     }
 }

@@ -998,7 +998,10 @@ impl RxState {
         let Some((rp, plan, nseg, regions)) = plan_placement(&e.qp, &mem, slot) else {
             drop(e);
             if let Some(pl) = &mut self.placing {
+                // (A READ into memory without direct access: not asked again
+                // at every datagram.)
                 pl.hint = None;
+                pl.cool = PLACE_COOL;
             }
             return Placed::Unpredicted;
         };

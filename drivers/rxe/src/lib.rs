@@ -52,6 +52,13 @@
 //!   idle busy poll is a load instead of a `recvmmsg`, a datagram needs no
 //!   receive system call: the low-latency path for caller-driven devices.
 //!   Root (CAP_NET_RAW), Linux 6.2+, exclusive binding.
+//! * **Receive placement** (opt-in: [`RxeConfig::rx_place`],
+//!   `RNIC_RXE_RX_PLACE=1`): while a READ's responses stream in, a socket
+//!   port receives each datagram with a scatter list — headers and ICRCs
+//!   into the receive slot, payloads straight into the READ's local buffer
+//!   (the transport's until the READ completes) — and the QP takes only the
+//!   headers once every segment is the predicted response with a verified
+//!   ICRC; anything else is put back together and received as usual.
 //! * **Fault injection** ([`FaultConfig`], off by default): seeded loss and
 //!   reordering of verified packets before demultiplexing, counted.
 //!
@@ -74,7 +81,11 @@
 //!   [`sys`]: socket options, `sendmmsg`,
 //!   `recvmmsg` over stack-built headers (`sendmmsg`'s iovecs point into
 //!   the transmit arena and into held regions' direct spans), the
-//!   identification tap's raw socket, filters and `recv`.
+//!   identification tap's raw socket, filters and `recv`, and receive
+//!   placement's scatter `recvmsg`; plus one call each where the callers
+//!   hold the memory the kernel reads or writes: the transmit flush's
+//!   `sendmmsg` over held regions (`tx`) and placement's receive into a
+//!   READ's pinned buffer (`device`).
 //!
 //! # Example
 //!

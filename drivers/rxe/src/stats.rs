@@ -64,7 +64,8 @@ pub struct DeviceStats {
     pub sport_fallbacks: u64,
     /// Datagrams received.
     pub rx_datagrams: u64,
-    /// `recvmmsg` calls that returned data.
+    /// `recvmmsg` calls that returned data (and receive placement's
+    /// `recvmsg` calls).
     pub recvmmsg_calls: u64,
     /// Batches taken from packet rings (`RxeConfig::rx_ring`) that held data.
     pub ring_batches: u64,
