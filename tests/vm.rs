@@ -1013,7 +1013,10 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
 
 /// The same with netem dropping 8% of what the kernel sends: READ responses go missing, so
 /// rnic re-requests its READ from the middle and the kernel replays from there (the
-/// MIDDLE-first replay rnic once rejected forever); RNR and go-back-N meet loss.
+/// MIDDLE-first replay rnic once rejected forever); RNR and go-back-N meet loss. rnic
+/// receives with placement on (`RNIC_RXE_RX_PLACE=1`): the kernel's READ responses after
+/// the first go straight into the READ's buffer (rnic's `placed:` line counts them), the
+/// gaps and replays fall back, and the READ still matches byte for byte.
 #[test]
 fn interop_rdma_write_read_and_rnr_under_netem_loss_on_the_kernel_side() {
     interop_rw(Some("loss 8%"));
@@ -1027,13 +1030,12 @@ fn interop_rw(netem: Option<&str>) {
         "interop-rw"
     };
     let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
-    let Some(run) = run_with_example(
-        name,
-        ("interop_rw", "RNIC_INTEROP_RW"),
-        &[("RNIC_INTEROP_RW_LEN", "20000")],
-        &args,
-        150,
-    ) else {
+    let mut env = vec![("RNIC_INTEROP_RW_LEN", "20000")];
+    if netem.is_some() {
+        env.push(("RNIC_RXE_RX_PLACE", "1"));
+    }
+    let Some(run) = run_with_example(name, ("interop_rw", "RNIC_INTEROP_RW"), &env, &args, 150)
+    else {
         return;
     };
     let mut c = run.exit_checks();
@@ -1121,6 +1123,17 @@ fn interop_rw(netem: Option<&str>) {
     }
     if netem.is_some() {
         c.netem_dropped(name, &guest);
+        // "placed: N READ responses, …"
+        let placed = rnic
+            .lines()
+            .find_map(|l| l.strip_prefix("placed: "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        say(&format!("{name}: rnic placed {placed:?} READ responses"));
+        c.that(
+            placed.is_some_and(|n| n > 0),
+            "rnic placed no READ response (RNIC_RXE_RX_PLACE=1): no 'placed: N' line with N > 0",
+        );
     }
     if let Some(qp) = rnic.lines().find(|l| l.starts_with("qp 0x")) {
         say(&format!("{name}: rnic {qp}"));

@@ -1325,9 +1325,9 @@ mod tests {
         let mut roce: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
         roce[..4].copy_from_slice(&[0x0E, 0x30, 0xFF, 0xFF]);
         let mut v4 = roce.clone();
-        fill_v4(s4, d4, 9, true, 0xC000, 4791, &mut v4).unwrap();
+        fill_v4(s4, d4, 9, true, 0xC000, 4791, &mut v4).expect("fill v4");
         let mut v6 = roce;
-        fill_v6(s6, d6, 0xC000, 4791, &mut v6).unwrap();
+        fill_v6(s6, d6, 0xC000, 4791, &mut v6).expect("fill v6");
         let mut cache = IcrcCache::new();
         let body = |b: &[u8]| (crc32fast::hash(b), b.len());
         for h in [CACHED_BTH, 12, 16, 100] {
