@@ -276,7 +276,7 @@ impl std::fmt::Debug for IdentCtx<'_> {
 /// identification + 1, 0; then the tap (where one exists, a packet none of
 /// its identifications verifies is [`IcrcCheck::Bad`]: it sees every
 /// nonzero one); then (opt-in) solving for it.
-#[inline]
+#[inline(always)]
 pub fn check_icrc(
     local: IpAddr,
     dport: u16,

@@ -248,6 +248,8 @@ fn main() {
             let read = args.get(5).is_some_and(|a| a == "read");
             path(size, n, owned, read);
         }
-        Some(other) => eprintln!("unknown mode {other}: parts | path [SIZE] [N] [heap|owned] [write|read]"),
+        Some(other) => {
+            eprintln!("unknown mode {other}: parts | path [SIZE] [N] [heap|owned] [write|read]")
+        }
     }
 }

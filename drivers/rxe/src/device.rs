@@ -976,6 +976,11 @@ impl RxState {
     /// usual: the bytes it left in the READ's buffer lie in PSNs the READ
     /// has not accepted, which the accepted responses rewrite before the
     /// READ completes.
+    ///
+    /// Never inlined: its plan and scatter list take some 10 KiB of stack,
+    /// which inlined into [`RxState::progress`] would make every round pay
+    /// for a frame that size (stack probes), placing or not.
+    #[inline(never)]
     fn place_one(&mut self, sh: &Shared, pi: usize, now: Instant) -> Placed {
         let Some(port) = sh.ports.get(pi) else {
             return Placed::Unpredicted;

@@ -53,6 +53,7 @@ pub(crate) struct IdentCtx<'a> {
 /// Check the ICRC of `pkt`, segment `index` of a datagram from `src` to
 /// `local`:`dport` whose first packet starts with `first_bth`
 /// ([`rnic_roce::ident::check_icrc`] on this port's tap).
+#[inline(always)]
 pub(crate) fn check_icrc(
     local: IpAddr,
     dport: u16,

@@ -311,6 +311,7 @@ pub(crate) fn dest_qpn(bytes: &[u8]) -> Option<Qpn> {
 /// with the same checks in the same order as the checked `RocePacket` view
 /// (`parse_via_view`, the reference `parse_reads_what_the_wire_view_reads`
 /// holds it to for hostile bytes too): this runs for every packet received.
+#[inline(always)]
 pub(crate) fn parse(bytes: &[u8]) -> Result<Pkt<'_>, ParseError> {
     let len = bytes.len();
     let Some(bth) = bytes.first_chunk::<BTH_LEN>() else {

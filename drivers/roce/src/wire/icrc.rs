@@ -719,6 +719,7 @@ impl IcrcCache {
     }
 
     /// The CRC state after `prefix`: remembered, or hashed and remembered.
+    #[inline(always)]
     fn state_after(&mut self, prefix: Prefix) -> crc32fast::Hasher {
         match self.slots.get_mut(prefix.slot()) {
             Some(Some(c)) if c.prefix == prefix => {
