@@ -941,4 +941,46 @@ mod tests {
         ack[3] = 0x00; // P_Key 0xff00
         assert_eq!(parse(&ack).err(), Some(ParseError::BadHeader));
     }
+
+    /// A placed READ response's headers parse as the whole packet would,
+    /// with the placed length as its payload; anything but a READ response,
+    /// a header of the wrong length, no payload, or a pad that does not fit
+    /// the placed length is refused.
+    #[test]
+    fn placed_headers_parse_as_their_packets() {
+        let bth = |op: u8, pad: u8| {
+            let mut b = vec![op, pad << 4, 0xff, 0xff, 0, 0, 0x12, 0x34, 0, 0, 0x05, 0x06];
+            if op != op::READ_RESP_MIDDLE {
+                b.extend_from_slice(&[0, 0, 0, 7]);
+            }
+            b
+        };
+        for (opcode, pad, placed) in [
+            (op::READ_RESP_MIDDLE, 0, 1024),
+            (op::READ_RESP_FIRST, 0, 4096),
+            (op::READ_RESP_LAST, 3, 1021),
+            (op::READ_RESP_ONLY, 1, 7),
+        ] {
+            let h = bth(opcode, pad);
+            let p = parse_placed(&h, placed).expect("a placed READ response");
+            let mut whole = h.clone();
+            whole.extend(std::iter::repeat_n(
+                0xab,
+                placed + usize::from(pad) + ICRC_LEN,
+            ));
+            let q = parse(&whole).expect("the whole packet");
+            assert_eq!((p.opcode, p.psn, p.dest_qp), (q.opcode, q.psn, q.dest_qp));
+            assert_eq!((p.aeth_syndrome, p.aeth_msn), (q.aeth_syndrome, q.aeth_msn));
+            assert_eq!((p.payload_len(), p.placed), (q.payload_len(), placed));
+            assert!(p.payload.is_empty());
+        }
+        // Pad that does not fit, no payload, other opcodes, short headers.
+        assert!(parse_placed(&bth(op::READ_RESP_LAST, 3), 1020).is_err());
+        assert!(parse_placed(&bth(op::READ_RESP_MIDDLE, 0), 0).is_err());
+        assert!(parse_placed(&bth(op::SEND_ONLY, 0), 64).is_err());
+        assert!(parse_placed(&bth(op::WRITE_MIDDLE, 0), 1024).is_err());
+        assert!(parse_placed(&bth(op::READ_RESP_FIRST, 0)[..12], 1024).is_err());
+        assert!(parse_placed(&[0x0e; 4], 1024).is_err());
+        assert!(parse_placed(&[0x0e; 40], 1024).is_err());
+    }
 }
