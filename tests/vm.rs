@@ -1122,7 +1122,10 @@ fn interop_rw(netem: Option<&str>) {
     }
     // "placed: N READ responses, …; F datagrams not as predicted …"
     let placed_line = rnic.lines().find(|l| l.starts_with("placed: "));
-    say(&format!("{name}: rnic {}", placed_line.unwrap_or("placed nothing")));
+    say(&format!(
+        "{name}: rnic {}",
+        placed_line.unwrap_or("placed nothing")
+    ));
     if netem.is_some() {
         c.netem_dropped(name, &guest);
     } else {

@@ -270,6 +270,31 @@ impl std::fmt::Debug for IdentCtx<'_> {
     }
 }
 
+/// The IPv4 identifications a socket receiver tries for segment `index`
+/// of a datagram from `src`, in order, and what each one is: the segment
+/// index (0 for a lone packet), the sender's last identification + 1, 0.
+#[inline(always)]
+pub fn predicted_idents(
+    index: u16,
+    last: &LastIdent,
+    src: &SocketAddr,
+) -> [(Option<u16>, Predicted); 3] {
+    let next = match *last {
+        Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
+        _ => None,
+    };
+    let index_path = if index == 0 {
+        Predicted::Zero
+    } else {
+        Predicted::GroIndex
+    };
+    [
+        (Some(index), index_path),
+        (next, Predicted::Next),
+        (Some(0), Predicted::Zero),
+    ]
+}
+
 /// Check the ICRC of `pkt` (BTH‥ICRC), segment `index` of a datagram from
 /// `src` to `local`:`dport` whose first packet starts with `first_bth`.
 /// IPv4 candidates in order: the segment index, the sender's last
@@ -294,20 +319,7 @@ pub fn check_icrc(
             let cache = &mut *cx.icrc;
             let mut predicted = |id| cache.verify_v4(s, d, id, true, sport, dport, pkt).is_ok();
             let verify = |id| icrc::verify_v4(s, d, id, true, sport, dport, pkt).is_ok();
-            let next = match *cx.last {
-                Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
-                _ => None,
-            };
-            let index_path = if index == 0 {
-                Predicted::Zero
-            } else {
-                Predicted::GroIndex
-            };
-            let candidates = [
-                (Some(index), index_path),
-                (next, Predicted::Next),
-                (Some(0), Predicted::Zero),
-            ];
+            let candidates = predicted_idents(index, cx.last, src);
             let mut tried = [None::<u16>; 3];
             for (i, (c, path)) in candidates.into_iter().enumerate() {
                 let Some(id) = c else { continue };

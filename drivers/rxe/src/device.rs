@@ -1541,21 +1541,7 @@ fn verify_placed(
         let body = (crc, r.payload);
         let path = match (src.ip(), local) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let next = match *last {
-                    Some((a, id)) if a == *src => Some(id.wrapping_add(1)),
-                    _ => None,
-                };
-                let index = k as u16;
-                let index_path = if index == 0 {
-                    Predicted::Zero
-                } else {
-                    Predicted::GroIndex
-                };
-                let candidates = [
-                    (Some(index), index_path),
-                    (next, Predicted::Next),
-                    (Some(0), Predicted::Zero),
-                ];
+                let candidates = rnic_roce::ident::predicted_idents(k as u16, last, src);
                 let (id, path) = candidates.into_iter().find_map(|(c, path)| {
                     let id = c?;
                     icrc.verify_v4_parts(s, d, id, true, src.port(), dport, head, body, tail)

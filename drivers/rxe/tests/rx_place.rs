@@ -27,6 +27,17 @@ use rnic_rxe::{FaultConfig, Progress, RxeConfig, RxeDevice, Target};
 
 /// What every byte of a destination buffer holds before a READ.
 const CANARY: u8 = 0xc5;
+/// The READ sizes (one SGE each): one byte to several MiB, around MTUs.
+const SIZES: [usize; 8] = [
+    1,
+    3,
+    1024,
+    1025,
+    3 * 4096 + 1,
+    (64 << 10) + 7,
+    1 << 20,
+    (3 << 20) + 5,
+];
 
 fn placing(ip: IpAddr, faults: FaultConfig) -> RxeDevice {
     RxeDevice::open(
@@ -71,16 +82,6 @@ fn reads_land_byte_exact(faults: FaultConfig, label: &str) -> rnic_rxe::DeviceSt
     let b = Side::new(open(ib, Progress::Thread), BUF, 512);
     let src = pattern(BUF, 7);
     b.fill(0, &src);
-    let sizes = [
-        1usize,
-        3,
-        1024,
-        1025,
-        3 * 4096 + 1,
-        (64 << 10) + 7,
-        1 << 20,
-        (3 << 20) + 5,
-    ];
     for mtu in [Mtu::Mtu1024, Mtu::Mtu4096] {
         let mut qa = a.qp(QpType::Rc);
         let mut qb = b.qp(QpType::Rc);
@@ -90,7 +91,7 @@ fn reads_land_byte_exact(faults: FaultConfig, label: &str) -> rnic_rxe::DeviceSt
         let mut at = 4096 + 13;
         // One SGE each, several in flight.
         let mut posted = 0;
-        for (i, &n) in sizes.iter().enumerate() {
+        for (i, &n) in SIZES.iter().enumerate() {
             let from = 977 * i + 5;
             let sge = [a.mr.sge(at, n as u32).unwrap()];
             qa.post_send(&[SendWr::rdma_read(
@@ -155,22 +156,7 @@ fn reads_land_byte_exact(faults: FaultConfig, label: &str) -> rnic_rxe::DeviceSt
 #[test]
 fn reads_are_received_into_their_buffers_byte_exact() {
     let d = reads_land_byte_exact(FaultConfig::default(), "clean");
-    let read: u64 = 2
-        * ([
-            1u64,
-            3,
-            1024,
-            1025,
-            3 * 4096 + 1,
-            (64 << 10) + 7,
-            1 << 20,
-            (3 << 20) + 5,
-        ]
-        .iter()
-        .sum::<u64>()
-            + 7777
-            + (200 << 10)
-            + 3);
+    let read: u64 = 2 * (SIZES.iter().map(|&n| n as u64).sum::<u64>() + 7777 + (200 << 10) + 3);
     // Each READ's first datagram is received as usual (it names the QP to
     // predict for); the rest is placed.
     assert!(d.rx_placed > 0, "{d:?}");

@@ -849,13 +849,7 @@ impl IcrcCache {
         body: (u32, usize),
         tail: &[u8],
     ) -> Result<()> {
-        let roce_len = head.len() + body.1 + tail.len();
-        check_udp_payload(roce_len, ipv4::HEADER_LEN)?;
-        let bth = *head.first_chunk::<BTH_RESV8A>().ok_or(Error::Truncated {
-            header: Header::Bth,
-            need: CACHED_BTH,
-            have: head.len(),
-        })?;
+        let (roce_len, bth) = parts_shape(head, body.1, tail, ipv4::HEADER_LEN)?;
         let prefix = Prefix::V4 {
             src,
             dst,
@@ -882,13 +876,7 @@ impl IcrcCache {
         body: (u32, usize),
         tail: &[u8],
     ) -> Result<()> {
-        let roce_len = head.len() + body.1 + tail.len();
-        check_udp_payload(roce_len, ipv6::HEADER_LEN)?;
-        let bth = *head.first_chunk::<BTH_RESV8A>().ok_or(Error::Truncated {
-            header: Header::Bth,
-            need: CACHED_BTH,
-            have: head.len(),
-        })?;
+        let (roce_len, bth) = parts_shape(head, body.1, tail, ipv6::HEADER_LEN)?;
         let prefix = Prefix::V6 {
             src,
             dst,
@@ -956,6 +944,25 @@ impl IcrcCache {
             self.compute_v6(src, dst, udp_src_port, udp_dst_port, r)
         })
     }
+}
+
+/// A packet in parts: its RoCE length (checked to fit a UDP datagram over
+/// an IP header of `ip_hdr` bytes) and the BTH bytes a cached prefix
+/// copies, from `head`.
+fn parts_shape(
+    head: &[u8],
+    body_len: usize,
+    tail: &[u8],
+    ip_hdr: usize,
+) -> Result<(usize, [u8; BTH_RESV8A])> {
+    let roce_len = head.len() + body_len + tail.len();
+    check_udp_payload(roce_len, ip_hdr)?;
+    let bth = *head.first_chunk::<BTH_RESV8A>().ok_or(Error::Truncated {
+        header: Header::Bth,
+        need: CACHED_BTH,
+        have: head.len(),
+    })?;
+    Ok((roce_len, bth))
 }
 
 /// `roce` (BTH..ICRC) as the BTH bytes a cached prefix copies and the
