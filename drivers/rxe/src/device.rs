@@ -1112,19 +1112,7 @@ impl RxState {
             if segs > 1 {
                 self.stats.gro_segments += 1;
             }
-            self.stats.icrc_ok += 1;
-            match path {
-                Predicted::Zero => self.stats.icrc_ident_zero += 1,
-                Predicted::GroIndex => {
-                    self.stats.icrc_ident_gro += 1;
-                    self.tap_pending += len + TAP_COPY_CHARGE;
-                }
-                Predicted::Next => {
-                    self.stats.icrc_ident_next += 1;
-                    self.tap_pending += len + TAP_COPY_CHARGE;
-                }
-                Predicted::Seen | Predicted::V6 => {}
-            }
+            count_icrc_ok(&mut self.stats, &mut self.tap_pending, path, len);
             match self.faults.judge() {
                 Verdict::Deliver => {}
                 Verdict::Drop => {
@@ -1172,10 +1160,7 @@ impl RxState {
         }
         drop(pins);
         drop(mem);
-        q.set_deadline(e.qp.next_deadline());
-        if e.tx.pending() > 0 {
-            touch(&mut self.touched, &q, &e);
-        }
+        after_run(&q, &e, &mut self.touched);
         let more = e.qp.read_placement().is_some();
         drop(e);
         if let Some(pl) = &mut self.placing
@@ -1342,22 +1327,7 @@ fn deliver<'a>(
             }
         };
         match check {
-            IcrcCheck::Ok(path) => {
-                stats.icrc_ok += 1;
-                match path {
-                    Predicted::Zero => stats.icrc_ident_zero += 1,
-                    Predicted::GroIndex => {
-                        stats.icrc_ident_gro += 1;
-                        *tap_pending += pkt.len() + TAP_COPY_CHARGE;
-                    }
-                    Predicted::Next => {
-                        stats.icrc_ident_next += 1;
-                        *tap_pending += pkt.len() + TAP_COPY_CHARGE;
-                    }
-                    Predicted::Seen => stats.icrc_ident_seen += 1,
-                    Predicted::V6 => {}
-                }
-            }
+            IcrcCheck::Ok(path) => count_icrc_ok(stats, tap_pending, path, pkt.len()),
             IcrcCheck::Tapped => {
                 stats.icrc_ok += 1;
                 stats.icrc_ident_tap += 1;
@@ -1604,10 +1574,37 @@ impl Held<'_> {
     fn release(self, touched: &mut Touched) {
         let Held { q, mem, e, .. } = self;
         drop(mem);
-        q.set_deadline(e.qp.next_deadline());
-        if e.tx.pending() > 0 {
-            touch(touched, q, &e);
+        after_run(q, &e, touched);
+    }
+}
+
+/// After received packets ran QP `q`'s engine (locked as `e`): record its
+/// next deadline, and note it when it has packets to send.
+fn after_run(q: &Arc<QpShared>, e: &QpInner, touched: &mut Touched) {
+    q.set_deadline(e.qp.next_deadline());
+    if e.tx.pending() > 0 {
+        touch(touched, q, e);
+    }
+}
+
+/// Count a packet of `len` bytes whose ICRC verified with the
+/// identification `path` names: identifications the tap also copied
+/// (a GRO index or the sender's previous + 1) are charged to it.
+#[inline(always)]
+fn count_icrc_ok(stats: &mut DeviceStats, tap_pending: &mut usize, path: Predicted, len: usize) {
+    stats.icrc_ok += 1;
+    match path {
+        Predicted::Zero => stats.icrc_ident_zero += 1,
+        Predicted::GroIndex => {
+            stats.icrc_ident_gro += 1;
+            *tap_pending += len + TAP_COPY_CHARGE;
         }
+        Predicted::Next => {
+            stats.icrc_ident_next += 1;
+            *tap_pending += len + TAP_COPY_CHARGE;
+        }
+        Predicted::Seen => stats.icrc_ident_seen += 1,
+        Predicted::V6 => {}
     }
 }
 
