@@ -80,7 +80,7 @@ pub struct ExpectedResponse {
 impl ExpectedResponse {
     /// Bytes on the wire: headers, payload, pad, ICRC.
     pub fn len(&self) -> usize {
-        self.header + self.payload + self.pad + pkt::ICRC_LEN
+        pkt::packet_len(self.opcode, self.payload)
     }
 
     /// Never empty (a header and an ICRC at least).
@@ -117,7 +117,7 @@ impl ReadPlacement {
             header: pkt::header_len(opcode),
             offset: self.offset + at,
             payload,
-            pad: (4 - payload % 4) % 4,
+            pad: pkt::pad_for(payload),
         })
     }
 }
@@ -186,8 +186,7 @@ impl Qp {
         len: usize,
         out: &mut [Option<Piece<'m>>],
     ) -> Option<usize> {
-        let w = self.sq.get(rp.head)?;
-        if self.sq.head != rp.head || w.first_psn != rp.first_psn || !w.is_read() {
+        if !self.names_head(rp) {
             return None;
         }
         let mut keys = [KeyPiece::EMPTY; MAX_PIECES];
@@ -206,6 +205,15 @@ impl Qp {
             });
         }
         Some(n)
+    }
+
+    /// `rp` still describes the READ at the head of the send queue.
+    fn names_head(&self, rp: &ReadPlacement) -> bool {
+        self.sq.head == rp.head
+            && self
+                .sq
+                .get(rp.head)
+                .is_some_and(|w| w.first_psn == rp.first_psn && w.is_read())
     }
 
     /// A READ response `rp` predicted, whose `placed` payload bytes (and pad)
@@ -227,11 +235,7 @@ impl Qp {
         dst: Gid,
         io: &mut Io<'_>,
     ) -> bool {
-        let current = self
-            .sq
-            .get(rp.head)
-            .is_some_and(|w| w.first_psn == rp.first_psn && w.is_read());
-        if self.sq.head != rp.head || !current {
+        if !self.names_head(rp) {
             return false;
         }
         let Ok(p) = pkt::parse_placed(header, placed) else {
