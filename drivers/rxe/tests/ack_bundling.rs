@@ -269,8 +269,14 @@ fn send_lat_acks_leave_with_the_answer_not_alone() {
     println!("a: {da:?}\nb: {db:?}");
     for (d, dev, qp) in [(&da, &a.dev, &qa), (&db, &b.dev, &qb)] {
         // Every answer carried the ACK of the SEND it answers (the client's
-        // first SEND had none to carry; the server's last ACK is swept)...
-        assert!(d.acks_bundled >= u64::from(ROUNDS) - 1, "{d:?}");
+        // first SEND had none to carry; the server's last ACK is swept),
+        // but for a thread descheduled for a whole sweep period mid-run,
+        // whose deferred ACK the sweeper sends instead (2 of 50 with both
+        // vCPUs busy beside the test)...
+        assert!(
+            d.acks_bundled + d.acks_swept >= u64::from(ROUNDS) - 1,
+            "{d:?}"
+        );
         // ... so one `sendmmsg` per round, plus the sweeps (a thread
         // descheduled for a whole period mid-run also gets one).
         assert!(
