@@ -1008,9 +1008,21 @@ fn rw_match(out: &str, what: &str, len: u64) -> bool {
 /// 1024), every byte checked by the side that owns the memory. rnic receives with
 /// placement on (`RNIC_RXE_RX_PLACE=1`): the kernel's READ responses after the first go
 /// straight into the READ's buffer, and rnic's `placed:` line must count some.
+///
+/// The guest also runs rnic-rxe's packet-ring tests (`drivers/rxe/tests/rx_ring.rs`) on its
+/// Linux 6.1: each must skip with the ring's refusal naming the kernel (UDP GSO datagrams
+/// reach a packet ring whole only from 6.2), not fail and not run.
 #[test]
 fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
-    interop_rw(None);
+    interop_rw(None, Kernel::Stable);
+}
+
+/// The same against the kernel rxe of Linux 6.12 (bookworm-backports: the kernel of Debian 13),
+/// whose guest also runs rnic-rxe's packet-ring tests on its own loopback: a newer rxe
+/// on the wire, and the ring on a kernel between 6.2 and the host's, where they must pass.
+#[test]
+fn interop_rdma_write_and_read_against_the_kernel_rxe_of_linux_6_12() {
+    interop_rw(None, Kernel::Backports);
 }
 
 /// The same with netem dropping 8% of what the kernel sends: READ responses go missing, so
@@ -1021,24 +1033,143 @@ fn interop_rdma_write_and_read_between_rnic_and_kernel_rxe_bytes_checked() {
 /// so it is reported, not required).
 #[test]
 fn interop_rdma_write_read_and_rnr_under_netem_loss_on_the_kernel_side() {
-    interop_rw(Some("loss 8%"));
+    interop_rw(Some("loss 8%"), Kernel::Stable);
 }
 
-fn interop_rw(netem: Option<&str>) {
+/// The kernel a scenario's guest boots (`RNIC_VM_KERNEL` of tests/vm/build-guest.sh).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kernel {
+    /// bookworm's linux-image-amd64 (6.1): every scenario's default.
+    Stable,
+    /// bookworm-backports' linux-image-amd64 (6.12).
+    Backports,
+}
+
+impl Kernel {
+    fn env(self) -> &'static str {
+        match self {
+            Kernel::Stable => "stable",
+            Kernel::Backports => "backports",
+        }
+    }
+
+    /// Builds (or finds cached) this kernel's guest, so that a scenario's timeout does not
+    /// include a cold build; the default guest is built by the preflight.
+    fn build_guest(self) -> Result<(), String> {
+        if self == Kernel::Stable {
+            return Ok(());
+        }
+        let log = results_root().join(format!("build-guest-{}.log", self.env()));
+        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let status = Command::new(repo().join("tests/vm/build-guest.sh"))
+            .env("RNIC_VM_KERNEL", self.env())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(out)
+            .status()
+            .map_err(|e| format!("run build-guest.sh: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "build-guest.sh with RNIC_VM_KERNEL={} failed (log: {})",
+                self.env(),
+                log.display()
+            ));
+        }
+        say(&format!(
+            "vm: {} guest ready in {:.1}s (log: {})",
+            self.env(),
+            t0.elapsed().as_secs_f64(),
+            log.display()
+        ));
+        Ok(())
+    }
+}
+
+/// Builds integration test `test` of workspace package `package` (dev profile, this test's
+/// cargo and target folder) and copies its executable to `dest`, for a guest to run from
+/// the share.
+fn host_test_binary(package: &str, test: &str, dest: &Path) -> Result<(), String> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
+    let log = results_root().join(format!("build-test-{test}.log"));
+    let err = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let out = Command::new(env!("CARGO"))
+        .args(["test", "-p", package, "--test", test, "--no-run"])
+        .args(["--message-format=json", "--manifest-path"])
+        .arg(repo().join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .stderr(err)
+        .output()
+        .map_err(|e| format!("run cargo: {e}"))?;
+    // The artifact message of the test target names its executable.
+    let name = format!("\"name\":\"{test}\"");
+    let exe = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&name) && l.contains("\"test\":true"))
+        .find_map(|l| {
+            let from = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let len = l[from..].find('"')?;
+            Some(PathBuf::from(&l[from..from + len]))
+        });
+    match exe {
+        Some(exe) if out.status.success() && exe.is_file() => std::fs::copy(&exe, dest)
+            .map(drop)
+            .map_err(|e| format!("copy {} to {}: {e}", exe.display(), dest.display())),
+        _ => Err(format!(
+            "cargo test -p {package} --test {test} --no-run failed (log: {})",
+            log.display()
+        )),
+    }
+}
+
+fn interop_rw(netem: Option<&str>, kernel: Kernel) {
     const LEN: u64 = 20000;
-    let name = if netem.is_some() {
-        "interop-rw@netem"
-    } else {
-        "interop-rw"
+    let name = match (netem, kernel) {
+        (Some(_), _) => "interop-rw@netem",
+        (None, Kernel::Stable) => "interop-rw",
+        (None, Kernel::Backports) => "interop-rw@linux-6.12",
     };
-    let args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
-    let env = [("RNIC_INTEROP_RW_LEN", "20000"), ("RNIC_RXE_RX_PLACE", "1")];
-    let Some(run) = run_with_example(name, ("interop_rw", "RNIC_INTEROP_RW"), &env, &args, 150)
-    else {
+    // The packet-ring tests run in the guests that do not drop packets.
+    let ring_tests = netem.is_none();
+    let ring_bin = results_root().join(format!("rx_ring-for-{}", kernel.env()));
+    // Kernel rxe holds UDP/4791 on every address while it has a device: gone first.
+    let exec = format!(
+        "rdma link delete rxe0; modprobe -r rdma_rxe; ./{} --test-threads=1 --nocapture 2>&1",
+        ring_bin.file_name().and_then(|n| n.to_str()).unwrap_or("")
+    );
+    let mut args: Vec<&str> = netem.map_or(vec![], |n| vec!["--netem", n]);
+    let ring_path = ring_bin.display().to_string();
+    if ring_tests {
+        args.extend(["--share-file", &ring_path, "--exec", &exec]);
+    }
+    let timeout = if ring_tests { 330 } else { 150 };
+    let Some(run) = run_prepared(name, &args, timeout, || {
+        let fail = |e: String| -> ! { panic!("FAIL {name}: {e}") };
+        kernel.build_guest().unwrap_or_else(|e| fail(e));
+        let bin = host_example("interop_rw").unwrap_or_else(|e| fail(e));
+        if ring_tests {
+            host_test_binary("rnic-rxe", "rx_ring", &ring_bin).unwrap_or_else(|e| fail(e));
+        }
+        [
+            ("RNIC_INTEROP_RW", bin.display().to_string()),
+            ("RNIC_INTEROP_RW_LEN", LEN.to_string()),
+            ("RNIC_RXE_RX_PLACE", "1".into()),
+            ("RNIC_VM_KERNEL", kernel.env().into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .to_vec()
+    }) else {
         return;
     };
     let mut c = run.exit_checks();
     let guest = run.file("share/interop-rw.out");
+    check_guest_kernel(&mut c, name, &guest, kernel);
+    if ring_tests {
+        check_ring_tests_in_guest(&mut c, name, &guest, kernel);
+    }
     let rnic = run.file("rnic.log");
     let (guest_ip, host_ip) = (Ipv4Addr::new(10, 50, 0, 2), Ipv4Addr::new(10, 50, 0, 1));
     for (out, side, what) in [
@@ -1175,6 +1306,54 @@ fn interop_rw(netem: Option<&str>) {
     }
     check_leftovers(&run, &mut c);
     run.finish(c);
+}
+
+/// The guest printed the kernel it booted ("kernel: <release>"), and it is `kernel`'s.
+fn check_guest_kernel(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
+    let release = guest.lines().find_map(|l| l.strip_prefix("kernel: "));
+    say(&format!("{name}: guest kernel {release:?}"));
+    let want = match kernel {
+        Kernel::Stable => "6.1.",
+        Kernel::Backports => "6.12.",
+    };
+    c.that(
+        release.is_some_and(|r| r.starts_with(want)),
+        format!("guest kernel {release:?}, expected {want}*"),
+    );
+}
+
+/// rnic-rxe's packet-ring tests, run in the guest: on 6.1 all three skip with the ring's
+/// refusal naming the kernel; on 6.12 all three pass, none skipped.
+fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
+    let result = guest
+        .lines()
+        .find(|l| l.starts_with("test result: "))
+        .unwrap_or("no test result");
+    let skips = guest
+        .lines()
+        .filter(|l| l.contains("SKIP: no packet ring here: "))
+        .count();
+    say(&format!(
+        "{name}: packet-ring tests in the guest: {result}; {skips} skipped"
+    ));
+    c.that(
+        result.starts_with("test result: ok. 3 passed; 0 failed"),
+        format!("the guest's rx_ring tests: {result}"),
+    );
+    c.that(
+        guest.lines().any(|l| l == "EXTRA: rc=0"),
+        "the guest's rx_ring tests did not exit 0",
+    );
+    match kernel {
+        Kernel::Stable => c.that(
+            skips == 3
+                && guest.lines().any(|l| {
+                    l.contains("SKIP: no packet ring here: ") && l.contains("is older than 6.2")
+                }),
+            format!("{skips} of 3 ring tests skipped on 6.1, or not for the kernel's release"),
+        ),
+        Kernel::Backports => c.that(skips == 0, format!("{skips} ring tests skipped on 6.12")),
+    }
 }
 
 /// Builds rnic-vfio's `edu`, `e1000e_msix`, `vfio_open` and `peer_bar` examples and

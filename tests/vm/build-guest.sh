@@ -2,21 +2,44 @@
 # Builds the test guest (Debian bookworm kernel + initramfs rootfs) into the cache and prints
 # its folder on stdout (progress goes to stderr). Reuses a cached guest when the inputs are
 # unchanged: key = hash(this script, init.guest, packages.txt, modules.txt, kernel package+version).
+# RNIC_VM_KERNEL=backports builds the same guest on bookworm-backports' kernel (6.12).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RNIC_VM_CACHE:-/var/cache/rnic-vm}
 log() { echo "[build-guest] $*" >&2; }
 t0=$SECONDS
 
+# The mirror apt uses (never a hard-coded host).
+MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+
+# The guest's kernel, RNIC_VM_KERNEL: "stable" (default; bookworm's linux-image-amd64, 6.1)
+# or "backports" (bookworm-backports' linux-image-amd64, 6.12: the kernel of Debian 13 and
+# of the distributions that packet-ring receive needs, 6.2+). Backports are resolved through
+# apt state of their own in the cache, so the host's apt sources stay as they are.
+APT=()
+case ${RNIC_VM_KERNEL:-stable} in
+  stable) ;;
+  backports)
+    A=$CACHE/apt-backports
+    mkdir -p "$A/lists/partial" "$A/cache/archives/partial" "$A/parts"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $MIRROR bookworm-backports main" \
+      > "$A/sources.list"
+    APT=(-o "Dir::Etc::SourceList=$A/sources.list" -o "Dir::Etc::SourceParts=$A/parts"
+         -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache")
+    ;;
+  *) log "RNIC_VM_KERNEL='$RNIC_VM_KERNEL': expected stable or backports"; exit 2 ;;
+esac
+
 # The concrete kernel package behind linux-image-amd64 (the mirror moves its ABI number).
-kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
-KPKG=$(kernel_pkg)
+kernel_pkg() { apt-cache "${APT[@]}" depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+KPKG=$(kernel_pkg || true)
 if [ -z "$KPKG" ]; then
-  apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
-  KPKG=$(kernel_pkg)
+  apt-get "${APT[@]}" -o DPkg::Lock::Timeout=300 update -qq >&2
+  KPKG=$(kernel_pkg || true)
 fi
 [ -n "$KPKG" ] || { log "cannot resolve linux-image-amd64 (apt sources?)"; exit 1; }
-KVER=$(apt-cache policy "$KPKG" | awk '/Candidate:/{print $2}')
+KVER=$(apt-cache "${APT[@]}" policy "$KPKG" | awk '/Candidate:/{print $2}')
 KEY=$( { cat "$HERE/build-guest.sh" "$HERE/init.guest" "$HERE/packages.txt" "$HERE/modules.txt"
          echo "$KPKG=$KVER"; } | sha256sum | cut -c1-16)
 OUT=$CACHE/guest-$KEY
@@ -34,20 +57,18 @@ trap 'rm -rf "$W"' EXIT
 
 # 1. kernel: download the concrete package and unpack it.
 KV=${KPKG#linux-image-}
-if ! (cd "$W" && apt-get -o APT::Sandbox::User=root download -qq "$KPKG=$KVER" >&2); then
+if ! (cd "$W" && apt-get "${APT[@]}" -o APT::Sandbox::User=root download -qq "$KPKG=$KVER" >&2); then
   # stale apt lists name a kernel the mirror no longer has: refresh once, start over
   [ -z "${RNIC_VM_REFRESHED:-}" ] || exit 1
   log "kernel download failed; refreshing the apt lists and starting over"
   rm -rf "$W"
-  apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+  apt-get "${APT[@]}" -o DPkg::Lock::Timeout=300 update -qq >&2
   RNIC_VM_REFRESHED=1 exec "$0" "$@"
 fi
 dpkg -x "$W"/"${KPKG}"_*.deb "$W/kroot"
 log "kernel $KV unpacked: $((SECONDS - t0))s"
 
-# 2. rootfs from the same mirror apt uses (never a hard-coded host).
-MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+# 2. rootfs from the same mirror apt uses.
 mmdebstrap --quiet --variant=essential --include="$(grep -v '^#' "$HERE/packages.txt" | paste -sd,)" \
   bookworm "$W/rootfs" "$MIRROR" >&2
 log "rootfs: $((SECONDS - t0))s"
