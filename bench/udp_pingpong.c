@@ -71,10 +71,12 @@ struct uring {
   char *bufs;
   unsigned short br_tail;
   struct msghdr tmpl;
+  void *rings, *sqes_map;
+  size_t rings_len, sqes_len;
 };
 
 struct end {
-  int mode, sock;
+  int mode, sock, tap, packet;
   char *ring;
   unsigned fr;
   struct uring u;
@@ -103,6 +105,7 @@ static void ring_open(struct end *e, int port) {
   struct tpacket_req req = {.tp_block_size = 1 << 16, .tp_block_nr = FRAME * NFR >> 16,
                             .tp_frame_size = FRAME, .tp_frame_nr = NFR};
   if (setsockopt(p, SOL_PACKET, PACKET_RX_RING, &req, sizeof req)) die("PACKET_RX_RING");
+  e->packet = p;
   e->ring = mmap(0, FRAME * NFR, PROT_READ | PROT_WRITE, MAP_SHARED, p, 0);
   if (e->ring == MAP_FAILED) die("mmap ring");
   struct sockaddr_ll ll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
@@ -140,6 +143,8 @@ static void uring_open(struct end *e, int coop) {
   size_t sz = sq > cq ? sq : cq;
   char *r = mmap(0, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, u->fd, IORING_OFF_SQ_RING);
   if (r == MAP_FAILED) die("mmap io_uring");
+  u->rings = r;
+  u->rings_len = sz;
   u->sq_tail = (unsigned *)(r + p.sq_off.tail);
   u->sq_flags = (unsigned *)(r + p.sq_off.flags);
   u->sq_mask = *(unsigned *)(r + p.sq_off.ring_mask);
@@ -151,6 +156,8 @@ static void uring_open(struct end *e, int coop) {
   u->sqes = mmap(0, p.sq_entries * sizeof(struct io_uring_sqe), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_POPULATE, u->fd, IORING_OFF_SQES);
   if (u->sqes == MAP_FAILED) die("mmap sqes");
+  u->sqes_map = u->sqes;
+  u->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
   u->br = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   u->bufs = mmap(0, NBUF * BUFSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (u->br == MAP_FAILED || u->bufs == MAP_FAILED) die("mmap buffers");
@@ -207,6 +214,7 @@ static void uring_rx(struct end *e) {
 static void end_open(struct end *e, int mode, int port) {
   memset(e, 0, sizeof *e);
   e->mode = mode;
+  e->tap = e->packet = e->u.fd = -1;
   e->sock = socket(AF_INET, SOCK_DGRAM, 0);
   int one = 1;
   if (mode == RNIC || mode == URING || mode == UCOOP) {
@@ -221,7 +229,8 @@ static void end_open(struct end *e, int mode, int port) {
     struct sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 0}}; /* socket 0 of the group */
     struct sock_fprog p = {1, code};
     if (setsockopt(e->sock, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &p, sizeof p)) die("REUSEPORT_CBPF");
-    if (socket(AF_INET, SOCK_RAW, IPPROTO_UDP) < 0) die("raw tap socket (root?)");
+    e->tap = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
+    if (e->tap < 0) die("raw tap socket (root?)");
   }
   if (mode == RING) {
     struct sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 0}};
@@ -230,6 +239,27 @@ static void end_open(struct end *e, int mode, int port) {
     ring_open(e, port);
   }
   if (mode == URING || mode == UCOOP) uring_open(e, mode == UCOOP);
+}
+
+/* Everything end_open opened. A round that left its tap open would make every
+ * later round's packets cloned once more; an io_uring left open keeps its armed
+ * RECVMSG, and so its socket, in the port's reuseport group, where it would
+ * take the next round's datagrams (rounds also use ports of their own, as the
+ * ring's teardown is asynchronous). */
+static void end_close(struct end *e) {
+  if (e->u.fd >= 0) {
+    close(e->u.fd);
+    munmap(e->u.rings, e->u.rings_len);
+    munmap(e->u.sqes_map, e->u.sqes_len);
+    munmap(e->u.br, 4096);
+    munmap(e->u.bufs, NBUF * BUFSZ);
+  }
+  if (e->packet >= 0) {
+    munmap(e->ring, FRAME * NFR);
+    close(e->packet);
+  }
+  if (e->tap >= 0) close(e->tap);
+  close(e->sock);
 }
 
 static void rx(struct end *e) {
@@ -309,6 +339,7 @@ static double round_us(int mode, int n, int port) {
       rx(&e);
       tx(&e, &a);
     }
+    end_close(&e);
     exit(0);
   }
   struct end e;
@@ -323,7 +354,7 @@ static double round_us(int mode, int n, int port) {
   }
   double t = now() - t0;
   waitpid(kid, NULL, 0);
-  close(e.sock);
+  end_close(&e);
   close(go[0]);
   close(go[1]);
   return t / n / 2 * 1e6;
@@ -380,7 +411,7 @@ static void empty_polls(int rounds) {
     printf(" %s %.0f", calls[c], t[c][rounds / 2] / CALLS * 1e9);
   }
   printf("\n");
-  close(e.sock);
+  end_close(&e);
 }
 
 int main(int argc, char **argv) {
@@ -388,7 +419,7 @@ int main(int argc, char **argv) {
   double (*t)[NMODES] = calloc(rounds, sizeof *t);
   for (int r = 0; r < rounds; r++)
     for (int m = 0; m < NMODES; m++) {
-      t[r][m] = round_us(m, n, 24700 + 10 * m);
+      t[r][m] = round_us(m, n, 24700 + 100 * r + 10 * m);
       fprintf(stderr, "\rround %d/%d %-5s %.3f us ", r + 1, rounds, names[m], t[r][m]);
     }
   fprintf(stderr, "\n");
