@@ -1758,16 +1758,22 @@ const PERF_TESTS: [&str; 8] = [
 /// perftest's TCP exchange, 200 iterations each; `server` says which side listens.
 /// With `ring`, rnicctl receives through the packet ring (`RNIC_RXE_RX_RING=1`)
 /// and must check every kernel packet's ICRC with the identification the ring
-/// saw in its header: none tapped, none predicted.
-fn interop_perftest(server: &str, ring: bool) {
-    let name = format!("interop-perftest@{server}-server");
+/// saw in its header: none tapped, none predicted. `kernel`: the guest's.
+fn interop_perftest(server: &str, ring: bool, kernel: Kernel) {
+    let name = match kernel {
+        Kernel::Stable => format!("interop-perftest@{server}-server"),
+        Kernel::Backports => format!("interop-perftest@{server}-server-linux-6.12"),
+    };
     let Some(run) = run_prepared(&name, &[], 300, || {
-        let bin = host_rnicctl().unwrap_or_else(|e| panic!("FAIL {name}: {e}"));
+        let fail = |e: String| -> ! { panic!("FAIL {name}: {e}") };
+        kernel.build_guest().unwrap_or_else(|e| fail(e));
+        let bin = host_rnicctl().unwrap_or_else(|e| fail(e));
         let mut env: Vec<(String, String)> = vec![
             ("RNICCTL".into(), bin.display().to_string()),
             ("RNIC_INTEROP_SERVER".into(), server.into()),
             ("RNIC_PERF_TESTS".into(), PERF_TESTS.join(" ")),
             ("RNIC_PERF_ITERS".into(), "200".into()),
+            ("RNIC_VM_KERNEL".into(), kernel.env().into()),
         ];
         if ring {
             env.push(("RNIC_RXE_RX_RING".into(), "1".into()));
@@ -1778,6 +1784,7 @@ fn interop_perftest(server: &str, ring: bool) {
     };
     let mut c = run.exit_checks();
     let guest = run.file("share/interop-perftest.out");
+    check_guest_kernel(&mut c, &name, &guest, kernel);
     for t in PERF_TESTS {
         let kernel = run.file(&format!("share/kernel-{t}.txt"));
         let rnic = run.file(&format!("rnic-{t}.log"));
@@ -1837,12 +1844,20 @@ fn interop_perftest(server: &str, ring: bool) {
 
 #[test]
 fn interop_perftest_kernel_servers_rnicctl_clients_on_the_packet_ring() {
-    interop_perftest("kernel", true);
+    interop_perftest("kernel", true, Kernel::Stable);
 }
 
 #[test]
 fn interop_perftest_rnicctl_servers_kernel_clients() {
-    interop_perftest("rnic", false);
+    interop_perftest("rnic", false, Kernel::Stable);
+}
+
+/// The stock tools as clients against `rnicctl perf` servers on the kernel rxe of Linux
+/// 6.12: the newer kernel's requester — WRITE, READ, SEND, atomics, the latency
+/// ping-pongs — against rnic's responder.
+#[test]
+fn interop_perftest_rnicctl_servers_kernel_clients_on_linux_6_12() {
+    interop_perftest("rnic", false, Kernel::Backports);
 }
 
 /// Builds the drop-in libibverbs (verbs/, dev profile) and installs it as
