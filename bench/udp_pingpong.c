@@ -71,7 +71,7 @@ struct uring {
   char *bufs;
   unsigned short br_tail;
   struct msghdr tmpl;
-  void *rings, *sqes_map;
+  void *rings;
   size_t rings_len, sqes_len;
 };
 
@@ -156,7 +156,6 @@ static void uring_open(struct end *e, int coop) {
   u->sqes = mmap(0, p.sq_entries * sizeof(struct io_uring_sqe), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_POPULATE, u->fd, IORING_OFF_SQES);
   if (u->sqes == MAP_FAILED) die("mmap sqes");
-  u->sqes_map = u->sqes;
   u->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
   u->br = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   u->bufs = mmap(0, NBUF * BUFSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -250,7 +249,7 @@ static void end_close(struct end *e) {
   if (e->u.fd >= 0) {
     close(e->u.fd);
     munmap(e->u.rings, e->u.rings_len);
-    munmap(e->u.sqes_map, e->u.sqes_len);
+    munmap(e->u.sqes, e->u.sqes_len);
     munmap(e->u.br, 4096);
     munmap(e->u.bufs, NBUF * BUFSZ);
   }

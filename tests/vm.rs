@@ -52,6 +52,11 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The target folder this test's cargo builds into (the host binaries scenarios run).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from)
+}
+
 fn results_root() -> PathBuf {
     std::env::var_os("RNIC_VM_RESULTS")
         .map_or_else(|| repo().join("target/vm-results"), PathBuf::from)
@@ -83,11 +88,12 @@ fn missing_tools() -> Vec<&'static str> {
         .collect()
 }
 
-/// Runs a script with its output in `log`; Ok(true) when it exits 0.
-fn script(name: &str, log: &Path) -> std::io::Result<bool> {
+/// Runs a script with `env` added and its output in `log`; Ok(true) when it exits 0.
+fn script(name: &str, log: &Path, env: &[(&str, &str)]) -> std::io::Result<bool> {
     std::fs::create_dir_all(results_root())?;
     let out = std::fs::File::create(log)?;
     let status = Command::new(repo().join("tests/vm").join(name))
+        .envs(env.iter().copied())
         .stdout(out.try_clone()?)
         .stderr(out)
         .status()?;
@@ -123,7 +129,7 @@ fn preflight() -> Ready {
             ));
         }
         let log = results_root().join("install-host.log");
-        match script("install-host.sh", &log) {
+        match script("install-host.sh", &log, &[]) {
             Ok(true) if missing_tools().is_empty() => {}
             _ => {
                 return Ready::Broken(format!(
@@ -135,7 +141,7 @@ fn preflight() -> Ready {
     }
     let log = results_root().join("build-guest.log");
     let t0 = Instant::now();
-    match script("build-guest.sh", &log) {
+    match script("build-guest.sh", &log, &[]) {
         Ok(true) => {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let kind = if text.contains("cached guest") {
@@ -341,8 +347,7 @@ fn host_example(name: &str) -> Result<PathBuf, String> {
     let _one = LOCK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let target = target_dir();
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
     let log = results_root().join(format!("build-{name}.log"));
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -1060,16 +1065,10 @@ impl Kernel {
             return Ok(());
         }
         let log = results_root().join(format!("build-guest-{}.log", self.env()));
-        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let t0 = Instant::now();
-        let status = Command::new(repo().join("tests/vm/build-guest.sh"))
-            .env("RNIC_VM_KERNEL", self.env())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(out)
-            .status()
+        let built = script("build-guest.sh", &log, &[("RNIC_VM_KERNEL", self.env())])
             .map_err(|e| format!("run build-guest.sh: {e}"))?;
-        if !status.success() {
+        if !built {
             return Err(format!(
                 "build-guest.sh with RNIC_VM_KERNEL={} failed (log: {})",
                 self.env(),
@@ -1090,8 +1089,7 @@ impl Kernel {
 /// cargo and target folder) and copies its executable to `dest`, for a guest to run from
 /// the share.
 fn host_test_binary(package: &str, test: &str, dest: &Path) -> Result<(), String> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let target = target_dir();
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
     let log = results_root().join(format!("build-test-{test}.log"));
     let err = std::fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -1325,14 +1323,13 @@ fn check_guest_kernel(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
 /// rnic-rxe's packet-ring tests, run in the guest: on 6.1 all three skip with the ring's
 /// refusal naming the kernel; on 6.12 all three pass, none skipped.
 fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
+    // What drivers/rxe/tests/rx_ring.rs prints when the ring is refused.
+    const SKIP: &str = "SKIP: no packet ring here: ";
     let result = guest
         .lines()
         .find(|l| l.starts_with("test result: "))
         .unwrap_or("no test result");
-    let skips = guest
-        .lines()
-        .filter(|l| l.contains("SKIP: no packet ring here: "))
-        .count();
+    let skips = guest.lines().filter(|l| l.contains(SKIP)).count();
     say(&format!(
         "{name}: packet-ring tests in the guest: {result}; {skips} skipped"
     ));
@@ -1347,9 +1344,9 @@ fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Ke
     match kernel {
         Kernel::Stable => c.that(
             skips == 3
-                && guest.lines().any(|l| {
-                    l.contains("SKIP: no packet ring here: ") && l.contains("is older than 6.2")
-                }),
+                && guest
+                    .lines()
+                    .any(|l| l.contains(SKIP) && l.contains("is older than 6.2")),
             format!("{skips} of 3 ring tests skipped on 6.1, or not for the kernel's release"),
         ),
         Kernel::Backports => c.that(skips == 0, format!("{skips} ring tests skipped on 6.12")),
@@ -1360,8 +1357,7 @@ fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Ke
 /// rnic-mlx5's `user_pages_edu` (dev profile, this test's cargo and target folder);
 /// returns their folder.
 fn vfio_examples() -> Result<PathBuf, String> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let target = target_dir();
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
     let log = results_root().join("build-vfio-edu.log");
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -1704,8 +1700,7 @@ fn host_build(args: &[&str], log: &str, artifact: &str) -> Result<PathBuf, Strin
     let _one = LOCK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let target = target_dir();
     std::fs::create_dir_all(results_root()).map_err(|e| e.to_string())?;
     let log = results_root().join(log);
     let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;

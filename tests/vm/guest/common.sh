@@ -2,6 +2,8 @@
 # host in /mnt/host/env.sh (NETEM=...).
 . /mnt/host/env.sh
 S=/mnt/host
+# Every guest's output names the kernel it booted (tests/vm.rs checks it where it matters).
+echo "kernel: $(uname -r)"
 
 # nic_up <ip/prefix>: the first NIC gets the address, netem (if any) and a kernel rxe device rxe0.
 nic_up() {

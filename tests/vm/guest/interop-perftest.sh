@@ -3,7 +3,6 @@
 # against `rnicctl perf` on the host (10.50.0.1). SERVER, TESTS, ITERS come from env.sh.
 # Each run's output: /mnt/host/kernel-<test>.txt and "kernel perftest <test> rc=<n>".
 . /mnt/host/common.sh
-echo "kernel: $(uname -r)"
 nic_up 10.50.0.2/24 || exit 1
 ibv_devinfo -v -d rxe0 | grep -E 'state|active_mtu|GID\['
 dpkg-query -W perftest 2>/dev/null
