@@ -1,0 +1,193 @@
+/* txring.c -- can rnic-rxe's sender hand its datagrams to the kernel by
+ * reference from an AF_PACKET transmit ring on loopback?
+ *
+ * A PACKET_TX_RING (TPACKET_V2) frame is sent without a kernel copy: the
+ * kernel links the frame's pages into the skb and gives the frame back when
+ * the skb is freed. A transport would copy (and ICRC) each payload into a
+ * frame itself -- one pass, from the cache -- instead of the kernel's copy
+ * into a fresh skb. This measures whether that holds on lo.
+ *
+ * A sender process sends 64 000-byte UDP GSO datagrams (UDP_SEGMENT 4 000,
+ * as bench/zerocopy.c) from a 2 MiB buffer to a UDP_GRO receiver process on
+ * 127.0.0.1, two ways:
+ *   copy -- sendmsg with a UDP_SEGMENT cmsg (the kernel copies the payload);
+ *   ring -- the sender writes Ethernet, IPv4 and UDP headers and memcpy's
+ *           the payload into a ring frame (64 frames of 68 KiB) behind a
+ *           virtio-net header (PACKET_VNET_HDR: GSO_UDP_L4, segment size,
+ *           checksum offload), marks it SEND_REQUEST and kicks the socket
+ *           with send() every 8 frames.
+ * A frame sent on lo re-enters the stack with no route attached, so the
+ * kernel drops it as a martian (127/8 source or destination, and a local
+ * source) unless net.ipv4.conf.lo.route_localnet and accept_local are 1:
+ * ring mode sets both for the run and restores them (root).
+ * Prints the CPU time (user + system) of each process per KiB, the
+ * sender's wall-clock rate and how many of the bytes the receiver got.
+ *
+ *   gcc -O2 -o txring bench/txring.c
+ *   ./txring [copy|ring] [GB=4]
+ */
+#include "udpbench.h"
+#include <linux/if_packet.h>
+#include <linux/virtio_net.h>
+#include <net/if.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <time.h>
+#ifndef VIRTIO_NET_HDR_GSO_UDP_L4
+#define VIRTIO_NET_HDR_GSO_UDP_L4 5
+#endif
+
+#define DGRAM 64000
+#define SEG 4000
+#define PORT 47913
+#define FRAME (68 << 10)
+#define FRAMES 64
+#define KICK 8
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Ones'-complement sum of n bytes (big-endian words) onto s, folded. */
+static uint16_t sum16(const uint8_t *b, int n, uint32_t s) {
+  for (int i = 0; i + 1 < n; i += 2) s += (b[i] << 8) | b[i + 1];
+  if (n & 1) s += b[n - 1] << 8;
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  return s;
+}
+
+/* Read a sysctl file's integer and write v to it; returns the old value or
+ * -1 (printed). */
+static int set_sysctl(const char *path, int v) {
+  FILE *f = fopen(path, "r+");
+  int old = -1;
+  if (!f || fscanf(f, "%d", &old) != 1) { perror(path); if (f) fclose(f); return -1; }
+  rewind(f);
+  fprintf(f, "%d\n", v);
+  if (fclose(f) != 0) { perror(path); return -1; }
+  return old;
+}
+
+#define LOCALNET "/proc/sys/net/ipv4/conf/lo/route_localnet"
+#define ACCEPT "/proc/sys/net/ipv4/conf/lo/accept_local"
+
+/* Send `sends` datagrams from `mem` through a TX ring on lo; 0 or -1. */
+static int ring_send(const uint8_t *mem, int slots, long sends, const struct sockaddr_in *a, long *waits) {
+  int p = socket(AF_PACKET, SOCK_RAW, 0), v = TPACKET_V2, one = 1;
+  if (p < 0) { perror("AF_PACKET socket (root?)"); return -1; }
+  if (setsockopt(p, SOL_PACKET, PACKET_VERSION, &v, sizeof v) < 0 ||
+      setsockopt(p, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0) { perror("PACKET_VERSION/VNET_HDR"); return -1; }
+  struct tpacket_req req = {.tp_block_size = FRAME, .tp_block_nr = FRAMES, .tp_frame_size = FRAME, .tp_frame_nr = FRAMES};
+  if (setsockopt(p, SOL_PACKET, PACKET_TX_RING, &req, sizeof req) < 0) { perror("PACKET_TX_RING"); return -1; }
+  uint8_t *base = mmap(0, (size_t)FRAME * FRAMES, PROT_READ | PROT_WRITE, MAP_SHARED, p, 0);
+  if (base == MAP_FAILED) { perror("mmap"); return -1; }
+  struct sockaddr_ll ll = {.sll_family = AF_PACKET, .sll_protocol = htons(0x0800), .sll_ifindex = if_nametoindex("lo")};
+  if (bind(p, (void *)&ll, sizeof ll) < 0) { perror("bind lo"); return -1; }
+  const int data = TPACKET_ALIGN(sizeof(struct tpacket2_hdr)), tot = 20 + 8 + DGRAM;
+  int pending = 0;
+  for (long i = 0; i <= sends; i++) {
+    /* i == sends: wait until every frame is back (the receiver has them) */
+    for (long j = i == sends ? 0 : i; j < (i == sends ? FRAMES : i + 1); j++) {
+      struct tpacket2_hdr *h = (void *)(base + (size_t)(j % FRAMES) * FRAME);
+      while (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE) {
+        if (h->tp_status & TP_STATUS_WRONG_FORMAT) { fprintf(stderr, "frame %ld: wrong format\n", j); return -1; }
+        send(p, NULL, 0, MSG_DONTWAIT); /* kick what is queued */
+        pending = 0;
+        (*waits)++;
+      }
+    }
+    if (i == sends) break;
+    struct tpacket2_hdr *h = (void *)(base + (size_t)(i % FRAMES) * FRAME);
+    uint8_t *d = (uint8_t *)h + data;
+    struct virtio_net_hdr *vh = (void *)d;
+    *vh = (struct virtio_net_hdr){.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM, .gso_type = VIRTIO_NET_HDR_GSO_UDP_L4,
+                                  .hdr_len = 14 + 20 + 8, .gso_size = SEG, .csum_start = 14 + 20, .csum_offset = 6};
+    uint8_t *e = d + sizeof *vh, *ip = e + 14, *u = ip + 20;
+    memset(e, 0, 12); /* lo: both addresses zero */
+    e[12] = 0x08; e[13] = 0x00;
+    memset(ip, 0, 20);
+    ip[0] = 0x45; ip[2] = tot >> 8; ip[3] = tot & 0xff; ip[6] = 0x40; ip[8] = 64; ip[9] = 17;
+    memcpy(ip + 12, &a->sin_addr, 4);
+    memcpy(ip + 16, &a->sin_addr, 4);
+    uint16_t c = ~sum16(ip, 20, 0);
+    ip[10] = c >> 8; ip[11] = c & 0xff;
+    u[0] = 0xc0; u[1] = 0x00; u[2] = PORT >> 8; u[3] = PORT & 0xff;
+    u[4] = (8 + DGRAM) >> 8; u[5] = (8 + DGRAM) & 0xff;
+    /* checksum offload: the pseudo-header sum of one segment (GSO adjusts) */
+    uint16_t ps = sum16(ip + 12, 8, 17 + 8 + SEG);
+    u[6] = ps >> 8; u[7] = ps & 0xff;
+    memcpy(u + 8, mem + (i % slots) * DGRAM, DGRAM);
+    h->tp_len = sizeof *vh + 14 + tot;
+    __atomic_store_n(&h->tp_status, TP_STATUS_SEND_REQUEST, __ATOMIC_RELEASE);
+    if (++pending == KICK) {
+      if (send(p, NULL, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS) { perror("send"); return -1; }
+      pending = 0;
+    }
+  }
+  munmap(base, (size_t)FRAME * FRAMES);
+  close(p);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int ring = argc > 1 && strcmp(argv[1], "ring") == 0;
+  double gb = argc > 2 ? atof(argv[2]) : 4;
+  long sends = (long)(gb * 1e9 / DGRAM), waits = 0;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  int localnet = -1, accept = -1;
+  if (ring && ((localnet = set_sysctl(LOCALNET, 1)) < 0 || (accept = set_sysctl(ACCEPT, 1)) < 0)) return 1;
+
+  int rx = gro_receiver(&a), rep[2];
+  if (rx < 0 || pipe(rep) < 0) return 1;
+  pid_t kid = fork();
+  if (kid == 0) { /* receiver: drain until a 1-byte end marker, report the bytes */
+    static char buf[1 << 16];
+    long got = 0;
+    for (;;) {
+      ssize_t n = recv(rx, buf, sizeof buf, 0);
+      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
+      if (n > 0) got += n;
+    }
+  }
+  uint8_t *mem = aligned_alloc(4096, 2 << 20);
+  memset(mem, 0x5a, 2 << 20);
+  int slots = (2 << 20) / DGRAM, rc = 0;
+  int tx = socket(AF_INET, SOCK_DGRAM, 0), big = 8 << 20;
+  setsockopt(tx, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
+  double w0 = now(), t0 = cpu(RUSAGE_SELF);
+  if (ring) {
+    rc = ring_send(mem, slots, sends, &a, &waits);
+  } else {
+    for (long i = 0; i < sends; i++) {
+      char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+      struct iovec v = {mem + (i % slots) * DGRAM, DGRAM};
+      struct msghdr m = {.msg_name = &a, .msg_namelen = sizeof a, .msg_iov = &v, .msg_iovlen = 1,
+                         .msg_control = ctl, .msg_controllen = sizeof ctl};
+      struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      *(uint16_t *)CMSG_DATA(c) = SEG;
+      while (sendmsg(tx, &m, 0) < 0) {
+        if (errno != ENOBUFS && errno != EAGAIN) { perror("sendmsg"); rc = -1; break; }
+        waits++;
+      }
+    }
+  }
+  double t_send = cpu(RUSAGE_SELF) - t0, wall = now() - w0;
+  usleep(20000); /* let the receiver drain before the end marker */
+  sendto(tx, "x", 1, 0, (void *)&a, sizeof a);
+  waitpid(kid, NULL, 0);
+  double t_recv = cpu(RUSAGE_CHILDREN);
+  long got = 0;
+  if (read(rep[0], &got, sizeof got) != sizeof got) got = -1;
+  if (ring) { set_sysctl(LOCALNET, localnet); set_sysctl(ACCEPT, accept); }
+  if (rc < 0) return 1;
+  double kib = sends * (double)DGRAM / 1024;
+  printf("%s: %ld sends of %d B: sender %.1f ns/KiB, receiver %.1f ns/KiB, both %.1f ns/KiB CPU; sender %.2f GB/s; "
+         "received %.1f %% of the bytes; %ld waits\n",
+         ring ? "ring" : "copy", sends, DGRAM, t_send * 1e9 / kib, t_recv * 1e9 / kib, (t_send + t_recv) * 1e9 / kib,
+         sends * (double)DGRAM / wall / 1e9, 100.0 * got / (sends * (double)DGRAM), waits);
+  return 0;
+}
