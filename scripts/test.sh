@@ -42,9 +42,9 @@ cargo test --workspace --locked
 step "fuzz targets (libFuzzer, ${FUZZ_SECONDS:-60} s each; a crash or a failed invariant fails the run)"
 scripts/fuzz.sh
 
-step "long runs (release, --ignored): 100k-op fault simulations, 64 MiB loopback transfers"
-cargo test --release --locked -p rnic-roce -p rnic-rxe -- --ignored
+step "long runs (optimized: profile long-runs, --ignored): 100k-op fault simulations, 64 MiB loopback transfers"
+cargo test --profile long-runs --locked -p rnic-roce -p rnic-rxe -- --ignored
 # The rxe conformance suite's 64 MiB case on mlx5-over-emulator (~10 s once built).
-cargo test --release --locked -p rnic --test mlx5_conformance -- --ignored
+cargo test --profile long-runs --locked -p rnic --test mlx5_conformance -- --ignored
 
 printf '\nall checks passed in %ss\n' "$(( $(date +%s) - t0 ))"
