@@ -1030,6 +1030,14 @@ fn interop_rdma_write_and_read_against_the_kernel_rxe_of_linux_6_12() {
     interop_rw(None, Kernel::Backports);
 }
 
+/// The same against the newest kernel Debian packages (trixie-backports: 7.3 in December
+/// 2026), past the host's: a future kernel rxe on the wire, and the ring on a future
+/// kernel, where its tests must pass too.
+#[test]
+fn interop_rdma_write_and_read_against_the_kernel_rxe_of_the_newest_debian_kernel() {
+    interop_rw(None, Kernel::Newest);
+}
+
 /// The same with netem dropping 8% of what the kernel sends: READ responses go missing, so
 /// rnic re-requests its READ from the middle and the kernel replays from there (the
 /// MIDDLE-first replay rnic once rejected forever); RNR and go-back-N meet loss. rnic
@@ -1048,6 +1056,9 @@ enum Kernel {
     Stable,
     /// bookworm-backports' linux-image-amd64 (6.12).
     Backports,
+    /// trixie-backports' linux-image-amd64: the newest kernel Debian packages (7.3 in
+    /// December 2026; at least 6.13 whenever it moves).
+    Newest,
 }
 
 impl Kernel {
@@ -1055,6 +1066,29 @@ impl Kernel {
         match self {
             Kernel::Stable => "stable",
             Kernel::Backports => "backports",
+            Kernel::Newest => "trixie-backports",
+        }
+    }
+
+    /// The suffix of a scenario's name on this kernel ("" for the default).
+    fn suffix(self) -> &'static str {
+        match self {
+            Kernel::Stable => "",
+            Kernel::Backports => "linux-6.12",
+            Kernel::Newest => "linux-newest",
+        }
+    }
+
+    /// Whether `release` (`uname -r`) is this kernel's.
+    fn is_release(self, release: &str) -> bool {
+        let version = |r: &str| -> Option<(u32, u32)> {
+            let mut it = r.split(|c: char| !c.is_ascii_digit());
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        };
+        match self {
+            Kernel::Stable => release.starts_with("6.1."),
+            Kernel::Backports => release.starts_with("6.12."),
+            Kernel::Newest => version(release).is_some_and(|v| v >= (6, 13)),
         }
     }
 
@@ -1126,10 +1160,11 @@ fn host_test_binary(package: &str, test: &str, dest: &Path) -> Result<(), String
 fn interop_rw(netem: Option<&str>, kernel: Kernel) {
     const LEN: u64 = 20000;
     let name = match (netem, kernel) {
-        (Some(_), _) => "interop-rw@netem",
-        (None, Kernel::Stable) => "interop-rw",
-        (None, Kernel::Backports) => "interop-rw@linux-6.12",
+        (Some(_), _) => "interop-rw@netem".to_string(),
+        (None, Kernel::Stable) => "interop-rw".to_string(),
+        (None, _) => format!("interop-rw@{}", kernel.suffix()),
     };
+    let name = name.as_str();
     // The packet-ring tests run in the guests that do not drop packets.
     let ring_tests = netem.is_none();
     let ring_bin = results_root().join(format!("rx_ring-for-{}", kernel.env()));
@@ -1310,18 +1345,14 @@ fn interop_rw(netem: Option<&str>, kernel: Kernel) {
 fn check_guest_kernel(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
     let release = guest.lines().find_map(|l| l.strip_prefix("kernel: "));
     say(&format!("{name}: guest kernel {release:?}"));
-    let want = match kernel {
-        Kernel::Stable => "6.1.",
-        Kernel::Backports => "6.12.",
-    };
     c.that(
-        release.is_some_and(|r| r.starts_with(want)),
-        format!("guest kernel {release:?}, expected {want}*"),
+        release.is_some_and(|r| kernel.is_release(r)),
+        format!("guest kernel {release:?}, expected {}'s", kernel.env()),
     );
 }
 
 /// rnic-rxe's packet-ring tests, run in the guest: on 6.1 all three skip with the ring's
-/// refusal naming the kernel; on 6.12 all three pass, none skipped.
+/// refusal naming the kernel; on 6.12 and the newest all three pass, none skipped.
 fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Kernel) {
     // What drivers/rxe/tests/rx_ring.rs prints when the ring is refused.
     const SKIP: &str = "SKIP: no packet ring here: ";
@@ -1349,7 +1380,10 @@ fn check_ring_tests_in_guest(c: &mut Checks, name: &str, guest: &str, kernel: Ke
                     .any(|l| l.contains(SKIP) && l.contains("is older than 6.2")),
             format!("{skips} of 3 ring tests skipped on 6.1, or not for the kernel's release"),
         ),
-        Kernel::Backports => c.that(skips == 0, format!("{skips} ring tests skipped on 6.12")),
+        Kernel::Backports | Kernel::Newest => c.that(
+            skips == 0,
+            format!("{skips} ring tests skipped on {}", kernel.env()),
+        ),
     }
 }
 
@@ -1757,7 +1791,7 @@ const PERF_TESTS: [&str; 8] = [
 fn interop_perftest(server: &str, ring: bool, kernel: Kernel) {
     let name = match kernel {
         Kernel::Stable => format!("interop-perftest@{server}-server"),
-        Kernel::Backports => format!("interop-perftest@{server}-server-linux-6.12"),
+        _ => format!("interop-perftest@{server}-server-{}", kernel.suffix()),
     };
     let Some(run) = run_prepared(&name, &[], 300, || {
         let fail = |e: String| -> ! { panic!("FAIL {name}: {e}") };
@@ -1853,6 +1887,12 @@ fn interop_perftest_rnicctl_servers_kernel_clients() {
 #[test]
 fn interop_perftest_rnicctl_servers_kernel_clients_on_linux_6_12() {
     interop_perftest("rnic", false, Kernel::Backports);
+}
+
+/// The same on the newest kernel Debian packages (trixie-backports).
+#[test]
+fn interop_perftest_rnicctl_servers_kernel_clients_on_the_newest_debian_kernel() {
+    interop_perftest("rnic", false, Kernel::Newest);
 }
 
 /// Builds the drop-in libibverbs (verbs/, dev profile) and installs it as
