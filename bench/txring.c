@@ -140,18 +140,9 @@ int main(int argc, char **argv) {
   int localnet = -1, accept = -1;
   if (ring && ((localnet = set_sysctl(LOCALNET, 1)) < 0 || (accept = set_sysctl(ACCEPT, 1)) < 0)) return 1;
 
-  int rx = gro_receiver(&a), rep[2];
-  if (rx < 0 || pipe(rep) < 0) return 1;
-  pid_t kid = fork();
-  if (kid == 0) { /* receiver: drain until a 1-byte end marker, report the bytes */
-    static char buf[1 << 16];
-    long got = 0;
-    for (;;) {
-      ssize_t n = recv(rx, buf, sizeof buf, 0);
-      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
-      if (n > 0) got += n;
-    }
-  }
+  int rx = gro_receiver(&a);
+  if (rx < 0) return 1;
+  struct drain drain = drain_start(rx);
   uint8_t *mem = aligned_alloc(4096, 2 << 20);
   memset(mem, 0x5a, 2 << 20);
   int slots = (2 << 20) / DGRAM, rc = 0;
@@ -177,11 +168,8 @@ int main(int argc, char **argv) {
   }
   double t_send = cpu(RUSAGE_SELF) - t0, wall = now() - w0;
   usleep(20000); /* let the receiver drain before the end marker */
-  sendto(tx, "x", 1, 0, (void *)&a, sizeof a);
-  waitpid(kid, NULL, 0);
+  long got = drain_end(drain, tx, &a);
   double t_recv = cpu(RUSAGE_CHILDREN);
-  long got = 0;
-  if (read(rep[0], &got, sizeof got) != sizeof got) got = -1;
   if (ring) { set_sysctl(LOCALNET, localnet); set_sysctl(ACCEPT, accept); }
   if (rc < 0) return 1;
   double kib = sends * (double)DGRAM / 1024;

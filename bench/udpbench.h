@@ -1,7 +1,8 @@
-/* udpbench.h -- what bench/zerocopy.c, bench/place.c and bench/splice.c
- * share: the headers of a UDP GSO/GRO benchmark, the socket options older
- * libc headers lack, the CPU time (user + system) of RUSAGE_SELF or
- * RUSAGE_CHILDREN, and the receiving socket. */
+/* udpbench.h -- what bench/zerocopy.c, bench/txring.c, bench/place.c and
+ * bench/splice.c share: the headers of a UDP GSO/GRO benchmark, the socket
+ * options older libc headers lack, the CPU time (user + system) of
+ * RUSAGE_SELF or RUSAGE_CHILDREN, the receiving socket, and a receiver
+ * process that drains it and reports the bytes. */
 #ifndef UDPBENCH_H
 #define UDPBENCH_H
 #define _GNU_SOURCE
@@ -40,5 +41,37 @@ static int gro_receiver(const struct sockaddr_in *a) {
   setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
   if (bind(rx, (const void *)a, sizeof *a) < 0) { perror("bind"); close(rx); return -1; }
   return rx;
+}
+
+/* A drain: a child process that receives from `rx` until a 1-byte end
+ * marker arrives; drain_end() sends the marker through `tx` to `a`, reaps the
+ * child and returns the payload bytes it received (-1: none reported). */
+struct drain { pid_t kid; int report; };
+
+static inline struct drain drain_start(int rx) {
+  int rep[2];
+  if (pipe(rep) < 0) { perror("pipe"); exit(1); }
+  pid_t kid = fork();
+  if (kid < 0) { perror("fork"); exit(1); }
+  if (kid == 0) {
+    static char buf[1 << 16];
+    long got = 0;
+    for (;;) {
+      ssize_t n = recv(rx, buf, sizeof buf, 0);
+      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
+      if (n > 0) got += n;
+    }
+  }
+  close(rep[1]);
+  return (struct drain){kid, rep[0]};
+}
+
+static inline long drain_end(struct drain d, int tx, const struct sockaddr_in *a) {
+  sendto(tx, "x", 1, 0, (const void *)a, sizeof *a);
+  waitpid(d.kid, NULL, 0);
+  long got = 0;
+  if (read(d.report, &got, sizeof got) != sizeof got) got = -1;
+  close(d.report);
+  return got;
 }
 #endif

@@ -54,18 +54,7 @@ int main(int argc, char **argv) {
 
   int rx = gro_receiver(&a), one = 1, big = 8 << 20;
   if (rx < 0) return 1;
-  int rep[2];
-  if (pipe(rep) < 0) { perror("pipe"); return 1; }
-  pid_t kid = fork();
-  if (kid == 0) { /* receiver: drain until a 1-byte end marker, report the bytes */
-    static char buf[1 << 16];
-    long got = 0;
-    for (;;) {
-      ssize_t n = recv(rx, buf, sizeof buf, 0);
-      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
-      if (n > 0) got += n;
-    }
-  }
+  struct drain drain = drain_start(rx);
   int tx = socket(AF_INET, SOCK_DGRAM, 0);
   setsockopt(tx, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
   if (zc && setsockopt(tx, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) < 0) { perror("SO_ZEROCOPY"); return 1; }
@@ -94,11 +83,8 @@ int main(int argc, char **argv) {
   }
   while (zc && released < sends - 1) { long r = reap(tx, &copied); if (r > released) released = r; }
   double t_send = cpu(RUSAGE_SELF) - t0;
-  sendto(tx, "x", 1, 0, (void *)&a, sizeof a);
-  waitpid(kid, NULL, 0);
+  long got = drain_end(drain, tx, &a);
   double t_recv = cpu(RUSAGE_CHILDREN);
-  long got = 0;
-  if (read(rep[0], &got, sizeof got) != sizeof got) got = -1;
   double kib = sends * (double)DGRAM / 1024;
   printf("%s: %ld sends of %d B: sender %.1f ns/KiB, receiver %.1f ns/KiB, both %.1f ns/KiB CPU",
          zc ? "MSG_ZEROCOPY" : "copy", sends, DGRAM, t_send * 1e9 / kib, t_recv * 1e9 / kib,
