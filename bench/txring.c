@@ -153,14 +153,7 @@ int main(int argc, char **argv) {
     rc = ring_send(mem, slots, sends, &a, &waits);
   } else {
     for (long i = 0; i < sends; i++) {
-      char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-      struct iovec v = {mem + (i % slots) * DGRAM, DGRAM};
-      struct msghdr m = {.msg_name = &a, .msg_namelen = sizeof a, .msg_iov = &v, .msg_iovlen = 1,
-                         .msg_control = ctl, .msg_controllen = sizeof ctl};
-      struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-      c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      *(uint16_t *)CMSG_DATA(c) = SEG;
-      while (sendmsg(tx, &m, 0) < 0) {
+      while (send_gso(tx, &a, mem + (i % slots) * DGRAM, DGRAM, SEG, 0) < 0) {
         if (errno != ENOBUFS && errno != EAGAIN) { perror("sendmsg"); rc = -1; break; }
         waits++;
       }

@@ -1,7 +1,7 @@
 /* udpbench.h -- what bench/zerocopy.c, bench/txring.c, bench/place.c and
  * bench/splice.c share: the headers of a UDP GSO/GRO benchmark, the socket
  * options older libc headers lack, the CPU time (user + system) of
- * RUSAGE_SELF or RUSAGE_CHILDREN, the receiving socket, and a receiver
+ * RUSAGE_SELF or RUSAGE_CHILDREN, the receiving socket, a GSO send, and a receiver
  * process that drains it and reports the bytes. */
 #ifndef UDPBENCH_H
 #define UDPBENCH_H
@@ -41,6 +41,20 @@ static int gro_receiver(const struct sockaddr_in *a) {
   setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
   if (bind(rx, (const void *)a, sizeof *a) < 0) { perror("bind"); close(rx); return -1; }
   return rx;
+}
+
+/* sendmsg of `len` bytes at `buf` to `a` as one UDP GSO datagram of `seg`-byte
+ * segments (a UDP_SEGMENT cmsg), with `flags`. */
+static inline ssize_t send_gso(int tx, const struct sockaddr_in *a, const void *buf, size_t len, uint16_t seg,
+                               int flags) {
+  char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+  struct iovec v = {(void *)buf, len};
+  struct msghdr m = {.msg_name = (void *)a, .msg_namelen = sizeof *a, .msg_iov = &v, .msg_iovlen = 1,
+                     .msg_control = ctl, .msg_controllen = sizeof ctl};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  memcpy(CMSG_DATA(c), &seg, sizeof seg);
+  return sendmsg(tx, &m, flags);
 }
 
 /* A drain: a child process that receives from `rx` until a 1-byte end
