@@ -73,6 +73,19 @@ static int set_sysctl(const char *path, int v) {
 #define LOCALNET "/proc/sys/net/ipv4/conf/lo/route_localnet"
 #define ACCEPT "/proc/sys/net/ipv4/conf/lo/accept_local"
 
+/* Wait until frame `j` (at `h`) is the sender's again -- the kernel freed its
+ * skb -- kicking what is queued meanwhile. Returns how many kicks that took,
+ * or -1 when the kernel refused the frame. */
+static long wait_frame(int p, long j, struct tpacket2_hdr *h) {
+  long kicks = 0;
+  while (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE) {
+    if (h->tp_status & TP_STATUS_WRONG_FORMAT) { fprintf(stderr, "frame %ld: wrong format\n", j); return -1; }
+    send(p, NULL, 0, MSG_DONTWAIT);
+    kicks++;
+  }
+  return kicks;
+}
+
 /* Send `sends` datagrams from `mem` through a TX ring on lo; 0 or -1. */
 static int ring_send(const uint8_t *mem, int slots, long sends, const struct sockaddr_in *a, long *waits) {
   int p = socket(AF_PACKET, SOCK_RAW, 0), v = TPACKET_V2, one = 1;
@@ -87,19 +100,11 @@ static int ring_send(const uint8_t *mem, int slots, long sends, const struct soc
   if (bind(p, (void *)&ll, sizeof ll) < 0) { perror("bind lo"); return -1; }
   const int data = TPACKET_ALIGN(sizeof(struct tpacket2_hdr)), tot = 20 + 8 + DGRAM;
   int pending = 0;
-  for (long i = 0; i <= sends; i++) {
-    /* i == sends: wait until every frame is back (the receiver has them) */
-    for (long j = i == sends ? 0 : i; j < (i == sends ? FRAMES : i + 1); j++) {
-      struct tpacket2_hdr *h = (void *)(base + (size_t)(j % FRAMES) * FRAME);
-      while (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE) {
-        if (h->tp_status & TP_STATUS_WRONG_FORMAT) { fprintf(stderr, "frame %ld: wrong format\n", j); return -1; }
-        send(p, NULL, 0, MSG_DONTWAIT); /* kick what is queued */
-        pending = 0;
-        (*waits)++;
-      }
-    }
-    if (i == sends) break;
+  for (long i = 0; i < sends; i++) {
     struct tpacket2_hdr *h = (void *)(base + (size_t)(i % FRAMES) * FRAME);
+    long kicks = wait_frame(p, i, h);
+    if (kicks < 0) return -1;
+    if (kicks) { pending = 0; *waits += kicks; }
     uint8_t *d = (uint8_t *)h + data;
     struct virtio_net_hdr *vh = (void *)d;
     *vh = (struct virtio_net_hdr){.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM, .gso_type = VIRTIO_NET_HDR_GSO_UDP_L4,
@@ -125,6 +130,11 @@ static int ring_send(const uint8_t *mem, int slots, long sends, const struct soc
       if (send(p, NULL, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS) { perror("send"); return -1; }
       pending = 0;
     }
+  }
+  for (long j = 0; j < FRAMES; j++) { /* every frame back: the receiver has them all */
+    long kicks = wait_frame(p, j, (void *)(base + (size_t)j * FRAME));
+    if (kicks < 0) return -1;
+    *waits += kicks;
   }
   munmap(base, (size_t)FRAME * FRAMES);
   close(p);

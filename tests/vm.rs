@@ -1070,25 +1070,24 @@ impl Kernel {
         }
     }
 
-    /// The suffix of a scenario's name on this kernel ("" for the default).
-    fn suffix(self) -> &'static str {
+    /// A scenario's name on this kernel: `base` on the default one, `base`, `sep` and the
+    /// kernel's tag on the others.
+    fn scenario(self, base: &str, sep: char) -> String {
         match self {
-            Kernel::Stable => "",
-            Kernel::Backports => "linux-6.12",
-            Kernel::Newest => "linux-newest",
+            Kernel::Stable => base.to_string(),
+            Kernel::Backports => format!("{base}{sep}linux-6.12"),
+            Kernel::Newest => format!("{base}{sep}linux-newest"),
         }
     }
 
     /// Whether `release` (`uname -r`) is this kernel's.
     fn is_release(self, release: &str) -> bool {
-        let version = |r: &str| -> Option<(u32, u32)> {
-            let mut it = r.split(|c: char| !c.is_ascii_digit());
-            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-        };
         match self {
             Kernel::Stable => release.starts_with("6.1."),
             Kernel::Backports => release.starts_with("6.12."),
-            Kernel::Newest => version(release).is_some_and(|v| v >= (6, 13)),
+            Kernel::Newest => {
+                rnic::rxe::ring::kernel_version(release).is_some_and(|v| v >= (6, 13))
+            }
         }
     }
 
@@ -1159,10 +1158,9 @@ fn host_test_binary(package: &str, test: &str, dest: &Path) -> Result<(), String
 
 fn interop_rw(netem: Option<&str>, kernel: Kernel) {
     const LEN: u64 = 20000;
-    let name = match (netem, kernel) {
-        (Some(_), _) => "interop-rw@netem".to_string(),
-        (None, Kernel::Stable) => "interop-rw".to_string(),
-        (None, _) => format!("interop-rw@{}", kernel.suffix()),
+    let name = match netem {
+        Some(_) => "interop-rw@netem".to_string(),
+        None => kernel.scenario("interop-rw", '@'),
     };
     let name = name.as_str();
     // The packet-ring tests run in the guests that do not drop packets.
@@ -1789,10 +1787,7 @@ const PERF_TESTS: [&str; 8] = [
 /// and must check every kernel packet's ICRC with the identification the ring
 /// saw in its header: none tapped, none predicted. `kernel`: the guest's.
 fn interop_perftest(server: &str, ring: bool, kernel: Kernel) {
-    let name = match kernel {
-        Kernel::Stable => format!("interop-perftest@{server}-server"),
-        _ => format!("interop-perftest@{server}-server-{}", kernel.suffix()),
-    };
+    let name = kernel.scenario(&format!("interop-perftest@{server}-server"), '-');
     let Some(run) = run_prepared(&name, &[], 300, || {
         let fail = |e: String| -> ! { panic!("FAIL {name}: {e}") };
         kernel.build_guest().unwrap_or_else(|e| fail(e));
