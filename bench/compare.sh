@@ -32,8 +32,9 @@
 # Usage (root, Debian 12, from anywhere):  bash bench/compare.sh
 #   QUICK=1        few sizes, short runs (~10 min on 2 vCPUs)
 #   REPS=3         repetitions (>= 3 for a median worth the name)
-#   ONLY="mem duel share rnic ucx tcp fi"   subset of groups (duel: rnic write-lat
-#                                 and UCX tag_lat, 8 B, busy poll, back to back;
+#   ONLY="mem duel share rnic ucx tcp fi"   subset of groups (duel: rnic write-lat,
+#                                 socket path and packet ring, and UCX tag_lat,
+#                                 8 B, busy poll, back to back;
 #                                 share: one shared device vs two addresses)
 #   NETNS=0        skip the two-namespace rnic runs
 #   SKIP_INSTALL=1 do not apt-get / pip install
@@ -99,7 +100,7 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)  QUICK=$QUICK REPS=$REPS ONLY=$ONLY"
   echo "commit: $(git rev-parse --short HEAD) $(git status --porcelain | wc -l) files modified"
-  echo "nproc: $(nproc)"; uname -srm; lscpu | grep -E 'Model name|Hypervisor'
+  echo "nproc: $(nproc)"; uname -srm; lscpu | grep -E 'Model name|Hypervisor'; bash bench/cpu.sh "$RNICCTL"
   sysctl net.core.rmem_max net.core.wmem_max; ip -o link show lo | grep -o 'mtu [0-9]*'
   [ -n "$NS_A" ] && echo "netns: $NS_A 10.77.0.1 <-veth mtu 9000-> $NS_B 10.77.0.2"
   dpkg-query -W -f='${Package} ${Version}\n' ucx-utils libfabric1 libfabric-bin iperf3 qperf 2> /dev/null

@@ -26,6 +26,7 @@ B=${2:-$PWD/target/release/rnicctl}
 command -v ucx_perftest > /dev/null || { echo "ucx_perftest missing: apt-get install ucx-utils"; exit 1; }
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
 out=$(mktemp)
+bash "$(dirname "$0")/cpu.sh" "$B"
 ONLY=${ONLY:-}
 [ "$ONLY" = lat ] || for i in $(seq 1 "$P"); do
   "$B" perf write-bw -d rxe:127.0.0.1 -s 1048576 -D 3 -p 18680 > /dev/null 2>&1 & sleep 0.4

@@ -267,18 +267,22 @@ def fi(rep):
 
 # ------------------------------------------------------------------ duel ---
 def duel(rep):
-    """The latency target of issue #4, measured fairly: 8-byte one-way latency,
-    busy polling, rnic `write-lat` and UCX `tag_lat` back to back (the order
-    alternates per repetition), so both meet the same machine state."""
-    def rnic_lat():
+    """The latency target of issues #4 and #30, measured fairly: 8-byte one-way
+    latency, busy polling, rnic `write-lat` (on its socket path, then with the
+    packet-ring receive path, RNIC_RXE_RX_RING=1: root, Linux 6.2+) and UCX
+    `tag_lat` back to back (the order rotates per repetition), so all meet the
+    same machine state. A ring run that cannot open its ring leaves no row."""
+    def rnic_lat(ring=False):
         p = port(18800)
         args = ["-s", "8", "-n", str(DUEL_N), "-p", str(p), "--json"]
-        text, cpu, forn = run(f"duel_rnic_write-lat__r{rep}",
+        env = dict(os.environ, RNIC_RXE_RX_RING="1" if ring else "0")
+        text, cpu, forn = run(f"duel_rnic_write-lat{'_ring' if ring else ''}__r{rep}",
                               [RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.2", *args, "127.0.0.1"],
-                              server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], p=p)
+                              server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], env=env, p=p)
         res = rnic_result(text)
         if res:
-            add(rep, "duel", "duel: rnic write-lat", "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
+            add(rep, "duel", "duel: rnic write-lat, packet ring" if ring else "duel: rnic write-lat",
+                "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
 
     def ucx_lat():
         p = port(13600)
@@ -289,7 +293,9 @@ def duel(rep):
         if f:
             add(rep, "duel", "duel: UCX tcp tag_lat", "poll", 8, "lat", float(f[4]), "us", None, forn)
 
-    for f in ((rnic_lat, ucx_lat) if rep % 2 else (ucx_lat, rnic_lat)):
+    order = [rnic_lat, lambda: rnic_lat(ring=True), ucx_lat]
+    k = rep % len(order)
+    for f in order[k:] + order[:k]:
         f()
 
 

@@ -32,12 +32,9 @@ fn crc(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("rnic_span", size), &span, |b, s| {
             b.iter(|| black_box(crc32_span(black_box(0), s, 0, size).unwrap()))
         });
-        for (name, k) in [
-            ("pclmul128", Kernel::Pclmul128),
-            ("portable", Kernel::Portable),
-        ] {
+        for k in [Kernel::Pclmul128, Kernel::Portable] {
             if k.is_available() && k != Kernel::selected() {
-                g.bench_with_input(BenchmarkId::new(name, size), &data, |b, d| {
+                g.bench_with_input(BenchmarkId::new(k.name(), size), &data, |b, d| {
                     b.iter(|| black_box(crc32_with(k, black_box(0), d).unwrap()))
                 });
             }

@@ -180,6 +180,16 @@ impl Kernel {
             Kernel::Portable => 1,
         }
     }
+
+    /// A short name: `vpclmul256`, `pclmul128`, `portable` (as the
+    /// `crc` benchmark and `rnicctl doctor` print it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Vpclmul256 => "vpclmul256",
+            Kernel::Pclmul128 => "pclmul128",
+            Kernel::Portable => "portable",
+        }
+    }
 }
 
 /// The CRC-32 of `len` bytes at `ptr`, continuing from `crc` (zlib's

@@ -418,12 +418,53 @@ pub fn checks() -> Vec<Check> {
         )),
     }
     v.push(rx_ring_check());
+    v.push(crc_check());
     v
 }
 
 /// Whether this process can open the packet-ring receive path
 /// (`RNIC_RXE_RX_RING=1`), by opening one on 127.0.0.1 (port 0, which
 /// nothing uses).
+/// Which CRC-32 kernel computes the ICRC of every payload byte rnic-rxe
+/// sends (`rnic_dma::crc`): on a loopback bandwidth run it is the largest
+/// user-space cost of the sender, so its width bounds rxe bandwidth.
+fn crc_check() -> Check {
+    use rnic::dma::crc::Kernel;
+    let k = Kernel::selected();
+    match k {
+        Kernel::Vpclmul256 => check(
+            "icrc-crc",
+            Level::Ok,
+            "ICRC computed with 256-bit carry-less folds (AVX2 + VPCLMULQDQ), the widest CRC kernel rnic has",
+            "",
+        ),
+        Kernel::Pclmul128 => check(
+            "icrc-crc",
+            Level::Ok,
+            "ICRC computed with 128-bit carry-less folds (PCLMULQDQ): this CPU has no VPCLMULQDQ (Intel Ice Lake and later, AMD Zen 3 and later), whose 256-bit kernel runs about twice as fast where both were measured (docs/benchmarks.md, \"The ICRC read in place\"); on a loopback bandwidth run the ICRC then takes about a quarter of the sender's CPU",
+            "",
+        ),
+        _ if cfg!(target_arch = "x86_64") => check(
+            "icrc-crc",
+            Level::Warn,
+            format!(
+                "ICRC computed by the {} kernel (a bounce buffer and crc32fast's table fallback): this CPU reports no PCLMULQDQ, so every payload byte's CRC runs several times slower than with carry-less folds and bounds rxe bandwidth",
+                k.name()
+            ),
+            "run on a CPU with PCLMULQDQ (x86-64 servers since 2010 have it; a VM may hide it: check the hypervisor's CPU model)",
+        ),
+        _ => check(
+            "icrc-crc",
+            Level::Ok,
+            format!(
+                "ICRC computed by the {} kernel (a bounce buffer and crc32fast, which uses this architecture's CRC instructions where it has them)",
+                k.name()
+            ),
+            "",
+        ),
+    }
+}
+
 fn rx_ring_check() -> Check {
     match rnic::rxe::ring::PacketRing::open(std::net::Ipv4Addr::LOCALHOST, 0) {
         Ok(_) => check(

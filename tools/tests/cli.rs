@@ -160,6 +160,27 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
         .is_some_and(|v| v >= rnic::rxe::ring::MIN_KERNEL);
     let ring = get("rxe-rx-ring");
     assert_eq!(ring["level"] == "OK", raw && new_enough, "{ring}");
+    // icrc-crc: the CRC kernel this CPU's flags (read from /proc/cpuinfo,
+    // not through the detection under test) allow.
+    let flags = fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let has = |f: &str| flags.iter().any(|x| x == f);
+    let crc = get("icrc-crc");
+    let detail = crc["detail"].as_str().unwrap();
+    if has("vpclmulqdq") && has("avx2") && has("pclmulqdq") {
+        assert!(detail.contains("256-bit"), "{crc}");
+    } else if has("pclmulqdq") {
+        assert!(
+            detail.contains("128-bit") && detail.contains("no VPCLMULQDQ"),
+            "{crc}"
+        );
+    } else if cfg!(target_arch = "x86_64") {
+        assert_eq!(crc["level"], "WARN", "{crc}");
+    }
     for n in [
         "vfio-pci",
         "/dev/vfio",
