@@ -50,29 +50,6 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Ones'-complement sum of n bytes (big-endian words) onto s, folded. */
-static uint16_t sum16(const uint8_t *b, int n, uint32_t s) {
-  for (int i = 0; i + 1 < n; i += 2) s += (b[i] << 8) | b[i + 1];
-  if (n & 1) s += b[n - 1] << 8;
-  while (s >> 16) s = (s & 0xffff) + (s >> 16);
-  return s;
-}
-
-/* Read a sysctl file's integer and write v to it; returns the old value or
- * -1 (printed). */
-static int set_sysctl(const char *path, int v) {
-  FILE *f = fopen(path, "r+");
-  int old = -1;
-  if (!f || fscanf(f, "%d", &old) != 1) { perror(path); if (f) fclose(f); return -1; }
-  rewind(f);
-  fprintf(f, "%d\n", v);
-  if (fclose(f) != 0) { perror(path); return -1; }
-  return old;
-}
-
-#define LOCALNET "/proc/sys/net/ipv4/conf/lo/route_localnet"
-#define ACCEPT "/proc/sys/net/ipv4/conf/lo/accept_local"
-
 /* Wait until frame `j` (at `h`) is the sender's again -- the kernel freed its
  * skb -- kicking what is queued meanwhile. Returns how many kicks that took,
  * or -1 when the kernel refused the frame. */
@@ -110,16 +87,7 @@ static int ring_send(const uint8_t *mem, int slots, long sends, const struct soc
     *vh = (struct virtio_net_hdr){.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM, .gso_type = VIRTIO_NET_HDR_GSO_UDP_L4,
                                   .hdr_len = 14 + 20 + 8, .gso_size = SEG, .csum_start = 14 + 20, .csum_offset = 6};
     uint8_t *e = d + sizeof *vh, *ip = e + 14, *u = ip + 20;
-    memset(e, 0, 12); /* lo: both addresses zero */
-    e[12] = 0x08; e[13] = 0x00;
-    memset(ip, 0, 20);
-    ip[0] = 0x45; ip[2] = tot >> 8; ip[3] = tot & 0xff; ip[6] = 0x40; ip[8] = 64; ip[9] = 17;
-    memcpy(ip + 12, &a->sin_addr, 4);
-    memcpy(ip + 16, &a->sin_addr, 4);
-    uint16_t c = ~sum16(ip, 20, 0);
-    ip[10] = c >> 8; ip[11] = c & 0xff;
-    u[0] = 0xc0; u[1] = 0x00; u[2] = PORT >> 8; u[3] = PORT & 0xff;
-    u[4] = (8 + DGRAM) >> 8; u[5] = (8 + DGRAM) & 0xff;
+    lo_frame_headers(e, &a->sin_addr, 0xc000, PORT, DGRAM);
     /* checksum offload: the pseudo-header sum of one segment (GSO adjusts) */
     uint16_t ps = sum16(ip + 12, 8, 17 + 8 + SEG);
     u[6] = ps >> 8; u[7] = ps & 0xff;

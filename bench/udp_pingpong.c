@@ -14,6 +14,15 @@
  *          socket on lo (filtered to the port) by polling frame status in
  *          memory: no receive system call; the UDP socket drops everything
  *          (a drop-all socket filter), so nothing queues there
+ *   pring  ring's receive, and send the datagram as a whole frame (Ethernet,
+ *          IPv4 and UDP headers written here) with send() on the AF_PACKET
+ *          socket: no UDP or IP output path, no route lookup. A frame sent
+ *          on lo re-enters IP input with no route (a martian: 127/8 from a
+ *          local source), so the run sets net.ipv4.conf.lo.route_localnet
+ *          and accept_local to 1 and restores them at the end: the frame
+ *          then goes through IP and UDP input to the drop-all socket, as a
+ *          NIC's would. A transport sending this way must know the next
+ *          hop's MAC address itself (lo has none)
  *   uring  rnic's socket shape, received by an io_uring multishot RECVMSG
  *          into provided buffers, the receiver spinning on the completion
  *          queue in memory; default task running: the kernel interrupts the
@@ -31,7 +40,7 @@
  * (root: the tap and the ring need CAP_NET_RAW). Not under chrt: io_uring's
  * workers are normal threads, which real-time spinners starve.
  */
-#define _GNU_SOURCE
+#include "udpbench.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/filter.h>
@@ -49,12 +58,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 
-enum { RECV, MMSG, RNIC, RING, URING, UCOOP, NMODES };
-static const char *names[NMODES] = {"recv", "mmsg", "rnic", "ring", "uring", "ucoop"};
+enum { RECV, MMSG, RNIC, RING, PRING, URING, UCOOP, NMODES };
+static const char *names[NMODES] = {"recv", "mmsg", "rnic", "ring", "pring", "uring", "ucoop"};
 enum { FRAME = 2048, NFR = 256, NBUF = 16, BUFSZ = 4096 };
 
 /* An io_uring with one multishot RECVMSG armed on the socket, its datagrams
@@ -81,6 +87,9 @@ struct end {
   unsigned fr;
   struct uring u;
   char buf[4200], ctl[256];
+  /* pring: the whole frame sent, built once per destination port. */
+  unsigned char frame[14 + 20 + 8 + 60];
+  int frame_port;
 };
 
 static void die(const char *what) { perror(what); exit(1); }
@@ -231,7 +240,7 @@ static void end_open(struct end *e, int mode, int port) {
     e->tap = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
     if (e->tap < 0) die("raw tap socket (root?)");
   }
-  if (mode == RING) {
+  if (mode == RING || mode == PRING) {
     struct sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 0}};
     struct sock_fprog p = {1, code};
     if (setsockopt(e->sock, SOL_SOCKET, SO_ATTACH_FILTER, &p, sizeof p)) die("drop filter");
@@ -266,7 +275,7 @@ static void rx(struct end *e) {
     uring_rx(e);
     return;
   }
-  if (e->mode == RING) {
+  if (e->mode == RING || e->mode == PRING) {
     for (;;) {
       volatile struct tpacket2_hdr *h = (void *)(e->ring + (size_t)e->fr * FRAME);
       if (h->tp_status & TP_STATUS_USER) {
@@ -300,7 +309,20 @@ static void rx(struct end *e) {
   }
 }
 
+/* pring's frame to 127.0.0.1:to_port (udpbench.h's headers, 60 bytes after). */
+static void frame_build(struct end *e, int to_port) {
+  struct in_addr lo = {htonl(INADDR_LOOPBACK)};
+  memset(e->frame, 0, sizeof e->frame);
+  lo_frame_headers(e->frame, &lo, 4791, (uint16_t)to_port, 60);
+  e->frame_port = to_port;
+}
+
 static void tx(struct end *e, struct sockaddr_in *to) {
+  if (e->mode == PRING) {
+    if (e->frame_port != ntohs(to->sin_port)) frame_build(e, ntohs(to->sin_port));
+    if (send(e->packet, e->frame, sizeof e->frame, 0) != (ssize_t)sizeof e->frame) die("packet send");
+    return;
+  }
   if (e->mode == RECV) {
     sendto(e->sock, e->buf, 60, 0, (void *)to, sizeof *to);
     return;
@@ -415,6 +437,10 @@ static void empty_polls(int rounds) {
 
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 11, n = argc > 2 ? atoi(argv[2]) : 20000;
+  /* pring's frames go through IP and UDP input as a NIC's would (and are
+   * dropped by the UDP socket's filter), not dropped as martians before. */
+  int localnet = set_sysctl(LOCALNET, 1), accept = set_sysctl(ACCEPT, 1);
+  if (localnet < 0 || accept < 0) return 1;
   double (*t)[NMODES] = calloc(rounds, sizeof *t);
   for (int r = 0; r < rounds; r++)
     for (int m = 0; m < NMODES; m++) {
@@ -433,6 +459,8 @@ int main(int argc, char **argv) {
     if (m == RECV) base = med;
     printf("%-5s %8.3f %8.3f %8.2f\n", names[m], med, col[0], med / base);
   }
+  set_sysctl(LOCALNET, localnet);
+  set_sysctl(ACCEPT, accept);
   empty_polls(rounds);
   return 0;
 }

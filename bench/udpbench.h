@@ -1,8 +1,10 @@
-/* udpbench.h -- what bench/zerocopy.c, bench/txring.c, bench/place.c and
- * bench/splice.c share: the headers of a UDP GSO/GRO benchmark, the socket
- * options older libc headers lack, the CPU time (user + system) of
- * RUSAGE_SELF or RUSAGE_CHILDREN, the receiving socket, a GSO send, and a receiver
- * process that drains it and reports the bytes. */
+/* udpbench.h -- what bench/zerocopy.c, bench/txring.c, bench/place.c,
+ * bench/splice.c and bench/udp_pingpong.c share: the headers of a UDP GSO/GRO
+ * benchmark, the socket options older libc headers lack, the CPU time (user +
+ * system) of RUSAGE_SELF or RUSAGE_CHILDREN, the receiving socket, a GSO send,
+ * a receiver process that drains it and reports the bytes, and for the
+ * benchmarks that send whole frames on lo: the frame's headers and the two lo
+ * sysctls that let such a frame back into the stack. */
 #ifndef UDPBENCH_H
 #define UDPBENCH_H
 #define _GNU_SOURCE
@@ -11,6 +13,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +30,7 @@
 #define UDP_GRO 104
 #endif
 
-static double cpu(int who) {
+static inline double cpu(int who) {
   struct rusage r;
   getrusage(who, &r);
   return r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
@@ -35,7 +38,7 @@ static double cpu(int who) {
 
 /* A UDP socket with an 8 MiB receive buffer and UDP_GRO, bound to `a`, or
  * -1 (printed). */
-static int gro_receiver(const struct sockaddr_in *a) {
+static inline int gro_receiver(const struct sockaddr_in *a) {
   int rx = socket(AF_INET, SOCK_DGRAM, 0), one = 1, big = 8 << 20;
   setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
   setsockopt(rx, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
@@ -87,5 +90,47 @@ static inline long drain_end(struct drain d, int tx, const struct sockaddr_in *a
   if (read(d.report, &got, sizeof got) != sizeof got) got = -1;
   close(d.report);
   return got;
+}
+/* Ones'-complement sum of n bytes (big-endian words) onto s, folded. */
+static inline uint16_t sum16(const uint8_t *b, int n, uint32_t s) {
+  for (int i = 0; i + 1 < n; i += 2) s += (b[i] << 8) | b[i + 1];
+  if (n & 1) s += b[n - 1] << 8;
+  while (s >> 16) s = (s & 0xffff) + (s >> 16);
+  return s;
+}
+
+/* The 42 bytes before a UDP payload of `len` bytes sent as a frame on lo, from
+ * and to `addr`: Ethernet (both addresses zero, as lo has), IPv4 (DF, TTL 64,
+ * identification 0, checksummed), UDP (`sport` to `dport`, checksum 0: none). */
+static inline void lo_frame_headers(uint8_t *e, const struct in_addr *addr, uint16_t sport, uint16_t dport,
+                                    int len) {
+  uint8_t *ip = e + 14, *u = ip + 20;
+  int tot = 20 + 8 + len;
+  memset(e, 0, 14 + 20 + 8);
+  e[12] = 0x08; /* ETH_P_IP */
+  ip[0] = 0x45; ip[2] = tot >> 8; ip[3] = tot & 0xff; ip[6] = 0x40; ip[8] = 64; ip[9] = 17;
+  memcpy(ip + 12, addr, 4);
+  memcpy(ip + 16, addr, 4);
+  uint16_t c = ~sum16(ip, 20, 0);
+  ip[10] = c >> 8; ip[11] = c & 0xff;
+  u[0] = sport >> 8; u[1] = sport & 0xff; u[2] = dport >> 8; u[3] = dport & 0xff;
+  u[4] = (8 + len) >> 8; u[5] = (8 + len) & 0xff;
+}
+
+/* A frame sent on lo comes back into the stack with no route: 127/8 and a local
+ * source are martians unless these are 1 on lo. */
+#define LOCALNET "/proc/sys/net/ipv4/conf/lo/route_localnet"
+#define ACCEPT "/proc/sys/net/ipv4/conf/lo/accept_local"
+
+/* Read a sysctl file's integer and write v to it; returns the old value or
+ * -1 (printed). */
+static inline int set_sysctl(const char *path, int v) {
+  FILE *f = fopen(path, "r+");
+  int old = -1;
+  if (!f || fscanf(f, "%d", &old) != 1) { perror(path); if (f) fclose(f); return -1; }
+  rewind(f);
+  fprintf(f, "%d\n", v);
+  if (fclose(f) != 0) { perror(path); return -1; }
+  return old;
 }
 #endif
