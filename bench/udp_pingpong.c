@@ -18,8 +18,8 @@
  *          IPv4 and UDP headers written here) with send() on the AF_PACKET
  *          socket: no UDP or IP output path, no route lookup. A frame sent
  *          on lo re-enters IP input with no route (a martian: 127/8 from a
- *          local source), so the run sets net.ipv4.conf.lo.route_localnet
- *          and accept_local to 1 and restores them at the end: the frame
+ *          local source), so its rounds set net.ipv4.conf.lo.route_localnet
+ *          and accept_local to 1 and restore them after: the frame
  *          then goes through IP and UDP input to the drop-all socket, as a
  *          NIC's would. A transport sending this way must know the next
  *          hop's MAC address itself (lo has none)
@@ -437,14 +437,21 @@ static void empty_polls(int rounds) {
 
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 11, n = argc > 2 ? atoi(argv[2]) : 20000;
-  /* pring's frames go through IP and UDP input as a NIC's would (and are
-   * dropped by the UDP socket's filter), not dropped as martians before. */
-  int localnet = set_sysctl(LOCALNET, 1), accept = set_sysctl(ACCEPT, 1);
-  if (localnet < 0 || accept < 0) return 1;
+
   double (*t)[NMODES] = calloc(rounds, sizeof *t);
   for (int r = 0; r < rounds; r++)
     for (int m = 0; m < NMODES; m++) {
+      /* pring's frames go through IP and UDP input as a NIC's would (and are
+       * dropped by the UDP socket's filter), not dropped as martians first;
+       * only its rounds run with the two sysctls, which the other modes do
+       * not need. */
+      int localnet = -1, accept = -1;
+      if (m == PRING && ((localnet = set_sysctl(LOCALNET, 1)) < 0 || (accept = set_sysctl(ACCEPT, 1)) < 0)) return 1;
       t[r][m] = round_us(m, n, 24700 + 100 * r + 10 * m);
+      if (m == PRING) {
+        set_sysctl(LOCALNET, localnet);
+        set_sysctl(ACCEPT, accept);
+      }
       fprintf(stderr, "\rround %d/%d %-5s %.3f us ", r + 1, rounds, names[m], t[r][m]);
     }
   fprintf(stderr, "\n");
@@ -459,8 +466,6 @@ int main(int argc, char **argv) {
     if (m == RECV) base = med;
     printf("%-5s %8.3f %8.3f %8.2f\n", names[m], med, col[0], med / base);
   }
-  set_sysctl(LOCALNET, localnet);
-  set_sysctl(ACCEPT, accept);
   empty_polls(rounds);
   return 0;
 }
