@@ -437,7 +437,6 @@ static void empty_polls(int rounds) {
 
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 11, n = argc > 2 ? atoi(argv[2]) : 20000;
-
   double (*t)[NMODES] = calloc(rounds, sizeof *t);
   for (int r = 0; r < rounds; r++)
     for (int m = 0; m < NMODES; m++) {
@@ -445,8 +444,12 @@ int main(int argc, char **argv) {
        * dropped by the UDP socket's filter), not dropped as martians first;
        * only its rounds run with the two sysctls, which the other modes do
        * not need. */
-      int localnet = -1, accept = -1;
-      if (m == PRING && ((localnet = set_sysctl(LOCALNET, 1)) < 0 || (accept = set_sysctl(ACCEPT, 1)) < 0)) return 1;
+      int localnet = m == PRING ? set_sysctl(LOCALNET, 1) : -1;
+      int accept = m == PRING && localnet >= 0 ? set_sysctl(ACCEPT, 1) : -1;
+      if (m == PRING && accept < 0) {
+        if (localnet >= 0) set_sysctl(LOCALNET, localnet);
+        return 1;
+      }
       t[r][m] = round_us(m, n, 24700 + 100 * r + 10 * m);
       if (m == PRING) {
         set_sysctl(LOCALNET, localnet);
