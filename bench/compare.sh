@@ -100,7 +100,7 @@ fi
 {
   echo "date: $(date -u +%FT%TZ)  QUICK=$QUICK REPS=$REPS ONLY=$ONLY"
   echo "commit: $(git rev-parse --short HEAD) $(git status --porcelain | wc -l) files modified"
-  echo "nproc: $(nproc)"; uname -srm; lscpu | grep -E 'Model name|Hypervisor'; bash bench/cpu.sh "$RNICCTL"
+  echo "nproc: $(nproc)"; uname -srm; lscpu | grep -E 'Hypervisor'; bash bench/cpu.sh "$RNICCTL"
   sysctl net.core.rmem_max net.core.wmem_max; ip -o link show lo | grep -o 'mtu [0-9]*'
   [ -n "$NS_A" ] && echo "netns: $NS_A 10.77.0.1 <-veth mtu 9000-> $NS_B 10.77.0.2"
   dpkg-query -W -f='${Package} ${Version}\n' ucx-utils libfabric1 libfabric-bin iperf3 qperf 2> /dev/null

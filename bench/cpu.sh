@@ -8,14 +8,15 @@
 #
 #   bash bench/cpu.sh [RNICCTL]    with an rnicctl: its doctor's CRC kernel too
 set -u
-model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+info=$(lscpu)
+field() { sed -n "s/^$1: *//p" <<< "$info" | head -1; }
+model=$(field 'Model name')
 fam=$(awk -F': ' '/^cpu family/{print $2; exit}' /proc/cpuinfo)
 mod=$(awk -F': ' '/^model\t/{print $2; exit}' /proc/cpuinfo)
-l2=$(lscpu | sed -n 's/^L2 cache: *//p' | head -1)
-l3=$(lscpu | sed -n 's/^L3 cache: *//p' | head -1)
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 have=""
 for f in avx2 avx512f pclmulqdq vpclmulqdq erms fsrm; do
-  if grep -m1 '^flags' /proc/cpuinfo | grep -qw "$f"; then have+=" +$f"; else have+=" -$f"; fi
+  if [[ $flags == *" $f "* ]]; then have+=" +$f"; else have+=" -$f"; fi
 done
 crc=""
 if [ -n "${1:-}" ] && [ -x "$1" ]; then
@@ -27,4 +28,4 @@ try:
 except Exception:
     pass')
 fi
-echo "cpu: $model (family $fam, model $mod), L2 $l2, L3 $l3;$have$crc"
+echo "cpu: $model (family $fam, model $mod), L2 $(field 'L2 cache'), L3 $(field 'L3 cache');$have$crc"

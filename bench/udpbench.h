@@ -91,6 +91,7 @@ static inline long drain_end(struct drain d, int tx, const struct sockaddr_in *a
   close(d.report);
   return got;
 }
+
 /* Ones'-complement sum of n bytes (big-endian words) onto s, folded. */
 static inline uint16_t sum16(const uint8_t *b, int n, uint32_t s) {
   for (int i = 0; i + 1 < n; i += 2) s += (b[i] << 8) | b[i + 1];

@@ -422,9 +422,6 @@ pub fn checks() -> Vec<Check> {
     v
 }
 
-/// Whether this process can open the packet-ring receive path
-/// (`RNIC_RXE_RX_RING=1`), by opening one on 127.0.0.1 (port 0, which
-/// nothing uses).
 /// Which CRC-32 kernel computes the ICRC of every payload byte rnic-rxe
 /// sends (`rnic_dma::crc`): on a loopback bandwidth run it is the largest
 /// user-space cost of the sender, so its width bounds rxe bandwidth.
@@ -465,6 +462,9 @@ fn crc_check() -> Check {
     }
 }
 
+/// Whether this process can open the packet-ring receive path
+/// (`RNIC_RXE_RX_RING=1`), by opening one on 127.0.0.1 (port 0, which
+/// nothing uses).
 fn rx_ring_check() -> Check {
     match rnic::rxe::ring::PacketRing::open(std::net::Ipv4Addr::LOCALHOST, 0) {
         Ok(_) => check(
