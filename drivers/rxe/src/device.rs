@@ -30,7 +30,7 @@
 //! grown once (no allocation per packet).
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
@@ -1283,6 +1283,7 @@ fn deliver<'a>(
     }
     let first_bth = data.get(..12).unwrap_or(&[]);
     let mut held: Option<Held<'a>> = None;
+    let mut verified = false;
     for (k, pkt) in data.chunks(seg).enumerate() {
         stats.rx_packets += 1;
         stats.rx_bytes += pkt.len() as u64;
@@ -1327,7 +1328,10 @@ fn deliver<'a>(
             }
         };
         match check {
-            IcrcCheck::Ok(path) => count_icrc_ok(stats, tap_pending, path, pkt.len()),
+            IcrcCheck::Ok(path) => {
+                verified = true;
+                count_icrc_ok(stats, tap_pending, path, pkt.len());
+            }
             IcrcCheck::Tapped => {
                 stats.icrc_ok += 1;
                 stats.icrc_ident_tap += 1;
@@ -1374,6 +1378,13 @@ fn deliver<'a>(
         if let Some((pkt, held_src, held_dst)) = faults.take_held() {
             d.packet(sh, &pkt, held_src, held_dst, now);
         }
+    }
+    // A verified datagram's sender and the hop it came through: where
+    // frames to it may go (`crate::frames`).
+    if let (true, Some(f), Some(hop), SocketAddr::V4(from), IpAddr::V4(local)) =
+        (verified, &sh.send.frames, m.hop, src, port.ip)
+    {
+        f.observe(local, *from.ip(), hop, now.nanos());
     }
     if let Some(pl) = placing {
         pl.cool = pl.cool.saturating_sub(1);

@@ -74,6 +74,7 @@ pub fn deliver(dev: &RxeDevice, from: SocketAddr, datagram: &[u8], gro_segment: 
         gro: gro_segment,
         truncated: false,
         ident: None,
+        hop: None,
     };
     let now = sh.now();
     {

@@ -104,6 +104,7 @@ mod bpf;
 mod device;
 mod error;
 mod fault;
+pub mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gid;

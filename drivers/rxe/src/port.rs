@@ -52,14 +52,14 @@ pub struct Port {
 
 /// A network namespace, held open.
 #[derive(Debug)]
-struct NetNs {
+pub(crate) struct NetNs {
     file: File,
     ino: u64,
 }
 
 impl NetNs {
     /// The calling thread's network namespace.
-    fn current() -> io::Result<NetNs> {
+    pub(crate) fn current() -> io::Result<NetNs> {
         let file = File::open("/proc/thread-self/ns/net")?;
         let ino = file.metadata()?.ino();
         Ok(NetNs { file, ino })
@@ -68,7 +68,7 @@ impl NetNs {
     /// Run `f` in this namespace: on the calling thread directly when it is
     /// already there, else between two `setns` calls (needs CAP_SYS_ADMIN;
     /// the thread returns to its own namespace before this returns).
-    fn run<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         let here = NetNs::current()?;
         if here.ino == self.ino {
             return f();

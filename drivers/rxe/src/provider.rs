@@ -86,6 +86,15 @@ pub struct RxeConfig {
     /// slower there. Off by default; `RNIC_RXE_RX_RING=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub rx_ring: bool,
+    /// With a packet ring, send single datagrams to IPv4 peers as whole
+    /// frames through an `AF_PACKET` socket where the next hop is known and
+    /// safe (`crate::frames`: an on-link Ethernet neighbour the kernel
+    /// agrees on, or loopback with `accept_local`/`route_localnet` set),
+    /// skipping the UDP socket's route lookup and IP output; everything
+    /// else keeps the UDP sockets. On by default with the ring;
+    /// `RNIC_RXE_TX_FRAMES=0` turns it off for devices opened with
+    /// [`RxeConfig::new`]. `rnicctl doctor` reports it.
+    pub tx_frames: bool,
     /// Receive READ response payloads straight into the READ's local
     /// buffer (socket ports; memory that offers direct access): while a
     /// READ's responses stream in, each datagram is received with a
@@ -167,6 +176,7 @@ impl RxeConfig {
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
             rx_ring: env_on("RNIC_RXE_RX_RING"),
+            tx_frames: !env_off("RNIC_RXE_TX_FRAMES"),
             rx_place: env_on("RNIC_RXE_RX_PLACE"),
             tx_in_place_min: if env_off("RNIC_RXE_TX_IN_PLACE") {
                 usize::MAX
@@ -224,6 +234,14 @@ impl RxeConfig {
     #[must_use]
     pub fn with_rx_ring(mut self, on: bool) -> RxeConfig {
         self.rx_ring = on;
+        self
+    }
+
+    /// The same, sending frames with the packet ring or not (see
+    /// [`RxeConfig::tx_frames`]).
+    #[must_use]
+    pub fn with_tx_frames(mut self, on: bool) -> RxeConfig {
+        self.tx_frames = on;
         self
     }
 
@@ -480,6 +498,19 @@ impl RxeDevice {
         } else {
             None
         };
+        // Frames only where a ring sees the peers' hops; opened in the
+        // ports' namespace (this thread's).
+        let frames = if cfg.tx_frames && ports.iter().any(|p| p.ring.is_some()) {
+            match crate::frames::FrameTx::open() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no frame socket: datagrams leave through the UDP sockets");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let sh = Arc::new(Shared {
             keys: RwLock::new(Keys::new()),
             qps: RwLock::new(Default::default()),
@@ -491,7 +522,7 @@ impl RxeDevice {
             rx: Mutex::new(
                 RxState::new(whole, cfg.faults, cfg.ident_recovery).with_placement(cfg.rx_place),
             ),
-            send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min),
+            send: SendSockets::new(gso, cfg.per_qp_sport, cfg.tx_in_place_min).with_frames(frames),
             retired: Mutex::new(Default::default()),
             cq_overflows: AtomicU64::new(0),
             next_deadline: AtomicU64::new(0),
@@ -644,6 +675,12 @@ impl RxeDevice {
             ports.iter().filter(|p| p.ring.is_some()).count(),
             ports.len(),
         )
+    }
+
+    /// Whether single datagrams may leave as frames
+    /// ([`RxeConfig::tx_frames`]): the device has a frame socket.
+    pub fn tx_frames(&self) -> bool {
+        self.inner.sh.send.frames.is_some()
     }
 
     /// The QPNs this device hands out: all of them, or its slot's when it

@@ -56,6 +56,14 @@ const TP_LEN: usize = 4;
 const TP_SNAPLEN: usize = 8;
 const TP_MAC: usize = 12;
 const TP_NET: usize = 14;
+/// Where a frame's `struct sockaddr_ll` starts: right after the
+/// `tpacket2_hdr`, aligned to 16 (`TPACKET2_HDRLEN`); its ifindex, hatype
+/// and halen + address at these offsets within it.
+const SLL: usize = 32;
+const SLL_IFINDEX: usize = 4;
+const SLL_HATYPE: usize = 8;
+const SLL_HALEN: usize = 11;
+const SLL_ADDR: usize = 12;
 /// The most IPv4 and UDP header bytes (60 + 8).
 const HEADERS: usize = 68;
 
@@ -159,6 +167,22 @@ pub fn parse(head: &[u8], snap: usize) -> Option<Parsed> {
             u16::from_be_bytes([*head.get(4)?, *head.get(5)?]),
             head.get(6)? & 0x40 != 0,
         ),
+    })
+}
+
+/// The next hop a frame's `sockaddr_ll` names: its interface, link type
+/// and source address (`None` unless that is a 6-byte MAC address).
+pub fn link_hop(sll: &[u8; 20]) -> Option<crate::frames::Hop> {
+    if sll[SLL_HALEN] != 6 {
+        return None;
+    }
+    let i = SLL_IFINDEX;
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&sll[SLL_ADDR..SLL_ADDR + 6]);
+    Some(crate::frames::Hop {
+        ifindex: i32::from_ne_bytes([sll[i], sll[i + 1], sll[i + 2], sll[i + 3]]),
+        hatype: u16::from_ne_bytes([sll[SLL_HATYPE], sll[SLL_HATYPE + 1]]),
+        mac,
     })
 }
 
@@ -371,12 +395,18 @@ impl PacketRing {
         if !truncated {
             truncated = !self.copy_out(frame, net + d.off, &mut slot[..d.len]);
         }
+        let mut sll = [0u8; 20];
+        let hop = self
+            .copy_out(frame, SLL, &mut sll)
+            .then(|| link_hop(&sll))
+            .flatten();
         RxMsg {
             len: if truncated { 0 } else { d.len },
             src: Some(d.src),
             gro: gso_size(&vnet),
             truncated,
             ident: Some(d.ident),
+            hop,
         }
     }
 }
@@ -448,6 +478,23 @@ mod tests {
         assert_eq!(gso_size(&v), 0, "GSO_NONE: a single datagram");
         v[1] = 5; // VIRTIO_NET_HDR_GSO_UDP_L4
         assert_eq!(gso_size(&v), 1084);
+    }
+
+    #[test]
+    fn the_frame_address_gives_the_next_hop() {
+        let mut sll = [0u8; 20];
+        sll[0..2].copy_from_slice(&(libc::AF_PACKET as u16).to_ne_bytes());
+        sll[4..8].copy_from_slice(&7i32.to_ne_bytes());
+        sll[8..10].copy_from_slice(&1u16.to_ne_bytes());
+        sll[11] = 6;
+        sll[12..18].copy_from_slice(&[2, 0, 10, 9, 0, 2]);
+        let hop = link_hop(&sll).unwrap();
+        assert_eq!(
+            (hop.ifindex, hop.hatype, hop.mac),
+            (7, 1, [2, 0, 10, 9, 0, 2])
+        );
+        sll[11] = 0;
+        assert_eq!(link_hop(&sll), None, "no link-layer address");
     }
 
     #[test]

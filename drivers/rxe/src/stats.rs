@@ -52,6 +52,11 @@ pub struct DeviceStats {
     pub tx_in_place: u64,
     /// Their payload bytes.
     pub tx_in_place_bytes: u64,
+    /// Datagrams that left as frames through the packet socket
+    /// (`crate::frames`; also in `tx_datagrams`).
+    pub tx_frames: u64,
+    /// Frames the kernel refused, sent through the UDP socket instead.
+    pub tx_frame_fallbacks: u64,
     /// Sends that failed (the transport retransmits).
     pub tx_errors: u64,
     /// Of which: larger than the path allows with DF set (EMSGSIZE): lower
@@ -158,6 +163,8 @@ impl DeviceStats {
             gso_fallbacks,
             tx_in_place,
             tx_in_place_bytes,
+            tx_frames,
+            tx_frame_fallbacks,
             tx_errors,
             tx_too_big,
             tx_bad_sgid,
@@ -206,6 +213,8 @@ impl DeviceStats {
             (&mut self.gso_fallbacks, gso_fallbacks),
             (&mut self.tx_in_place, tx_in_place),
             (&mut self.tx_in_place_bytes, tx_in_place_bytes),
+            (&mut self.tx_frames, tx_frames),
+            (&mut self.tx_frame_fallbacks, tx_frame_fallbacks),
             (&mut self.tx_errors, tx_errors),
             (&mut self.tx_too_big, tx_too_big),
             (&mut self.tx_bad_sgid, tx_bad_sgid),
@@ -263,7 +272,7 @@ impl fmt::Display for RxeStats {
         let d = &self.device;
         writeln!(
             f,
-            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred ({} swept, {} held out), {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} errors ({} too big), {} bad sgid",
+            "tx: {} packets {} bytes in {} datagrams ({} sendmmsg, {} ACK rounds deferred ({} swept, {} held out), {} ACKs coalesced, {} bundled, {} GSO sends carrying {} packets, {} GSO fallbacks), {} payloads ({} bytes) sent in place, {} sent as frames ({} refused, sent as datagrams), {} errors ({} too big), {} bad sgid",
             d.tx_packets,
             d.tx_bytes,
             d.tx_datagrams,
@@ -278,6 +287,8 @@ impl fmt::Display for RxeStats {
             d.gso_fallbacks,
             d.tx_in_place,
             d.tx_in_place_bytes,
+            d.tx_frames,
+            d.tx_frame_fallbacks,
             d.tx_errors,
             d.tx_too_big,
             d.tx_bad_sgid

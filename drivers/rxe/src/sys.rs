@@ -45,10 +45,16 @@ const CMSG_ROOM: usize = CMSG_HDR + cmsg_align(8);
 #[repr(C, align(8))]
 struct Cmsg([u8; CMSG_ROOM]);
 
-/// A socket address buffer big enough for `sockaddr_in6`, aligned for it.
+/// A socket address buffer big enough for `sockaddr_in6` and
+/// `sockaddr_ll`, aligned for them.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 struct AddrBuf([u8; 32]);
+
+const _: () = assert!(
+    size_of::<libc::sockaddr_in6>() <= size_of::<AddrBuf>()
+        && size_of::<libc::sockaddr_ll>() <= size_of::<AddrBuf>()
+);
 
 impl AddrBuf {
     const EMPTY: AddrBuf = AddrBuf([0; 32]);
@@ -73,6 +79,21 @@ impl AddrBuf {
                 size_of::<libc::sockaddr_in6>()
             }
         }
+    }
+
+    /// Encode `hop` as the `sockaddr_ll` of an IPv4 frame to it; returns
+    /// its length.
+    fn encode_ll(&mut self, hop: &crate::frames::Hop) -> usize {
+        let b = &mut self.0;
+        b.fill(0);
+        // sockaddr_ll: family, protocol (network order), ifindex, hatype,
+        // pkttype, halen, addr[8].
+        b[0..2].copy_from_slice(&(libc::AF_PACKET as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&(libc::ETH_P_IP as u16).to_be_bytes());
+        b[4..8].copy_from_slice(&hop.ifindex.to_ne_bytes());
+        b[11] = 6;
+        b[12..18].copy_from_slice(&hop.mac);
+        size_of::<libc::sockaddr_ll>()
     }
 
     /// Decode what the kernel wrote.
@@ -330,6 +351,10 @@ pub struct TxMsg {
     pub dst: SocketAddr,
     /// GSO segment size, 0 for a plain datagram.
     pub gso: u16,
+    /// Sent as a frame on a packet socket (`crate::frames`) to this next
+    /// hop: the iovecs start with the IPv4 and UDP headers, and `dst` is
+    /// only in them.
+    pub link: Option<crate::frames::Hop>,
 }
 
 /// Send up to [`BATCH`] datagrams gathered from `iov` with one `sendmmsg`;
@@ -383,7 +408,10 @@ unsafe fn send_n<const N: usize>(
                 "datagram outside the iovec array",
             ));
         };
-        let alen = addrs[i].encode(&m.dst);
+        let alen = match &m.link {
+            Some(hop) => addrs[i].encode_ll(hop),
+            None => addrs[i].encode(&m.dst),
+        };
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = addrs[i].0.as_mut_ptr().cast();
         h.msg_namelen = alen as libc::socklen_t;
@@ -439,6 +467,9 @@ pub struct RxMsg {
     /// Its IPv4 identification and don't-fragment bit, when the receive
     /// path saw the IPv4 header (the packet ring; a socket does not).
     pub ident: Option<(u16, bool)>,
+    /// The link-layer hop it arrived through, when the receive path saw
+    /// it (the packet ring).
+    pub hop: Option<crate::frames::Hop>,
 }
 
 impl RxMsg {
@@ -449,6 +480,7 @@ impl RxMsg {
         gro: 0,
         truncated: false,
         ident: None,
+        hop: None,
     };
 }
 
@@ -533,6 +565,7 @@ fn recv_n<const N: usize>(
             gro: parse_gro(&cmsgs[i].0[..ctl]),
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             ident: None,
+            hop: None,
         };
     }
     Ok(got)
@@ -586,6 +619,7 @@ pub unsafe fn recv_scatter(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Resul
         gro: parse_gro(&cmsg.0[..ctl]),
         truncated: h.msg_flags & libc::MSG_TRUNC != 0,
         ident: None,
+        hop: None,
     }))
 }
 
@@ -728,4 +762,20 @@ pub fn tap_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>>
     } else {
         Err(e)
     }
+}
+
+/// The name of interface `ifindex` in the calling thread's network
+/// namespace.
+pub fn if_name(ifindex: i32) -> io::Result<String> {
+    let index = u32::try_from(ifindex)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "negative interface index"))?;
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes if_indextoname(3) may write
+    // (the name and its terminating NUL); it returns `buf` or null.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }

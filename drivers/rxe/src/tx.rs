@@ -55,8 +55,8 @@
 //! packet.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
-use std::os::fd::AsFd;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +69,7 @@ use rnic_roce::wire::roce::MIN_LEN;
 use rnic_roce::wire::{Opcode, Transport, icrc};
 use rustc_hash::FxHashMap;
 
+use crate::frames::{FRAME_HDR, FrameTx, Hop};
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -152,6 +153,9 @@ fn plain_ack(pkt: &[u8]) -> Option<([u8; 3], u32)> {
 pub struct SendSock {
     sock: UdpSocket,
     port: u16,
+    /// The traffic class and hop limit it was set to ((0, 0): the
+    /// system's defaults), which a frame in its place carries.
+    tos: (u8, u8),
 }
 
 /// A socket's key: (port index, source port, (traffic class, hop limit)).
@@ -170,6 +174,9 @@ pub struct SendSockets {
     pub per_qp_sport: bool,
     /// What each QP's [`Tx::in_place_min`] starts as.
     pub in_place_min: usize,
+    /// Single datagrams to peers with a usable next hop leave as frames
+    /// (`crate::frames`); `None`: always through the UDP sockets.
+    pub frames: Option<FrameTx>,
 }
 
 impl SendSockets {
@@ -180,7 +187,15 @@ impl SendSockets {
             gso: AtomicBool::new(gso),
             per_qp_sport,
             in_place_min,
+            frames: None,
         }
+    }
+
+    /// The same, sending single datagrams as frames through `frames` where
+    /// it can.
+    pub fn with_frames(mut self, frames: Option<FrameTx>) -> SendSockets {
+        self.frames = frames;
+        self
     }
 
     /// The socket sending from (`ports[port]`, `sport`, `tos`), opened on
@@ -205,7 +220,17 @@ impl SendSockets {
             }
         }?;
         let local = sock.local_addr().ok()?.port();
-        let s = Arc::new(SendSock { sock, port: local });
+        // The listening socket (and the fallback) keeps the defaults.
+        let tos = if want == 0 || local != want {
+            (0, 0)
+        } else {
+            tos
+        };
+        let s = Arc::new(SendSock {
+            sock,
+            port: local,
+            tos,
+        });
         socks.insert(key, Arc::clone(&s));
         Some(s)
     }
@@ -237,6 +262,8 @@ struct Group {
     /// has its payload in place (then every packet of it has an entry);
     /// `None`: all its bytes are `arena[off..off + len]`.
     pkts: Option<usize>,
+    /// Leaves as a frame to this next hop (chosen at the flush).
+    link: Option<Hop>,
 }
 
 /// A packet of a group with payloads in place.
@@ -324,6 +351,12 @@ pub struct Tx {
     iov: Vec<RawIov>,
     /// The CRC over this QP's packets' constant prefixes, per shape.
     icrc: icrc::IcrcCache,
+    /// The last frame next-hop lookup: (table generation, peer, hop).
+    frame_hop: Option<(u64, Ipv4Addr, Option<Hop>)>,
+    /// The IPv4 and UDP headers of a flush's frames, one per message of a
+    /// `sendmmsg` (sized to [`BATCH`] on first use, never resized after:
+    /// the iovecs point into it).
+    frame_hdrs: Vec<[u8; FRAME_HDR]>,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -356,6 +389,8 @@ impl Tx {
             holds: Vec::new(),
             iov: Vec::new(),
             icrc: icrc::IcrcCache::new(),
+            frame_hop: None,
+            frame_hdrs: Vec::new(),
         }
     }
 
@@ -493,20 +528,34 @@ impl Tx {
             std::array::from_fn(|i| holds.get(i).and_then(|h| h.pin_direct()));
         let spans = pins.each_ref().map(|p| p.as_ref().map(PinnedSpan::span));
         self.fill_icrcs(&spans, stats);
+        if let Some(f) = &shared.frames {
+            self.choose_links(f);
+        }
         let mut at = 0;
         while at < self.groups.len() {
-            // A run of groups from the same socket goes in one sendmmsg.
+            // A run of groups from the same socket goes in one sendmmsg; so
+            // does a run of frames (all through the frame socket).
             let sock = self.groups[at].sock;
+            let framed = self.groups[at].link.is_some();
             let mut end = at;
-            while end < self.groups.len() && end - at < BATCH && self.groups[end].sock == sock {
+            while end < self.groups.len()
+                && end - at < BATCH
+                && self.groups[end].link.is_some() == framed
+                && (framed || self.groups[end].sock == sock)
+            {
                 end += 1;
             }
             let Some(s) = self.socks.get(sock).map(Arc::clone) else {
                 at = end;
                 continue;
             };
+            let fd = match (&shared.frames, framed) {
+                (Some(f), true) => f.fd(),
+                _ => s.sock.as_fd(),
+            };
+            let ttl = shared.frames.as_ref().map_or(64, |f| f.default_ttl);
             stats.sendmmsg_calls += 1;
-            let sent = self.send_run(&s, at..end, &spans, stats);
+            let sent = self.send_run(fd, ttl, at..end, &spans, stats);
             match sent {
                 Ok(0) => {
                     stats.tx_errors += 1;
@@ -515,12 +564,29 @@ impl Tx {
                 Ok(n) => {
                     for g in &self.groups[at..at + n] {
                         stats.tx_datagrams += 1;
+                        if g.link.is_some() {
+                            stats.tx_frames += 1;
+                        }
                         if g.segs > 1 {
                             stats.gso_sends += 1;
                             stats.gso_segments += g.segs as u64;
                         }
                     }
                     at += n;
+                }
+                Err(e) if framed => {
+                    // The kernel refused the frame: this datagram goes
+                    // through its socket, and unless it was only too large
+                    // the hop is judged again.
+                    let g = &mut self.groups[at];
+                    tracing::debug!(error = %e, dst = %g.dst, "frame refused; sending the datagram");
+                    if let (Some(f), IpAddr::V4(ip)) = (&shared.frames, g.dst.ip())
+                        && e.raw_os_error() != Some(libc::EMSGSIZE)
+                    {
+                        f.forget(ip);
+                    }
+                    g.link = None;
+                    stats.tx_frame_fallbacks += 1;
                 }
                 Err(e) => {
                     let g = self.groups[at];
@@ -564,7 +630,8 @@ impl Tx {
     /// is not sent: counted as a transmit error, retransmitted later.
     fn send_run(
         &mut self,
-        s: &SendSock,
+        fd: BorrowedFd<'_>,
+        ttl: u8,
         run: std::ops::Range<usize>,
         spans: &[Option<DirectSpan<'_>>],
         stats: &mut DeviceStats,
@@ -572,18 +639,44 @@ impl Tx {
         // A ping-pong's flush sends one datagram: its message array is
         // sized for the run, not for BATCH (initialised whole every call).
         if run.len() == 1 {
-            self.send_run_n::<1>(s, run, spans, stats)
+            self.send_run_n::<1>(fd, ttl, run, spans, stats)
         } else if run.len() <= SMALL_BATCH {
-            self.send_run_n::<SMALL_BATCH>(s, run, spans, stats)
+            self.send_run_n::<SMALL_BATCH>(fd, ttl, run, spans, stats)
         } else {
-            self.send_run_n::<BATCH>(s, run, spans, stats)
+            self.send_run_n::<BATCH>(fd, ttl, run, spans, stats)
+        }
+    }
+
+    /// Pick the groups that leave as frames: single datagrams to IPv4 peers
+    /// whose next hop `frames` accepted (looked up once per peer and table
+    /// generation: an RC QP's flush costs one atomic load here).
+    fn choose_links(&mut self, frames: &FrameTx) {
+        let generation = frames.generation();
+        let Tx {
+            groups, frame_hop, ..
+        } = self;
+        for g in groups.iter_mut() {
+            g.link = None;
+            let (1, IpAddr::V4(_), SocketAddr::V4(d)) = (g.segs, g.src, g.dst) else {
+                continue;
+            };
+            let peer = *d.ip();
+            g.link = match *frame_hop {
+                Some((at, p, hop)) if at == generation && p == peer => hop,
+                _ => {
+                    let hop = frames.hop(peer);
+                    *frame_hop = Some((generation, peer, hop));
+                    hop
+                }
+            };
         }
     }
 
     /// [`Tx::send_run`] with a message array of `N` entries.
     fn send_run_n<const N: usize>(
         &mut self,
-        s: &SendSock,
+        fd: BorrowedFd<'_>,
+        ttl: u8,
         run: std::ops::Range<usize>,
         spans: &[Option<DirectSpan<'_>>],
         stats: &mut DeviceStats,
@@ -593,12 +686,43 @@ impl Tx {
             count: 0,
             dst: SocketAddr::from(([0, 0, 0, 0], 0)),
             gso: 0,
+            link: None,
         }; N];
         self.iov.clear();
+        if self.frame_hdrs.len() < BATCH {
+            self.frame_hdrs.resize(BATCH, [0; FRAME_HDR]);
+        }
         let base = self.arena.as_ptr() as usize;
         let mut n = 0;
         for g in self.groups[run].iter().take(N) {
             let first = self.iov.len();
+            if g.link.is_some() {
+                let (IpAddr::V4(src), SocketAddr::V4(dst)) = (g.src, g.dst) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a frame to an IPv6 peer",
+                    ));
+                };
+                // A socket with a traffic class or hop limit set has hop
+                // limit 64 unless given one (`Port::bind_sender`).
+                let (tclass, hops) = self.socks.get(g.sock).map_or((0, 0), |s| s.tos);
+                let ttl = match (tclass, hops) {
+                    (_, h) if h != 0 => h,
+                    (0, _) => ttl,
+                    _ => 64,
+                };
+                self.frame_hdrs[n] = crate::frames::headers(
+                    (src, g.sport),
+                    (*dst.ip(), dst.port()),
+                    tclass,
+                    ttl,
+                    g.len,
+                );
+                self.iov.push(RawIov {
+                    base: self.frame_hdrs.as_ptr() as usize + n * FRAME_HDR,
+                    len: FRAME_HDR,
+                });
+            }
             let ok = match g.pkts {
                 None => {
                     self.iov.push(RawIov {
@@ -630,15 +754,18 @@ impl Tx {
                 count: self.iov.len() - first,
                 dst: g.dst,
                 gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
+                link: g.link,
             };
             n += 1;
         }
         // SAFETY: every iovec points into `self.arena` (bounds checked above,
-        // not resized before the call) or into a held region's direct span
+        // not resized before the call), into `self.frame_hdrs` (entries
+        // below N <= BATCH, never resized after the first call) or into a
+        // held region's direct span
         // (`spans`, borrowed from `holds`, which the caller keeps until after
         // this returns; ranges checked by `push_in_place_iovs`). The kernel
         // only reads them.
-        unsafe { sys::send_iov_batch(s.sock.as_fd(), &msgs[..n], &self.iov) }
+        unsafe { sys::send_iov_batch(fd, &msgs[..n], &self.iov) }
     }
 
     /// Replace the GSO group at `i` by its single packets, re-filling their
@@ -1079,6 +1206,7 @@ impl Sink<'_> {
                 seg_len: len,
                 open: true,
                 pkts,
+                link: None,
             });
         }
     }

@@ -1,0 +1,457 @@
+//! Frame transmit (with the packet ring; `RxeConfig::tx_frames`,
+//! `RNIC_RXE_TX_FRAMES=0` turns it off): a single datagram to an IPv4 peer
+//! whose link-layer next hop is known leaves as a whole frame — IPv4 and
+//! UDP headers written here, the Ethernet header by the kernel from the
+//! peer's MAC address — through one `AF_PACKET` socket, skipping the UDP
+//! socket's route lookup and IP output. On loopback that is 0.7 µs of a
+//! one-way trip (docs/benchmarks.md, "The 8-byte path").
+//!
+//! **Where the next hop comes from.** The packet ring sees each received
+//! datagram's interface, link type and source MAC address; once a
+//! datagram's ICRC has been verified, its sender's IPv4 address is
+//! *observed* there. A hop is used only where a frame reaches the peer's
+//! transport whatever receive path the peer runs:
+//!
+//! * **Ethernet**: the kernel's neighbour table (`/proc/net/arp` of the
+//!   device's network namespace) must hold the peer's address with the same
+//!   MAC address on the same interface — the peer is on the link, not behind
+//!   a router, and the kernel agrees on its address. A routed peer keeps the
+//!   UDP socket.
+//! * **Loopback**: a frame looped back on `lo` goes through IP input (a
+//!   datagram sent through a socket does not), where a local source address
+//!   is a martian unless `net.ipv4.conf.{all,lo}.accept_local` is 1, and a
+//!   127/8 address unless `route_localnet` is 1. Without them only a packet
+//!   ring would see the frame, and a sender cannot know whether its peer
+//!   runs one; so frames leave on `lo` only when those sysctls are set.
+//!   rnic never sets them (`rnicctl doctor` says what is missing).
+//! * Any other link type keeps the UDP socket.
+//!
+//! A rejected hop is checked again after [`RECHECK_NS`] (the neighbour
+//! entry may appear, the sysctls change); a hop whose MAC address or
+//! interface changes is checked at once.
+//!
+//! **What leaves.** The headers are what the UDP socket would have written:
+//! DF set, identification 0 (the ICRC covers it, and a single datagram from
+//! the socket carries 0 too), the socket's traffic class and hop limit, the
+//! UDP checksum 0 (optional for IPv4; RoCEv2 sends 0). Only single datagrams
+//! leave as frames; GSO groups keep the UDP socket. A frame the kernel
+//! refuses (interface gone, larger than its MTU) is sent through the UDP
+//! socket instead, counted as a fallback. Frames and datagrams of one QP
+//! leave through one device queue on loopback, in order; on a multi-queue
+//! NIC the two paths may pick different transmit queues, and a reorder
+//! between them costs RC a retransmission, not correctness.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustc_hash::FxHashMap;
+
+use crate::port::NetNs;
+
+/// Bytes of the IPv4 (20, no options) and UDP (8) headers a frame starts
+/// with.
+pub const FRAME_HDR: usize = 28;
+/// `ARPHRD_ETHER` (linux/if_arp.h).
+pub const ARPHRD_ETHER: u16 = 1;
+/// `ARPHRD_LOOPBACK`.
+pub const ARPHRD_LOOPBACK: u16 = 772;
+/// How long a rejected hop stays rejected before it is checked again.
+pub const RECHECK_NS: u64 = 1_000_000_000;
+/// Peers remembered at most (a flood of spoofed sources cannot grow the
+/// table; past it, new peers keep the UDP socket).
+const MAX_PEERS: usize = 4096;
+/// `ATF_COM` (linux/if_arp.h): the neighbour entry is complete.
+const ATF_COM: u32 = 0x2;
+
+/// A datagram's link-layer next hop, as the packet ring saw its sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    /// The interface it arrived on.
+    pub ifindex: i32,
+    /// Its link type (`ARPHRD_*`).
+    pub hatype: u16,
+    /// The sender's (the last hop's) MAC address.
+    pub mac: [u8; 6],
+}
+
+/// What was decided about one peer.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    hop: Hop,
+    usable: bool,
+    at_ns: u64,
+}
+
+/// The frame sender of a device: its `AF_PACKET` socket and the next hops
+/// observed so far.
+#[derive(Debug)]
+pub struct FrameTx {
+    sock: OwnedFd,
+    seen: RwLock<FxHashMap<Ipv4Addr, Seen>>,
+    /// Bumped whenever a peer's usable hop changes, so that a transmit
+    /// queue's cached lookup stays valid while it does not.
+    generation: AtomicU64,
+    /// The namespace the device's sockets live in (the checks read its
+    /// sysctls and neighbour table).
+    netns: Option<NetNs>,
+    /// `net.ipv4.ip_default_ttl`: the hop limit of a socket that set none.
+    pub default_ttl: u8,
+}
+
+impl FrameTx {
+    /// Open the frame socket in the calling thread's network namespace
+    /// (needs CAP_NET_RAW, as the packet ring does).
+    pub fn open() -> io::Result<FrameTx> {
+        // Protocol 0: it receives nothing; SOCK_DGRAM: the kernel writes
+        // the link-layer header from the destination in each message.
+        // SAFETY: socket(2) with constant arguments; it returns a new fd or -1.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        crate::sys::set_buffers(&sock, 8 << 20);
+        let default_ttl = std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(64);
+        Ok(FrameTx {
+            sock,
+            seen: RwLock::new(FxHashMap::default()),
+            generation: AtomicU64::new(0),
+            netns: NetNs::current().ok(),
+            default_ttl,
+        })
+    }
+
+    /// The socket frames leave through.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// The generation of the hop table (see [`FrameTx::hop`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The usable next hop to `peer`, if one was observed and accepted.
+    pub fn hop(&self, peer: Ipv4Addr) -> Option<Hop> {
+        let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+        seen.get(&peer).filter(|s| s.usable).map(|s| s.hop)
+    }
+
+    /// A verified datagram from `peer` to `local` arrived through `hop` at
+    /// `now_ns`: decide (again, when it is new, changed, or rejected
+    /// [`RECHECK_NS`] ago) whether frames to `peer` may use it.
+    pub fn observe(&self, local: Ipv4Addr, peer: Ipv4Addr, hop: Hop, now_ns: u64) {
+        {
+            let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+            match seen.get(&peer) {
+                Some(s) if s.hop == hop && (s.usable || now_ns < s.at_ns + RECHECK_NS) => return,
+                None if seen.len() >= MAX_PEERS => return,
+                _ => {}
+            }
+        }
+        let verdict = match &self.netns {
+            Some(ns) => ns.run(|| Ok(check(local, peer, &hop))),
+            None => Ok(check(local, peer, &hop)),
+        }
+        .unwrap_or_else(|e| Err(format!("entering the device's network namespace: {e}")));
+        match &verdict {
+            Ok(()) => {
+                tracing::debug!(%peer, ?hop, "frames to this peer leave through the packet socket")
+            }
+            Err(why) => {
+                tracing::debug!(%peer, ?hop, why, "frames to this peer keep the UDP socket")
+            }
+        }
+        let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
+        let was = seen.insert(
+            peer,
+            Seen {
+                hop,
+                usable: verdict.is_ok(),
+                at_ns: now_ns,
+            },
+        );
+        if was.is_none_or(|w| w.usable != verdict.is_ok() || w.hop != hop) {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Forget `peer`'s hop (the kernel refused a frame to it): its next
+    /// verified datagram is checked afresh.
+    pub fn forget(&self, peer: Ipv4Addr) {
+        let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
+        if seen.remove(&peer).is_some() {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// Whether frames from `local` to `peer` through `hop` reach the peer
+/// whatever its receive path; `Err`: why not, with the fix where there is
+/// one. Reads the calling thread's namespace.
+fn check(local: Ipv4Addr, peer: Ipv4Addr, hop: &Hop) -> Result<(), String> {
+    let name =
+        crate::sys::if_name(hop.ifindex).map_err(|e| format!("interface {}: {e}", hop.ifindex))?;
+    match hop.hatype {
+        ARPHRD_LOOPBACK => {
+            let conf = |key: &str| {
+                ["all", name.as_str()].iter().any(|dev| {
+                    std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{dev}/{key}"))
+                        .is_ok_and(|v| v.trim() == "1")
+                })
+            };
+            loopback_verdict(
+                conf("accept_local"),
+                conf("route_localnet"),
+                local,
+                peer,
+                &name,
+            )
+        }
+        ARPHRD_ETHER => {
+            let arp = std::fs::read_to_string("/proc/thread-self/net/arp")
+                .map_err(|e| format!("reading the neighbour table: {e}"))?;
+            if arp_confirms(&arp, peer, hop.mac, &name) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the neighbour table has no complete entry for {peer} with {} on {name} \
+                     (a peer behind a router, or not resolved yet)",
+                    mac_text(hop.mac)
+                ))
+            }
+        }
+        t => Err(format!(
+            "link type {t} on {name}: frames only on Ethernet and loopback"
+        )),
+    }
+}
+
+/// The loopback rule of the module docs, on the sysctls' values.
+pub fn loopback_verdict(
+    accept_local: bool,
+    route_localnet: bool,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    dev: &str,
+) -> Result<(), String> {
+    let localnet = local.is_loopback() || peer.is_loopback();
+    if accept_local && (route_localnet || !localnet) {
+        return Ok(());
+    }
+    let mut need = Vec::new();
+    if !accept_local {
+        need.push(format!("net.ipv4.conf.{dev}.accept_local=1"));
+    }
+    if localnet && !route_localnet {
+        need.push(format!("net.ipv4.conf.{dev}.route_localnet=1"));
+    }
+    Err(format!(
+        "a frame looped back on {dev} is a martian to IP input (only a packet ring would see \
+         it); sysctl -w {} lets it through to any receiver",
+        need.join(" ")
+    ))
+}
+
+/// `mac` as `aa:bb:cc:dd:ee:ff`.
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Whether `/proc/net/arp`'s text has a complete entry for `peer` with
+/// `mac` on interface `dev`.
+pub fn arp_confirms(arp: &str, peer: Ipv4Addr, mac: [u8; 6], dev: &str) -> bool {
+    let want = mac_text(mac);
+    arp.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let flags = f
+            .get(2)
+            .and_then(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+        f.len() >= 6
+            && f[0].parse::<Ipv4Addr>() == Ok(peer)
+            && flags.is_some_and(|fl| fl & ATF_COM != 0)
+            && f[3].eq_ignore_ascii_case(&want)
+            && f[5] == dev
+    })
+}
+
+/// The IPv4 and UDP headers of a frame carrying `payload` bytes of UDP
+/// payload: DF, identification 0, UDP checksum 0, header checksum filled.
+pub fn headers(
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    tos: u8,
+    ttl: u8,
+    payload: usize,
+) -> [u8; FRAME_HDR] {
+    let mut h = [0u8; FRAME_HDR];
+    let total = (FRAME_HDR + payload) as u16;
+    h[0] = 0x45;
+    h[1] = tos;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    // Identification 0; flags DF, fragment offset 0.
+    h[6] = 0x40;
+    h[8] = ttl;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&src.0.octets());
+    h[16..20].copy_from_slice(&dst.0.octets());
+    let sum = ipv4_checksum(&h[..20]);
+    h[10..12].copy_from_slice(&sum.to_be_bytes());
+    h[20..22].copy_from_slice(&src.1.to_be_bytes());
+    h[22..24].copy_from_slice(&dst.1.to_be_bytes());
+    h[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    h
+}
+
+/// The Internet checksum of an IPv4 header whose checksum field is 0.
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_what_a_df_socket_writes() {
+        let h = headers(
+            (Ipv4Addr::new(10, 0, 0, 1), 49_152),
+            (Ipv4Addr::new(10, 0, 0, 2), 4791),
+            0x68,
+            64,
+            36,
+        );
+        assert_eq!(h[0], 0x45);
+        assert_eq!(h[1], 0x68);
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]), 64, "20 + 8 + 36");
+        assert_eq!(&h[4..8], &[0, 0, 0x40, 0], "identification 0, DF");
+        assert_eq!((h[8], h[9]), (64, 17));
+        // A header with its checksum sums to 0xffff.
+        assert_eq!(ipv4_checksum(&h[..20]), 0);
+        assert_eq!(&h[20..24], &[0xc0, 0x00, 0x12, 0xb7]);
+        assert_eq!(u16::from_be_bytes([h[24], h[25]]), 44);
+        assert_eq!(&h[26..28], &[0, 0], "UDP checksum 0");
+        // The receive path's parser reads the same datagram back.
+        let d = crate::ring::parse(&h, h.len() + 36).unwrap();
+        assert_eq!(d.src, "10.0.0.1:49152".parse().unwrap());
+        assert_eq!((d.off, d.len, d.ident), (28, 36, (0, true)));
+    }
+
+    #[test]
+    fn the_checksum_matches_a_known_header() {
+        // The usual worked example of an IPv4 header (checksum b861).
+        let h = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert_eq!(ipv4_checksum(&h), 0xb861);
+    }
+
+    #[test]
+    fn loopback_needs_accept_local_and_for_127_route_localnet() {
+        let (a, b) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+        let (c, d) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+        assert!(loopback_verdict(true, true, a, b, "lo").is_ok());
+        assert!(loopback_verdict(true, false, c, d, "lo").is_ok());
+        let e = loopback_verdict(true, false, a, b, "lo").unwrap_err();
+        assert!(e.contains("net.ipv4.conf.lo.route_localnet=1"), "{e}");
+        assert!(!e.contains("accept_local"), "{e}");
+        let e = loopback_verdict(false, false, a, d, "lo").unwrap_err();
+        assert!(
+            e.contains("accept_local=1") && e.contains("route_localnet=1"),
+            "{e}"
+        );
+        let e = loopback_verdict(false, true, c, d, "lo").unwrap_err();
+        assert!(
+            e.contains("accept_local=1") && !e.contains("route_localnet"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_neighbour_table_must_agree_on_address_mac_and_interface() {
+        let arp = "IP address       HW type     Flags       HW address            Mask     Device\n\
+                   10.9.0.2         0x1         0x2         02:00:0a:09:00:02     *        veth0\n\
+                   10.9.0.3         0x1         0x0         00:00:00:00:00:00     *        veth0\n\
+                   10.9.0.4         0x1         0x6         02:00:0a:09:00:04     *        veth1\n";
+        let mac = [2, 0, 10, 9, 0, 2];
+        assert!(arp_confirms(arp, Ipv4Addr::new(10, 9, 0, 2), mac, "veth0"));
+        assert!(
+            !arp_confirms(arp, Ipv4Addr::new(10, 9, 0, 2), mac, "veth1"),
+            "interface"
+        );
+        assert!(
+            !arp_confirms(
+                arp,
+                Ipv4Addr::new(10, 9, 0, 2),
+                [2, 0, 10, 9, 0, 9],
+                "veth0"
+            ),
+            "mac"
+        );
+        assert!(
+            !arp_confirms(arp, Ipv4Addr::new(10, 9, 0, 3), [0; 6], "veth0"),
+            "incomplete"
+        );
+        assert!(arp_confirms(
+            arp,
+            Ipv4Addr::new(10, 9, 0, 4),
+            [2, 0, 10, 9, 0, 4],
+            "veth1"
+        ));
+        assert!(
+            !arp_confirms(arp, Ipv4Addr::new(10, 9, 0, 5), mac, "veth0"),
+            "absent"
+        );
+        assert!(!arp_confirms("", Ipv4Addr::new(10, 9, 0, 2), mac, "veth0"));
+    }
+
+    #[test]
+    fn observed_hops_are_rechecked_only_when_due_or_changed() {
+        let Ok(f) = FrameTx::open() else {
+            eprintln!("skipping: no AF_PACKET socket (needs CAP_NET_RAW)");
+            return;
+        };
+        // Link type 0 is never usable: the verdict is a rejection, kept
+        // for RECHECK_NS.
+        let hop = Hop {
+            ifindex: 1,
+            hatype: 0,
+            mac: [0; 6],
+        };
+        let (l, p) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
+        f.observe(l, p, hop, 1_000);
+        assert_eq!(f.hop(p), None);
+        let g = f.generation();
+        f.observe(l, p, hop, 2_000);
+        assert_eq!(f.generation(), g, "same hop, not due: no new verdict");
+        f.observe(l, p, Hop { ifindex: 2, ..hop }, 3_000);
+        assert_eq!(f.generation(), g + 1, "a changed hop is judged at once");
+        f.forget(p);
+        assert_eq!(f.generation(), g + 2);
+        f.forget(p);
+        assert_eq!(
+            f.generation(),
+            g + 2,
+            "forgetting an unknown peer changes nothing"
+        );
+    }
+}
