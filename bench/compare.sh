@@ -33,7 +33,9 @@
 #   QUICK=1        few sizes, short runs (~10 min on 2 vCPUs)
 #   REPS=3         repetitions (>= 3 for a median worth the name)
 #   ONLY="mem duel share rnic ucx tcp fi"   subset of groups (duel: rnic write-lat,
-#                                 socket path and packet ring, and UCX tag_lat,
+#                                 socket path, packet ring without and with
+#                                 frame transmit (lo's accept_local and
+#                                 route_localnet set for that run), UCX tag_lat,
 #                                 8 B, busy poll, back to back;
 #                                 share: one shared device vs two addresses)
 #   NETNS=0        skip the two-namespace rnic runs

@@ -266,23 +266,62 @@ def fi(rep):
 
 
 # ------------------------------------------------------------------ duel ---
+class lo_frames:
+    """With `on`, set lo's accept_local and route_localnet to 1 (frames
+    looped back on lo then pass IP input: rnic_rxe::frames) and restore
+    them on exit; yields whether the run may go (False: not root)."""
+    KEYS = ("/proc/sys/net/ipv4/conf/lo/accept_local", "/proc/sys/net/ipv4/conf/lo/route_localnet")
+
+    def __init__(self, on):
+        self.on, self.old = on, []
+
+    def __enter__(self):
+        if not self.on:
+            return True
+        try:
+            for k in self.KEYS:
+                self.old.append((k, open(k).read().strip()))
+                open(k, "w").write("1")
+        except OSError:
+            self.__exit__()
+            return False
+        return True
+
+    def __exit__(self, *exc):
+        for k, v in self.old:
+            try:
+                open(k, "w").write(v)
+            except OSError:
+                pass
+        self.old = []
+
+
 def duel(rep):
     """The latency target of issues #4 and #30, measured fairly: 8-byte one-way
     latency, busy polling, rnic `write-lat` (on its socket path, then with the
     packet-ring receive path, RNIC_RXE_RX_RING=1: root, Linux 6.2+) and UCX
     `tag_lat` back to back (the order rotates per repetition), so all meet the
-    same machine state. A ring run that cannot open its ring leaves no row."""
-    def rnic_lat(ring=False):
+    same machine state. The ring runs twice: with frame transmit off
+    (RNIC_RXE_TX_FRAMES=0), and with it on, for which lo's accept_local and
+    route_localnet are set for that run only (restored after; rnic never sets
+    them). A ring run that cannot open its ring leaves no row."""
+    def rnic_lat(ring=False, frames=False):
         p = port(18800)
         args = ["-s", "8", "-n", str(DUEL_N), "-p", str(p), "--json"]
-        env = dict(os.environ, RNIC_RXE_RX_RING="1" if ring else "0")
-        text, cpu, forn = run(f"duel_rnic_write-lat{'_ring' if ring else ''}__r{rep}",
-                              [RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.2", *args, "127.0.0.1"],
-                              server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], env=env, p=p)
+        env = dict(os.environ, RNIC_RXE_RX_RING="1" if ring else "0",
+                   RNIC_RXE_TX_FRAMES="1" if frames else "0")
+        tag = "_frames" if frames else "_ring" if ring else ""
+        with lo_frames(frames) as ok:
+            if not ok:
+                return
+            text, cpu, forn = run(f"duel_rnic_write-lat{tag}__r{rep}",
+                                  [RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.2", *args, "127.0.0.1"],
+                                  server=[RNIC, "perf", "write-lat", "-d", "rxe:127.0.0.1", *args], env=env, p=p)
         res = rnic_result(text)
         if res:
-            add(rep, "duel", "duel: rnic write-lat, packet ring" if ring else "duel: rnic write-lat",
-                "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
+            label = ("duel: rnic write-lat, packet ring + frames" if frames else
+                     "duel: rnic write-lat, packet ring" if ring else "duel: rnic write-lat")
+            add(rep, "duel", label, "poll", 8, "lat", res["t_avg_us"], "us", None, forn)
 
     def ucx_lat():
         p = port(13600)
@@ -293,7 +332,7 @@ def duel(rep):
         if f:
             add(rep, "duel", "duel: UCX tcp tag_lat", "poll", 8, "lat", float(f[4]), "us", None, forn)
 
-    order = [rnic_lat, lambda: rnic_lat(ring=True), ucx_lat]
+    order = [rnic_lat, lambda: rnic_lat(ring=True), lambda: rnic_lat(ring=True, frames=True), ucx_lat]
     k = rep % len(order)
     for f in order[k:] + order[:k]:
         f()

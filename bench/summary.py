@@ -77,6 +77,7 @@ bw_pairs = [("rnic write-bw loopback", "poll", p, pm) for p, pm in
 bw_pairs += [("rnic write-bw loopback", "poll, passive server", "UCX tcp tag_bw", "poll")]
 lat_pairs = [("duel: rnic write-lat", "poll", "duel: UCX tcp tag_lat", "poll"),
              ("duel: rnic write-lat, packet ring", "poll", "duel: UCX tcp tag_lat", "poll"),
+             ("duel: rnic write-lat, packet ring + frames", "poll", "duel: UCX tcp tag_lat", "poll"),
              ("rnic write-lat loopback", "poll", "UCX tcp tag_lat", "poll"),
              ("rnic write-lat loopback", "poll", "UCX tcp ucp_put_lat", "poll"),
              ("rnic send-lat loopback", "poll", "UCX tcp tag_lat", "poll"),

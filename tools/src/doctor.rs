@@ -418,6 +418,7 @@ pub fn checks() -> Vec<Check> {
         )),
     }
     v.push(rx_ring_check());
+    v.push(tx_frames_check());
     v.push(crc_check());
     v
 }
@@ -481,6 +482,36 @@ fn rx_ring_check() -> Check {
             ),
             "run as root (CAP_NET_RAW) on Linux 6.2+ for the low-latency receive path (RNIC_RXE_RX_RING=1)",
         ),
+    }
+}
+
+/// Frame transmit beside the packet ring: the frame socket opens, and
+/// whether frames leave on loopback (the sysctls) — on an Ethernet
+/// interface they need nothing more.
+fn tx_frames_check() -> Check {
+    match rnic::rxe::frames::FrameTx::open() {
+        Err(e) => check(
+            "rxe-tx-frames",
+            Level::Warn,
+            format!("no frame socket ({e}): a ring device sends through its UDP sockets"),
+            "run as root (CAP_NET_RAW) to send datagrams as frames beside the packet ring",
+        ),
+        Ok(_) => {
+            let lo = match rnic::rxe::frames::loopback_sysctls() {
+                Ok(()) => "and on lo (accept_local and route_localnet are set)".to_owned(),
+                Err(why) => format!("— on lo they keep the UDP socket: {why}"),
+            };
+            check(
+                "rxe-tx-frames",
+                Level::Ok,
+                format!(
+                    "with RNIC_RXE_RX_RING=1, datagrams to IPv4 peers leave as whole frames \
+                     through an AF_PACKET socket (RNIC_RXE_TX_FRAMES=0: never) to on-link \
+                     Ethernet neighbours {lo}"
+                ),
+                "",
+            )
+        }
     }
 }
 

@@ -160,6 +160,21 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
         .is_some_and(|v| v >= rnic::rxe::ring::MIN_KERNEL);
     let ring = get("rxe-rx-ring");
     assert_eq!(ring["level"] == "OK", raw && new_enough, "{ring}");
+    // rxe-tx-frames: OK with a raw socket; on lo exactly when both sysctls
+    // are set (read here from /proc, not through the code under test).
+    let frames = get("rxe-tx-frames");
+    assert_eq!(frames["level"] == "OK", raw, "{frames}");
+    let on = |k: &str| {
+        ["all", "lo"].iter().any(|d| {
+            fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{d}/{k}"))
+                .is_ok_and(|v| v.trim() == "1")
+        })
+    };
+    if raw {
+        let lo_ok = on("accept_local") && on("route_localnet");
+        let detail = frames["detail"].as_str().unwrap();
+        assert_eq!(detail.contains("keep the UDP socket"), !lo_ok, "{frames}");
+    }
     // icrc-crc: the CRC kernel this CPU's flags (read from /proc/cpuinfo,
     // not through the detection under test) allow.
     let flags = fs::read_to_string("/proc/cpuinfo")

@@ -1,13 +1,14 @@
 //! Frame transmit (with the packet ring; `RxeConfig::tx_frames`,
-//! `RNIC_RXE_TX_FRAMES=0` turns it off): a single datagram to an IPv4 peer
-//! whose link-layer next hop is known leaves as a whole frame — IPv4 and
-//! UDP headers written here, the Ethernet header by the kernel from the
-//! peer's MAC address — through one `AF_PACKET` socket, skipping the UDP
-//! socket's route lookup and IP output. On loopback that is 0.7 µs of a
-//! one-way trip (docs/benchmarks.md, "The 8-byte path").
+//! `RNIC_RXE_TX_FRAMES=0` turns it off): a datagram or GSO group to an IPv4
+//! peer whose link-layer next hop is known leaves as a whole frame — the
+//! virtio-net, Ethernet, IPv4 and UDP headers written here — through one
+//! `AF_PACKET` socket, skipping the UDP socket's route lookup and IP
+//! output. On loopback that is 0.7 µs of a one-way trip (docs/benchmarks.md,
+//! "The 8-byte path").
 //!
 //! **Where the next hop comes from.** The packet ring sees each received
-//! datagram's interface, link type and source MAC address; once a
+//! datagram's interface, link type, and source and destination MAC
+//! addresses (the peer's, or its router's, and ours); once a
 //! datagram's ICRC has been verified, its sender's IPv4 address is
 //! *observed* there. A hop is used only where a frame reaches the peer's
 //! transport whatever receive path the peer runs:
@@ -31,29 +32,42 @@
 //! interface changes is checked at once.
 //!
 //! **What leaves.** The headers are what the UDP socket would have written:
-//! DF set, identification 0 (the ICRC covers it, and a single datagram from
-//! the socket carries 0 too), the socket's traffic class and hop limit, the
-//! UDP checksum 0 (optional for IPv4; RoCEv2 sends 0). Only single datagrams
-//! leave as frames; GSO groups keep the UDP socket. A frame the kernel
-//! refuses (interface gone, larger than its MTU) is sent through the UDP
-//! socket instead, counted as a fallback. Frames and datagrams of one QP
-//! leave through one device queue on loopback, in order; on a multi-queue
-//! NIC the two paths may pick different transmit queues, and a reorder
-//! between them costs RC a retransmission, not correctness.
+//! DF set, identification 0 (the ICRC covers it; a datagram from the socket
+//! carries 0 too), the socket's traffic class and hop limit. A single
+//! datagram carries UDP checksum 0 (optional for IPv4; RoCEv2 sends 0). A
+//! GSO group (the bundled request and ACK of a ping-pong, the MTU-sized
+//! packets of a large message) leaves as one frame whose virtio-net header
+//! asks for UDP GSO (`VIRTIO_NET_HDR_GSO_UDP_L4`, checksum offload, which
+//! the kernel requires with it): a device that segments gives each segment
+//! identification 0, 1, 2, … and its own checksum, exactly as a UDP
+//! socket's GSO send; the loopback hands it over whole. A frame the kernel
+//! refuses is sent through the UDP socket instead, counted as a fallback
+//! (a refused GSO frame turns GSO frames off for the device). Frames and
+//! datagrams of one QP leave through one device queue on loopback, in
+//! order; on a multi-queue NIC the two paths may pick different transmit
+//! queues, and a reorder between them costs RC a retransmission, not
+//! correctness.
 
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
 
 use crate::port::NetNs;
 
-/// Bytes of the IPv4 (20, no options) and UDP (8) headers a frame starts
-/// with.
-pub const FRAME_HDR: usize = 28;
+/// Bytes of the headers a frame starts with: virtio-net (10), Ethernet
+/// (14), IPv4 (20, no options), UDP (8).
+pub const FRAME_HDR: usize = VNET + ETH + 28;
+/// `struct virtio_net_hdr`.
+const VNET: usize = 10;
+/// An Ethernet header (what loopback uses too).
+const ETH: usize = 14;
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`, `VIRTIO_NET_HDR_GSO_UDP_L4`.
+const F_NEEDS_CSUM: u8 = 1;
+const GSO_UDP_L4: u8 = 5;
 /// `ARPHRD_ETHER` (linux/if_arp.h).
 pub const ARPHRD_ETHER: u16 = 1;
 /// `ARPHRD_LOOPBACK`.
@@ -75,6 +89,8 @@ pub struct Hop {
     pub hatype: u16,
     /// The sender's (the last hop's) MAC address.
     pub mac: [u8; 6],
+    /// Ours: the address it was sent to.
+    pub local: [u8; 6],
 }
 
 /// What was decided about one peer.
@@ -99,21 +115,24 @@ pub struct FrameTx {
     netns: Option<NetNs>,
     /// `net.ipv4.ip_default_ttl`: the hop limit of a socket that set none.
     pub default_ttl: u8,
+    /// GSO groups may leave as frames (cleared when the kernel refuses one).
+    pub gso: AtomicBool,
 }
 
 impl FrameTx {
     /// Open the frame socket in the calling thread's network namespace
     /// (needs CAP_NET_RAW, as the packet ring does).
     pub fn open() -> io::Result<FrameTx> {
-        // Protocol 0: it receives nothing; SOCK_DGRAM: the kernel writes
-        // the link-layer header from the destination in each message.
+        // Protocol 0: it receives nothing; SOCK_RAW: each message is a
+        // whole frame (only raw sockets take virtio-net headers).
         // SAFETY: socket(2) with constant arguments; it returns a new fd or -1.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        crate::sys::set_opt(sock.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1i32)?;
         crate::sys::set_buffers(&sock, 8 << 20);
         let default_ttl = std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
             .ok()
@@ -125,6 +144,7 @@ impl FrameTx {
             generation: AtomicU64::new(0),
             netns: NetNs::current().ok(),
             default_ttl,
+            gso: AtomicBool::new(true),
         })
     }
 
@@ -200,21 +220,13 @@ fn check(local: Ipv4Addr, peer: Ipv4Addr, hop: &Hop) -> Result<(), String> {
     let name =
         crate::sys::if_name(hop.ifindex).map_err(|e| format!("interface {}: {e}", hop.ifindex))?;
     match hop.hatype {
-        ARPHRD_LOOPBACK => {
-            let conf = |key: &str| {
-                ["all", name.as_str()].iter().any(|dev| {
-                    std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{dev}/{key}"))
-                        .is_ok_and(|v| v.trim() == "1")
-                })
-            };
-            loopback_verdict(
-                conf("accept_local"),
-                conf("route_localnet"),
-                local,
-                peer,
-                &name,
-            )
-        }
+        ARPHRD_LOOPBACK => loopback_verdict(
+            conf(&name, "accept_local"),
+            conf(&name, "route_localnet"),
+            local,
+            peer,
+            &name,
+        ),
         ARPHRD_ETHER => {
             let arp = std::fs::read_to_string("/proc/thread-self/net/arp")
                 .map_err(|e| format!("reading the neighbour table: {e}"))?;
@@ -232,6 +244,28 @@ fn check(local: Ipv4Addr, peer: Ipv4Addr, hop: &Hop) -> Result<(), String> {
             "link type {t} on {name}: frames only on Ethernet and loopback"
         )),
     }
+}
+
+/// Whether IPv4 setting `key` is on for interface `dev` (its own or
+/// `all`'s), in the calling thread's namespace.
+fn conf(dev: &str, key: &str) -> bool {
+    ["all", dev].iter().any(|d| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{d}/{key}"))
+            .is_ok_and(|v| v.trim() == "1")
+    })
+}
+
+/// Whether frames between two 127/8 addresses on `lo` would leave as
+/// frames here (the calling thread's namespace); `Err`: why not and the
+/// fix. What `rnicctl doctor` reports.
+pub fn loopback_sysctls() -> Result<(), String> {
+    loopback_verdict(
+        conf("lo", "accept_local"),
+        conf("lo", "route_localnet"),
+        Ipv4Addr::LOCALHOST,
+        Ipv4Addr::new(127, 0, 0, 2),
+        "lo",
+    )
 }
 
 /// The loopback rule of the module docs, on the sysctls' values.
@@ -285,44 +319,85 @@ pub fn arp_confirms(arp: &str, peer: Ipv4Addr, mac: [u8; 6], dev: &str) -> bool 
     })
 }
 
-/// The IPv4 and UDP headers of a frame carrying `payload` bytes of UDP
-/// payload: DF, identification 0, UDP checksum 0, header checksum filled.
-pub fn headers(
-    src: (Ipv4Addr, u16),
-    dst: (Ipv4Addr, u16),
-    tos: u8,
-    ttl: u8,
-    payload: usize,
-) -> [u8; FRAME_HDR] {
+/// What one frame carries: its addresses, the IP header's traffic class
+/// and hop limit, its UDP payload bytes, and the GSO segment size (0: a
+/// single datagram).
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Source address and UDP port.
+    pub src: (Ipv4Addr, u16),
+    /// Destination address and UDP port.
+    pub dst: (Ipv4Addr, u16),
+    /// IPv4 TOS.
+    pub tos: u8,
+    /// IPv4 TTL.
+    pub ttl: u8,
+    /// UDP payload bytes (all segments).
+    pub payload: usize,
+    /// GSO segment size (UDP payload bytes per segment), 0 for none.
+    pub gso: u16,
+}
+
+/// The headers of a frame to `hop`: virtio-net (GSO and checksum offload
+/// for a GSO frame, nothing for a single datagram), Ethernet, IPv4 (DF,
+/// identification 0, header checksum) and UDP (checksum 0 for a single
+/// datagram; the pseudo-header sum the offload completes for a GSO frame).
+pub fn headers(hop: &Hop, s: &Shape) -> [u8; FRAME_HDR] {
     let mut h = [0u8; FRAME_HDR];
-    let total = (FRAME_HDR + payload) as u16;
-    h[0] = 0x45;
-    h[1] = tos;
-    h[2..4].copy_from_slice(&total.to_be_bytes());
+    let udp_len = (8 + s.payload) as u16;
+    if s.gso > 0 {
+        // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+        // (native order: a packet socket's header is the host's).
+        h[0] = F_NEEDS_CSUM;
+        h[1] = GSO_UDP_L4;
+        h[2..4].copy_from_slice(&((ETH + 28) as u16).to_ne_bytes());
+        h[4..6].copy_from_slice(&s.gso.to_ne_bytes());
+        h[6..8].copy_from_slice(&((ETH + 20) as u16).to_ne_bytes());
+        h[8..10].copy_from_slice(&6u16.to_ne_bytes());
+    }
+    let e = &mut h[VNET..VNET + ETH];
+    e[0..6].copy_from_slice(&hop.mac);
+    e[6..12].copy_from_slice(&hop.local);
+    e[12..14].copy_from_slice(&(libc::ETH_P_IP as u16).to_be_bytes());
+    let ip = VNET + ETH;
+    let i = &mut h[ip..ip + 20];
+    i[0] = 0x45;
+    i[1] = s.tos;
+    i[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
     // Identification 0; flags DF, fragment offset 0.
-    h[6] = 0x40;
-    h[8] = ttl;
-    h[9] = 17;
-    h[12..16].copy_from_slice(&src.0.octets());
-    h[16..20].copy_from_slice(&dst.0.octets());
-    let sum = ipv4_checksum(&h[..20]);
-    h[10..12].copy_from_slice(&sum.to_be_bytes());
-    h[20..22].copy_from_slice(&src.1.to_be_bytes());
-    h[22..24].copy_from_slice(&dst.1.to_be_bytes());
-    h[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    i[6] = 0x40;
+    i[8] = s.ttl;
+    i[9] = 17;
+    i[12..16].copy_from_slice(&s.src.0.octets());
+    i[16..20].copy_from_slice(&s.dst.0.octets());
+    let sum = !fold(sum16(i));
+    i[10..12].copy_from_slice(&sum.to_be_bytes());
+    let u = &mut h[ip + 20..];
+    u[0..2].copy_from_slice(&s.src.1.to_be_bytes());
+    u[2..4].copy_from_slice(&s.dst.1.to_be_bytes());
+    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    if s.gso > 0 {
+        // The pseudo-header's sum, not complemented: the offload adds the
+        // UDP header and payload (per segment, after GSO adjusts it).
+        let pseudo = sum16(&s.src.0.octets()) + sum16(&s.dst.0.octets()) + 17 + u32::from(udp_len);
+        u[6..8].copy_from_slice(&fold(pseudo).to_be_bytes());
+    }
     h
 }
 
-/// The Internet checksum of an IPv4 header whose checksum field is 0.
-fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
+/// The one's-complement sum of `b`'s big-endian 16-bit words, unfolded.
+fn sum16(b: &[u8]) -> u32 {
+    b.chunks(2)
         .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum();
+        .sum()
+}
+
+/// Fold a one's-complement sum into 16 bits.
+fn fold(mut sum: u32) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    sum as u16
 }
 
 #[cfg(test)]
@@ -330,29 +405,62 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 mod tests {
     use super::*;
 
+    const HOP: Hop = Hop {
+        ifindex: 3,
+        hatype: ARPHRD_ETHER,
+        mac: [2, 0, 0, 0, 0, 2],
+        local: [2, 0, 0, 0, 0, 1],
+    };
+
+    fn shape(payload: usize, gso: u16) -> Shape {
+        Shape {
+            src: (Ipv4Addr::new(10, 0, 0, 1), 49_152),
+            dst: (Ipv4Addr::new(10, 0, 0, 2), 4791),
+            tos: 0x68,
+            ttl: 64,
+            payload,
+            gso,
+        }
+    }
+
     #[test]
-    fn headers_are_what_a_df_socket_writes() {
-        let h = headers(
-            (Ipv4Addr::new(10, 0, 0, 1), 49_152),
-            (Ipv4Addr::new(10, 0, 0, 2), 4791),
-            0x68,
-            64,
-            36,
-        );
-        assert_eq!(h[0], 0x45);
-        assert_eq!(h[1], 0x68);
+    fn a_single_datagram_frame_is_what_a_df_socket_writes() {
+        let f = headers(&HOP, &shape(36, 0));
+        assert_eq!(&f[..VNET], &[0; VNET], "no offload asked for");
+        assert_eq!(&f[VNET..VNET + 6], &HOP.mac);
+        assert_eq!(&f[VNET + 6..VNET + 12], &HOP.local);
+        assert_eq!(&f[VNET + 12..VNET + 14], &[0x08, 0x00]);
+        let h = &f[VNET + ETH..];
+        assert_eq!((h[0], h[1]), (0x45, 0x68));
         assert_eq!(u16::from_be_bytes([h[2], h[3]]), 64, "20 + 8 + 36");
         assert_eq!(&h[4..8], &[0, 0, 0x40, 0], "identification 0, DF");
         assert_eq!((h[8], h[9]), (64, 17));
         // A header with its checksum sums to 0xffff.
-        assert_eq!(ipv4_checksum(&h[..20]), 0);
+        assert_eq!(fold(sum16(&h[..20])), 0xffff);
         assert_eq!(&h[20..24], &[0xc0, 0x00, 0x12, 0xb7]);
         assert_eq!(u16::from_be_bytes([h[24], h[25]]), 44);
         assert_eq!(&h[26..28], &[0, 0], "UDP checksum 0");
         // The receive path's parser reads the same datagram back.
-        let d = crate::ring::parse(&h, h.len() + 36).unwrap();
+        let d = crate::ring::parse(h, h.len() + 36).unwrap();
         assert_eq!(d.src, "10.0.0.1:49152".parse().unwrap());
         assert_eq!((d.off, d.len, d.ident), (28, 36, (0, true)));
+    }
+
+    #[test]
+    fn a_gso_frame_asks_for_udp_segmentation_with_checksum_offload() {
+        let f = headers(&HOP, &shape(3 * 1084 + 20, 1084));
+        let u16_at = |o: usize| u16::from_ne_bytes([f[o], f[o + 1]]);
+        assert_eq!((f[0], f[1]), (F_NEEDS_CSUM, GSO_UDP_L4));
+        assert_eq!((u16_at(2), u16_at(4)), (42, 1084), "hdr_len, gso_size");
+        assert_eq!((u16_at(6), u16_at(8)), (34, 6), "csum at the UDP checksum");
+        let h = &f[VNET + ETH..];
+        let udp_len = 8 + 3 * 1084 + 20;
+        assert_eq!(usize::from(u16::from_be_bytes([h[24], h[25]])), udp_len);
+        assert_eq!(usize::from(u16::from_be_bytes([h[2], h[3]])), 20 + udp_len);
+        // The seeded checksum is the pseudo-header's sum: adding the UDP
+        // header and payload and complementing gives the real checksum.
+        let pseudo = fold(0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 17 + udp_len as u32);
+        assert_eq!(u16::from_be_bytes([h[26], h[27]]), pseudo);
     }
 
     #[test]
@@ -362,7 +470,7 @@ mod tests {
             0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
             0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
         ];
-        assert_eq!(ipv4_checksum(&h), 0xb861);
+        assert_eq!(!fold(sum16(&h)), 0xb861);
     }
 
     #[test]
@@ -436,6 +544,7 @@ mod tests {
             ifindex: 1,
             hatype: 0,
             mac: [0; 6],
+            local: [0; 6],
         };
         let (l, p) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
         f.observe(l, p, hop, 1_000);

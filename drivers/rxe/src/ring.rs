@@ -62,6 +62,7 @@ const TP_NET: usize = 14;
 const SLL: usize = 32;
 const SLL_IFINDEX: usize = 4;
 const SLL_HATYPE: usize = 8;
+const SLL_PKTTYPE: usize = 10;
 const SLL_HALEN: usize = 11;
 const SLL_ADDR: usize = 12;
 /// The most IPv4 and UDP header bytes (60 + 8).
@@ -171,9 +172,11 @@ pub fn parse(head: &[u8], snap: usize) -> Option<Parsed> {
 }
 
 /// The next hop a frame's `sockaddr_ll` names: its interface, link type
-/// and source address (`None` unless that is a 6-byte MAC address).
-pub fn link_hop(sll: &[u8; 20]) -> Option<crate::frames::Hop> {
-    if sll[SLL_HALEN] != 6 {
+/// and source address, with `to`, the frame's destination address (its
+/// link header's first bytes: ours). `None` unless the addresses are 6-byte
+/// MAC addresses and the frame was sent to this host alone.
+pub fn link_hop(sll: &[u8; 20], to: [u8; 6]) -> Option<crate::frames::Hop> {
+    if sll[SLL_HALEN] != 6 || sll[SLL_PKTTYPE] != libc::PACKET_HOST {
         return None;
     }
     let i = SLL_IFINDEX;
@@ -183,6 +186,7 @@ pub fn link_hop(sll: &[u8; 20]) -> Option<crate::frames::Hop> {
         ifindex: i32::from_ne_bytes([sll[i], sll[i + 1], sll[i + 2], sll[i + 3]]),
         hatype: u16::from_ne_bytes([sll[SLL_HATYPE], sll[SLL_HATYPE + 1]]),
         mac,
+        local: to,
     })
 }
 
@@ -395,10 +399,9 @@ impl PacketRing {
         if !truncated {
             truncated = !self.copy_out(frame, net + d.off, &mut slot[..d.len]);
         }
-        let mut sll = [0u8; 20];
-        let hop = self
-            .copy_out(frame, SLL, &mut sll)
-            .then(|| link_hop(&sll))
+        let (mut sll, mut to) = ([0u8; 20], [0u8; 6]);
+        let hop = (self.copy_out(frame, SLL, &mut sll) && self.copy_out(frame, mac, &mut to))
+            .then(|| link_hop(&sll, to))
             .flatten();
         RxMsg {
             len: if truncated { 0 } else { d.len },
@@ -488,13 +491,17 @@ mod tests {
         sll[8..10].copy_from_slice(&1u16.to_ne_bytes());
         sll[11] = 6;
         sll[12..18].copy_from_slice(&[2, 0, 10, 9, 0, 2]);
-        let hop = link_hop(&sll).unwrap();
+        let to = [2, 0, 10, 9, 0, 1];
+        let hop = link_hop(&sll, to).unwrap();
         assert_eq!(
-            (hop.ifindex, hop.hatype, hop.mac),
-            (7, 1, [2, 0, 10, 9, 0, 2])
+            (hop.ifindex, hop.hatype, hop.mac, hop.local),
+            (7, 1, [2, 0, 10, 9, 0, 2], to)
         );
+        sll[10] = libc::PACKET_BROADCAST;
+        assert_eq!(link_hop(&sll, to), None, "not sent to this host alone");
+        sll[10] = libc::PACKET_HOST;
         sll[11] = 0;
-        assert_eq!(link_hop(&sll), None, "no link-layer address");
+        assert_eq!(link_hop(&sll, to), None, "no link-layer address");
     }
 
     #[test]

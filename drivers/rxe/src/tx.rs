@@ -69,7 +69,7 @@ use rnic_roce::wire::roce::MIN_LEN;
 use rnic_roce::wire::{Opcode, Transport, icrc};
 use rustc_hash::FxHashMap;
 
-use crate::frames::{FRAME_HDR, FrameTx, Hop};
+use crate::frames::{FRAME_HDR, FrameTx, Hop, Shape};
 use crate::gid::{qp_udp_sport, rc_udp_sport};
 use crate::port::Port;
 use crate::stats::DeviceStats;
@@ -92,6 +92,8 @@ pub const IN_PLACE_MIN: usize = 512;
 const GSO_MAX_BYTES: usize = 65_000;
 /// Largest GSO segment count (the kernel's `UDP_MAX_SEGMENTS` is 64 or 128).
 const GSO_MAX_SEGS: usize = 64;
+/// Bytes of a frame buffer: the headers and a small datagram behind them.
+const FRAME_BUF: usize = 256;
 /// Datagrams (groups) queued before a flush.
 const MAX_MSGS: usize = 256;
 /// BTH opcode of an RC ACKNOWLEDGE (ACK or NAK).
@@ -353,10 +355,11 @@ pub struct Tx {
     icrc: icrc::IcrcCache,
     /// The last frame next-hop lookup: (table generation, peer, hop).
     frame_hop: Option<(u64, Ipv4Addr, Option<Hop>)>,
-    /// The IPv4 and UDP headers of a flush's frames, one per message of a
-    /// `sendmmsg` (sized to [`BATCH`] on first use, never resized after:
-    /// the iovecs point into it).
-    frame_hdrs: Vec<[u8; FRAME_HDR]>,
+    /// A flush's frames' headers, one buffer per message of a `sendmmsg`,
+    /// with the packets of small datagrams copied behind them (sized to
+    /// [`BATCH`] on first use, never resized after: the iovecs point into
+    /// it).
+    frame_bufs: Vec<[u8; FRAME_BUF]>,
 }
 
 /// Which QP the engine is emitting for (the source port depends on it).
@@ -390,7 +393,7 @@ impl Tx {
             iov: Vec::new(),
             icrc: icrc::IcrcCache::new(),
             frame_hop: None,
-            frame_hdrs: Vec::new(),
+            frame_bufs: Vec::new(),
         }
     }
 
@@ -575,15 +578,20 @@ impl Tx {
                     at += n;
                 }
                 Err(e) if framed => {
-                    // The kernel refused the frame: this datagram goes
-                    // through its socket, and unless it was only too large
-                    // the hop is judged again.
+                    // The kernel refused the frame: this group goes through
+                    // its socket. A refused GSO frame turns GSO frames off;
+                    // an interface gone makes the hop be judged again.
                     let g = &mut self.groups[at];
-                    tracing::debug!(error = %e, dst = %g.dst, "frame refused; sending the datagram");
-                    if let (Some(f), IpAddr::V4(ip)) = (&shared.frames, g.dst.ip())
-                        && e.raw_os_error() != Some(libc::EMSGSIZE)
-                    {
-                        f.forget(ip);
+                    tracing::debug!(error = %e, dst = %g.dst, segs = g.segs, "frame refused; sending through the socket");
+                    if let (Some(f), IpAddr::V4(ip)) = (&shared.frames, g.dst.ip()) {
+                        if g.segs > 1 {
+                            f.gso.store(false, Ordering::Relaxed);
+                        } else if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENXIO | libc::ENODEV | libc::ENETDOWN)
+                        ) {
+                            f.forget(ip);
+                        }
                     }
                     g.link = None;
                     stats.tx_frame_fallbacks += 1;
@@ -647,19 +655,23 @@ impl Tx {
         }
     }
 
-    /// Pick the groups that leave as frames: single datagrams to IPv4 peers
-    /// whose next hop `frames` accepted (looked up once per peer and table
-    /// generation: an RC QP's flush costs one atomic load here).
+    /// Pick the groups that leave as frames: datagrams and GSO groups to
+    /// IPv4 peers whose next hop `frames` accepted (looked up once per peer
+    /// and table generation: an RC QP's flush costs two atomic loads here).
     fn choose_links(&mut self, frames: &FrameTx) {
         let generation = frames.generation();
+        let gso = frames.gso.load(Ordering::Relaxed);
         let Tx {
             groups, frame_hop, ..
         } = self;
         for g in groups.iter_mut() {
             g.link = None;
-            let (1, IpAddr::V4(_), SocketAddr::V4(d)) = (g.segs, g.src, g.dst) else {
+            let (IpAddr::V4(_), SocketAddr::V4(d)) = (g.src, g.dst) else {
                 continue;
             };
+            if g.segs > 1 && !gso {
+                continue;
+            }
             let peer = *d.ip();
             g.link = match *frame_hop {
                 Some((at, p, hop)) if at == generation && p == peer => hop,
@@ -689,14 +701,15 @@ impl Tx {
             link: None,
         }; N];
         self.iov.clear();
-        if self.frame_hdrs.len() < BATCH {
-            self.frame_hdrs.resize(BATCH, [0; FRAME_HDR]);
+        if self.frame_bufs.len() < BATCH {
+            self.frame_bufs.resize(BATCH, [0; FRAME_BUF]);
         }
         let base = self.arena.as_ptr() as usize;
         let mut n = 0;
         for g in self.groups[run].iter().take(N) {
             let first = self.iov.len();
-            if g.link.is_some() {
+            let mut whole = false;
+            if let Some(hop) = &g.link {
                 let (IpAddr::V4(src), SocketAddr::V4(dst)) = (g.src, g.dst) else {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
@@ -705,41 +718,57 @@ impl Tx {
                 };
                 // A socket with a traffic class or hop limit set has hop
                 // limit 64 unless given one (`Port::bind_sender`).
-                let (tclass, hops) = self.socks.get(g.sock).map_or((0, 0), |s| s.tos);
-                let ttl = match (tclass, hops) {
+                let (tos, hops) = self.socks.get(g.sock).map_or((0, 0), |s| s.tos);
+                let ttl = match (tos, hops) {
                     (_, h) if h != 0 => h,
                     (0, _) => ttl,
                     _ => 64,
                 };
-                self.frame_hdrs[n] = crate::frames::headers(
-                    (src, g.sport),
-                    (*dst.ip(), dst.port()),
-                    tclass,
+                let shape = Shape {
+                    src: (src, g.sport),
+                    dst: (*dst.ip(), dst.port()),
+                    tos,
                     ttl,
-                    g.len,
-                );
+                    payload: g.len,
+                    gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
+                };
+                let buf = &mut self.frame_bufs[n];
+                buf[..FRAME_HDR].copy_from_slice(&crate::frames::headers(hop, &shape));
+                // A small datagram is copied behind its headers: the frame
+                // is one iovec (the kernel's per-iovec cost is more than
+                // copying a ping-pong's 60 bytes).
+                let mut len = FRAME_HDR;
+                if g.pkts.is_none()
+                    && FRAME_HDR + g.len <= FRAME_BUF
+                    && let Some(pkt) = self.arena.get(g.off..g.off + g.len)
+                {
+                    buf[FRAME_HDR..FRAME_HDR + g.len].copy_from_slice(pkt);
+                    len += g.len;
+                    whole = true;
+                }
                 self.iov.push(RawIov {
-                    base: self.frame_hdrs.as_ptr() as usize + n * FRAME_HDR,
-                    len: FRAME_HDR,
+                    base: self.frame_bufs.as_ptr() as usize + n * FRAME_BUF,
+                    len,
                 });
             }
-            let ok = match g.pkts {
-                None => {
-                    self.iov.push(RawIov {
-                        base: base + g.off,
-                        len: g.len,
-                    });
-                    g.off + g.len <= self.arena.len()
-                }
-                Some(p0) => push_in_place_iovs(
-                    &mut self.iov,
-                    base,
-                    self.arena.len(),
-                    self.pkts.get(p0..p0 + g.segs).unwrap_or(&[]),
-                    &self.pieces,
-                    spans,
-                ),
-            };
+            let ok = whole
+                || match g.pkts {
+                    None => {
+                        self.iov.push(RawIov {
+                            base: base + g.off,
+                            len: g.len,
+                        });
+                        g.off + g.len <= self.arena.len()
+                    }
+                    Some(p0) => push_in_place_iovs(
+                        &mut self.iov,
+                        base,
+                        self.arena.len(),
+                        self.pkts.get(p0..p0 + g.segs).unwrap_or(&[]),
+                        &self.pieces,
+                        spans,
+                    ),
+                };
             if !ok {
                 // Everything before it goes now; this group is dropped.
                 self.iov.truncate(first);
@@ -753,13 +782,18 @@ impl Tx {
                 first,
                 count: self.iov.len() - first,
                 dst: g.dst,
-                gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
+                // A frame's segmentation is in its virtio-net header.
+                gso: if g.segs > 1 && g.link.is_none() {
+                    g.seg_len as u16
+                } else {
+                    0
+                },
                 link: g.link,
             };
             n += 1;
         }
         // SAFETY: every iovec points into `self.arena` (bounds checked above,
-        // not resized before the call), into `self.frame_hdrs` (entries
+        // not resized before the call), into `self.frame_bufs` (entries
         // below N <= BATCH, never resized after the first call) or into a
         // held region's direct span
         // (`spans`, borrowed from `holds`, which the caller keeps until after

@@ -17,6 +17,7 @@ use std::process::Command;
 use common::*;
 use nix::sched::{CloneFlags, setns};
 use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
+use rnic_roce::wire::icrc;
 use rnic_rxe::{Progress, RxeConfig, RxeDevice, RxeError, Target};
 
 struct Netns {
@@ -248,6 +249,97 @@ fn veth_frames_reach_an_on_link_neighbour_on_either_receive_path() {
     drop(ns);
 }
 
+/// Set lo's `accept_local` and `route_localnet` in namespace `ns`.
+fn lo_sysctls(ns: &str, v: &str) -> bool {
+    ip(&[
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-q",
+        "-w",
+        &format!("net.ipv4.conf.lo.accept_local={v}"),
+        &format!("net.ipv4.conf.lo.route_localnet={v}"),
+    ])
+}
+
+/// What frames put on the wire, captured in the namespace: the headers a
+/// DF socket writes (identification 0, DF, the address vector's TOS and
+/// TTL, a valid header checksum), UDP checksum 0 on single datagrams, and
+/// packets whose whole-packet ICRC verifies.
+#[test]
+fn frames_on_the_wire_carry_what_the_socket_would() {
+    let Some((ns, _)) = setup("w", 5, 1500) else {
+        return;
+    };
+    let n = ns.names[0].clone();
+    assert!(lo_sysctls(&n, "1"));
+    let Some(cap) = in_ns(&n, capture_socket) else {
+        return;
+    };
+    let (ia, ib) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+    let Some(da) = open_ring_in(&n, IpAddr::V4(ia)) else {
+        return;
+    };
+    let db = open_ring_in(&n, IpAddr::V4(ib)).unwrap();
+    let (a, b) = (Side::new(da, 1 << 20, 64), Side::new(db, 1 << 20, 64));
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    let p = rnic_core::RtrParams {
+        traffic_class: 0x68,
+        hop_limit: 7,
+        ..rtr(Mtu::Mtu1024)
+    };
+    connect_with(&a, &mut qa, &b, &mut qb, p, rts(), ALL);
+    // Ping-pong SENDs (each answer carries the ACK of the request before
+    // it: two-packet GSO frames), then a 64 KiB WRITE (GSO frames of
+    // MIDDLE packets).
+    for i in 0..20u32 {
+        let (from, to, qf, qt) = if i % 2 == 0 {
+            (&a, &b, &mut qa, &mut qb)
+        } else {
+            (&b, &a, &mut qb, &mut qa)
+        };
+        let rsge = [to.mr.sge(0, 64).unwrap()];
+        qt.post_recv(&[RecvWr::new(1, &rsge)]).unwrap();
+        let src = [from.mr.sge(0, 64).unwrap()];
+        qf.post_send(&[SendWr::send(2, &src).signaled()]).unwrap();
+        assert_eq!(wait(&from.cq, 1, &[])[0].status, WcStatus::Success);
+        assert_eq!(wait(&to.cq, 1, &[])[0].status, WcStatus::Success);
+    }
+    let big = [a.mr.sge(0, 65536).unwrap()];
+    qa.post_send(&[SendWr::rdma_write(3, &big, b.mr.addr(), b.mr.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
+    let (sa, sb) = (a.dev.stats().device, b.dev.stats().device);
+    assert!(sa.tx_frames > 0 && sb.tx_frames > 0, "{sa:?} {sb:?}");
+    let got = captured_v4(&cap, ia, ib, 2);
+    let (mut singles, mut supers) = (0, 0);
+    for ip in &got {
+        assert_eq!(&ip[4..8], &[0, 0, 0x40, 0], "identification 0, DF");
+        assert_eq!(
+            (ip[1], ip[8]),
+            (0x68, 7),
+            "TOS and TTL of the address vector"
+        );
+        let sum: u32 = ip[..20]
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        assert_eq!((sum & 0xffff) + (sum >> 16), 0xffff, "IPv4 header checksum");
+        let udp_payload = usize::from(u16::from_be_bytes([ip[24], ip[25]])) - 8;
+        if udp_payload <= 1060 {
+            icrc::verify(ip).expect("whole-packet ICRC of a captured frame");
+            singles += 1;
+        } else {
+            supers += 1;
+        }
+    }
+    println!("captured {singles} single datagrams, {supers} GSO frames; {sa:?}");
+    assert!(singles > 0 && supers > 0, "{singles} singles, {supers} GSO");
+    drop((qa, qb, a, b));
+    drop(ns);
+}
+
 #[test]
 fn loopback_frames_need_accept_local_and_route_localnet() {
     let Some((ns, _)) = setup("l", 4, 1500) else {
@@ -271,19 +363,7 @@ fn loopback_frames_need_accept_local_and_route_localnet() {
         "no frames without the sysctls"
     );
     drop((a, b));
-    let sysctl = |v: &str| {
-        ip(&[
-            "netns",
-            "exec",
-            &n,
-            "sysctl",
-            "-q",
-            "-w",
-            &format!("net.ipv4.conf.lo.accept_local={v}"),
-            &format!("net.ipv4.conf.lo.route_localnet={v}"),
-        ])
-    };
-    assert!(sysctl("1"));
+    assert!(lo_sysctls(&n, "1"));
     let da = open_ring_in(&n, ips[0]).unwrap();
     let db = open_ring_in(&n, ips[1]).unwrap();
     let (a, b) = (Side::new(da, 4 << 20, 256), Side::new(db, 4 << 20, 256));
