@@ -77,6 +77,11 @@ pub const RECHECK_NS: u64 = 1_000_000_000;
 /// Peers remembered at most (a flood of spoofed sources cannot grow the
 /// table; past it, new peers keep the UDP socket).
 const MAX_PEERS: usize = 4096;
+/// The least time between two judgements (each reads `/proc`): a flood of
+/// verified datagrams from ever new sources costs at most 1000 reads a
+/// second; a peer whose judgement was put off is judged on a later
+/// datagram.
+pub const CHECK_SPACING_NS: u64 = 1_000_000;
 /// `ATF_COM` (linux/if_arp.h): the neighbour entry is complete.
 const ATF_COM: u32 = 0x2;
 
@@ -117,6 +122,8 @@ pub struct FrameTx {
     pub default_ttl: u8,
     /// GSO groups may leave as frames (cleared when the kernel refuses one).
     pub gso: AtomicBool,
+    /// When the next judgement may run ([`CHECK_SPACING_NS`]).
+    next_check_ns: AtomicU64,
 }
 
 impl FrameTx {
@@ -145,6 +152,7 @@ impl FrameTx {
             netns: NetNs::current().ok(),
             default_ttl,
             gso: AtomicBool::new(true),
+            next_check_ns: AtomicU64::new(0),
         })
     }
 
@@ -175,6 +183,20 @@ impl FrameTx {
                 None if seen.len() >= MAX_PEERS => return,
                 _ => {}
             }
+        }
+        let due = self.next_check_ns.load(Ordering::Relaxed);
+        if now_ns < due
+            || self
+                .next_check_ns
+                .compare_exchange(
+                    due,
+                    now_ns + CHECK_SPACING_NS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
         }
         let verdict = match &self.netns {
             Some(ns) => ns.run(|| Ok(check(local, peer, &hop))),
@@ -547,13 +569,27 @@ mod tests {
             local: [0; 6],
         };
         let (l, p) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 1, 0, 2));
-        f.observe(l, p, hop, 1_000);
+        let t0 = 5 * CHECK_SPACING_NS;
+        f.observe(l, p, hop, t0);
         assert_eq!(f.hop(p), None);
         let g = f.generation();
-        f.observe(l, p, hop, 2_000);
+        f.observe(l, p, hop, t0 + 2 * CHECK_SPACING_NS);
         assert_eq!(f.generation(), g, "same hop, not due: no new verdict");
-        f.observe(l, p, Hop { ifindex: 2, ..hop }, 3_000);
-        assert_eq!(f.generation(), g + 1, "a changed hop is judged at once");
+        let moved = Hop { ifindex: 2, ..hop };
+        f.observe(l, p, moved, t0 + CHECK_SPACING_NS / 2);
+        assert_eq!(
+            f.generation(),
+            g,
+            "too soon after the last judgement: put off"
+        );
+        f.observe(l, p, moved, t0 + 3 * CHECK_SPACING_NS);
+        assert_eq!(
+            f.generation(),
+            g + 1,
+            "a changed hop is judged once allowed"
+        );
+        f.observe(l, p, moved, t0 + RECHECK_NS + 4 * CHECK_SPACING_NS);
+        assert_eq!(f.generation(), g + 1, "judged again when due, same verdict");
         f.forget(p);
         assert_eq!(f.generation(), g + 2);
         f.forget(p);
