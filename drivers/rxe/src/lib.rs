@@ -52,6 +52,12 @@
 //!   idle busy poll is a load instead of a `recvmmsg`, a datagram needs no
 //!   receive system call: the low-latency path for caller-driven devices.
 //!   Root (CAP_NET_RAW), Linux 6.2+, exclusive binding.
+//! * **Frame transmit** ([`frames`], with the ring; [`RxeConfig::tx_frames`],
+//!   `RNIC_RXE_TX_FRAMES=0` turns it off): datagrams and GSO groups to IPv4
+//!   peers leave as whole frames through an `AF_PACKET` socket, skipping the
+//!   UDP socket's route lookup and IP output, where the next hop the ring
+//!   saw is one any receive path takes (an on-link Ethernet neighbour the
+//!   kernel's table agrees on; `lo` with `accept_local`/`route_localnet`).
 //! * **Receive placement** (opt-in: [`RxeConfig::rx_place`],
 //!   `RNIC_RXE_RX_PLACE=1`): while a READ's responses stream in, a socket
 //!   port receives each datagram with a scatter list — headers and ICRCs
@@ -76,8 +82,9 @@
 //! * Moving a QP to RESET or destroying it removes its completions from its
 //!   CQs (the provider contract).
 //! * The only `unsafe` is in [`sys`], in `bpf` (device sharing: `bpf(2)`,
-//!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks) and in [`ring`]
-//!   (the packet ring's socket, mapping, frame copies and status words); in
+//!   `SO_ATTACH_REUSEPORT_EBPF`, `SO_COOKIE`, OFD locks), in [`ring`]
+//!   (the packet ring's socket, mapping, frame copies and status words) and
+//!   in [`frames`] (frame transmit's packet socket); in
 //!   [`sys`]: socket options, `sendmmsg`,
 //!   `recvmmsg` over stack-built headers (`sendmmsg`'s iovecs point into
 //!   the transmit arena and into held regions' direct spans), the
