@@ -1859,6 +1859,14 @@ fn interop_perftest(server: &str, ring: bool, kernel: Kernel) {
                         && icrc_detail(line, "tapped: ") == Some(0),
                     format!("{name} {t}: the ring did not check every ICRC with the identification it saw: {line}"),
                 );
+                // Frame transmit (on with the ring): the guest is an
+                // on-link neighbour on the tap, so rnic's datagrams left as
+                // frames once its first answer came, and kernel rxe took
+                // them (the exchange completed).
+                c.that(
+                    frames_sent(&rnic).is_some_and(|n| n > 0),
+                    format!("{name} {t}: no datagram left as a frame to the guest's kernel rxe"),
+                );
             }
         }
     }
@@ -1993,6 +2001,21 @@ fn emu_icrc_lines(log: &str) -> Vec<&str> {
 /// "N ok" at the start of an icrc line.
 fn icrc_ok(line: &str) -> Option<u64> {
     line.strip_prefix("icrc: ")?.split(' ').next()?.parse().ok()
+}
+
+/// "N sent as frames" on rnic-rxe's `tx:` counter line (`--stats`).
+fn frames_sent(out: &str) -> Option<u64> {
+    let line = out.lines().find(|l| l.starts_with("tx: "))?;
+    let head = &line[..line.find(" sent as frames")?];
+    head.rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn frame_counts_parse() {
+    let out = "x\ntx: 8 packets 240 bytes in 4 datagrams (4 sendmmsg, 0 ACK rounds deferred (0 swept, 0 held out), 0 ACKs coalesced, 0 bundled, 0 GSO sends carrying 0 packets, 0 GSO fallbacks), 0 payloads (0 bytes) sent in place, 3 sent as frames (0 refused, sent as datagrams), 0 errors (0 too big), 0 bad sgid\n";
+    assert_eq!(frames_sent(out), Some(3));
+    assert_eq!(frames_sent("tx: 1 packets"), None);
+    assert_eq!(frames_sent(""), None);
 }
 
 /// The count before `label` inside the parenthesis of an icrc line ("tapped: N").

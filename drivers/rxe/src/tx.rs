@@ -53,6 +53,15 @@
 //! place in its group is final only when the group leaves (coalescing and
 //! bundling move packets), ICRCs are filled at [`Tx::flush`], once per
 //! packet.
+//!
+//! **Frames.** With a frame sender (`crate::frames`, beside the packet
+//! ring), the flush gives each group to an IPv4 peer whose next hop is
+//! usable that hop (one cached lookup per peer and table generation) and
+//! sends runs of such groups through the frame socket: the headers a DF
+//! socket would write in front (identification 0, as above; a GSO group's
+//! segmentation in its virtio-net header), a small datagram copied behind
+//! them into one buffer, and a run of one by `sendto`. A refused frame goes
+//! through the group's socket instead.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -176,8 +185,8 @@ pub struct SendSockets {
     pub per_qp_sport: bool,
     /// What each QP's [`Tx::in_place_min`] starts as.
     pub in_place_min: usize,
-    /// Single datagrams to peers with a usable next hop leave as frames
-    /// (`crate::frames`); `None`: always through the UDP sockets.
+    /// Datagrams and GSO groups to peers with a usable next hop leave as
+    /// frames (`crate::frames`); `None`: always through the UDP sockets.
     pub frames: Option<FrameTx>,
 }
 
@@ -193,8 +202,8 @@ impl SendSockets {
         }
     }
 
-    /// The same, sending single datagrams as frames through `frames` where
-    /// it can.
+    /// The same, sending datagrams as frames through `frames` where it
+    /// can.
     pub fn with_frames(mut self, frames: Option<FrameTx>) -> SendSockets {
         self.frames = frames;
         self
@@ -701,9 +710,6 @@ impl Tx {
             link: None,
         }; N];
         self.iov.clear();
-        if self.frame_bufs.len() < BATCH {
-            self.frame_bufs.resize(BATCH, [0; FRAME_BUF]);
-        }
         let base = self.arena.as_ptr() as usize;
         let mut n = 0;
         for g in self.groups[run].iter().take(N) {
@@ -732,6 +738,11 @@ impl Tx {
                     payload: g.len,
                     gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
                 };
+                // Sized once, at a device's first frame, before any iovec
+                // points into it (a QP that sends no frame holds none).
+                if self.frame_bufs.len() < BATCH {
+                    self.frame_bufs.resize(BATCH, [0; FRAME_BUF]);
+                }
                 let buf = &mut self.frame_bufs[n];
                 buf[..FRAME_HDR].copy_from_slice(&crate::frames::headers(hop, &shape));
                 // A small datagram is copied behind its headers: the frame
@@ -794,7 +805,8 @@ impl Tx {
         }
         // SAFETY: every iovec points into `self.arena` (bounds checked above,
         // not resized before the call), into `self.frame_bufs` (entries
-        // below N <= BATCH, never resized after the first call) or into a
+        // below N <= BATCH, sized once before the first pointer into it was
+        // taken, never resized after) or into a
         // held region's direct span
         // (`spans`, borrowed from `holds`, which the caller keeps until after
         // this returns; ranges checked by `push_in_place_iovs`). The kernel
