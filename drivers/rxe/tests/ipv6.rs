@@ -995,12 +995,7 @@ fn parity_check([ia, ib]: [IpAddr; 2]) {
     let a = Side::new(open(ia, Progress::Thread), MIB, 64);
     let b = Side::new(open(ib, Progress::Thread), MIB, 64);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
-    let p = RtrParams {
-        traffic_class: 0x68,
-        hop_limit: 7,
-        ..rtr(Mtu::Mtu1024)
-    };
-    connect_with(&a, &mut qa, &b, &mut qb, p, rts(), ALL);
+    connect_marked(&a, &mut qa, &b, &mut qb);
     let s = [a.mr.sge(0, 100).unwrap()];
     qa.post_send(&[SendWr::rdma_write(1, &s, b.mr.addr(), b.mr.rkey()).signaled()])
         .unwrap();
@@ -1009,8 +1004,8 @@ fn parity_check([ia, ib]: [IpAddr; 2]) {
     assert!(!got.is_empty());
     for p in &got {
         let w = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
-        assert_eq!((w >> 20) & 0xff, 0x68, "traffic class");
+        assert_eq!((w >> 20) & 0xff, u32::from(MARK_TCLASS), "traffic class");
         assert_eq!(w & 0xF_FFFF, 0, "flow label");
-        assert_eq!(p[7], 7, "hop limit");
+        assert_eq!(p[7], MARK_HOPS, "hop limit");
     }
 }

@@ -15,7 +15,7 @@ mod common;
 
 use common::*;
 use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
-use rnic_rxe::{FaultConfig, Progress, RxeConfig, RxeDevice, RxeError, Target};
+use rnic_rxe::{FaultConfig, Progress, RxeConfig, RxeDevice, Target};
 
 const LEN: usize = 2 << 20;
 
@@ -31,18 +31,12 @@ fn ring_device_with(
     progress: Progress,
     faults: FaultConfig,
 ) -> Option<RxeDevice> {
-    let cfg = RxeConfig::new(Target::Ip(ip))
-        .with_progress(progress)
-        .with_faults(faults)
-        .with_rx_ring(true);
-    match RxeDevice::open(&cfg) {
-        Ok(d) => Some(d),
-        Err(e @ RxeError::PacketRing { .. }) => {
-            eprintln!("SKIP: no packet ring here: {e}");
-            None
-        }
-        Err(e) => panic!("open: {e}"),
-    }
+    open_ring(
+        &RxeConfig::new(Target::Ip(ip))
+            .with_progress(progress)
+            .with_faults(faults)
+            .with_rx_ring(true),
+    )
 }
 
 /// WRITEs of 8 B to 1 MiB (the large ones leave in GSO datagrams), READs

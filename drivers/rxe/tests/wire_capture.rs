@@ -134,12 +134,7 @@ fn ipv4_tos_and_ttl_come_from_the_address_vector() {
     };
     let (a, b) = sides(1 << 16, Progress::Thread);
     let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
-    let p = rnic_core::RtrParams {
-        traffic_class: 0x68,
-        hop_limit: 7,
-        ..rtr(Mtu::Mtu1024)
-    };
-    connect_with(&a, &mut qa, &b, &mut qb, p, rts(), ALL);
+    connect_marked(&a, &mut qa, &b, &mut qb);
     let (IpAddr::V4(ia), IpAddr::V4(ib)) = (a.gid().to_ip(), b.gid().to_ip()) else {
         unreachable!()
     };
@@ -149,8 +144,11 @@ fn ipv4_tos_and_ttl_come_from_the_address_vector() {
     assert_eq!(wait(&a.cq, 1, &[])[0].status, WcStatus::Success);
     let (mut requests, mut acks) = (0, 0);
     for ip in captured_v4(&cap, ia, ib, 1) {
-        assert_eq!(ip[1], 0x68, "TOS = the address vector's traffic class");
-        assert_eq!(ip[8], 7, "TTL = the address vector's hop limit");
+        assert_eq!(
+            ip[1], MARK_TCLASS,
+            "TOS = the address vector's traffic class"
+        );
+        assert_eq!(ip[8], MARK_HOPS, "TTL = the address vector's hop limit");
         if ip[28] == 0x11 {
             acks += 1;
         } else {

@@ -13,7 +13,7 @@ use rnic_core::{
     Mtu, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RtrParams, RtsParams,
     SendWr, VerbsError, WcStatus, WorkCompletion,
 };
-use rnic_rxe::{Progress, RxeConfig, RxeDevice, Target};
+use rnic_rxe::{Progress, RxeConfig, RxeDevice, RxeError, Target};
 
 /// A fresh pair of loopback addresses (127.<pid-derived>.<n>.1/.2) so tests
 /// running in parallel threads (and processes) never share UDP/4791.
@@ -207,6 +207,35 @@ pub fn connect_at(
     };
     qa.to_rtr(qb.qpn(), pb, gb, &rtr_a).unwrap();
     qa.to_rts(pa, &rts()).unwrap();
+}
+
+/// The traffic class and hop limit [`connect_marked`] gives the QPs: values
+/// a capture tells apart from the system's defaults.
+pub const MARK_TCLASS: u8 = 0x68;
+pub const MARK_HOPS: u8 = 7;
+
+/// [`connect`] at MTU 1024 with traffic class [`MARK_TCLASS`] and hop
+/// limit [`MARK_HOPS`] in both address vectors.
+pub fn connect_marked(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair) {
+    let p = RtrParams {
+        traffic_class: MARK_TCLASS,
+        hop_limit: MARK_HOPS,
+        ..rtr(Mtu::Mtu1024)
+    };
+    connect_with(a, qa, b, qb, p, rts(), ALL);
+}
+
+/// Open `cfg`, a device with a packet ring; `None` (printed) where this
+/// machine cannot have one (no CAP_NET_RAW, Linux before 6.2).
+pub fn open_ring(cfg: &RxeConfig) -> Option<RxeDevice> {
+    match RxeDevice::open(cfg) {
+        Ok(d) => Some(d),
+        Err(e @ RxeError::PacketRing { .. }) => {
+            println!("SKIP: no packet ring here: {e}");
+            None
+        }
+        Err(e) => panic!("open: {e}"),
+    }
 }
 
 /// Two sides on fresh loopback addresses with `buf` bytes each.
