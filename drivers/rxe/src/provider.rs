@@ -86,8 +86,8 @@ pub struct RxeConfig {
     /// slower there. Off by default; `RNIC_RXE_RX_RING=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub rx_ring: bool,
-    /// With a packet ring, send single datagrams to IPv4 peers as whole
-    /// frames through an `AF_PACKET` socket where the next hop is known and
+    /// With a packet ring, send datagrams (and GSO groups) to IPv4 peers as
+    /// whole frames through an `AF_PACKET` socket where the next hop is known and
     /// safe (`crate::frames`: an on-link Ethernet neighbour the kernel
     /// agrees on, or loopback with `accept_local`/`route_localnet` set),
     /// skipping the UDP socket's route lookup and IP output; everything

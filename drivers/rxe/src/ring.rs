@@ -8,8 +8,10 @@
 //! (classic-BPF filter: IPv4, UDP, not a fragment, destination address and
 //! port), and the port's UDP socket drops all it receives (a drop-all
 //! socket filter): one queue, so an RC stream is never split between two
-//! queues that could reorder it. The socket stays bound (it sends, and it
-//! keeps the port from answering ICMP port-unreachable).
+//! queues that could reorder it. The socket stays bound (it sends what frame
+//! transmit, `crate::frames`, does not, and it keeps the port from
+//! answering ICMP port-unreachable). The ring also sees each datagram's
+//! link layer: the next hop frame transmit sends to.
 //!
 //! A UDP GSO datagram that the loopback (or any device that does not
 //! segment) delivers whole arrives as one frame with a virtio-net header
