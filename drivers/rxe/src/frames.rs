@@ -54,24 +54,24 @@ use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use rnic_roce::wire::ip::{PROTOCOL_UDP, checksum_add, checksum_fold};
+use rnic_roce::wire::{
+    self, EtherType, EthernetAddress, EthernetRepr, Ipv4Repr, UdpRepr, ethernet, ip,
+};
 use rustc_hash::FxHashMap;
 
 use crate::port::NetNs;
+use crate::ring::VNET_HDR as VNET;
 
 /// Bytes of the headers a frame starts with: virtio-net (10), Ethernet
-/// (14), IPv4 (20, no options), UDP (8).
-pub const FRAME_HDR: usize = VNET + ETH + 28;
-/// `struct virtio_net_hdr`.
-const VNET: usize = 10;
-/// An Ethernet header (what loopback uses too).
-const ETH: usize = 14;
+/// (14, what loopback uses too), IPv4 (20, no options), UDP (8).
+pub const FRAME_HDR: usize = VNET + ETH + IP + UDP;
+const ETH: usize = ethernet::HEADER_LEN;
+const IP: usize = ip::ipv4::HEADER_LEN;
+const UDP: usize = ip::udp::HEADER_LEN;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`, `VIRTIO_NET_HDR_GSO_UDP_L4`.
 const F_NEEDS_CSUM: u8 = 1;
 const GSO_UDP_L4: u8 = 5;
-/// `ARPHRD_ETHER` (linux/if_arp.h).
-pub const ARPHRD_ETHER: u16 = 1;
-/// `ARPHRD_LOOPBACK`.
-pub const ARPHRD_LOOPBACK: u16 = 772;
 /// How long a rejected hop stays rejected before it is checked again.
 pub const RECHECK_NS: u64 = 1_000_000_000;
 /// Peers remembered at most (a flood of spoofed sources cannot grow the
@@ -242,14 +242,14 @@ fn check(local: Ipv4Addr, peer: Ipv4Addr, hop: &Hop) -> Result<(), String> {
     let name =
         crate::sys::if_name(hop.ifindex).map_err(|e| format!("interface {}: {e}", hop.ifindex))?;
     match hop.hatype {
-        ARPHRD_LOOPBACK => loopback_verdict(
+        libc::ARPHRD_LOOPBACK => loopback_verdict(
             conf(&name, "accept_local"),
             conf(&name, "route_localnet"),
             local,
             peer,
             &name,
         ),
-        ARPHRD_ETHER => {
+        libc::ARPHRD_ETHER => {
             let arp = std::fs::read_to_string("/proc/thread-self/net/arp")
                 .map_err(|e| format!("reading the neighbour table: {e}"))?;
             if arp_confirms(&arp, peer, hop.mac, &name) {
@@ -258,7 +258,7 @@ fn check(local: Ipv4Addr, peer: Ipv4Addr, hop: &Hop) -> Result<(), String> {
                 Err(format!(
                     "the neighbour table has no complete entry for {peer} with {} on {name} \
                      (a peer behind a router, or not resolved yet)",
-                    mac_text(hop.mac)
+                    EthernetAddress(hop.mac)
                 ))
             }
         }
@@ -316,18 +316,10 @@ pub fn loopback_verdict(
     ))
 }
 
-/// `mac` as `aa:bb:cc:dd:ee:ff`.
-fn mac_text(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// Whether `/proc/net/arp`'s text has a complete entry for `peer` with
 /// `mac` on interface `dev`.
 pub fn arp_confirms(arp: &str, peer: Ipv4Addr, mac: [u8; 6], dev: &str) -> bool {
-    let want = mac_text(mac);
+    let want = EthernetAddress(mac).to_string();
     arp.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         let flags = f
@@ -361,65 +353,55 @@ pub struct Shape {
 }
 
 /// The headers of a frame to `hop`: virtio-net (GSO and checksum offload
-/// for a GSO frame, nothing for a single datagram), Ethernet, IPv4 (DF,
+/// for a GSO frame, nothing for a single datagram), then Ethernet, IPv4 (DF,
 /// identification 0, header checksum) and UDP (checksum 0 for a single
-/// datagram; the pseudo-header sum the offload completes for a GSO frame).
-pub fn headers(hop: &Hop, s: &Shape) -> [u8; FRAME_HDR] {
+/// datagram; the pseudo-header sum the offload completes for a GSO frame),
+/// written by rnic-roce's wire representations. `Err`: too long for one
+/// IPv4 datagram.
+pub fn headers(hop: &Hop, s: &Shape) -> wire::Result<[u8; FRAME_HDR]> {
     let mut h = [0u8; FRAME_HDR];
-    let udp_len = (8 + s.payload) as u16;
+    let mut udp = UdpRepr {
+        src_port: s.src.1,
+        dst_port: s.dst.1,
+        checksum: 0,
+        payload_len: s.payload,
+    };
+    let ipv4 = Ipv4Repr {
+        src_addr: s.src.0,
+        dst_addr: s.dst.0,
+        tos: s.tos,
+        ident: 0,
+        dont_frag: true,
+        ttl: s.ttl,
+        protocol: PROTOCOL_UDP,
+        payload_len: udp.buffer_len(),
+    };
     if s.gso > 0 {
         // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
         // (native order: a packet socket's header is the host's).
         h[0] = F_NEEDS_CSUM;
         h[1] = GSO_UDP_L4;
-        h[2..4].copy_from_slice(&((ETH + 28) as u16).to_ne_bytes());
+        h[2..4].copy_from_slice(&((ETH + IP + UDP) as u16).to_ne_bytes());
         h[4..6].copy_from_slice(&s.gso.to_ne_bytes());
-        h[6..8].copy_from_slice(&((ETH + 20) as u16).to_ne_bytes());
+        h[6..8].copy_from_slice(&((ETH + IP) as u16).to_ne_bytes());
         h[8..10].copy_from_slice(&6u16.to_ne_bytes());
-    }
-    let e = &mut h[VNET..VNET + ETH];
-    e[0..6].copy_from_slice(&hop.mac);
-    e[6..12].copy_from_slice(&hop.local);
-    e[12..14].copy_from_slice(&(libc::ETH_P_IP as u16).to_be_bytes());
-    let ip = VNET + ETH;
-    let i = &mut h[ip..ip + 20];
-    i[0] = 0x45;
-    i[1] = s.tos;
-    i[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-    // Identification 0; flags DF, fragment offset 0.
-    i[6] = 0x40;
-    i[8] = s.ttl;
-    i[9] = 17;
-    i[12..16].copy_from_slice(&s.src.0.octets());
-    i[16..20].copy_from_slice(&s.dst.0.octets());
-    let sum = !fold(sum16(i));
-    i[10..12].copy_from_slice(&sum.to_be_bytes());
-    let u = &mut h[ip + 20..];
-    u[0..2].copy_from_slice(&s.src.1.to_be_bytes());
-    u[2..4].copy_from_slice(&s.dst.1.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    if s.gso > 0 {
         // The pseudo-header's sum, not complemented: the offload adds the
         // UDP header and payload (per segment, after GSO adjusts it).
-        let pseudo = sum16(&s.src.0.octets()) + sum16(&s.dst.0.octets()) + 17 + u32::from(udp_len);
-        u[6..8].copy_from_slice(&fold(pseudo).to_be_bytes());
+        let sum = checksum_add(checksum_add(0, &s.src.0.octets()), &s.dst.0.octets())
+            + u32::from(PROTOCOL_UDP)
+            + udp.buffer_len() as u32;
+        udp.checksum = !checksum_fold(sum);
     }
-    h
-}
-
-/// The one's-complement sum of `b`'s big-endian 16-bit words, unfolded.
-fn sum16(b: &[u8]) -> u32 {
-    b.chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum()
-}
-
-/// Fold a one's-complement sum into 16 bits.
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
+    EthernetRepr {
+        dst_addr: EthernetAddress(hop.mac),
+        src_addr: EthernetAddress(hop.local),
+        vlan: None,
+        ethertype: EtherType::IPV4,
     }
-    sum as u16
+    .emit(&mut h[VNET..])?;
+    ipv4.emit(&mut h[VNET + ETH..])?;
+    udp.emit(&mut h[VNET + ETH + IP..])?;
+    Ok(h)
 }
 
 #[cfg(test)]
@@ -429,7 +411,7 @@ mod tests {
 
     const HOP: Hop = Hop {
         ifindex: 3,
-        hatype: ARPHRD_ETHER,
+        hatype: libc::ARPHRD_ETHER,
         mac: [2, 0, 0, 0, 0, 2],
         local: [2, 0, 0, 0, 0, 1],
     };
@@ -447,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_single_datagram_frame_is_what_a_df_socket_writes() {
-        let f = headers(&HOP, &shape(36, 0));
+        let f = headers(&HOP, &shape(36, 0)).unwrap();
         assert_eq!(&f[..VNET], &[0; VNET], "no offload asked for");
         assert_eq!(&f[VNET..VNET + 6], &HOP.mac);
         assert_eq!(&f[VNET + 6..VNET + 12], &HOP.local);
@@ -457,8 +439,8 @@ mod tests {
         assert_eq!(u16::from_be_bytes([h[2], h[3]]), 64, "20 + 8 + 36");
         assert_eq!(&h[4..8], &[0, 0, 0x40, 0], "identification 0, DF");
         assert_eq!((h[8], h[9]), (64, 17));
-        // A header with its checksum sums to 0xffff.
-        assert_eq!(fold(sum16(&h[..20])), 0xffff);
+        // A header with its checksum in place checksums to 0.
+        assert_eq!(ip::internet_checksum(&h[..20]), 0);
         assert_eq!(&h[20..24], &[0xc0, 0x00, 0x12, 0xb7]);
         assert_eq!(u16::from_be_bytes([h[24], h[25]]), 44);
         assert_eq!(&h[26..28], &[0, 0], "UDP checksum 0");
@@ -470,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_gso_frame_asks_for_udp_segmentation_with_checksum_offload() {
-        let f = headers(&HOP, &shape(3 * 1084 + 20, 1084));
+        let f = headers(&HOP, &shape(3 * 1084 + 20, 1084)).unwrap();
         let u16_at = |o: usize| u16::from_ne_bytes([f[o], f[o + 1]]);
         assert_eq!((f[0], f[1]), (F_NEEDS_CSUM, GSO_UDP_L4));
         assert_eq!((u16_at(2), u16_at(4)), (42, 1084), "hdr_len, gso_size");
@@ -481,18 +463,8 @@ mod tests {
         assert_eq!(usize::from(u16::from_be_bytes([h[2], h[3]])), 20 + udp_len);
         // The seeded checksum is the pseudo-header's sum: adding the UDP
         // header and payload and complementing gives the real checksum.
-        let pseudo = fold(0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 17 + udp_len as u32);
+        let pseudo = u16::try_from(0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 17 + udp_len).unwrap();
         assert_eq!(u16::from_be_bytes([h[26], h[27]]), pseudo);
-    }
-
-    #[test]
-    fn the_checksum_matches_a_known_header() {
-        // The usual worked example of an IPv4 header (checksum b861).
-        let h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
-        assert_eq!(!fold(sum16(&h)), 0xb861);
     }
 
     #[test]

@@ -83,6 +83,13 @@ impl NetNs {
     }
 }
 
+/// The hop limit [`Port::bind_sender`] gives a socket for traffic class
+/// `tclass` and hop limit `hops` (0: unset): `None` when both are unset
+/// (the socket keeps the system's defaults), else `hops`, or 64 for 0.
+pub fn sender_hops(tclass: u8, hops: u8) -> Option<u8> {
+    (tclass != 0 || hops != 0).then_some(if hops == 0 { 64 } else { hops })
+}
+
 fn sockaddr(ip: IpAddr, scope_id: u32, port: u16) -> SocketAddr {
     match ip {
         IpAddr::V4(v4) => SocketAddr::from((v4, port)),
@@ -229,8 +236,7 @@ impl Port {
             source,
         })?;
         prepare(&sock, self.ip, addr)?;
-        if tclass != 0 || hops != 0 {
-            let hops = if hops == 0 { 64 } else { hops };
+        if let Some(hops) = sender_hops(tclass, hops) {
             sys::set_tclass_and_hops(&sock, sys::is_v6(&self.ip), tclass, hops).map_err(
                 |source| RxeError::Socket {
                     what: "setting the traffic class and hop limit",

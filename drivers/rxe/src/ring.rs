@@ -49,7 +49,7 @@ pub const FRAMES: usize = 64;
 const TPACKET_V2: libc::c_int = 1;
 /// `struct virtio_net_hdr` (linux/virtio_net.h): flags, gso_type, hdr_len,
 /// gso_size, csum_start, csum_offset; native byte order on a packet socket.
-const VNET_HDR: usize = 10;
+pub(crate) const VNET_HDR: usize = 10;
 /// `VIRTIO_NET_HDR_GSO_NONE`.
 const GSO_NONE: u8 = 0;
 /// `struct tpacket2_hdr` field offsets: status, len, snaplen, mac, net.

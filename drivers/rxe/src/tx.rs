@@ -164,9 +164,9 @@ fn plain_ack(pkt: &[u8]) -> Option<([u8; 3], u32)> {
 pub struct SendSock {
     sock: UdpSocket,
     port: u16,
-    /// The traffic class and hop limit it was set to ((0, 0): the
-    /// system's defaults), which a frame in its place carries.
-    tos: (u8, u8),
+    /// The IPv4 TOS and TTL its datagrams carry, which a frame in its place
+    /// carries too.
+    tos_ttl: (u8, u8),
 }
 
 /// A socket's key: (port index, source port, (traffic class, hop limit)).
@@ -231,16 +231,17 @@ impl SendSockets {
             }
         }?;
         let local = sock.local_addr().ok()?.port();
-        // The listening socket (and the fallback) keeps the defaults.
-        let tos = if want == 0 || local != want {
-            (0, 0)
-        } else {
-            tos
+        // The listening socket (and the fallback) keeps the system's
+        // defaults: TOS 0, `net.ipv4.ip_default_ttl`.
+        let default_ttl = self.frames.as_ref().map_or(64, |f| f.default_ttl);
+        let tos_ttl = match crate::port::sender_hops(tos.0, tos.1) {
+            Some(hops) if want != 0 && local == want => (tos.0, hops),
+            _ => (0, default_ttl),
         };
         let s = Arc::new(SendSock {
             sock,
             port: local,
-            tos,
+            tos_ttl,
         });
         socks.insert(key, Arc::clone(&s));
         Some(s)
@@ -565,9 +566,8 @@ impl Tx {
                 (Some(f), true) => f.fd(),
                 _ => s.sock.as_fd(),
             };
-            let ttl = shared.frames.as_ref().map_or(64, |f| f.default_ttl);
             stats.sendmmsg_calls += 1;
-            let sent = self.send_run(fd, ttl, at..end, &spans, stats);
+            let sent = self.send_run(fd, at..end, &spans, stats);
             match sent {
                 Ok(0) => {
                     stats.tx_errors += 1;
@@ -648,7 +648,6 @@ impl Tx {
     fn send_run(
         &mut self,
         fd: BorrowedFd<'_>,
-        ttl: u8,
         run: std::ops::Range<usize>,
         spans: &[Option<DirectSpan<'_>>],
         stats: &mut DeviceStats,
@@ -656,11 +655,11 @@ impl Tx {
         // A ping-pong's flush sends one datagram: its message array is
         // sized for the run, not for BATCH (initialised whole every call).
         if run.len() == 1 {
-            self.send_run_n::<1>(fd, ttl, run, spans, stats)
+            self.send_run_n::<1>(fd, run, spans, stats)
         } else if run.len() <= SMALL_BATCH {
-            self.send_run_n::<SMALL_BATCH>(fd, ttl, run, spans, stats)
+            self.send_run_n::<SMALL_BATCH>(fd, run, spans, stats)
         } else {
-            self.send_run_n::<BATCH>(fd, ttl, run, spans, stats)
+            self.send_run_n::<BATCH>(fd, run, spans, stats)
         }
     }
 
@@ -697,7 +696,6 @@ impl Tx {
     fn send_run_n<const N: usize>(
         &mut self,
         fd: BorrowedFd<'_>,
-        ttl: u8,
         run: std::ops::Range<usize>,
         spans: &[Option<DirectSpan<'_>>],
         stats: &mut DeviceStats,
@@ -722,14 +720,7 @@ impl Tx {
                         "a frame to an IPv6 peer",
                     ));
                 };
-                // A socket with a traffic class or hop limit set has hop
-                // limit 64 unless given one (`Port::bind_sender`).
-                let (tos, hops) = self.socks.get(g.sock).map_or((0, 0), |s| s.tos);
-                let ttl = match (tos, hops) {
-                    (_, h) if h != 0 => h,
-                    (0, _) => ttl,
-                    _ => 64,
-                };
+                let (tos, ttl) = self.socks.get(g.sock).map_or((0, 64), |s| s.tos_ttl);
                 let shape = Shape {
                     src: (src, g.sport),
                     dst: (*dst.ip(), dst.port()),
@@ -738,13 +729,23 @@ impl Tx {
                     payload: g.len,
                     gso: if g.segs > 1 { g.seg_len as u16 } else { 0 },
                 };
+                // Never for a group the queue built (at most
+                // GSO_MAX_BYTES); such a group is refused like a frame the
+                // kernel refuses, or left for the next call.
+                let hdr = match crate::frames::headers(hop, &shape) {
+                    Ok(h) => h,
+                    Err(e) if n == 0 => {
+                        return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+                    }
+                    Err(_) => break,
+                };
                 // Sized once, at a device's first frame, before any iovec
                 // points into it (a QP that sends no frame holds none).
                 if self.frame_bufs.len() < BATCH {
                     self.frame_bufs.resize(BATCH, [0; FRAME_BUF]);
                 }
                 let buf = &mut self.frame_bufs[n];
-                buf[..FRAME_HDR].copy_from_slice(&crate::frames::headers(hop, &shape));
+                buf[..FRAME_HDR].copy_from_slice(&hdr);
                 // A small datagram is copied behind its headers: the frame
                 // is one iovec (the kernel's per-iovec cost is more than
                 // copying a ping-pong's 60 bytes).
