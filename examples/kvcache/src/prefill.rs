@@ -64,7 +64,8 @@ impl Transport {
 /// handling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StreamFault {
-    /// Stop after this many chunks and drop everything, as a crash would.
+    /// Stop once this many chunks have been delivered and drop everything —
+    /// QP and connection, no sentinel — as a crash would.
     AbortAfter(u32),
     /// Send every chunk but never the sentinel.
     NoSentinel,
@@ -712,6 +713,9 @@ impl Job<'_> {
             Ok(())
         });
         if aborted {
+            // The chunks shipped so far land before the crash, so the decode
+            // node's count is exact: `n`, not whatever was still queued.
+            sender.finish()?;
             return Ok(None);
         }
         result?;
