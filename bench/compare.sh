@@ -14,9 +14,11 @@
 #            block in the kernel)
 #   libfabric fi_pingpong (libfabric-bin) over tcp and udp;ofi_rxd: latency.
 #            Bandwidth needs fabtests' fi_rma_bw, which Debian 12 does not
-#            package: set FABTESTS_BIN=<dir> (built from the libfabric
-#            v1.17.0 source, see /work/shared/reference/peerbench.sh);
-#            without it those rows are skipped (the script says so).
+#            package: set FABTESTS_SRC=<libfabric-v1.17.0>/fabtests (this
+#            script builds fi_rma_bw into target/fabtests; `git archive
+#            v1.17.0 fabtests` of github.com/ofiwg/libfabric gives the tree)
+#            or FABTESTS_BIN=<dir with a built fi_rma_bw>; without either
+#            those rows are skipped (the script says so).
 #   share    rnic write-lat 8 B (poll) and write-bw 1 MiB with both ends on
 #            one shared device (rxe:127.0.0.1 twice, docs/sharing.md) next
 #            to the two-address pair, alternating in the same run
@@ -40,7 +42,8 @@
 #                                 share: one shared device vs two addresses)
 #   NETNS=0        skip the two-namespace rnic runs
 #   SKIP_INSTALL=1 do not apt-get / pip install
-#   FABTESTS_BIN=<dir with fi_rma_bw>   OUT=<dir>   PLOTS=0 (no docs/*.png)
+#   FABTESTS_SRC=<fabtests source dir>  FABTESTS_BIN=<dir with fi_rma_bw>
+#   OUT=<dir>   PLOTS=0 (no docs/*.png)
 set -u
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}; QUICK=${QUICK:-0}
@@ -68,8 +71,23 @@ for b in ucx_perftest fi_pingpong iperf3 qperf; do
   command -v $b > /dev/null || echo "WARN: $b not installed: its rows will be empty"
 done
 FABTESTS_BIN=${FABTESTS_BIN:-}
+if [ -z "$FABTESTS_BIN" ] && [ -n "${FABTESTS_SRC:-}" ]; then
+  # Build fi_rma_bw from the fabtests directory of the libfabric v1.17.0
+  # source (the version Debian 12's libfabric-dev carries) into target/.
+  ft=$PWD/target/fabtests
+  if [ ! -x "$ft/benchmarks/fi_rma_bw" ]; then
+    echo "building fi_rma_bw from $FABTESTS_SRC into $ft (log: $OUT/fabtests-build.log)"
+    { [ "${SKIP_INSTALL:-0}" = 1 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        libfabric-dev autoconf automake libtool make gcc; } > "$OUT/fabtests-build.log" 2>&1
+    rm -rf "$ft" && mkdir -p "$ft" && cp -r "$FABTESTS_SRC"/. "$ft"/ &&
+      (cd "$ft" && ./autogen.sh && ./configure && make -j"$(nproc)" benchmarks/fi_rma_bw) \
+        >> "$OUT/fabtests-build.log" 2>&1 ||
+      echo "WARN: building fabtests from $FABTESTS_SRC failed, see $OUT/fabtests-build.log"
+  fi
+  [ -x "$ft/benchmarks/fi_rma_bw" ] && FABTESTS_BIN=$ft/benchmarks
+fi
 if [ -z "$FABTESTS_BIN" ] || [ ! -x "$FABTESTS_BIN/fi_rma_bw" ]; then
-  echo "NOTE: fabtests (fi_rma_bw) are not packaged in Debian 12 and FABTESTS_BIN is not set:" \
+  echo "NOTE: fabtests (fi_rma_bw) are not packaged in Debian 12 and neither FABTESTS_SRC nor FABTESTS_BIN is set:" \
        "libfabric bandwidth rows skipped (fi_pingpong latency still runs)" | tee "$OUT/fabtests-skipped.txt"
   FABTESTS_BIN=
 fi

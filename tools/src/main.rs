@@ -154,9 +154,12 @@ enum Cmd {
     ///
     /// rxe devices read the environment: RNIC_RXE_RX_RING=1 receives through
     /// a packet ring polled in memory (the lowest latency; root, Linux 6.2+;
-    /// `rnicctl doctor` says whether it is available), RNIC_RXE_RX_PLACE=1
-    /// receives READ response payloads straight into the READ's buffer,
-    /// RNIC_RXE_SHARE=0 binds the address exclusively.
+    /// `rnicctl doctor` says whether it is available) and with it sends to
+    /// on-link peers as whole frames (RNIC_RXE_TX_FRAMES=0 turns that off; on
+    /// loopback frames need lo's accept_local and route_localnet, which
+    /// `rnicctl doctor` checks), RNIC_RXE_RX_PLACE=1 receives READ response
+    /// payloads straight into the READ's buffer, RNIC_RXE_SHARE=0 binds the
+    /// address exclusively.
     Perf(perf::PerfArgs),
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]
