@@ -445,14 +445,40 @@ fn synthetic_sysfs_list_bind_refusal_bind_and_restore() {
 static UDP_4791: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn perf_pair(test: &str, port: u16, extra: &[&str]) -> (String, String) {
+    let (c, s) = perf_pair_env(test, port, extra, &[]);
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(
+            o.status.success(),
+            "{who}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (
+        String::from_utf8_lossy(&c.stdout).into_owned(),
+        String::from_utf8_lossy(&s.stdout).into_owned(),
+    )
+}
+
+/// A server on 127.0.0.6 and a client on 127.0.0.7 with the rxe path
+/// variables set as `env` says (absent otherwise); both outputs, whatever
+/// their exit status.
+fn perf_pair_env(test: &str, port: u16, extra: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
     let _g = UDP_4791
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cmd = |args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env_remove("RNIC_RXE_RX_RING")
+            .env_remove("RNIC_RXE_TX_FRAMES")
+            .envs(env.iter().copied());
+        c
+    };
     let p = port.to_string();
     let mut sargs = vec!["perf", test, "-d", "rxe:127.0.0.6", "-p", &p];
     sargs.extend_from_slice(extra);
-    let server = Command::new(BIN)
-        .args(&sargs)
+    let server = cmd(&sargs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -460,23 +486,68 @@ fn perf_pair(test: &str, port: u16, extra: &[&str]) -> (String, String) {
     let mut cargs = vec!["perf", test, "-d", "rxe:127.0.0.7", "-p", &p];
     cargs.extend_from_slice(extra);
     cargs.push("127.0.0.1");
-    let c = Command::new(BIN).args(&cargs).output().unwrap();
-    let s = server.wait_with_output().unwrap();
+    let c = cmd(&cargs).output().unwrap();
+    if !c.status.success() {
+        // A client that failed before connecting leaves the server waiting.
+        let _ = Command::new("pkill")
+            .args(["-f", &format!("rxe:127.0.0.6 -p {p}")])
+            .status();
+    }
+    (c, server.wait_with_output().unwrap())
+}
+
+/// The value of a `/proc/sys` switch (false when unreadable).
+fn sysctl_on(path: &str) -> bool {
+    fs::read_to_string(path).is_ok_and(|v| v.trim() == "1")
+}
+
+#[test]
+fn perf_reports_the_packet_ring_and_what_left_as_frames() {
+    let (c, s) = perf_pair_env(
+        "write-lat",
+        19326,
+        &["-s", "8", "-n", "300"],
+        &[("RNIC_RXE_RX_RING", "1")],
+    );
     let (cs, ss) = (
-        String::from_utf8_lossy(&c.stdout).into_owned(),
-        String::from_utf8_lossy(&s.stdout).into_owned(),
+        String::from_utf8_lossy(&c.stdout),
+        String::from_utf8_lossy(&s.stdout),
     );
-    assert!(
-        c.status.success(),
-        "client: {cs}\n{}",
-        String::from_utf8_lossy(&c.stderr)
-    );
-    assert!(
-        s.status.success(),
-        "server: {ss}\n{}",
-        String::from_utf8_lossy(&s.stderr)
-    );
-    (cs, ss)
+    if !c.status.success() {
+        let err = String::from_utf8_lossy(&c.stderr);
+        assert!(
+            err.contains("packet-ring receive path"),
+            "client: {cs}\n{err}"
+        );
+        eprintln!("skipping: no packet ring here: {err}");
+        return;
+    }
+    assert!(s.status.success(), "server: {ss}");
+    // On lo a frame reaches IP input only with accept_local and, for
+    // 127/8, route_localnet (frames.rs); a ring would take it either way.
+    let lo = |k: &str| {
+        sysctl_on(&format!("/proc/sys/net/ipv4/conf/lo/{k}"))
+            || sysctl_on(&format!("/proc/sys/net/ipv4/conf/all/{k}"))
+    };
+    let frames = lo("accept_local") && lo("route_localnet");
+    for out in [&cs, &ss] {
+        let path = out
+            .lines()
+            .find_map(|l| l.strip_prefix(" Data path       : "))
+            .unwrap_or_else(|| panic!("no data path line: {out}"));
+        let (rx, tx) = path.split_once("; ").expect("rx; tx");
+        assert_eq!(rx, "rx packet ring (1 of 1 addresses)", "{out}");
+        if frames {
+            // The first datagram to a peer leaves before its hop has been
+            // seen; every one after as a frame.
+            assert!(
+                tx.starts_with("tx frames (all ") || tx.contains(" datagrams as frames, the rest "),
+                "{out}"
+            );
+        } else {
+            assert!(tx.starts_with("tx UDP socket (no peer's next hop"), "{out}");
+        }
+    }
 }
 
 /// The numeric row after a perftest header line.
@@ -492,6 +563,10 @@ fn row_after<'a>(out: &'a str, header: &str) -> Vec<&'a str> {
 fn perf_write_bw_two_processes_over_loopback() {
     let (c, s) = perf_pair("write-bw", 19321, &["-s", "8192", "-n", "300"]);
     for out in [&c, &s] {
+        assert!(
+            out.contains(" Data path       : rx UDP socket; tx UDP socket\n"),
+            "{out}"
+        );
         let r = row_after(
             out,
             "#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
@@ -537,6 +612,7 @@ fn perf_read_bw_json_and_stats() {
     assert_eq!(qps.len(), 2);
     assert!(qps.iter().all(|q| q["rx_packets"].as_u64().unwrap() >= 100));
     assert!(j["stats"]["cq"]["high_water_mark"].as_u64().unwrap() >= 1);
+    assert_eq!(j["data_path"], "rx UDP socket; tx UDP socket");
     let js: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
     assert_eq!(js["role"], "server");
     assert_eq!(js["results"][0]["iterations"], 100);

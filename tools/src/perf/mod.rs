@@ -292,6 +292,8 @@ pub struct Outcome {
     pub stats: Option<serde_json::Value>,
     /// Counters as text.
     pub stats_text: Option<String>,
+    /// How an rxe device received and sent during the run (`None` for mlx5).
+    pub data_path: Option<String>,
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.
@@ -359,6 +361,7 @@ fn print(args: &PerfArgs, p: &Params, role: Role, out: &Outcome) {
                 out.bw.iter().map(|r| r.json(p.gbits)).collect::<Vec<_>>()
             },
             "stats": out.stats,
+            "data_path": out.data_path,
         });
         println!("{v}");
         return;
@@ -379,6 +382,9 @@ fn print(args: &PerfArgs, p: &Params, role: Role, out: &Outcome) {
             "busy poll (caller-driven)"
         }
     );
+    if let Some(path) = &out.data_path {
+        println!(" Data path       : {path}");
+    }
     println!("{}", report::RESULT_LINE);
     if p.test.is_lat() {
         println!("{}", report::LAT_HEADER);

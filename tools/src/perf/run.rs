@@ -948,6 +948,7 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
     }
     // Let the last ACKs leave before the QPs go away.
     b.drain_sends()?;
+    out.data_path = b.dev.as_ref().map(data_path);
     if args.stats {
         let (j, t) = b.stats();
         out.stats = Some(j);
@@ -955,6 +956,30 @@ pub fn run(args: &PerfArgs, p: &Params, mut sess: Session<TcpStream>) -> Result<
     }
     drain_socket(&mut sess.stream);
     Ok(out)
+}
+
+/// How `dev` received and sent: packet ring or UDP socket, and how many
+/// datagrams left as frames (`rnicctl doctor` says why a path is not used).
+fn data_path(dev: &RxeDevice) -> String {
+    let (rings, ports) = dev.rx_rings();
+    let rx = if rings == 0 {
+        "rx UDP socket".to_owned()
+    } else {
+        format!("rx packet ring ({rings} of {ports} addresses)")
+    };
+    let d = dev.stats().device;
+    let tx = match (dev.tx_frames(), d.tx_frames) {
+        (false, _) => "tx UDP socket".to_owned(),
+        (true, 0) => "tx UDP socket (no peer's next hop allowed a frame: `rnicctl doctor`, \
+                      rxe-tx-frames, says why)"
+            .to_owned(),
+        (true, f) if f == d.tx_datagrams => format!("tx frames (all {f} datagrams)"),
+        (true, f) => format!(
+            "tx {f} of {} datagrams as frames, the rest through the UDP socket",
+            d.tx_datagrams
+        ),
+    };
+    format!("{rx}; {tx}")
 }
 
 /// A latency row reporting the iterations run (the server's samples are one fewer).
