@@ -164,14 +164,8 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
     // are set (read here from /proc, not through the code under test).
     let frames = get("rxe-tx-frames");
     assert_eq!(frames["level"] == "OK", raw, "{frames}");
-    let on = |k: &str| {
-        ["all", "lo"].iter().any(|d| {
-            fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{d}/{k}"))
-                .is_ok_and(|v| v.trim() == "1")
-        })
-    };
     if raw {
-        let lo_ok = on("accept_local") && on("route_localnet");
+        let lo_ok = lo_conf_on("accept_local") && lo_conf_on("route_localnet");
         let detail = frames["detail"].as_str().unwrap();
         assert_eq!(detail.contains("keep the UDP socket"), !lo_ok, "{frames}");
     }
@@ -478,7 +472,7 @@ fn perf_pair_env(test: &str, port: u16, extra: &[&str], env: &[(&str, &str)]) ->
     let p = port.to_string();
     let mut sargs = vec!["perf", test, "-d", "rxe:127.0.0.6", "-p", &p];
     sargs.extend_from_slice(extra);
-    let server = cmd(&sargs)
+    let mut server = cmd(&sargs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -489,16 +483,18 @@ fn perf_pair_env(test: &str, port: u16, extra: &[&str], env: &[(&str, &str)]) ->
     let c = cmd(&cargs).output().unwrap();
     if !c.status.success() {
         // A client that failed before connecting leaves the server waiting.
-        let _ = Command::new("pkill")
-            .args(["-f", &format!("rxe:127.0.0.6 -p {p}")])
-            .status();
+        let _ = server.kill();
     }
     (c, server.wait_with_output().unwrap())
 }
 
-/// The value of a `/proc/sys` switch (false when unreadable).
-fn sysctl_on(path: &str) -> bool {
-    fs::read_to_string(path).is_ok_and(|v| v.trim() == "1")
+/// Whether IPv4 switch `key` is on for `lo` (in `conf/all` or `conf/lo`),
+/// read from /proc, not through the code under test.
+fn lo_conf_on(key: &str) -> bool {
+    ["all", "lo"].iter().any(|d| {
+        fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{d}/{key}"))
+            .is_ok_and(|v| v.trim() == "1")
+    })
 }
 
 #[test]
@@ -525,11 +521,7 @@ fn perf_reports_the_packet_ring_and_what_left_as_frames() {
     assert!(s.status.success(), "server: {ss}");
     // On lo a frame reaches IP input only with accept_local and, for
     // 127/8, route_localnet (frames.rs); a ring would take it either way.
-    let lo = |k: &str| {
-        sysctl_on(&format!("/proc/sys/net/ipv4/conf/lo/{k}"))
-            || sysctl_on(&format!("/proc/sys/net/ipv4/conf/all/{k}"))
-    };
-    let frames = lo("accept_local") && lo("route_localnet");
+    let frames = lo_conf_on("accept_local") && lo_conf_on("route_localnet");
     for out in [&cs, &ss] {
         let path = out
             .lines()
