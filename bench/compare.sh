@@ -55,9 +55,13 @@ echo "results in $OUT"
 # ---- install the peers (Debian packages only) and matplotlib (PyPI) ----
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   need=()
-  for b in ucx_perftest:ucx-utils fi_pingpong:libfabric-bin iperf3:iperf3 qperf:qperf gcc:gcc ss:iproute2; do
+  tools="ucx_perftest:ucx-utils fi_pingpong:libfabric-bin iperf3:iperf3 qperf:qperf gcc:gcc ss:iproute2"
+  # Building fi_rma_bw (below) needs autotools and libfabric's headers.
+  [ -n "${FABTESTS_SRC:-}" ] && tools+=" autoconf:autoconf automake:automake libtoolize:libtool make:make"
+  for b in $tools; do
     command -v "${b%%:*}" > /dev/null || need+=("${b#*:}")
   done
+  [ -n "${FABTESTS_SRC:-}" ] && [ ! -e /usr/include/rdma/fabric.h ] && need+=(libfabric-dev)
   if [ ${#need[@]} -gt 0 ]; then
     echo "apt-get install ${need[*]}"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } \
@@ -77,17 +81,15 @@ if [ -z "$FABTESTS_BIN" ] && [ -n "${FABTESTS_SRC:-}" ]; then
   ft=$PWD/target/fabtests
   if [ ! -x "$ft/benchmarks/fi_rma_bw" ]; then
     echo "building fi_rma_bw from $FABTESTS_SRC into $ft (log: $OUT/fabtests-build.log)"
-    { [ "${SKIP_INSTALL:-0}" = 1 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        libfabric-dev autoconf automake libtool make gcc; } > "$OUT/fabtests-build.log" 2>&1
     rm -rf "$ft" && mkdir -p "$ft" && cp -r "$FABTESTS_SRC"/. "$ft"/ &&
       (cd "$ft" && ./autogen.sh && ./configure && make -j"$(nproc)" benchmarks/fi_rma_bw) \
-        >> "$OUT/fabtests-build.log" 2>&1 ||
+        > "$OUT/fabtests-build.log" 2>&1 ||
       echo "WARN: building fabtests from $FABTESTS_SRC failed, see $OUT/fabtests-build.log"
   fi
   [ -x "$ft/benchmarks/fi_rma_bw" ] && FABTESTS_BIN=$ft/benchmarks
 fi
 if [ -z "$FABTESTS_BIN" ] || [ ! -x "$FABTESTS_BIN/fi_rma_bw" ]; then
-  echo "NOTE: fabtests (fi_rma_bw) are not packaged in Debian 12 and neither FABTESTS_SRC nor FABTESTS_BIN is set:" \
+  echo "NOTE: fabtests (fi_rma_bw) are not packaged in Debian 12 and none was built (FABTESTS_SRC) or given (FABTESTS_BIN):" \
        "libfabric bandwidth rows skipped (fi_pingpong latency still runs)" | tee "$OUT/fabtests-skipped.txt"
   FABTESTS_BIN=
 fi
