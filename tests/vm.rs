@@ -190,6 +190,16 @@ impl Run {
         c
     }
 
+    /// The harness's lines about guest boots that failed before `/init` (each was retried
+    /// or failed the run; `tests/vm/lib.sh`'s `vm_start`).
+    fn failed_boots(&self) -> Vec<String> {
+        self.file("log")
+            .lines()
+            .filter(|l| l.contains(" failed before /init after "))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The last lines of every guest's serial console (QEMU's own stderr included: an
     /// assertion that killed the VM shows only there).
     fn consoles(&self) -> String {
@@ -220,8 +230,13 @@ impl Run {
         let log = self.log_path();
         if checks.0.is_empty() {
             say(&format!(
-                "PASS {} in {:.0}s (log: {log})",
-                self.name, self.secs
+                "PASS {} in {:.0}s (log: {log}){}",
+                self.name,
+                self.secs,
+                self.failed_boots()
+                    .iter()
+                    .map(|b| format!("\n  {b}"))
+                    .collect::<String>()
             ));
             return;
         }
@@ -446,12 +461,16 @@ fn run_prepared(
         .stderr(out)
         .spawn()
         .expect("start tests/vm/run-scenario");
-    // The script enforces the timeout itself; this is the backstop if the script hangs.
-    let deadline = t0 + Duration::from_secs(timeout_s + 90);
+    // The script enforces the timeout itself (extended by what failed guest boots cost);
+    // this is the backstop if the script hangs.
+    let mut deadline = t0 + Duration::from_secs(timeout_s + 90);
     let mut term_sent = false;
     let code = loop {
         if let Some(status) = child.try_wait().expect("wait for run-scenario") {
             break status.code();
+        }
+        if !term_sent {
+            deadline = t0 + Duration::from_secs(timeout_s + 90 + lost_boot_secs(&dir));
         }
         if Instant::now() > deadline && !term_sent {
             say(&format!(
@@ -476,6 +495,16 @@ fn run_prepared(
         dir,
         secs: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// The seconds a run's failed guest boots took (`.run/lost`, one line per boot that
+/// failed before `/init`, written by `tests/vm/lib.sh`'s `vm_start`).
+fn lost_boot_secs(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join(".run/lost"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .sum()
 }
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -889,7 +918,9 @@ fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
         format!("run-scenario exit {:?}, expected 124 (timeout)", run.code),
     );
     let log = run.file("log");
-    let msg = format!("TIMEOUT: scenario hang did not finish within {timeout}s; killing it");
+    // "…within 60s; killing it", or "…within 60s (+Ns for guest boots that failed); …"
+    // when a guest had to be booted again.
+    let msg = format!("TIMEOUT: scenario hang did not finish within {timeout}s");
     c.that(log.contains(&msg), format!("no '{msg}' in the log"));
     c.that(
         log.contains("RESULT: TIMEOUT hang"),
@@ -901,8 +932,135 @@ fn hung_scenario_is_killed_at_its_timeout_and_leaves_nothing_behind() {
         "the guest never ran its script",
     );
     c.that(
-        run.secs < (timeout + 60) as f64,
+        run.secs < (timeout + 60 + lost_boot_secs(&run.dir)) as f64,
         format!("took {:.0}s for a {timeout}s timeout", run.secs),
+    );
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+/// A guest kernel that panics in early boot, and one that stalls there silently (both seen
+/// under TCG, before any scenario code ran), are killed and the guest booted again; the
+/// third boot runs the `hang` scenario's script and still gets the whole timeout, because
+/// the deadline moved by what the failed boots cost. The faults are real: no init to run
+/// (the kernel panics) and vCPUs that never start (the console stays silent).
+#[test]
+fn a_guest_whose_boot_panics_or_stalls_is_booted_again_with_its_whole_timeout() {
+    let (timeout, wait) = (60, 45);
+    let env = [
+        ("RNIC_VM_BOOT_FAULT", "panic hang"),
+        ("RNIC_VM_BOOT_TRIES", "3"),
+        ("RNIC_VM_BOOT_WAIT", "45"),
+    ];
+    let Some(run) = run("hang@boot-retry", &[], timeout, &env) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(124),
+        format!("run-scenario exit {:?}, expected 124 (timeout)", run.code),
+    );
+    let boots = run.failed_boots();
+    c.that(
+        boots.len() == 2,
+        format!("expected 2 failed boots in the log, found {boots:?}"),
+    );
+    c.that(
+        boots.first().is_some_and(|b| {
+            b.contains("boot 1 of 3 failed")
+                && b.contains("kernel panic (Kernel panic - not syncing")
+        }),
+        format!(
+            "boot 1 was not reported as a kernel panic: {:?}",
+            boots.first()
+        ),
+    );
+    c.that(
+        boots.get(1).is_some_and(|b| {
+            b.contains("boot 2 of 3 failed") && b.contains(&format!("no /init within {wait}s"))
+        }),
+        format!("boot 2 was not reported as a stall: {:?}", boots.get(1)),
+    );
+    c.that(
+        run.file("console-hang-boot1.log").contains("Kernel panic"),
+        "console-hang-boot1.log has no kernel panic",
+    );
+    c.that(
+        run.dir.join("console-hang-boot2.log").is_file()
+            && !run
+                .file("console-hang-boot2.log")
+                .contains("HARNESS: init reached"),
+        "console-hang-boot2.log is missing or shows /init",
+    );
+    let log = run.file("log");
+    c.that(
+        log.contains("guest hang reached /init"),
+        "no 'guest hang reached /init' in the log",
+    );
+    c.that(
+        run.file("share/hang.out")
+            .contains("hang: sleeping forever"),
+        "the third boot never ran the guest's script",
+    );
+    let lost = lost_boot_secs(&run.dir);
+    c.that(
+        lost >= wait,
+        format!("the failed boots cost {lost}s, less than the stalled boot's {wait}s"),
+    );
+    let msg = format!(
+        "TIMEOUT: scenario hang did not finish within {timeout}s (+{lost}s for guest boots that failed); killing it"
+    );
+    c.that(log.contains(&msg), format!("no '{msg}' in the log"));
+    c.that(
+        run.secs >= (timeout + lost) as f64 && run.secs < (timeout + lost + 60) as f64,
+        format!(
+            "took {:.0}s for a {timeout}s timeout and {lost}s of failed boots",
+            run.secs
+        ),
+    );
+    check_leftovers(&run, &mut c);
+    run.finish(c);
+}
+
+/// With no boot left to try, a guest that never reaches `/init` fails its scenario at once
+/// with the reason, instead of leaving the host side waiting for it until the timeout.
+#[test]
+fn a_guest_that_never_boots_fails_its_scenario_at_once() {
+    let timeout = 120;
+    let env = [("RNIC_VM_BOOT_FAULT", "panic"), ("RNIC_VM_BOOT_TRIES", "1")];
+    let Some(run) = run("hang@no-boot", &[], timeout, &env) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(1),
+        format!("run-scenario exit {:?}, expected 1 (fail)", run.code),
+    );
+    let log = run.file("log");
+    for line in [
+        "guest hang did not boot: none of its 1 boot(s) reached /init",
+        "scenario body failed",
+        "RESULT: FAIL hang",
+    ] {
+        c.that(log.contains(line), format!("no '{line}' in the log"));
+    }
+    c.that(!log.contains("TIMEOUT"), "the run waited for its timeout");
+    c.that(
+        run.failed_boots()
+            .first()
+            .is_some_and(|b| b.contains("boot 1 of 1 failed") && b.contains("kernel panic")),
+        format!("the panic was not reported: {:?}", run.failed_boots()),
+    );
+    c.that(
+        !run.dir.join("share/hang.out").exists(),
+        "the guest's script ran",
+    );
+    c.that(
+        run.secs < (timeout / 2) as f64,
+        format!(
+            "took {:.0}s to fail a guest that panicked at boot",
+            run.secs
+        ),
     );
     check_leftovers(&run, &mut c);
     run.finish(c);

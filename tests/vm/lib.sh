@@ -29,7 +29,7 @@ host_bg() {
   local name=$1 ns=$2; shift 2
   local pre=()
   [ "$ns" = - ] || pre=(ip netns exec "$ns")
-  "${pre[@]}" timeout -k 5 "$TIMEOUT" "$@" > "$RESULTS/$name.log" 2>&1 < /dev/null &
+  "${pre[@]}" timeout -k 5 "$((TIMEOUT + BOOT_SLACK))" "$@" > "$RESULTS/$name.log" 2>&1 < /dev/null &
   BG_PID=$!
   track "$BG_PID"
 }
@@ -43,25 +43,89 @@ wait_listen() {
   say "nothing listens on port $2 in netns $1"; return 1
 }
 
+# Boots. Under TCG a guest kernel now and then dies or stalls in early boot, before any of
+# the scenario's code ran (seen: an int3 oops in sched_clock_cpu and a panic at 2.7 s; a
+# silent stall right after the firmware's "Booting from ROM..."). So a guest must print
+# /init's first line ("HARNESS: init reached") within RNIC_VM_BOOT_WAIT seconds (default
+# 90; boot to /init takes 7-28 s here). A boot whose kernel panics, whose qemu exits, or
+# that stays silent past that before /init is killed and the guest booted again, up to
+# RNIC_VM_BOOT_TRIES boots in all (default 2); its console is kept as
+# console-<role>-boot<n>.log, and the seconds it cost are added to the scenario's deadline
+# ($RUN/lost, read by run-scenario's watchdog). Nothing after /init is retried: a failure
+# there is the scenario's. RNIC_VM_BOOT_FAULT="<fault> ..." makes boot 1, 2, ... fail on
+# purpose, to test this: panic (no init to run, so the kernel panics) or hang (vCPUs
+# stopped, so the console stays silent).
+BOOT_WAIT=${RNIC_VM_BOOT_WAIT:-90}
+BOOT_TRIES=${RNIC_VM_BOOT_TRIES:-2}
+for v in BOOT_WAIT BOOT_TRIES; do
+  [[ ${!v} =~ ^[1-9][0-9]{0,3}$ ]] ||
+    { echo "RNIC_VM_$v must be a whole number from 1 to 9999, got '${!v}'" >&2; exit 2; }
+done
+# The most failed boots can add to a scenario: the backstop timeouts of qemu and helpers.
+BOOT_SLACK=$(((BOOT_TRIES - 1) * (BOOT_WAIT + 10)))
+read -ra BOOT_FAULTS <<< "${RNIC_VM_BOOT_FAULT:-}"
+for f in "${BOOT_FAULTS[@]}"; do
+  case $f in panic|hang) ;; *) echo "RNIC_VM_BOOT_FAULT: unknown fault '$f' (panic or hang)" >&2; exit 2 ;; esac
+done
+
 # vm_start <role> [qemu args...]: boots a guest that runs share/<role>.sh, in the background,
-# under `timeout`. Env: VM_NETNS (run qemu inside that netns), VM_SMP, VM_MEM, VM_APPEND,
-# VM_MACHINE (extra machine/NUMA args are just qemu args). Console: $RESULTS/console-<role>.log.
+# under `timeout`, and returns once it reached /init; boots it again after a boot that failed
+# before (see above), and fails when all RNIC_VM_BOOT_TRIES boots did. Env: VM_NETNS (run qemu
+# inside that netns), VM_SMP, VM_MEM, VM_APPEND, VM_MACHINE (extra machine/NUMA args are just
+# qemu args). Console: $RESULTS/console-<role>.log.
 declare -A VM_PID
 vm_start() {
   local role=$1; shift
-  local pre=()
+  local pre=() console=$RESULTS/console-$role.log try t0 why rc
   [ -z "${VM_NETNS:-}" ] || pre=(ip netns exec "$VM_NETNS")
-  "${pre[@]}" timeout -k 5 "$TIMEOUT" qemu-system-x86_64 \
-    -name "rnicvm-$ID-$role" -pidfile "$RUN/qemu-$role.pid" \
-    -accel "${RNIC_VM_ACCEL:-tcg,thread=multi}" -cpu max \
-    -smp "${VM_SMP:-2}" -m "${VM_MEM:-2048}" -nographic -no-reboot -nic none \
-    -kernel "$GUEST/vmlinuz" -initrd "$GUEST/rootfs.cpio.zst" \
-    -append "console=ttyS0 quiet panic=-1 rnic.role=$role ${VM_APPEND:-}" \
-    -virtfs "local,path=$SHARE,mount_tag=host,security_model=none,id=host" \
-    "$@" > "$RESULTS/console-$role.log" 2>&1 < /dev/null &
-  VM_PID[$role]=$!
-  track "$!"
-  say "guest $role started (pid ${VM_PID[$role]})"
+  for ((try = 1; try <= BOOT_TRIES; try++)); do
+    local fault=${BOOT_FAULTS[try - 1]:-} append=${VM_APPEND:-} stop=()
+    case $fault in
+      panic) append+=" rdinit=/rnic-boot-fault" ;;
+      hang) stop=(-S) ;;
+    esac
+    t0=$SECONDS
+    "${pre[@]}" timeout -k 5 "$((TIMEOUT + BOOT_SLACK))" qemu-system-x86_64 \
+      -name "rnicvm-$ID-$role" -pidfile "$RUN/qemu-$role.pid" \
+      -accel "${RNIC_VM_ACCEL:-tcg,thread=multi}" -cpu max \
+      -smp "${VM_SMP:-2}" -m "${VM_MEM:-2048}" -nographic -no-reboot -nic none \
+      -kernel "$GUEST/vmlinuz" -initrd "$GUEST/rootfs.cpio.zst" \
+      -append "console=ttyS0 quiet panic=-1 rnic.role=$role $append" \
+      -virtfs "local,path=$SHARE,mount_tag=host,security_model=none,id=host" \
+      "${stop[@]}" "$@" > "$console" 2>&1 < /dev/null &
+    VM_PID[$role]=$!
+    track "$!"
+    say "guest $role started (pid ${VM_PID[$role]}, boot $try of $BOOT_TRIES${fault:+, fault '$fault' injected})"
+    why=$(boot_watch "${VM_PID[$role]}" "$console")
+    if [ -z "$why" ]; then
+      say "guest $role reached /init $((SECONDS - t0))s after its start"
+      return 0
+    fi
+    kill -TERM "${VM_PID[$role]}" 2>/dev/null || true
+    rc=0; wait "${VM_PID[$role]}" 2>/dev/null || rc=$?
+    mv "$console" "$RESULTS/console-$role-boot$try.log"
+    echo "$((SECONDS - t0))" >> "$RUN/lost"
+    say "guest $role: boot $try of $BOOT_TRIES failed before /init after $((SECONDS - t0))s: $why (qemu exit $rc; console-$role-boot$try.log)"
+  done
+  say "guest $role did not boot: none of its $BOOT_TRIES boot(s) reached /init (RNIC_VM_BOOT_TRIES)"
+  return 1
+}
+
+# boot_watch <qemu pid> <console>: waits until the guest whose console is <console> reached
+# /init (prints nothing) or its boot failed (prints why).
+boot_watch() {
+  local pid=$1 console=$2 end=$((SECONDS + BOOT_WAIT)) line
+  while :; do
+    grep -q 'HARNESS: init reached' "$console" 2>/dev/null && return 0
+    line=$(grep -a -m1 -o 'Kernel panic.*' "$console" 2>/dev/null | tr -d '\r') || true
+    [ -z "$line" ] || { echo "kernel panic ($line)"; return 0; }
+    if ! kill -0 "$pid" 2>/dev/null; then
+      line=$(tr -d '\r' < "$console" | grep -a . | tail -n 1 | cut -c1-160) || true
+      echo "qemu exited (last console line: '$line')"; return 0
+    fi
+    [ "$SECONDS" -lt "$end" ] || { echo "no /init within ${BOOT_WAIT}s (RNIC_VM_BOOT_WAIT)"; return 0; }
+    sleep 0.2
+  done
 }
 
 # vm_wait <role>: waits for the guest to power off; fails unless qemu exited 0.
