@@ -995,10 +995,43 @@ fn hung_scenario_is_killed_at_its_timeout_after_failed_boots_and_leaves_nothing_
 }
 
 /// With no boot left to try, a guest that never reaches `/init` fails its scenario at once
-/// with the reason, instead of leaving the host side waiting for it until the timeout.
+/// with the reason, instead of leaving the host side waiting for it until the timeout; and
+/// qemu refusing its own arguments is not taken for a failed boot and tried again.
 #[test]
 fn a_guest_that_never_boots_fails_its_scenario_at_once() {
     let timeout = 120;
+    let env = [("RNIC_VM_ACCEL", "no-such-accel")];
+    let Some(bad) = run("hang@bad-qemu", &[], timeout, &env) else {
+        return;
+    };
+    let mut c = Checks::default();
+    c.that(
+        bad.code == Some(1),
+        format!("run-scenario exit {:?}, expected 1 (fail)", bad.code),
+    );
+    let log = bad.file("log");
+    let line = "guest hang did not boot: qemu itself failed (exit 1), so it is not booted again";
+    c.that(log.contains(line), format!("no '{line}' in the log"));
+    c.that(
+        log.matches("guest hang started").count() == 1,
+        "qemu was started more than once",
+    );
+    c.that(
+        bad.failed_boots()
+            .first()
+            .is_some_and(|b| b.contains("qemu exited") && b.contains("no-such-accel")),
+        format!(
+            "qemu's own message was not reported: {:?}",
+            bad.failed_boots()
+        ),
+    );
+    c.that(
+        bad.secs < (timeout / 2) as f64,
+        format!("took {:.0}s to fail a qemu that would not start", bad.secs),
+    );
+    check_leftovers(&bad, &mut c);
+    bad.finish(c);
+
     let env = [("RNIC_VM_BOOT_FAULT", "panic"), ("RNIC_VM_BOOT_TRIES", "1")];
     let Some(run) = run("hang@no-boot", &[], timeout, &env) else {
         return;

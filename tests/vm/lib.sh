@@ -106,9 +106,23 @@ vm_start() {
     mv "$console" "$RESULTS/console-$role-boot$try.log"
     echo "$((SECONDS - t0))" >> "$RUN/lost"
     say "guest $role: boot $try of $BOOT_TRIES failed before /init after $((SECONDS - t0))s: $why (qemu exit $rc; console-$role-boot$try.log)"
+    # A guest that powers off or panics makes qemu exit 0 (-no-reboot); a non-zero exit
+    # of its own accord is qemu refusing its arguments, which another boot would repeat.
+    if [[ $why == "qemu exited"* ]] && [ "$rc" -ne 0 ]; then
+      say "guest $role did not boot: qemu itself failed (exit $rc), so it is not booted again"
+      return 1
+    fi
   done
   say "guest $role did not boot: none of its $BOOT_TRIES boot(s) reached /init (RNIC_VM_BOOT_TRIES)"
   return 1
+}
+
+# running <pid>: the process exists and has not exited (a child that exited stays a zombie,
+# which `kill -0` still finds, until its parent waits for it).
+running() {
+  local st
+  st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "${st#Z}" = "$st" ]
 }
 
 # boot_watch <qemu pid> <console>: waits until the guest whose console is <console> reached
@@ -119,7 +133,7 @@ boot_watch() {
     grep -q 'HARNESS: init reached' "$console" 2>/dev/null && return 0
     line=$(grep -a -m1 -o 'Kernel panic.*' "$console" 2>/dev/null | tr -d '\r') || true
     [ -z "$line" ] || { echo "kernel panic ($line)"; return 0; }
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! running "$pid"; then
       line=$(tr -d '\r' < "$console" | grep -a . | tail -n 1 | cut -c1-160) || true
       echo "qemu exited (last console line: '$line')"; return 0
     fi
