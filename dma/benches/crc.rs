@@ -32,7 +32,7 @@ fn crc(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("rnic_span", size), &span, |b, s| {
             b.iter(|| black_box(crc32_span(black_box(0), s, 0, size).unwrap()))
         });
-        for k in [Kernel::Pclmul128, Kernel::Portable] {
+        for k in [Kernel::Vpclmul256, Kernel::Pclmul128, Kernel::Portable] {
             if k.is_available() && k != Kernel::selected() {
                 g.bench_with_input(BenchmarkId::new(k.name(), size), &data, |b, d| {
                     b.iter(|| black_box(crc32_with(k, black_box(0), d).unwrap()))

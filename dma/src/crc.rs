@@ -28,6 +28,9 @@
 //! The CRC register passed in is XORed into the first four message bytes,
 //! which is what starting the register at that value means.
 //!
+//! * [`Kernel::Vpclmul512`] (AVX-512F + VPCLMULQDQ): four 512-bit
+//!   accumulators, sixteen 128-bit streams, 256 bytes per iteration; the
+//!   256-bit kernel's path below [`WIDE512_MIN`] bytes.
 //! * [`Kernel::Vpclmul256`] (AVX2 + VPCLMULQDQ): four 256-bit accumulators,
 //!   eight 128-bit streams, 128 bytes per iteration.
 //! * [`Kernel::Pclmul128`] (PCLMULQDQ): four 128-bit accumulators, 64 bytes
@@ -98,8 +101,8 @@ const fn barrett_mu() -> u64 {
 }
 
 /// Fold constants for the distances the kernels fold by, in bits: one
-/// 128-bit block, one 256-bit lane pair, four blocks, four 256-bit
-/// accumulators.
+/// 128-bit block, one 256-bit lane pair, four blocks (one 512-bit
+/// accumulator), four 256-bit accumulators, four 512-bit accumulators.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FOLD_128: [u64; 2] = fold_by(128);
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -108,6 +111,8 @@ const FOLD_256: [u64; 2] = fold_by(256);
 const FOLD_512: [u64; 2] = fold_by(512);
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FOLD_1024: [u64; 2] = fold_by(1024);
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const FOLD_2048: [u64; 2] = fold_by(2048);
 /// The 128 → 96 → 64-bit reduction: `x^96 mod P`, `x^64 mod P`, reflected.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const REDUCE: [u64; 2] = [reflect33(x_pow_mod(96)), reflect33(x_pow_mod(64))];
@@ -115,8 +120,11 @@ const REDUCE: [u64; 2] = [reflect33(x_pow_mod(96)), reflect33(x_pow_mod(64))];
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const BARRETT: [u64; 2] = [barrett_mu(), P.reverse_bits() >> 31];
 
-/// Inputs of at least this many bytes take the 256-bit kernel (when it is
-/// the selected one); shorter ones the 128-bit kernel.
+/// Inputs of at least this many bytes take the 512-bit kernel (when it is
+/// the selected one); shorter ones the 256-bit kernel.
+pub const WIDE512_MIN: usize = 512;
+/// Inputs of at least this many bytes take the 256-bit kernel (when it or
+/// the 512-bit one is the selected one); shorter ones the 128-bit kernel.
 pub const WIDE_MIN: usize = 256;
 /// Inputs of at least this many bytes take a folding kernel; shorter ones
 /// (and the last `len % 16` bytes of any) are read through crc32fast.
@@ -126,6 +134,8 @@ pub const NARROW_MIN: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kernel {
+    /// AVX-512F + VPCLMULQDQ: 512-bit carry-less folds (x86-64).
+    Vpclmul512,
     /// AVX2 + VPCLMULQDQ: 256-bit carry-less folds (x86-64).
     Vpclmul256,
     /// PCLMULQDQ: 128-bit carry-less folds (x86-64).
@@ -140,11 +150,20 @@ static SELECTED: AtomicU8 = AtomicU8::new(0);
 
 impl Kernel {
     /// Every kernel, fastest first.
-    pub const ALL: [Kernel; 3] = [Kernel::Vpclmul256, Kernel::Pclmul128, Kernel::Portable];
+    pub const ALL: [Kernel; 4] = [
+        Kernel::Vpclmul512,
+        Kernel::Vpclmul256,
+        Kernel::Pclmul128,
+        Kernel::Portable,
+    ];
 
     /// Whether this CPU can run the kernel.
     pub fn is_available(self) -> bool {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Vpclmul512 => {
+                is_x86_feature_detected!("avx512f") && Kernel::Vpclmul256.is_available()
+            }
             #[cfg(target_arch = "x86_64")]
             Kernel::Vpclmul256 => {
                 is_x86_feature_detected!("avx2")
@@ -175,16 +194,18 @@ impl Kernel {
 
     fn code(self) -> u8 {
         match self {
+            Kernel::Vpclmul512 => 4,
             Kernel::Vpclmul256 => 3,
             Kernel::Pclmul128 => 2,
             Kernel::Portable => 1,
         }
     }
 
-    /// A short name: `vpclmul256`, `pclmul128`, `portable` (as the
-    /// `crc` benchmark and `rnicctl doctor` print it).
+    /// A short name: `vpclmul512`, `vpclmul256`, `pclmul128`, `portable`
+    /// (as the `crc` benchmark and `rnicctl doctor` print it).
     pub fn name(self) -> &'static str {
         match self {
+            Kernel::Vpclmul512 => "vpclmul512",
             Kernel::Vpclmul256 => "vpclmul256",
             Kernel::Pclmul128 => "pclmul128",
             Kernel::Portable => "portable",
@@ -275,13 +296,20 @@ unsafe fn fold(kernel: Kernel, crc: u32, ptr: *const u8, len: usize) -> (u32, us
     let _ = (ptr, len);
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Vpclmul256 if len >= WIDE_MIN => {
+        Kernel::Vpclmul512 if len >= WIDE512_MIN => {
             // SAFETY: the caller's range and the kernel's features, passed
-            // on; len >= WIDE_MIN >= 128.
+            // on; len >= WIDE512_MIN >= 256.
+            unsafe { x86::fold_vpclmul512(crc, ptr, len) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Vpclmul512 | Kernel::Vpclmul256 if len >= WIDE_MIN => {
+            // SAFETY: the caller's range and the kernel's features, passed
+            // on (the 512-bit kernel's include the 256-bit one's); len >=
+            // WIDE_MIN >= 128.
             unsafe { x86::fold_vpclmul(crc, ptr, len) }
         }
         #[cfg(target_arch = "x86_64")]
-        Kernel::Vpclmul256 | Kernel::Pclmul128 if len >= NARROW_MIN => {
+        Kernel::Vpclmul512 | Kernel::Vpclmul256 | Kernel::Pclmul128 if len >= NARROW_MIN => {
             // SAFETY: as above (VPCLMULQDQ's features include PCLMULQDQ);
             // len >= NARROW_MIN >= 64.
             unsafe { x86::fold_pclmul(crc, ptr, len) }
@@ -324,13 +352,15 @@ mod x86 {
 
     use core::arch::asm;
     use core::arch::x86_64::{
-        __m128i, __m256i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128,
+        __m128i, __m256i, __m512i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128,
         _mm_cvtsi128_si32, _mm_set_epi32, _mm_set_epi64x, _mm_srli_si128, _mm_xor_si128,
         _mm256_castsi256_si128, _mm256_clmulepi64_epi128, _mm256_extracti128_si256,
         _mm256_set_epi64x, _mm256_setzero_si256, _mm256_xor_si256, _mm256_zextsi128_si256,
+        _mm512_castsi512_si256, _mm512_clmulepi64_epi128, _mm512_extracti64x4_epi64,
+        _mm512_set_epi64, _mm512_setzero_si512, _mm512_ternarylogic_epi64, _mm512_zextsi128_si512,
     };
 
-    use super::{BARRETT, FOLD_128, FOLD_256, FOLD_512, FOLD_1024, REDUCE};
+    use super::{BARRETT, FOLD_128, FOLD_256, FOLD_512, FOLD_1024, FOLD_2048, REDUCE};
 
     /// Four consecutive 16-byte blocks at `p`, read by `movdqu` in one
     /// `asm!` block.
@@ -434,6 +464,55 @@ mod x86 {
         [a, b, c, d]
     }
 
+    /// `v[i]` XOR the `i`-th of four consecutive 64-byte blocks at `p`, as
+    /// [`xor_load4x256`] with 512-bit registers.
+    ///
+    /// # Safety
+    ///
+    /// `p..p + 256` is valid for reads (as [`load4x128`]).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn xor_load4x512(p: *const u8, v: [__m512i; 4]) -> [__m512i; 4] {
+        let [mut a, mut b, mut c, mut d] = v;
+        // SAFETY: the 256 bytes lie in the caller's range; as `load4x128`
+        // (the four registers are read and written).
+        unsafe {
+            asm!(
+                "vpxorq {a}, {a}, zmmword ptr [{p}]",
+                "vpxorq {b}, {b}, zmmword ptr [{p} + 64]",
+                "vpxorq {c}, {c}, zmmword ptr [{p} + 128]",
+                "vpxorq {d}, {d}, zmmword ptr [{p} + 192]",
+                p = in(reg) p,
+                a = inout(zmm_reg) a,
+                b = inout(zmm_reg) b,
+                c = inout(zmm_reg) c,
+                d = inout(zmm_reg) d,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        [a, b, c, d]
+    }
+
+    /// `v` XOR the 64-byte block at `p`.
+    ///
+    /// # Safety
+    ///
+    /// `p..p + 64` is valid for reads (as [`load4x128`]).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn xor_load512(p: *const u8, mut v: __m512i) -> __m512i {
+        // SAFETY: the 64 bytes lie in the caller's range; as `load4x128`.
+        unsafe {
+            asm!(
+                "vpxorq {v}, {v}, zmmword ptr [{p}]",
+                p = in(reg) p,
+                v = inout(zmm_reg) v,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
     #[inline]
     #[target_feature(enable = "sse2")]
     fn pair128(k: [u64; 2]) -> __m128i {
@@ -462,6 +541,23 @@ mod x86 {
         let high_half = _mm256_clmulepi64_epi128::<0x00>(acc, k);
         let low_half = _mm256_clmulepi64_epi128::<0x11>(acc, k);
         _mm256_xor_si256(_mm256_xor_si256(high_half, low_half), next)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn pair512(k: [u64; 2]) -> __m512i {
+        let (lo, hi) = (k[0] as i64, k[1] as i64);
+        _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo)
+    }
+
+    /// [`fold128`] on all four 128-bit lanes, the three-way XOR in one
+    /// `vpternlogq` (truth table 0x96: a XOR b XOR c).
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn fold512(acc: __m512i, k: __m512i, next: __m512i) -> __m512i {
+        let high_half = _mm512_clmulepi64_epi128::<0x00>(acc, k);
+        let low_half = _mm512_clmulepi64_epi128::<0x11>(acc, k);
+        _mm512_ternarylogic_epi64::<0x96>(high_half, low_half, next)
     }
 
     /// The CRC register for a message whose folded remainder is `v` (the
@@ -525,6 +621,66 @@ mod x86 {
             _mm256_extracti128_si256::<1>(x),
         );
         // The rest (under 128 bytes) 16 at a time.
+        while len - at >= 16 {
+            // SAFETY: at + 16 <= len.
+            v = fold128(v, k128, unsafe { load128_vex(p.wrapping_add(at)) });
+            at += 16;
+        }
+        (!reduce(v), at)
+    }
+
+    /// Fold the first `len & !15` bytes at `p` with 512-bit VPCLMULQDQ:
+    /// `(crc after them, len & !15)`.
+    ///
+    /// # Safety
+    ///
+    /// `p..p + len` is valid for reads (as [`load4x128`]), `len >= 256`,
+    /// and the CPU has AVX-512F, AVX2, PCLMULQDQ and VPCLMULQDQ.
+    #[target_feature(enable = "avx512f,avx2,pclmulqdq,vpclmulqdq")]
+    pub(super) unsafe fn fold_vpclmul512(crc: u32, p: *const u8, len: usize) -> (u32, usize) {
+        let k2048 = pair512(FOLD_2048);
+        let z = _mm512_setzero_si512();
+        // The first 256 bytes, the CRC register XORed into the first four.
+        let init = _mm512_zextsi128_si512(_mm_cvtsi32_si128(!crc as i32));
+        // SAFETY: 256 <= len.
+        let [mut x0, mut x1, mut x2, mut x3] = unsafe { xor_load4x512(p, [init, z, z, z]) };
+        let mut at = 256;
+        while len - at >= 256 {
+            let folded = [
+                fold512(x0, k2048, z),
+                fold512(x1, k2048, z),
+                fold512(x2, k2048, z),
+                fold512(x3, k2048, z),
+            ];
+            // SAFETY: at + 256 <= len.
+            [x0, x1, x2, x3] = unsafe { xor_load4x512(p.wrapping_add(at), folded) };
+            at += 256;
+        }
+        // x0 and x1 lie 128 bytes before x2 and x3, x2 64 bytes before x3.
+        let x2 = fold512(x0, pair512(FOLD_1024), x2);
+        let x3 = fold512(x1, pair512(FOLD_1024), x3);
+        let k512 = pair512(FOLD_512);
+        let mut x = fold512(x2, k512, x3);
+        // The rest 64 bytes at a time, then the four lanes: the low two
+        // move 256 bits onto the high two, the low one of those 128 bits
+        // onto the other.
+        while len - at >= 64 {
+            let folded = fold512(x, k512, z);
+            // SAFETY: at + 64 <= len.
+            x = unsafe { xor_load512(p.wrapping_add(at), folded) };
+            at += 64;
+        }
+        let y = fold256(
+            _mm512_castsi512_si256(x),
+            pair256(FOLD_256),
+            _mm512_extracti64x4_epi64::<1>(x),
+        );
+        let k128 = pair128(FOLD_128);
+        let mut v = fold128(
+            _mm256_castsi256_si128(y),
+            k128,
+            _mm256_extracti128_si256::<1>(y),
+        );
         while len - at >= 16 {
             // SAFETY: at + 16 <= len.
             v = fold128(v, k128, unsafe { load128_vex(p.wrapping_add(at)) });
@@ -641,12 +797,13 @@ mod tests {
         assert_eq!(crc32(0xDEAD_BEEF, &[]), 0xDEAD_BEEF);
     }
 
-    /// Every length through the kernels' thresholds and loop boundaries, at
+    /// Every length through the kernels' thresholds and loop boundaries (the
+    /// 512-bit kernel's: 512, its 256-byte loop, its 64- and 16-byte rests), at
     /// every misalignment in a cache line, against crc32fast.
     #[test]
-    fn every_length_to_600_at_every_alignment() {
-        let buf = pattern(600 + 64, 7);
-        for len in 0..=600 {
+    fn every_length_to_1300_at_every_alignment() {
+        let buf = pattern(1300 + 64, 7);
+        for len in 0..=1300 {
             for off in [0, 1, 3, 8, 15, 16, 31, 33, 63] {
                 let bytes = &buf[off..off + len];
                 let want = reference(0x1234_5678, bytes);

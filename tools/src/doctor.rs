@@ -430,10 +430,16 @@ fn crc_check() -> Check {
     use rnic::dma::crc::Kernel;
     let k = Kernel::selected();
     match k {
+        Kernel::Vpclmul512 => check(
+            "icrc-crc",
+            Level::Ok,
+            "ICRC computed with 512-bit carry-less folds (AVX-512F + VPCLMULQDQ), the widest CRC kernel rnic has",
+            "",
+        ),
         Kernel::Vpclmul256 => check(
             "icrc-crc",
             Level::Ok,
-            "ICRC computed with 256-bit carry-less folds (AVX2 + VPCLMULQDQ), the widest CRC kernel rnic has",
+            "ICRC computed with 256-bit carry-less folds (AVX2 + VPCLMULQDQ): this CPU has no AVX-512F for the 512-bit kernel",
             "",
         ),
         Kernel::Pclmul128 => check(

@@ -180,8 +180,13 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
     let has = |f: &str| flags.iter().any(|x| x == f);
     let crc = get("icrc-crc");
     let detail = crc["detail"].as_str().unwrap();
-    if has("vpclmulqdq") && has("avx2") && has("pclmulqdq") {
-        assert!(detail.contains("256-bit"), "{crc}");
+    if has("vpclmulqdq") && has("avx2") && has("pclmulqdq") && has("avx512f") {
+        assert!(detail.contains("512-bit"), "{crc}");
+    } else if has("vpclmulqdq") && has("avx2") && has("pclmulqdq") {
+        assert!(
+            detail.contains("256-bit") && detail.contains("no AVX-512F"),
+            "{crc}"
+        );
     } else if has("pclmulqdq") {
         assert!(
             detail.contains("128-bit") && detail.contains("no VPCLMULQDQ"),
