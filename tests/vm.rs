@@ -994,6 +994,27 @@ fn hung_scenario_is_killed_at_its_timeout_after_failed_boots_and_leaves_nothing_
     run.finish(c);
 }
 
+/// The checks a run that must fail at once makes: exit 1, each of `lines` in its log, no
+/// timeout waited out (well within its `timeout`), nothing left behind.
+fn failed_at_once(run: &Run, timeout: u64, lines: &[&str]) -> Checks {
+    let mut c = Checks::default();
+    c.that(
+        run.code == Some(1),
+        format!("run-scenario exit {:?}, expected 1 (fail)", run.code),
+    );
+    let log = run.file("log");
+    for line in lines {
+        c.that(log.contains(line), format!("no '{line}' in the log"));
+    }
+    c.that(!log.contains("TIMEOUT"), "the run waited for its timeout");
+    c.that(
+        run.secs < (timeout / 2) as f64,
+        format!("took {:.0}s of a {timeout}s timeout to fail", run.secs),
+    );
+    check_leftovers(run, &mut c);
+    c
+}
+
 /// With no boot left to try, a guest that never reaches `/init` fails its scenario at once
 /// with the reason, instead of leaving the host side waiting for it until the timeout; and
 /// qemu refusing its own arguments is not taken for a failed boot and tried again.
@@ -1004,16 +1025,13 @@ fn a_guest_that_never_boots_fails_its_scenario_at_once() {
     let Some(bad) = run("hang@bad-qemu", &[], timeout, &env) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        bad.code == Some(1),
-        format!("run-scenario exit {:?}, expected 1 (fail)", bad.code),
+    let mut c = failed_at_once(
+        &bad,
+        timeout,
+        &["guest hang did not boot: qemu itself failed (exit 1), so it is not booted again"],
     );
-    let log = bad.file("log");
-    let line = "guest hang did not boot: qemu itself failed (exit 1), so it is not booted again";
-    c.that(log.contains(line), format!("no '{line}' in the log"));
     c.that(
-        log.matches("guest hang started").count() == 1,
+        bad.file("log").matches("guest hang started").count() == 1,
         "qemu was started more than once",
     );
     c.that(
@@ -1025,50 +1043,33 @@ fn a_guest_that_never_boots_fails_its_scenario_at_once() {
             bad.failed_boots()
         ),
     );
-    c.that(
-        bad.secs < (timeout / 2) as f64,
-        format!("took {:.0}s to fail a qemu that would not start", bad.secs),
-    );
-    check_leftovers(&bad, &mut c);
     bad.finish(c);
 
     let env = [("RNIC_VM_BOOT_FAULT", "panic"), ("RNIC_VM_BOOT_TRIES", "1")];
-    let Some(run) = run("hang@no-boot", &[], timeout, &env) else {
+    let Some(panicked) = run("hang@no-boot", &[], timeout, &env) else {
         return;
     };
-    let mut c = Checks::default();
-    c.that(
-        run.code == Some(1),
-        format!("run-scenario exit {:?}, expected 1 (fail)", run.code),
+    let mut c = failed_at_once(
+        &panicked,
+        timeout,
+        &[
+            "guest hang did not boot: none of its 1 boot(s) reached /init",
+            "scenario body failed",
+            "RESULT: FAIL hang",
+        ],
     );
-    let log = run.file("log");
-    for line in [
-        "guest hang did not boot: none of its 1 boot(s) reached /init",
-        "scenario body failed",
-        "RESULT: FAIL hang",
-    ] {
-        c.that(log.contains(line), format!("no '{line}' in the log"));
-    }
-    c.that(!log.contains("TIMEOUT"), "the run waited for its timeout");
     c.that(
-        run.failed_boots()
+        panicked
+            .failed_boots()
             .first()
             .is_some_and(|b| b.contains("boot 1 of 1 failed") && b.contains("kernel panic")),
-        format!("the panic was not reported: {:?}", run.failed_boots()),
+        format!("the panic was not reported: {:?}", panicked.failed_boots()),
     );
     c.that(
-        !run.dir.join("share/hang.out").exists(),
+        !panicked.dir.join("share/hang.out").exists(),
         "the guest's script ran",
     );
-    c.that(
-        run.secs < (timeout / 2) as f64,
-        format!(
-            "took {:.0}s to fail a guest that panicked at boot",
-            run.secs
-        ),
-    );
-    check_leftovers(&run, &mut c);
-    run.finish(c);
+    panicked.finish(c);
 }
 
 /// Stock `ibv_rc_pingpong` on the guest's kernel rxe against rnic's `rc_pingpong` on the
