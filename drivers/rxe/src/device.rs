@@ -511,6 +511,10 @@ pub struct Shared {
     /// 0: no handoff (rounds never defer, the thread always watches the
     /// sockets).
     pub ack_hold_ns: u64,
+    /// The progress thread's receive moderation (`RxeConfig::
+    /// rx_moderation`); `None` for caller-driven devices and devices with a
+    /// poll handoff (their polling application receives).
+    pub rx_moderation: Option<crate::provider::RxModeration>,
     /// The progress thread is asleep for longer than `ack_hold_ns`: a poll
     /// that defers ACKs rings the doorbell so that the hold is kept.
     pub thread_napping: AtomicBool,

@@ -131,8 +131,8 @@ pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{LocalAddr, Target, active_mtu, qp_udp_sport, rc_udp_sport, resolve as resolve_gids};
 pub use provider::{
-    BusyPoll, ProgressScheduling, RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd, RxeProvider,
-    RxeQp,
+    BusyPoll, ProgressScheduling, RxModeration, RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd,
+    RxeProvider, RxeQp,
 };
 pub use qpns::QpnRange;
 pub use share::{MemberInfo, share_from_env};

@@ -157,6 +157,61 @@ pub struct RxeConfig {
     /// `None` (the default): the thread receives everything it sees, and
     /// ACKs leave at once.
     pub poll_handoff: Option<Duration>,
+    /// Progress-thread devices without a poll handoff: receive moderation,
+    /// the software form of a NIC's adaptive interrupt coalescing (see
+    /// [`RxModeration`]). Default [`RxModeration::default`] (10 µs naps
+    /// from 2 GB/s); `RNIC_RXE_RX_MODERATION_US=<µs>` sets the nap (0
+    /// turns moderation off) for devices opened with [`RxeConfig::new`].
+    /// `None`: off.
+    pub rx_moderation: Option<RxModeration>,
+}
+
+/// Receive moderation ([`RxeConfig::rx_moderation`]).
+///
+/// A progress thread waiting on a socket is woken by the sender of each
+/// datagram that finds it asleep, and on loopback or a busy host that
+/// wake-up (an IPI; a VM exit under virtualization) is paid on the sending
+/// CPU: streaming 4 MiB WRITEs to a passive responder over `lo`, 11 % of
+/// the sender's samples went to waking it (docs/benchmarks.md, "Receive
+/// moderation"). So while datagrams arrive at `min_bytes_per_sec` or more —
+/// measured from one sleep of the thread to the next, twice in a row — the
+/// thread does not wait on the sockets between rounds but naps `nap` on
+/// the doorbell alone (which still wakes it to stop, or for a deadline),
+/// then runs the next round; the first sleep after which less arrived
+/// leaves it waiting on the sockets again. A nap adds at most its length to
+/// when a datagram is seen, and only while the stream is dense: a
+/// ping-pong of 64 KiB messages never naps here, one of 256 KiB ones
+/// sometimes does. The thread's timer slack is set to 1 µs so that a nap
+/// lasts what it asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RxModeration {
+    /// How long each nap lasts. Keep it well under the time a sender needs
+    /// to fill its window (rxe's default 128 PSNs of 4 KiB at 7 GB/s:
+    /// 75 µs), or the ACKs a nap delays stall the sender.
+    pub nap: Duration,
+    /// The arrival rate (bytes per second) from which the thread naps.
+    pub min_bytes_per_sec: u64,
+}
+
+impl Default for RxModeration {
+    /// 10 µs naps from 2 GB/s: above what a ping-pong of 64 KiB messages
+    /// reaches on loopback (0.7 GB/s), below any bandwidth test (4–7).
+    fn default() -> RxModeration {
+        RxModeration {
+            nap: Duration::from_micros(10),
+            min_bytes_per_sec: 2_000_000_000,
+        }
+    }
+}
+
+impl RxModeration {
+    /// Whether `bytes` received over `ns` nanoseconds come at
+    /// `min_bytes_per_sec` or more.
+    pub fn dense(&self, bytes: u64, ns: u64) -> bool {
+        bytes > 0
+            && u128::from(bytes) * 1_000_000_000
+                >= u128::from(ns) * u128::from(self.min_bytes_per_sec)
+    }
 }
 
 impl RxeConfig {
@@ -186,6 +241,7 @@ impl RxeConfig {
             progress_rt_priority: None,
             caller_ack_sweep: None,
             poll_handoff: None,
+            rx_moderation: rx_moderation_from_env(),
         }
     }
 
@@ -194,6 +250,14 @@ impl RxeConfig {
     #[must_use]
     pub fn with_poll_handoff(mut self, hold: Option<Duration>) -> RxeConfig {
         self.poll_handoff = hold;
+        self
+    }
+
+    /// The same, with receive moderation `m` (`None`: off; see
+    /// [`RxeConfig::rx_moderation`]).
+    #[must_use]
+    pub fn with_rx_moderation(mut self, m: Option<RxModeration>) -> RxeConfig {
+        self.rx_moderation = m;
         self
     }
 
@@ -370,6 +434,36 @@ impl std::fmt::Display for ProgressScheduling {
     }
 }
 
+/// The default receive moderation ([`RxeConfig::rx_moderation`]) with
+/// `RNIC_RXE_RX_MODERATION_US`'s nap, if set (0: off).
+fn rx_moderation_from_env() -> Option<RxModeration> {
+    match std::env::var("RNIC_RXE_RX_MODERATION_US") {
+        Ok(v) => rx_moderation_from(&v),
+        Err(_) => Some(RxModeration::default()),
+    }
+}
+
+/// [`rx_moderation_from_env`] for the value `v`: microseconds (at most
+/// 1000), 0 for off; anything else keeps the default and says so.
+fn rx_moderation_from(v: &str) -> Option<RxModeration> {
+    let default = RxModeration::default();
+    match v.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(us) => Some(RxModeration {
+            nap: Duration::from_micros(us.min(1000)),
+            ..default
+        }),
+        Err(_) => {
+            tracing::warn!(
+                value = %v,
+                "RNIC_RXE_RX_MODERATION_US is not a number of microseconds; keeping {} µs (0 turns receive moderation off)",
+                default.nap.as_micros()
+            );
+            Some(default)
+        }
+    }
+}
+
 /// `name` is set to `0` (or `false`/`no`/`off`).
 fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| {
@@ -530,6 +624,10 @@ impl RxeDevice {
             thread_wake_at: AtomicU64::new(0),
             acks_waiting: AtomicBool::new(false),
             acks_gen: AtomicU64::new(0),
+            rx_moderation: match (cfg.progress, cfg.poll_handoff) {
+                (Progress::Thread, None) => cfg.rx_moderation.filter(|m| !m.nap.is_zero()),
+                _ => None,
+            },
             ack_hold_ns: match (cfg.progress, cfg.poll_handoff) {
                 (Progress::Thread, Some(h)) => {
                     u64::try_from(h.as_nanos()).unwrap_or(u64::MAX).max(1)
@@ -742,20 +840,52 @@ fn progress_thread(sh: &Arc<Shared>) {
     let mut events = [EpollEvent::empty(); 8];
     let hold = sh.ack_hold_ns;
     let defer = if hold > 0 { Defer::Hold } else { Defer::Never };
+    let moderation = sh.rx_moderation;
+    if moderation.is_some() {
+        // Best effort: the default slack (50 µs) would make a 10 µs nap 60.
+        let _ = nix::sys::prctl::set_timerslack(NAP_TIMER_SLACK_NS);
+    }
     let mut woke = 0;
+    let mut naps = 0;
+    // When the thread last began to sleep, and the bytes received by then;
+    // how many sleeps in a row were followed by dense arrivals.
+    let mut slept = (sh.now().nanos(), 0);
+    let mut dense = 0u32;
     while !sh.stop.load(Ordering::Acquire) {
         let generation = sh.deadline_gen.load(Ordering::SeqCst);
-        let (got, scan_next) = {
+        let (got, scan_next, rx_bytes) = {
             let mut rx = sh.rx();
             let got = rx.progress(sh, 256, defer);
             rx.stats.thread_datagrams += got as u64;
             rx.stats.thread_wakeups += std::mem::take(&mut woke);
-            (got, rx.scan_next)
+            rx.stats.thread_naps += std::mem::take(&mut naps);
+            (got, rx.scan_next, rx.stats.rx_bytes)
         };
         if got > 0 {
             continue;
         }
         let now = sh.now().nanos();
+        if let Some(m) = &moderation {
+            dense = match m.dense(rx_bytes - slept.1, now.saturating_sub(slept.0)) {
+                true => dense.saturating_add(1),
+                false => 0,
+            };
+            slept = (now, rx_bytes);
+            // Two in a row: one message's tail that came in a burst
+            // right after the wake-up its head caused is not a stream.
+            if dense >= NAP_AFTER_DENSE {
+                // Not on the sockets' wait queues: a datagram that arrives
+                // now wakes nobody. The doorbell still does (stop, a
+                // deadline noted earlier than the nap's end cannot be: the
+                // thread counts as awake, `thread_wake_at` stays 0, and the
+                // round after the nap scans every deadline).
+                if sys::wait_readable(sh.doorbell.as_fd(), m.nap) {
+                    let _ = sh.doorbell.read();
+                }
+                naps = 1;
+                continue;
+            }
+        }
         // Engine timers keep their millisecond granularity; with nothing
         // due, the thread still wakes every IDLE_WAKE_NS, so that a post
         // setting a retransmission deadline (67 ms and more at the usual
@@ -814,6 +944,14 @@ fn progress_thread(sh: &Arc<Shared>) {
         }
     }
 }
+
+/// Sleeps in a row followed by dense arrivals before the progress thread
+/// naps ([`RxeConfig::rx_moderation`]).
+const NAP_AFTER_DENSE: u32 = 2;
+
+/// The progress thread's timer slack while it naps
+/// ([`RxeConfig::rx_moderation`]).
+const NAP_TIMER_SLACK_NS: u64 = 1_000;
 
 /// The longest the progress thread sleeps (50 ms): shorter than the
 /// retransmission timeouts in use (perftest's and rnicctl's `-u 14` is
@@ -1603,5 +1741,47 @@ fn apply_attr(a: &mut QpAttr, attr: &QpAttr, mask: QpAttrMask) {
     }
     if mask.contains(QpAttrMask::DEST_QPN) {
         a.dest_qp_num = attr.dest_qp_num;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_compares_the_rate_without_overflow() {
+        let m = RxModeration::default(); // 2 GB/s = 2 bytes per ns
+        assert!(m.dense(20_000, 10_000));
+        assert!(!m.dense(19_999, 10_000));
+        assert!(!m.dense(0, 0), "nothing received is never dense");
+        assert!(m.dense(1, 0));
+        assert!(
+            !m.dense(u64::MAX / 4, u64::MAX),
+            "no overflow at the extremes"
+        );
+        assert!(m.dense(u64::MAX, u64::MAX / 4));
+    }
+
+    #[test]
+    fn the_environment_sets_the_nap_or_turns_moderation_off() {
+        let d = RxModeration::default();
+        assert_eq!(rx_moderation_from("0"), None);
+        assert_eq!(
+            rx_moderation_from(" 25 "),
+            Some(RxModeration {
+                nap: Duration::from_micros(25),
+                ..d
+            })
+        );
+        assert_eq!(
+            rx_moderation_from("5000").map(|m| m.nap),
+            Some(Duration::from_millis(1)),
+            "capped at 1 ms"
+        );
+        assert_eq!(
+            rx_moderation_from("fast"),
+            Some(d),
+            "not a number: the default"
+        );
     }
 }

@@ -35,6 +35,10 @@ pub struct DeviceStats {
     /// Times the progress thread woke from its wait (a packet, the
     /// doorbell, a timer).
     pub thread_wakeups: u64,
+    /// Naps the progress thread took instead of waiting on its sockets
+    /// while datagrams arrived densely (receive moderation,
+    /// [`crate::RxeConfig::rx_moderation`]).
+    pub thread_naps: u64,
     /// Plain ACKs that replaced a queued, older ACK of the same connection
     /// before it was sent (so they are not in `tx_packets`).
     pub acks_coalesced: u64,
@@ -156,6 +160,7 @@ impl DeviceStats {
             acks_held_out,
             thread_datagrams,
             thread_wakeups,
+            thread_naps,
             acks_coalesced,
             acks_bundled,
             gso_sends,
@@ -206,6 +211,7 @@ impl DeviceStats {
             (&mut self.acks_held_out, acks_held_out),
             (&mut self.thread_datagrams, thread_datagrams),
             (&mut self.thread_wakeups, thread_wakeups),
+            (&mut self.thread_naps, thread_naps),
             (&mut self.acks_coalesced, acks_coalesced),
             (&mut self.acks_bundled, acks_bundled),
             (&mut self.gso_sends, gso_sends),
@@ -295,7 +301,7 @@ impl fmt::Display for RxeStats {
         )?;
         writeln!(
             f,
-            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} packet-ring batches, {} GRO datagrams carrying {} packets; the progress thread received {} datagrams in {} wake-ups), {} malformed, {} unknown QPN ({} in other processes' ranges)",
+            "rx: {} packets {} bytes in {} datagrams ({} recvmmsg, {} packet-ring batches, {} GRO datagrams carrying {} packets; the progress thread received {} datagrams in {} wake-ups and {} moderation naps), {} malformed, {} unknown QPN ({} in other processes' ranges)",
             d.rx_packets,
             d.rx_bytes,
             d.rx_datagrams,
@@ -305,6 +311,7 @@ impl fmt::Display for RxeStats {
             d.gro_segments,
             d.thread_datagrams,
             d.thread_wakeups,
+            d.thread_naps,
             d.rx_malformed,
             d.unknown_qpn,
             d.foreign_qpn

@@ -185,6 +185,16 @@ pub fn set_fifo(priority: u8) -> io::Result<()> {
     }
 }
 
+/// Wait up to `timeout` for `fd` to become readable (`ppoll`, nanosecond
+/// timeout); whether it is. An interruption or an error counts as not
+/// readable (the caller's next round looks anyway).
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+    use nix::poll::{PollFd, PollFlags, ppoll};
+    let ts = nix::sys::time::TimeSpec::from_duration(timeout);
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    matches!(ppoll(&mut fds, Some(ts), None), Ok(n) if n > 0)
+}
+
 /// Wait on epoll set `epoll` for up to `timeout_ns` nanoseconds
 /// (`epoll_pwait2`, Linux 5.11: epoll_wait's milliseconds would turn a
 /// 50 µs ACK hold into 1 ms); returns how many of `events` it filled, 0 on
