@@ -159,7 +159,10 @@ enum Cmd {
     /// loopback frames need lo's accept_local and route_localnet, which
     /// `rnicctl doctor` checks), RNIC_RXE_RX_PLACE=1 receives READ response
     /// payloads straight into the READ's buffer, RNIC_RXE_SHARE=0 binds the
-    /// address exclusively.
+    /// address exclusively, RNIC_RXE_RX_MODERATION_US sets how long a
+    /// progress thread (`-e`) naps between rounds while a dense stream
+    /// arrives, instead of being woken by each datagram (default 10; 0 turns
+    /// receive moderation off).
     Perf(perf::PerfArgs),
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]

@@ -196,6 +196,12 @@ pub struct RxModeration {
 impl Default for RxModeration {
     /// 10 µs naps from 2 GB/s: above what a ping-pong of 64 KiB messages
     /// reaches on loopback (0.7 GB/s), below any bandwidth test (4–7).
+    /// Against no moderation, 10 µs naps moved a passive responder's 4 MiB
+    /// WRITEs on `lo` from 5.83 to 6.22 GB/s (every one of 8 alternating
+    /// rounds faster) at the same CPU per byte for both processes, with the
+    /// responder at 0.8 of a CPU; 3–5 µs reached a busy-polling responder's
+    /// bandwidth but spent its whole CPU doing it; 20 µs starved the sender
+    /// of ACKs (`bash bench/moderation_ab.sh`, docs/benchmarks.md).
     fn default() -> RxModeration {
         RxModeration {
             nap: Duration::from_micros(10),
