@@ -76,7 +76,7 @@ done
 declare -A VM_PID
 vm_start() {
   local role=$1; shift
-  local pre=() console=$RESULTS/console-$role.log try t0 why rc
+  local pre=() console=$RESULTS/console-$role.log try t0 why rc lost
   [ -z "${VM_NETNS:-}" ] || pre=(ip netns exec "$VM_NETNS")
   for ((try = 1; try <= BOOT_TRIES; try++)); do
     local fault=${BOOT_FAULTS[try - 1]:-} append=${VM_APPEND:-} stop=()
@@ -104,8 +104,9 @@ vm_start() {
     kill -TERM "${VM_PID[$role]}" 2>/dev/null || true
     rc=0; wait "${VM_PID[$role]}" 2>/dev/null || rc=$?
     mv "$console" "$RESULTS/console-$role-boot$try.log"
-    echo "$((SECONDS - t0))" >> "$RUN/lost"
-    say "guest $role: boot $try of $BOOT_TRIES failed before /init after $((SECONDS - t0))s: $why (qemu exit $rc; console-$role-boot$try.log)"
+    lost=$((SECONDS - t0))
+    echo "$lost" >> "$RUN/lost"
+    say "guest $role: boot $try of $BOOT_TRIES failed before /init after ${lost}s: $why (qemu exit $rc; console-$role-boot$try.log)"
     # A guest that powers off or panics makes qemu exit 0 (-no-reboot); a non-zero exit
     # of its own accord is qemu refusing its arguments, which another boot would repeat.
     if [[ $why == "qemu exited"* ]] && [ "$rc" -ne 0 ]; then

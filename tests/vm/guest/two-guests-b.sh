@@ -8,7 +8,7 @@ capture_start two-guests.pcap
 # A stalled session is cut at 90 s and tried again, as on A (two-guests-a.sh).
 step "B: rc_pingpong" retry timeout 90 ibv_rc_pingpong -d rxe0 -g 1 -n 100 10.60.0.1
 sleep 1
-step "B: ib_write_bw" retry timeout 90 ib_write_bw -d rxe0 -x 1 -s 65536 -n 200 -F --report_gbits 10.60.0.1
+step "B: ib_write_bw" retry timeout 90 ib_write_bw -d rxe0 -x 1 -p 18516 -s 65536 -n 200 -F --report_gbits 10.60.0.1
 capture_stop
 report
 run_extra || exit 1
