@@ -872,9 +872,11 @@ fn progress_thread(sh: &Arc<Shared>) {
         }
         let now = sh.now().nanos();
         if let Some(m) = &moderation {
-            dense = match m.dense(rx_bytes - slept.1, now.saturating_sub(slept.0)) {
-                true => dense.saturating_add(1),
-                false => 0,
+            let arrived = rx_bytes.saturating_sub(slept.1);
+            dense = if m.dense(arrived, now.saturating_sub(slept.0)) {
+                dense.saturating_add(1)
+            } else {
+                0
             };
             slept = (now, rx_bytes);
             // Two in a row: one message's tail that came in a burst
