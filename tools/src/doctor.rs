@@ -391,12 +391,20 @@ pub fn checks() -> Vec<Check> {
             } else {
                 "; READ responses are copied from the receive slots (RNIC_RXE_RX_PLACE=1 receives their payloads straight into the READs' buffers)"
             };
+            let moderation = match env.rx_moderation {
+                Some(m) => format!(
+                    "; progress threads nap {} us between rounds while {:.1} GB/s or more arrive, instead of being woken per datagram (receive moderation; RNIC_RXE_RX_MODERATION_US=0 turns it off)",
+                    m.nap.as_micros(),
+                    m.min_bytes_per_sec as f64 / 1e9
+                ),
+                None => "; receive moderation off (RNIC_RXE_RX_MODERATION_US=0): progress threads are woken per datagram".to_owned(),
+            };
             v.push(match rnic::rxe::sys::set_busy_poll(s.as_fd(), usecs) {
                 Ok(()) => check(
                     "rxe-rx-path",
                     Level::Ok,
                     format!(
-                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO){ring}{place}; busy-polling devices (caller-driven) call recvmmsg(MSG_DONTWAIT) per poll with SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL, which polls a NIC's NAPI queue (lo and veth have none: there the poll loop is the whole path); io_uring and AF_XDP are not used (docs/benchmarks.md, \"The 8-byte path\")"
+                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO){ring}{place}{moderation}; busy-polling devices (caller-driven) call recvmmsg(MSG_DONTWAIT) per poll with SO_BUSY_POLL {usecs} us + SO_PREFER_BUSY_POLL, which polls a NIC's NAPI queue (lo and veth have none: there the poll loop is the whole path); io_uring and AF_XDP are not used (docs/benchmarks.md, \"The 8-byte path\")"
                     ),
                     "",
                 ),
@@ -404,7 +412,7 @@ pub fn checks() -> Vec<Check> {
                     "rxe-rx-path",
                     Level::Warn,
                     format!(
-                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO){place}; SO_BUSY_POLL {usecs} us refused ({e}): busy-polling devices poll the socket only, not the NIC's queue"
+                        "UDP sockets (sendmmsg/recvmmsg, GSO/GRO){place}{moderation}; SO_BUSY_POLL {usecs} us refused ({e}): busy-polling devices poll the socket only, not the NIC's queue"
                     ),
                     "run as root (CAP_NET_ADMIN) or raise net.core.busy_read to 50",
                 ),

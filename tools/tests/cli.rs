@@ -153,6 +153,30 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
             "{icrc}"
         );
     }
+    // rxe-rx-path names the receive moderation this environment gives a
+    // progress thread: the default, or off with RNIC_RXE_RX_MODERATION_US=0.
+    let path = get("rxe-rx-path")["detail"].as_str().unwrap().to_owned();
+    if std::env::var_os("RNIC_RXE_RX_MODERATION_US").is_none() {
+        let d = rnic::rxe::RxModeration::default();
+        let want = format!("nap {} us between rounds while 2.0 GB/s", d.nap.as_micros());
+        assert!(path.contains(&want), "{path}");
+    }
+    let off = Command::new(BIN)
+        .args(["doctor", "--json"])
+        .env("RNIC_RXE_RX_MODERATION_US", "0")
+        .output()
+        .unwrap();
+    let off = json_of(&off);
+    let off_path = off["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "rxe-rx-path")
+        .unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(off_path.contains("receive moderation off"), "{off_path}");
     // rxe-rx-ring: OK exactly when a packet ring opens: a raw socket (as
     // the tap) on Linux 6.2+.
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
