@@ -614,13 +614,27 @@ mod x86 {
         let x2 = fold256(x0, pair256(FOLD_512), x2);
         let x3 = fold256(x1, pair256(FOLD_512), x3);
         let x = fold256(x2, pair256(FOLD_256), x3);
+        // SAFETY: the caller's range; at <= len.
+        unsafe { finish256(x, p, at, len) }
+    }
+
+    /// The wide kernels' last steps: the 256-bit remainder `x` folded to
+    /// 128 bits, the rest of `p..p + len` from `at` 16 bytes at a time, and
+    /// the reduction: `(crc after them, len & !15)`.
+    ///
+    /// # Safety
+    ///
+    /// `p..p + len` is valid for reads (as [`load4x128`]), `at <= len`, and
+    /// the CPU has AVX2 and PCLMULQDQ.
+    #[inline]
+    #[target_feature(enable = "avx2,pclmulqdq")]
+    unsafe fn finish256(x: __m256i, p: *const u8, mut at: usize, len: usize) -> (u32, usize) {
         let k128 = pair128(FOLD_128);
         let mut v = fold128(
             _mm256_castsi256_si128(x),
             k128,
             _mm256_extracti128_si256::<1>(x),
         );
-        // The rest (under 128 bytes) 16 at a time.
         while len - at >= 16 {
             // SAFETY: at + 16 <= len.
             v = fold128(v, k128, unsafe { load128_vex(p.wrapping_add(at)) });
@@ -675,18 +689,9 @@ mod x86 {
             pair256(FOLD_256),
             _mm512_extracti64x4_epi64::<1>(x),
         );
-        let k128 = pair128(FOLD_128);
-        let mut v = fold128(
-            _mm256_castsi256_si128(y),
-            k128,
-            _mm256_extracti128_si256::<1>(y),
-        );
-        while len - at >= 16 {
-            // SAFETY: at + 16 <= len.
-            v = fold128(v, k128, unsafe { load128_vex(p.wrapping_add(at)) });
-            at += 16;
-        }
-        (!reduce(v), at)
+        // SAFETY: the caller's range and features (AVX2, PCLMULQDQ among
+        // them); at <= len.
+        unsafe { finish256(y, p, at, len) }
     }
 
     /// Fold the first `len & !15` bytes at `p` with 128-bit PCLMULQDQ:
