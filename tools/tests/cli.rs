@@ -96,6 +96,16 @@ fn list_shows_loopback_and_eth0_with_their_gids() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("rxe:lo"));
 }
 
+/// The check named `n` in `rnicctl doctor --json`'s output `j`.
+fn doctor_check<'a>(j: &'a serde_json::Value, n: &str) -> &'a serde_json::Value {
+    j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == n)
+        .unwrap_or_else(|| panic!("{n} missing"))
+}
+
 #[test]
 fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
     let _g = UDP_4791
@@ -104,12 +114,7 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
     let o = rnicctl(&["doctor", "--json"]);
     let j = json_of(&o);
     let checks = j["checks"].as_array().unwrap();
-    let get = |n: &str| {
-        checks
-            .iter()
-            .find(|c| c["name"] == n)
-            .unwrap_or_else(|| panic!("{n} missing"))
-    };
+    let get = |n: &str| doctor_check(&j, n);
     // memlock: the value getrlimit gives this (child-identical) process.
     let (soft, _) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).unwrap();
@@ -167,12 +172,7 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
         .output()
         .unwrap();
     let off = json_of(&off);
-    let off_path = off["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "rxe-rx-path")
-        .unwrap()["detail"]
+    let off_path = doctor_check(&off, "rxe-rx-path")["detail"]
         .as_str()
         .unwrap()
         .to_owned();
