@@ -10,6 +10,7 @@ use super::pkt::{self, Pkt, f, op, syndrome};
 use super::qp::Qp;
 use super::qp::{KeyPiece, MAX_PIECES};
 use super::queue::{WqeStatus, sgl_write};
+use super::requester::WINDOW_REGROW;
 use super::{Access, Instant, Io, MemoryAccess, Piece};
 
 /// Completer state.
@@ -458,6 +459,7 @@ impl Qp {
     fn after_progress(&mut self, now: Instant, progress: bool, io: &mut Io<'_>) {
         if progress {
             self.reset_retry_counters();
+            self.req.window_cut = self.req.window_cut.saturating_sub(WINDOW_REGROW);
             self.comp.retrying = None;
             self.comp.timer = if self.outstanding() {
                 ack_timeout_delay(self.a.timeout).map(|d| now.after(d))
@@ -523,6 +525,10 @@ impl Qp {
             }
         }
         self.stats.retries += 1;
+        if counted {
+            // A loss (an RNR wait is the receiver's queue, not the path).
+            self.cut_window();
+        }
         self.comp.retrying = Some(self.comp.psn);
         self.comp.timer = None;
         self.rewind();

@@ -37,13 +37,47 @@ pub(crate) struct Requester {
     pub noack: u32,
     /// Started, unretired READ/atomic WQEs.
     pub rd_atomic: u32,
+    /// How far a loss cut the window below
+    /// [`QpConfig::max_unacked_psns`](super::QpConfig::max_unacked_psns):
+    /// see [`Qp::window`].
+    pub window_cut: u32,
 }
 
+/// A retry halves the window down to at most this (rxe's own window, or
+/// the configured one if smaller).
+pub(crate) const WINDOW_FLOOR: u32 = DEFAULT_MAX_UNACKED_PSNS;
+/// Each response that advances the completer gives back this many PSNs of
+/// a cut window: from half of 1024 to all of it in 64 acknowledgements
+/// (4096 PSNs at rxe's AckReq cadence).
+pub(crate) const WINDOW_REGROW: u32 = 8;
+
 impl Qp {
+    /// The requester's window in PSNs now: the configured
+    /// [`max_unacked_psns`](super::QpConfig::max_unacked_psns) while no
+    /// packet is lost. A retry (a NAK for a sequence error, a gap in READ
+    /// responses, a timeout) halves it, down to rxe's 128 (or the configured
+    /// window if smaller), and every response that advances the completer
+    /// gives [`WINDOW_REGROW`] PSNs back, up to the configured window: a
+    /// large window keeps a fast path full, and a receiver that drops part
+    /// of it (a small socket buffer, a congested link) soon gets what rxe
+    /// itself sends.
+    pub fn window(&self) -> u32 {
+        let full = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW);
+        full.saturating_sub(self.req.window_cut)
+            .max(full.min(WINDOW_FLOOR))
+    }
+
+    /// Halve the window after a loss ([`Qp::window`]).
+    pub(crate) fn cut_window(&mut self) {
+        let full = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW);
+        let halved = (self.window() / 2).max(full.min(WINDOW_FLOOR));
+        self.req.window_cut = full - halved;
+    }
+
     /// Send as much as the window, `max_rd_atomic`, fences and the sink allow.
     pub(crate) fn request(&mut self, now: Instant, io: &mut Io<'_>) {
         let mtu = u64::from(self.a.path_mtu.bytes());
-        let window = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW) as i32;
+        let window = self.window() as i32;
         loop {
             if self.comp.rnr_until.is_some() {
                 return;

@@ -408,6 +408,81 @@ fn configured_window_is_honoured() {
     assert_eq!(sim.ep[0].qp.stats().tx_packets, 4096);
 }
 
+/// Post one 1 MiB WRITE (4096 packets at MTU 256) from A to B.
+fn post_mib_write(sim: &mut Sim, ka: u32, kb: u32, id: u64) {
+    let sgl = [sge(ka, 0x1000_0000, 1 << 20)];
+    let wr = SendWr {
+        ud: None,
+        wr_id: id,
+        sg_list: &sgl,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x1000_0000,
+            rkey: Rkey(kb),
+        },
+        flags: SendFlags::SIGNALED,
+    };
+    assert!(sim.ep[0].with(|qp, io| qp.post_send(&wr, io)).is_ok());
+}
+
+/// A lost packet halves a large window (the NAK for the sequence error
+/// starts a retry that sends at most half the window), the window never
+/// falls below rxe's 128, and acknowledged progress gives it back.
+#[test]
+fn a_loss_halves_a_large_window_and_progress_regrows_it() {
+    let c = Conn {
+        mtu: Mtu::Mtu256,
+        ..Conn::default()
+    };
+    let mut sim = rc_pair(&c, 7);
+    sim.ep[0].qp.cfg.max_unacked_psns = 1024;
+    let (ka, kb) = keys(&mut sim);
+    let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4099) as u8).collect();
+    sim.ep[0].mem.bytes_mut(ka)[..1 << 20].copy_from_slice(&pattern);
+    post_mib_write(&mut sim, ka, kb, 1);
+    let now = sim.instant();
+    sim.ep[0].with(|qp, io| qp.run(now, io));
+    assert_eq!(a_packets(&sim).len(), 1024);
+    assert_eq!(sim.ep[0].qp.window(), 1024);
+    // The wire loses the first packet: B NAKs the second one.
+    let lost = sim.ep[0].tx.out.remove(0);
+    sim.ep[0].tx.recycle(lost.0);
+    sim.drain(0);
+    while sim.ep[0].qp.stats().naks_received.psn_seq == 0 {
+        assert!(sim.step(), "the NAK never came");
+    }
+    assert_eq!(sim.ep[0].qp.window(), 512);
+    let st = sim.ep[0].qp.stats();
+    assert_eq!(
+        (st.tx_packets, st.retransmits),
+        (1024 + 512, 512),
+        "the retry resends half the window from the lost PSN"
+    );
+    sim.run(1_000_000);
+    assert_eq!(statuses(&sim.ep[0].cq.send), vec![(1, WcStatus::Success)]);
+    assert_eq!(&sim.ep[1].mem.bytes(kb)[..1 << 20], &pattern[..]);
+    let regrown = sim.ep[0].qp.window();
+    assert!(regrown > 512, "progress gave nothing back: {regrown}");
+    post_mib_write(&mut sim, ka, kb, 2);
+    sim.kick(0);
+    sim.run(1_000_000);
+    assert_eq!(sim.ep[0].qp.window(), 1024, "64 more ACKs restore it all");
+
+    // rxe's own window is the floor: a loss leaves 128 at 128.
+    let mut sim = rc_pair(&c, 8);
+    let (ka, kb) = keys(&mut sim);
+    post_mib_write(&mut sim, ka, kb, 1);
+    let now = sim.instant();
+    sim.ep[0].with(|qp, io| qp.run(now, io));
+    let lost = sim.ep[0].tx.out.remove(0);
+    sim.ep[0].tx.recycle(lost.0);
+    sim.drain(0);
+    while sim.ep[0].qp.stats().naks_received.psn_seq == 0 {
+        assert!(sim.step(), "the NAK never came");
+    }
+    assert_eq!(sim.ep[0].qp.window(), 128);
+    assert_eq!(sim.ep[0].qp.stats().retransmits, 128);
+}
+
 /// max_rd_atomic bounds outstanding READ/atomics; a fence waits for all
 /// earlier work.
 #[test]
