@@ -159,10 +159,13 @@ enum Cmd {
     /// loopback frames need lo's accept_local and route_localnet, which
     /// `rnicctl doctor` checks), RNIC_RXE_RX_PLACE=1 receives READ response
     /// payloads straight into the READ's buffer, RNIC_RXE_SHARE=0 binds the
-    /// address exclusively, RNIC_RXE_RX_MODERATION_US sets how long a
-    /// progress thread (`-e`) naps between rounds while a dense stream
-    /// arrives, instead of being woken by each datagram (default 10; 0 turns
-    /// receive moderation off).
+    /// address exclusively, RNIC_RXE_RX_MODERATION_US sets the shortest nap
+    /// of a progress thread (`-e`) between rounds while a dense stream
+    /// arrives, instead of being woken by each datagram (default 10 µs,
+    /// growing to 100 with the requester window; 0 turns receive moderation
+    /// off). QPs keep up to 1024 PSNs in flight (rxe: 128) where the
+    /// device's sockets got 8 MiB receive buffers (CAP_NET_ADMIN), else 128;
+    /// a loss halves the window, progress regrows it.
     Perf(perf::PerfArgs),
     /// mlx5 driver facts that need no device (`rnicctl mlx5 layouts --json`).
     #[command(subcommand)]

@@ -163,7 +163,11 @@ fn doctor_reports_real_facts_and_its_exit_code_follows_failures() {
     let path = get("rxe-rx-path")["detail"].as_str().unwrap().to_owned();
     if std::env::var_os("RNIC_RXE_RX_MODERATION_US").is_none() {
         let d = rnic::rxe::RxModeration::default();
-        let want = format!("nap {} us between rounds while 2.0 GB/s", d.nap.as_micros());
+        let want = format!(
+            "nap {}-{} us between rounds (longer the larger the requester window) while 2.0 GB/s",
+            d.nap.as_micros(),
+            d.max_nap.as_micros()
+        );
         assert!(path.contains(&want), "{path}");
     }
     let off = Command::new(BIN)

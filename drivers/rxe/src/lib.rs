@@ -131,8 +131,8 @@ pub use error::RxeError;
 pub use fault::FaultConfig;
 pub use gid::{LocalAddr, Target, active_mtu, qp_udp_sport, rc_udp_sport, resolve as resolve_gids};
 pub use provider::{
-    BusyPoll, ProgressScheduling, RxModeration, RxeAh, RxeConfig, RxeCq, RxeDevice, RxeMr, RxePd,
-    RxeProvider, RxeQp,
+    BusyPoll, ProgressScheduling, RXE_WINDOW, RxModeration, RxeAh, RxeConfig, RxeCq, RxeDevice,
+    RxeMr, RxePd, RxeProvider, RxeQp, window_for_buffer,
 };
 pub use qpns::QpnRange;
 pub use share::{MemberInfo, share_from_env};

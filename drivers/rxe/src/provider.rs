@@ -55,9 +55,16 @@ pub struct RxeConfig {
     /// Seeded loss/reordering on the receive path (off by default).
     pub faults: FaultConfig,
     /// Each RC QP's requester window in PSNs (see
-    /// [`QpConfig::max_unacked_psns`]). The default, rxe's 128, is what a
-    /// kernel rxe peer expects; between rnic devices with large socket
-    /// buffers 1024 (4 MiB at MTU 4096) keeps a fast link busy.
+    /// [`QpConfig::max_unacked_psns`]). Default [`RXE_WINDOW`], 1024 (4 MiB
+    /// at MTU 4096): kernel rxe sends 128, but its responder queues what
+    /// arrives without a limit, and between rnic devices 128 PSNs (75 µs
+    /// of data at 7 GB/s) is too little for a passive responder's
+    /// [receive moderation](RxeConfig::rx_moderation) to nap without
+    /// stalling its sender. A device offers no more than its own sockets'
+    /// receive buffers hold, assuming its peers have the same ones
+    /// ([`window_for_buffer`]): without CAP_NET_ADMIN for 8 MiB buffers
+    /// that is rxe's 128. A loss halves a QP's window, down to 128, and
+    /// acknowledged progress gives it back ([`Qp::window`]).
     pub max_unacked_psns: u32,
     /// Share the addresses with other processes' devices (`rnic_rxe::share`):
     /// join each address's `SO_REUSEPORT` group, steered by QPN. Needs
@@ -159,9 +166,10 @@ pub struct RxeConfig {
     pub poll_handoff: Option<Duration>,
     /// Progress-thread devices without a poll handoff: receive moderation,
     /// the software form of a NIC's adaptive interrupt coalescing (see
-    /// [`RxModeration`]). Default [`RxModeration::default`] (10 µs naps
-    /// from 2 GB/s); `RNIC_RXE_RX_MODERATION_US=<µs>` sets the nap (0
-    /// turns moderation off) for devices opened with [`RxeConfig::new`].
+    /// [`RxModeration`]). Default [`RxModeration::default`] (naps of 10 to
+    /// 100 µs, as the window allows, from 2 GB/s);
+    /// `RNIC_RXE_RX_MODERATION_US=<µs>` sets the shortest nap (0 turns
+    /// moderation off) for devices opened with [`RxeConfig::new`].
     /// `None`: off.
     pub rx_moderation: Option<RxModeration>,
 }
@@ -183,12 +191,18 @@ pub struct RxeConfig {
 /// ping-pong of 64 KiB messages never naps here, one of 256 KiB ones
 /// sometimes does. The thread's timer slack is set to 1 µs so that a nap
 /// lasts what it asks.
+///
+/// How long a nap lasts follows the requester window
+/// ([`RxModeration::nap_for`]): the ACKs a nap delays must never let the
+/// sender's window run out. The thread assumes its peers use this device's
+/// window (the same software with the same buffers; a kernel rxe sender's
+/// 128 PSNs last longer than the longest nap at the rates it reaches).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RxModeration {
-    /// How long each nap lasts. Keep it well under the time a sender needs
-    /// to fill its window (rxe's default 128 PSNs of 4 KiB at 7 GB/s:
-    /// 75 µs), or the ACKs a nap delays stall the sender.
+    /// The shortest nap.
     pub nap: Duration,
+    /// The longest nap.
+    pub max_nap: Duration,
     /// The arrival rate (bytes per second) from which the thread naps.
     pub min_bytes_per_sec: u64,
 }
@@ -205,12 +219,28 @@ impl Default for RxModeration {
     fn default() -> RxModeration {
         RxModeration {
             nap: Duration::from_micros(10),
+            max_nap: Duration::from_micros(100),
             min_bytes_per_sec: 2_000_000_000,
         }
     }
 }
 
 impl RxModeration {
+    /// The nap while `bytes` arrive every `ns` nanoseconds on a device
+    /// whose QPs send `window` PSNs: the time the sender takes for an
+    /// eighth of a window of 4 KiB packets at that rate, from `nap` to
+    /// `max_nap`. With rxe's 128 PSNs at 7 GB/s that is 9.4 µs (so
+    /// `nap`, 10 µs: 20 µs stalled such a sender); with 1024 PSNs, 75 µs.
+    pub fn nap_for(&self, bytes: u64, ns: u64, window: u32) -> Duration {
+        let longest = self.max_nap.max(self.nap);
+        if bytes == 0 {
+            return self.nap;
+        }
+        let eighth = u128::from(window) * 4096 / 8;
+        let t = eighth * u128::from(ns) / u128::from(bytes);
+        Duration::from_nanos(u64::try_from(t).unwrap_or(u64::MAX)).clamp(self.nap, longest)
+    }
+
     /// Whether `bytes` received over `ns` nanoseconds come at
     /// `min_bytes_per_sec` or more.
     pub fn dense(&self, bytes: u64, ns: u64) -> bool {
@@ -232,7 +262,7 @@ impl RxeConfig {
             gro: true,
             per_qp_sport: true,
             faults: FaultConfig::default(),
-            max_unacked_psns: DEFAULT_MAX_UNACKED_PSNS,
+            max_unacked_psns: RXE_WINDOW,
             ident_tap: true,
             ident_recovery: ident_recovery_from_env(),
             share: crate::share::share_from_env(),
@@ -441,7 +471,7 @@ impl std::fmt::Display for ProgressScheduling {
 }
 
 /// The default receive moderation ([`RxeConfig::rx_moderation`]) with
-/// `RNIC_RXE_RX_MODERATION_US`'s nap, if set (0: off).
+/// `RNIC_RXE_RX_MODERATION_US`'s shortest nap, if set (0: off).
 fn rx_moderation_from_env() -> Option<RxModeration> {
     match std::env::var("RNIC_RXE_RX_MODERATION_US") {
         Ok(v) => rx_moderation_from(&v),
@@ -468,6 +498,22 @@ fn rx_moderation_from(v: &str) -> Option<RxModeration> {
             Some(default)
         }
     }
+}
+
+/// The requester window of a device's QPs by default
+/// ([`RxeConfig::max_unacked_psns`]).
+pub const RXE_WINDOW: u32 = 1024;
+
+/// The largest window (PSNs) a device whose sockets got receive buffers of
+/// `rcvbuf` bytes (`SO_RCVBUF`, which reports twice the bytes asked for)
+/// offers, never below rxe's 128: half the buffer's payload in packets of
+/// 4 KiB, the rest for the socket buffers' overhead. 8 MiB asked for
+/// (16 MiB reported) gives 1024; Linux's default `rmem_max` gives 128.
+pub fn window_for_buffer(rcvbuf: usize) -> u32 {
+    let psns = rcvbuf / 2 / 4096 / 2;
+    u32::try_from(psns)
+        .unwrap_or(u32::MAX)
+        .max(DEFAULT_MAX_UNACKED_PSNS)
 }
 
 /// `name` is set to `0` (or `false`/`no`/`off`).
@@ -543,6 +589,24 @@ impl RxeDevice {
             },
         )?;
         let qpns = share.as_ref().map_or(QpnRange::ALL, |m| m.range());
+        // A packet ring holds FRAMES datagrams, whatever the socket buffer.
+        let cap = ports
+            .iter()
+            .map(|p| match p.ring {
+                Some(_) => DEFAULT_MAX_UNACKED_PSNS,
+                None => window_for_buffer(sys::rcvbuf(&p.sock)),
+            })
+            .min()
+            .unwrap_or(DEFAULT_MAX_UNACKED_PSNS);
+        let window = cfg.max_unacked_psns.min(cap);
+        if window < cfg.max_unacked_psns {
+            tracing::info!(
+                asked = cfg.max_unacked_psns,
+                window,
+                "requester window limited to what this device's receive buffers hold \
+                 (8 MiB buffers need CAP_NET_ADMIN; a packet ring holds rxe's 128)"
+            );
+        }
         // Caller-driven devices busy-poll their sockets; let each receive
         // poll the NIC's queue too where the device has one.
         let busy_poll = if cfg.progress == Progress::Caller {
@@ -652,7 +716,7 @@ impl RxeDevice {
             active_mtu,
             progress: cfg.progress,
             busy_poll,
-            max_unacked_psns: cfg.max_unacked_psns,
+            max_unacked_psns: window,
             doorbell,
             stop: AtomicBool::new(false),
             epoch_ns: crate::sys::monotonic_ns(),
@@ -742,6 +806,13 @@ impl RxeDevice {
     /// The GID table (index = position).
     pub fn gids(&self) -> Vec<Gid> {
         self.inner.sh.ports.iter().map(|p| p.gid).collect()
+    }
+
+    /// The requester window (PSNs) this device's RC QPs start with: the
+    /// configured one, limited by what the sockets' receive buffers hold
+    /// ([`window_for_buffer`]; a packet ring holds rxe's 128).
+    pub fn window(&self) -> u32 {
+        self.inner.sh.max_unacked_psns
     }
 
     /// The path MTU the link allows.
@@ -873,7 +944,8 @@ fn progress_thread(sh: &Arc<Shared>) {
         let now = sh.now().nanos();
         if let Some(m) = &moderation {
             let arrived = rx_bytes.saturating_sub(slept.1);
-            dense = if m.dense(arrived, now.saturating_sub(slept.0)) {
+            let took = now.saturating_sub(slept.0);
+            dense = if m.dense(arrived, took) {
                 dense.saturating_add(1)
             } else {
                 0
@@ -887,7 +959,8 @@ fn progress_thread(sh: &Arc<Shared>) {
                 // deadline noted earlier than the nap's end cannot be: the
                 // thread counts as awake, `thread_wake_at` stays 0, and the
                 // round after the nap scans every deadline).
-                if sys::wait_readable(sh.doorbell.as_fd(), m.nap) {
+                let nap = m.nap_for(arrived, took, sh.max_unacked_psns);
+                if sys::wait_readable(sh.doorbell.as_fd(), nap) {
                     let _ = sh.doorbell.read();
                 }
                 naps = 1;
@@ -1768,6 +1841,44 @@ mod tests {
             "no overflow at the extremes"
         );
         assert!(m.dense(u64::MAX, u64::MAX / 4));
+    }
+
+    #[test]
+    fn the_nap_lets_an_eighth_of_the_window_arrive() {
+        let m = RxModeration::default();
+        let us = |d: Duration| d.as_nanos() as f64 / 1000.0;
+        // 7 GB/s: 7 bytes per ns.
+        assert_eq!(m.nap_for(7_000, 1_000, 128), m.nap, "9.4 µs → the shortest");
+        assert!((us(m.nap_for(7_000, 1_000, 1024)) - 74.9).abs() < 0.1);
+        assert_eq!(
+            m.nap_for(2_000, 1_000, 1024),
+            m.max_nap,
+            "2 GB/s: 262 µs → the longest"
+        );
+        assert!((us(m.nap_for(3_000, 1_000, 512)) - 87.4).abs() < 0.1);
+        assert_eq!(m.nap_for(0, 1_000, 1024), m.nap, "nothing measured");
+        assert_eq!(m.nap_for(1, u64::MAX, u32::MAX), m.max_nap, "no overflow");
+        let long = RxModeration {
+            nap: Duration::from_micros(500),
+            ..m
+        };
+        assert_eq!(
+            long.nap_for(7_000, 1_000, 1024),
+            long.nap,
+            "a shortest nap above the longest wins"
+        );
+    }
+
+    #[test]
+    fn the_buffer_bounds_the_window() {
+        assert_eq!(window_for_buffer(16 << 20), 1024, "8 MiB asked for");
+        assert_eq!(
+            window_for_buffer(425_984),
+            128,
+            "rmem_max's default: rxe's own"
+        );
+        assert_eq!(window_for_buffer(0), 128);
+        assert_eq!(window_for_buffer(64 << 20), 4096);
     }
 
     #[test]

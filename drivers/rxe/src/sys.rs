@@ -321,6 +321,12 @@ pub fn set_buffers(fd: &impl AsFd, bytes: usize) {
     }
 }
 
+/// The receive buffer `fd` got (`SO_RCVBUF`: what the kernel accounts,
+/// twice what was asked for), or 0 if it cannot be read.
+pub fn rcvbuf(fd: &impl AsFd) -> usize {
+    nix::sys::socket::getsockopt(fd, sockopt::RcvBuf).unwrap_or(0)
+}
+
 /// Whether the kernel takes `UDP_SEGMENT` (probe: set the socket default to 0).
 pub fn probe_gso(fd: &impl AsFd) -> bool {
     setsockopt(fd, sockopt::UdpGsoSegment, &0).is_ok()

@@ -76,8 +76,8 @@ fn stream(writes: usize, cfg: impl FnOnce(RxeConfig) -> RxeConfig) -> DeviceStat
 /// hundred MB/s), so the test does not depend on the machine's speed.
 fn low_threshold() -> Option<RxModeration> {
     Some(RxModeration {
-        nap: Duration::from_micros(10),
         min_bytes_per_sec: 20_000_000,
+        ..RxModeration::default()
     })
 }
 
@@ -139,4 +139,29 @@ fn a_ping_pong_never_naps() {
     let s = b.dev.stats().device;
     assert_eq!(s.thread_naps, 0, "{s:?}");
     assert!(s.thread_wakeups >= 100, "{s:?}");
+}
+
+/// A device's QPs start with a 1024-PSN window where its sockets got 8 MiB
+/// receive buffers (root: `SO_RCVBUFFORCE`), else with what the buffer
+/// Linux allowed holds (rxe's 128 at the default `rmem_max`); a configured
+/// window below that is kept as it is.
+#[test]
+fn the_window_is_what_the_receive_buffers_hold() {
+    let (ia, _) = ip_pair();
+    let dev = thread_device(ia, |c| c);
+    let root = nix::unistd::geteuid().is_root();
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let want = if root {
+        1024
+    } else {
+        rnic_rxe::window_for_buffer(2 * rmem_max.min(8 << 20)).min(1024)
+    };
+    assert_eq!(dev.window(), want, "root: {root}, rmem_max {rmem_max}");
+    drop(dev);
+    let small = thread_device(ia, |c| c.with_max_unacked_psns(64));
+    assert_eq!(small.window(), 64);
 }
