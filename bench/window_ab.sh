@@ -58,18 +58,22 @@ python3 - "$tmp/runs.csv" <<'PY'
 import csv, statistics, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["GB/s"] not in ("ERR", "")]
 med = lambda rs, k: statistics.median(float(r[k]) for r in rs)
-print("\nmedians: server, size, build: GB/s, client + server CPU s/GB (server); rounds B faster / B cheaper")
+print("\nserver, size, build: median GB/s, median client + server CPU s/GB (server);")
+print("then the median of the paired ratios B/A (this VM runs in two speed phases, so")
+print("medians across runs mix them; each pair ran back to back) and how many pairs B won")
 for server in ("passive", "busy"):
     for size in ("1048576", "4194304"):
         pick = lambda b: [r for r in rows if (r["build"], r["server"], r["size"]) == (b, server, size)]
         a, b = pick("A"), pick("B")
         if not a or not b:
             continue
+        both = lambda r: float(r["client CPU s/GB"]) + float(r["server CPU s/GB"])
         for name, rs in (("A", a), ("B", b)):
-            both = statistics.median(float(r["client CPU s/GB"]) + float(r["server CPU s/GB"]) for r in rs)
-            print(f"{server:7} {int(size) >> 20} MiB {name}: {med(rs, 'GB/s'):.2f} GB/s, {both:.3f} ({med(rs, 'server CPU s/GB'):.3f}) s/GB")
+            print(f"{server:7} {int(size) >> 20} MiB {name}: {med(rs, 'GB/s'):.2f} GB/s, {statistics.median(both(r) for r in rs):.3f} ({med(rs, 'server CPU s/GB'):.3f}) s/GB")
         pairs = list(zip(a, b))
+        bw = statistics.median(float(y["GB/s"]) / float(x["GB/s"]) for x, y in pairs)
+        cpu = statistics.median(both(y) / both(x) for x, y in pairs)
         faster = sum(float(y["GB/s"]) > float(x["GB/s"]) for x, y in pairs)
-        cheaper = sum(float(y["client CPU s/GB"]) + float(y["server CPU s/GB"]) < float(x["client CPU s/GB"]) + float(x["server CPU s/GB"]) for x, y in pairs)
-        print(f"{server:7} {int(size) >> 20} MiB B faster in {faster} of {len(pairs)}, cheaper in {cheaper} of {len(pairs)}")
+        cheaper = sum(both(y) < both(x) for x, y in pairs)
+        print(f"{server:7} {int(size) >> 20} MiB B/A: GB/s x{bw:.3f} (faster in {faster} of {len(pairs)}), CPU s/GB x{cpu:.3f} (cheaper in {cheaper} of {len(pairs)})")
 PY
