@@ -593,6 +593,22 @@ enum Prefix {
 }
 
 impl Prefix {
+    /// This prefix with identification 0, and the identification: the
+    /// [`IcrcCache`] remembers the former and folds the latter in
+    /// ([`ident_delta`]).
+    fn split_ident(self) -> (Prefix, u16) {
+        match self {
+            Prefix::V4 { ip_id, .. } if ip_id != 0 => {
+                let mut base = self;
+                if let Prefix::V4 { ip_id, .. } = &mut base {
+                    *ip_id = 0;
+                }
+                (base, ip_id)
+            }
+            _ => (self, 0),
+        }
+    }
+
     /// The slot this prefix lives in: a multiplicative hash of the fields
     /// that tell a flow's packet shapes and its flows apart.
     fn slot(&self) -> usize {
@@ -662,9 +678,47 @@ impl Prefix {
 
 #[derive(Clone, Debug)]
 struct Cached {
+    /// A prefix with identification 0.
     prefix: Prefix,
     /// `prefix.crc()`.
     after: crc32fast::Hasher,
+}
+
+/// Bytes of an IPv4 prefix after `FF×8` ([`Prefix::crc`]): the masked IP
+/// and UDP headers, BTH bytes 0–3, the masked BTH byte.
+const V4_PREFIX_AFTER_FF8: usize = 28 + BTH_RESV8A + 1;
+
+/// `IDENT_HI[b]`, `IDENT_LO[b]`: the raw CRC register (zero start, no
+/// final inversion) over a [`V4_PREFIX_AFTER_FF8`]-byte run of zeros with
+/// `b` in the identification's high or low byte.
+const IDENT_HI: [u32; 256] = ident_table(IDENT_AT - 8);
+const IDENT_LO: [u32; 256] = ident_table(IDENT_AT - 8 + 1);
+
+const fn ident_table(at: usize) -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut b = 0;
+    while b < 256 {
+        // Zeros before `at` leave a zero register as it is.
+        let mut c = CRC_TABLE[b];
+        let mut k = at + 1;
+        while k < V4_PREFIX_AFTER_FF8 {
+            c = (c >> 8) ^ CRC_TABLE[(c & 0xff) as usize];
+            k += 1;
+        }
+        t[b] = c;
+        b += 1;
+    }
+    t
+}
+
+/// What identification `id` changes in the CRC after an IPv4 prefix
+/// against identification 0. The CRC is affine: two messages of the same
+/// length that differ only in `d` have CRCs (zlib's, any start) that
+/// differ by the raw register over `d` alone, and the prefixes differ only
+/// in the identification's two bytes.
+fn ident_delta(id: u16) -> u32 {
+    let [hi, lo] = id.to_be_bytes();
+    IDENT_HI[usize::from(hi)] ^ IDENT_LO[usize::from(lo)]
 }
 
 /// The ICRC with the CRC over each packet shape's constant prefix
@@ -677,16 +731,19 @@ struct Cached {
 /// the same two or three such shapes (the WRITE, its ACK) over and over.
 /// The cache keeps the CRC state after that prefix for the last
 /// [`CACHE_SLOTS`] shapes seen (direct-mapped), **keyed by every field
-/// the prefix bytes are made from**: a hit resumes from a state computed
+/// the prefix bytes are made from but the IPv4 identification**, with
+/// identification 0; the packet's identification is then folded into the
+/// state exactly (the CRC is affine, so it changes the state by a value
+/// two table lookups give, [`ident_delta`]). A hit resumes from the state
 /// over exactly the bytes this packet's prefix is, so the result is the
 /// reference computation's ([`compute_v4`], [`compute_v6`]) bit for bit,
 /// for any field values; a miss hashes the prefix and replaces the slot.
 /// Per packet that leaves comparing the fields and one CRC call over the
 /// packet from BTH byte 5 to the trailer, in place (no masked copy).
 ///
-/// A flow whose identification changes with every packet (a kernel rxe
-/// peer counts) only misses: the cost is the uncached computation plus
-/// storing one slot.
+/// The segments of a GRO datagram (identifications 0, 1, 2, …) and a
+/// flow whose identification changes with every packet (a kernel rxe
+/// peer counts) share one slot.
 #[derive(Clone, Debug, Default)]
 pub struct IcrcCache {
     slots: [Option<Cached>; CACHE_SLOTS],
@@ -718,25 +775,33 @@ impl IcrcCache {
         h.finalize()
     }
 
-    /// The CRC state after `prefix`: remembered, or hashed and remembered.
+    /// The CRC state after `prefix`: remembered for the prefix with
+    /// identification 0 (or hashed and remembered), the identification
+    /// folded in ([`ident_delta`]).
     #[inline(always)]
     fn state_after(&mut self, prefix: Prefix) -> crc32fast::Hasher {
-        match self.slots.get_mut(prefix.slot()) {
-            Some(Some(c)) if c.prefix == prefix => {
+        let (base, id) = prefix.split_ident();
+        let after = match self.slots.get_mut(base.slot()) {
+            Some(Some(c)) if c.prefix == base => {
                 self.hits += 1;
                 c.after.clone()
             }
             slot => {
                 self.misses += 1;
-                let after = prefix.crc();
+                let after = base.crc();
                 if let Some(slot) = slot {
                     *slot = Some(Cached {
-                        prefix,
+                        prefix: base,
                         after: after.clone(),
                     });
                 }
                 after
             }
+        };
+        if id == 0 {
+            after
+        } else {
+            crc32fast::Hasher::new_with_initial(after.finalize() ^ ident_delta(id))
         }
     }
 
@@ -1436,6 +1501,44 @@ mod tests {
         }
         // Each of those asked twice in a row: the second at least hits.
         assert!(cache.hits() >= 2 + (variants.len() + 2 * 256 * 5) as u64);
+    }
+
+    /// The identifications of a GRO datagram's segments (0, 1, 2, …) and of
+    /// a counting kernel rxe peer share one remembered prefix: one miss,
+    /// then hits, each the reference ICRC (the identification is folded
+    /// into the state exactly, [`ident_delta`]); every single-bit
+    /// identification and the extremes too.
+    #[test]
+    fn identifications_share_one_remembered_prefix() {
+        let mut roce = vec![0x77u8; 4136];
+        roce[..12].copy_from_slice(&[0x07, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x00, 0, 0, 9]);
+        let base = Case {
+            v6: false,
+            src: [10; 16],
+            dst: [11; 16],
+            ip_id: 0,
+            df: true,
+            sport: 0xC000,
+            dport: 4791,
+            roce,
+            noise: [0; 9],
+        };
+        let mut cache = IcrcCache::new();
+        let ids = (0..16u16)
+            .chain((0..16).map(|b| 1u16 << b))
+            .chain([0xFFFF, 0x7FFF, 0x1234, 0xABCD]);
+        for (n, id) in ids.enumerate() {
+            let c = Case {
+                ip_id: id,
+                ..base.clone()
+            };
+            assert_eq!(
+                c.cached(&mut cache),
+                c.reference(),
+                "identification {id:#x}"
+            );
+            assert_eq!((cache.misses(), cache.hits()), (1, n as u64), "{id:#x}");
+        }
     }
 
     /// The one-pass path (small packets) and the streaming path (the rest)
