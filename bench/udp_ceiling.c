@@ -27,27 +27,6 @@
 #define PAY 4096
 #define SEG (HDR + PAY + 4)
 
-/* A child that spins on non-blocking reads of `rx` until a 1-byte end
- * marker, then reports the bytes it got (udpbench.h's drain, without the
- * wake-ups a blocking read makes the sender pay). */
-static struct drain spin_drain(int rx) {
-  int rep[2];
-  if (pipe(rep) < 0) { perror("pipe"); exit(1); }
-  pid_t kid = fork();
-  if (kid < 0) { perror("fork"); exit(1); }
-  if (kid == 0) {
-    static char buf[1 << 16];
-    long got = 0;
-    for (;;) {
-      ssize_t n = recv(rx, buf, sizeof buf, MSG_DONTWAIT);
-      if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
-      if (n > 0) got += n;
-    }
-  }
-  close(rep[1]);
-  return (struct drain){kid, rep[0]};
-}
-
 int main(int argc, char **argv) {
   int roce = !(argc > 1 && strcmp(argv[1], "flat") == 0);
   double gb = argc > 2 ? atof(argv[2]) : 3;
@@ -59,7 +38,7 @@ int main(int argc, char **argv) {
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   int rx = gro_receiver(&a), big = 8 << 20;
   if (rx < 0) return 1;
-  struct drain drain = spin ? spin_drain(rx) : drain_start(rx);
+  struct drain drain = drain_start_flags(rx, spin ? MSG_DONTWAIT : 0);
   int tx = socket(AF_INET, SOCK_DGRAM, 0);
   setsockopt(tx, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big);
   char *mem = aligned_alloc(4096, region), *flat = aligned_alloc(4096, dgram);

@@ -62,10 +62,12 @@ static inline ssize_t send_gso(int tx, const struct sockaddr_in *a, const void *
 
 /* A drain: a child process that receives from `rx` until a 1-byte end
  * marker arrives; drain_end() sends the marker through `tx` to `a`, reaps the
- * child and returns the payload bytes it received (-1: none reported). */
+ * child and returns the payload bytes it received (-1: none reported).
+ * drain_start_flags(rx, MSG_DONTWAIT) spins on non-blocking reads instead of
+ * sleeping in them. */
 struct drain { pid_t kid; int report; };
 
-static inline struct drain drain_start(int rx) {
+static inline struct drain drain_start_flags(int rx, int flags) {
   int rep[2];
   if (pipe(rep) < 0) { perror("pipe"); exit(1); }
   pid_t kid = fork();
@@ -74,7 +76,7 @@ static inline struct drain drain_start(int rx) {
     static char buf[1 << 16];
     long got = 0;
     for (;;) {
-      ssize_t n = recv(rx, buf, sizeof buf, 0);
+      ssize_t n = recv(rx, buf, sizeof buf, flags);
       if (n == 1) { if (write(rep[1], &got, sizeof got) < 0) _exit(1); _exit(0); }
       if (n > 0) got += n;
     }
@@ -82,6 +84,8 @@ static inline struct drain drain_start(int rx) {
   close(rep[1]);
   return (struct drain){kid, rep[0]};
 }
+
+static inline struct drain drain_start(int rx) { return drain_start_flags(rx, 0); }
 
 static inline long drain_end(struct drain d, int tx, const struct sockaddr_in *a) {
   sendto(tx, "x", 1, 0, (const void *)a, sizeof *a);

@@ -1432,16 +1432,13 @@ mod tests {
         assert!(r.is_err());
     }
 
-    /// A remembered prefix answers only for its own fields: the same
-    /// shape again hits (and is right for any payload), and a packet one
-    /// prefix field apart — address, identification, DF, port, length,
-    /// any bit of the opcode, flags or P_Key, the IP version — gets its
-    /// own ICRC, after which the first still gets its own. Every opcode.
-    #[test]
-    fn a_remembered_prefix_serves_only_its_own_fields() {
-        let mut roce = vec![0u8; 40];
-        roce[..12].copy_from_slice(&[0x0A, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1]);
-        let base = Case {
+    /// An IPv4 packet of `len` RoCE bytes starting with BTH `bth` (the rest
+    /// zero) from 10.10.10.10 to 11.11.11.11, identification 0, DF, from
+    /// port 0xC000 to 4791.
+    fn v4_case(len: usize, bth: [u8; 12]) -> Case {
+        let mut roce = vec![0u8; len];
+        roce[..12].copy_from_slice(&bth);
+        Case {
             v6: false,
             src: [10; 16],
             dst: [11; 16],
@@ -1451,7 +1448,17 @@ mod tests {
             dport: 4791,
             roce,
             noise: [0; 9],
-        };
+        }
+    }
+
+    /// A remembered prefix answers only for its own fields: the same
+    /// shape again hits (and is right for any payload), and a packet one
+    /// prefix field apart — address, identification, DF, port, length,
+    /// any bit of the opcode, flags or P_Key, the IP version — gets its
+    /// own ICRC, after which the first still gets its own. Every opcode.
+    #[test]
+    fn a_remembered_prefix_serves_only_its_own_fields() {
+        let base = v4_case(40, [0x0A, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1]);
         let mut cache = IcrcCache::new();
         assert_eq!(base.cached(&mut cache), base.reference());
         assert_eq!((cache.hits(), cache.misses()), (0, 1));
@@ -1510,19 +1517,8 @@ mod tests {
     /// identification and the extremes too.
     #[test]
     fn identifications_share_one_remembered_prefix() {
-        let mut roce = vec![0x77u8; 4136];
-        roce[..12].copy_from_slice(&[0x07, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x00, 0, 0, 9]);
-        let base = Case {
-            v6: false,
-            src: [10; 16],
-            dst: [11; 16],
-            ip_id: 0,
-            df: true,
-            sport: 0xC000,
-            dport: 4791,
-            roce,
-            noise: [0; 9],
-        };
+        let mut base = v4_case(4136, [0x07, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x00, 0, 0, 9]);
+        base.roce[12..].fill(0x77);
         let mut cache = IcrcCache::new();
         let ids = (0..16u16)
             .chain((0..16).map(|b| 1u16 << b))

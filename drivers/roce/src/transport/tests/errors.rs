@@ -340,19 +340,7 @@ fn window_and_ack_request_spacing() {
     };
     let mut sim = rc_pair(&c, 7);
     let (ka, kb) = keys(&mut sim);
-    let sgl = [sge(ka, 0x1000_0000, 1 << 20)];
-    let wr = SendWr {
-        ud: None,
-        wr_id: 1,
-        sg_list: &sgl,
-        op: SendOp::RdmaWrite {
-            remote_addr: 0x1000_0000,
-            rkey: Rkey(kb),
-        },
-        flags: SendFlags::SIGNALED,
-    };
-    let r = sim.ep[0].with(|qp, io| qp.post_send(&wr, io));
-    assert!(r.is_ok());
+    post_mib_write(&mut sim, ka, kb, 1);
     let now = sim.instant();
     sim.ep[0].with(|qp, io| qp.run(now, io));
     let pkts = a_packets(&sim);
@@ -385,18 +373,7 @@ fn configured_window_is_honoured() {
     let mut sim = rc_pair(&c, 7);
     sim.ep[0].qp.cfg.max_unacked_psns = 1000;
     let (ka, kb) = keys(&mut sim);
-    let sgl = [sge(ka, 0x1000_0000, 1 << 20)];
-    let wr = SendWr {
-        ud: None,
-        wr_id: 1,
-        sg_list: &sgl,
-        op: SendOp::RdmaWrite {
-            remote_addr: 0x1000_0000,
-            rkey: Rkey(kb),
-        },
-        flags: SendFlags::SIGNALED,
-    };
-    assert!(sim.ep[0].with(|qp, io| qp.post_send(&wr, io)).is_ok());
+    post_mib_write(&mut sim, ka, kb, 1);
     let now = sim.instant();
     sim.ep[0].with(|qp, io| qp.run(now, io));
     let pkts = a_packets(&sim);
