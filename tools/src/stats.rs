@@ -38,6 +38,7 @@ fn qp_json(s: &QpStats) -> Value {
         "rx_bytes": s.rx_bytes,
         "retransmits": s.retransmits,
         "timeouts": s.timeouts,
+        "window_cuts": s.window_cuts,
         "rnr_waits": s.rnr_waits,
         "naks_sent": {
             "total": s.naks_sent.total(),

@@ -347,13 +347,14 @@ impl fmt::Display for RxeStats {
         for (qpn, s) in &self.qps {
             writeln!(
                 f,
-                "qp {qpn}: tx {} pkts {} B, rx {} pkts {} B, retransmits {}, timeouts {}, rnr waits {}, naks sent {} (seq {} inv {} acc {} op {} rnr {}), naks received {}, dup req {}, dup resp {}, drops {}",
+                "qp {qpn}: tx {} pkts {} B, rx {} pkts {} B, retransmits {}, timeouts {}, window cuts {}, rnr waits {}, naks sent {} (seq {} inv {} acc {} op {} rnr {}), naks received {}, dup req {}, dup resp {}, drops {}",
                 s.tx_packets,
                 s.tx_bytes,
                 s.rx_packets,
                 s.rx_bytes,
                 s.retransmits,
                 s.timeouts,
+                s.window_cuts,
                 s.rnr_waits,
                 s.naks_sent.total(),
                 s.naks_sent.psn_seq,

@@ -71,6 +71,9 @@ impl Qp {
     pub(crate) fn cut_window(&mut self) {
         let full = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW);
         let halved = (self.window() / 2).max(full.min(WINDOW_FLOOR));
+        if halved < self.window() {
+            self.stats.window_cuts += 1;
+        }
         self.req.window_cut = full - halved;
     }
 

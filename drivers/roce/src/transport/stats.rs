@@ -96,6 +96,9 @@ pub struct QpStats {
     pub retries: u64,
     /// Local ACK timeouts that fired with work outstanding.
     pub timeouts: u64,
+    /// Retries that halved a window above rxe's 128 PSNs
+    /// ([`Qp::window`](super::Qp::window)).
+    pub window_cuts: u64,
     /// RNR NAKs received that made the requester wait.
     pub rnr_waits: u64,
     /// ACKs (syndrome ACK) and atomic ACKs sent; READ responses are not counted here.

@@ -429,6 +429,7 @@ fn a_loss_halves_a_large_window_and_progress_regrows_it() {
     }
     assert_eq!(sim.ep[0].qp.window(), 512);
     let st = sim.ep[0].qp.stats();
+    assert_eq!(st.window_cuts, 1);
     assert_eq!(
         (st.tx_packets, st.retransmits),
         (1024 + 512, 512),
@@ -458,6 +459,7 @@ fn a_loss_halves_a_large_window_and_progress_regrows_it() {
     }
     assert_eq!(sim.ep[0].qp.window(), 128);
     assert_eq!(sim.ep[0].qp.stats().retransmits, 128);
+    assert_eq!(sim.ep[0].qp.stats().window_cuts, 0, "nothing to cut");
 }
 
 /// max_rd_atomic bounds outstanding READ/atomics; a fence waits for all
