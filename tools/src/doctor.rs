@@ -395,7 +395,7 @@ pub fn checks() -> Vec<Check> {
                 Some(m) => format!(
                     "; progress threads nap {}-{} us between rounds (longer the larger the requester window) while {:.1} GB/s or more arrive, instead of being woken per datagram (receive moderation; RNIC_RXE_RX_MODERATION_US sets the shortest nap, 0 turns it off)",
                     m.nap.as_micros(),
-                    m.max_nap.max(m.nap).as_micros(),
+                    m.longest_nap().as_micros(),
                     m.min_bytes_per_sec as f64 / 1e9
                 ),
                 None => "; receive moderation off (RNIC_RXE_RX_MODERATION_US=0): progress threads are woken per datagram".to_owned(),

@@ -233,13 +233,19 @@ impl RxModeration {
     /// `max_nap`. With rxe's 128 PSNs at 7 GB/s that is 9.4 µs (so
     /// `nap`, 10 µs: 20 µs stalled such a sender); with 1024 PSNs, 75 µs.
     pub fn nap_for(&self, bytes: u64, ns: u64, window: u32) -> Duration {
-        let longest = self.max_nap.max(self.nap);
         if bytes == 0 {
             return self.nap;
         }
         let eighth = u128::from(window) * 4096 / 8;
         let t = eighth * u128::from(ns) / u128::from(bytes);
-        Duration::from_nanos(u64::try_from(t).unwrap_or(u64::MAX)).clamp(self.nap, longest)
+        Duration::from_nanos(u64::try_from(t).unwrap_or(u64::MAX))
+            .clamp(self.nap, self.longest_nap())
+    }
+
+    /// The longest nap [`RxModeration::nap_for`] gives: `max_nap`, or `nap`
+    /// if that is longer.
+    pub fn longest_nap(&self) -> Duration {
+        self.max_nap.max(self.nap)
     }
 
     /// Whether `bytes` received over `ns` nanoseconds come at

@@ -62,16 +62,22 @@ impl Qp {
     /// of it (a small socket buffer, a congested link) soon gets what rxe
     /// itself sends.
     pub fn window(&self) -> u32 {
+        let (full, floor) = self.window_bounds();
+        full.saturating_sub(self.req.window_cut).max(floor)
+    }
+
+    /// The configured window and the least a loss leaves of it.
+    fn window_bounds(&self) -> (u32, u32) {
         let full = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW);
-        full.saturating_sub(self.req.window_cut)
-            .max(full.min(WINDOW_FLOOR))
+        (full, full.min(WINDOW_FLOOR))
     }
 
     /// Halve the window after a loss ([`Qp::window`]).
     pub(crate) fn cut_window(&mut self) {
-        let full = self.cfg.max_unacked_psns.clamp(1, MAX_WINDOW);
-        let halved = (self.window() / 2).max(full.min(WINDOW_FLOOR));
-        if halved < self.window() {
+        let (full, floor) = self.window_bounds();
+        let now = self.window();
+        let halved = (now / 2).max(floor);
+        if halved < now {
             self.stats.window_cuts += 1;
         }
         self.req.window_cut = full - halved;

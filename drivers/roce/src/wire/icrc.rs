@@ -596,17 +596,12 @@ impl Prefix {
     /// This prefix with identification 0, and the identification: the
     /// [`IcrcCache`] remembers the former and folds the latter in
     /// ([`ident_delta`]).
-    fn split_ident(self) -> (Prefix, u16) {
-        match self {
-            Prefix::V4 { ip_id, .. } if ip_id != 0 => {
-                let mut base = self;
-                if let Prefix::V4 { ip_id, .. } = &mut base {
-                    *ip_id = 0;
-                }
-                (base, ip_id)
-            }
-            _ => (self, 0),
-        }
+    fn split_ident(mut self) -> (Prefix, u16) {
+        let id = match &mut self {
+            Prefix::V4 { ip_id, .. } => std::mem::take(ip_id),
+            Prefix::V6 { .. } => 0,
+        };
+        (self, id)
     }
 
     /// The slot this prefix lives in: a multiplicative hash of the fields
