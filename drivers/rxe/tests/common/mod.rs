@@ -34,7 +34,24 @@ pub const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_ATOMIC);
 
 pub fn open(ip: IpAddr, progress: Progress) -> RxeDevice {
-    RxeDevice::open(&RxeConfig::new(Target::Ip(ip)).with_progress(progress)).expect("open rxe")
+    open_cfg(&RxeConfig::new(Target::Ip(ip)).with_progress(progress)).expect("open rxe")
+}
+
+/// Open a device, waiting out a port that a device this test just dropped
+/// still seems to hold: its socket is closed, but a child process another
+/// test thread is spawning (`ip netns …`) may still hold a copy of the
+/// descriptor between its fork and its exec (close-on-exec closes it only
+/// there). Seen on a loaded 2-core machine; anything else fails at once.
+pub fn open_cfg(cfg: &RxeConfig) -> Result<RxeDevice, RxeError> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match RxeDevice::open(cfg) {
+            Err(RxeError::PortInUse { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A completion queue the test shares between helpers: the explicit lock an
@@ -228,7 +245,7 @@ pub fn connect_marked(a: &Side, qa: &mut QueuePair, b: &Side, qb: &mut QueuePair
 /// Open `cfg`, a device with a packet ring; `None` (printed) where this
 /// machine cannot have one (no CAP_NET_RAW, Linux before 6.2).
 pub fn open_ring(cfg: &RxeConfig) -> Option<RxeDevice> {
-    match RxeDevice::open(cfg) {
+    match open_cfg(cfg) {
         Ok(d) => Some(d),
         Err(e @ RxeError::PacketRing { .. }) => {
             println!("SKIP: no packet ring here: {e}");
