@@ -73,7 +73,6 @@ use rnic_core::memory::{DirectSpan, PinnedSpan};
 use rnic_core::{Gid, Memory, QpType, Qpn};
 use rnic_dma::crc::crc32_span;
 use rnic_roce::transport::{PacketDest, PacketSink, Piece};
-use rnic_roce::wire::icrc::IcrcStream;
 use rnic_roce::wire::roce::MIN_LEN;
 use rnic_roce::wire::{Opcode, Transport, icrc};
 use rustc_hash::FxHashMap;
@@ -517,7 +516,7 @@ impl Tx {
                             })
                         } else {
                             let ps = pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
-                            fill_icrc_in_place(g, k as u16, p, ps, spans, arena)
+                            fill_icrc_in_place(cache, g, k as u16, p, ps, spans, arena)
                         };
                         if !filled {
                             stats.tx_errors += 1;
@@ -868,7 +867,15 @@ impl Tx {
                             })
                     } else {
                         let ps = self.pieces.get(p.first..p.first + p.pieces).unwrap_or(&[]);
-                        fill_icrc_in_place(&single, 0, &p, ps, spans, &mut self.arena)
+                        fill_icrc_in_place(
+                            &mut self.icrc,
+                            &single,
+                            0,
+                            &p,
+                            ps,
+                            spans,
+                            &mut self.arena,
+                        )
                     };
                     if !filled {
                         stats.tx_errors += 1;
@@ -894,6 +901,7 @@ fn piece_bytes(pieces: &[HeldPiece], p: &Pkt) -> usize {
 /// the pad; the result goes into the tail's last 4 bytes. `false` when a
 /// piece's span is gone or too short, or the arena bytes are missing.
 fn fill_icrc_in_place(
+    cache: &mut icrc::IcrcCache,
     g: &Group,
     k: u16,
     p: &Pkt,
@@ -909,22 +917,23 @@ fn fill_icrc_in_place(
     ) else {
         return false;
     };
-    let (Some(bth), Some(rest)) = (head.first_chunk::<12>(), head.get(12..)) else {
-        return false;
-    };
     let Some(pad) = tail.get(..tail.len().saturating_sub(4)) else {
         return false;
     };
-    let mut h = match (g.src, g.dst.ip()) {
+    // The segments of a group share their prefix but the identification:
+    // resumed from the cache's state, the headers cost one short CRC call.
+    let stream = match (g.src, g.dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            IcrcStream::v4(s, d, k, true, g.sport, g.dst.port(), roce_len, bth)
+            cache.stream_v4(s, d, k, true, g.sport, g.dst.port(), roce_len, head)
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            IcrcStream::v6(s, d, g.sport, g.dst.port(), roce_len, bth)
+            cache.stream_v6(s, d, g.sport, g.dst.port(), roce_len, head)
         }
-        _ => return false,
+        _ => None,
     };
-    h.update(rest);
+    let Some(mut h) = stream else {
+        return false;
+    };
     for piece in ps {
         let Some(Some(span)) = spans.get(piece.hold) else {
             return false;
