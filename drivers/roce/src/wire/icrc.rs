@@ -765,9 +765,14 @@ impl IcrcCache {
     /// The ICRC of `roce` (BTH..ICRC, at least [`CACHED_BTH`] covered
     /// bytes) whose prefix is `prefix`.
     fn compute(&mut self, prefix: Prefix, after_prefix: &[u8]) -> u32 {
+        self.stream(prefix, after_prefix).finish()
+    }
+
+    /// A stream resumed after `prefix` that has covered `after_prefix`.
+    fn stream(&mut self, prefix: Prefix, after_prefix: &[u8]) -> IcrcStream {
         let mut h = self.state_after(prefix);
         h.update(after_prefix);
-        h.finalize()
+        IcrcStream { h }
     }
 
     /// The CRC state after `prefix`: remembered for the prefix with
@@ -886,9 +891,7 @@ impl IcrcCache {
             roce_len,
             bth,
         };
-        let mut h = self.state_after(prefix);
-        h.update(rest);
-        Some(IcrcStream { h })
+        Some(self.stream(prefix, rest))
     }
 
     /// [`IcrcCache::stream_v4`] for IPv6 ([`IcrcStream::v6`]).
@@ -911,9 +914,7 @@ impl IcrcCache {
             roce_len,
             bth,
         };
-        let mut h = self.state_after(prefix);
-        h.update(rest);
-        Some(IcrcStream { h })
+        Some(self.stream(prefix, rest))
     }
 
     /// [`fill_v4`] through the cache.
