@@ -18,7 +18,7 @@ use rnic_rxe::{DeviceStats, Progress, RxModeration, RxeConfig, RxeDevice, Target
 const BUF: usize = 4 << 20;
 
 fn thread_device(ip: std::net::IpAddr, cfg: impl FnOnce(RxeConfig) -> RxeConfig) -> RxeDevice {
-    RxeDevice::open(&cfg(
+    open_cfg(&cfg(
         RxeConfig::new(Target::Ip(ip)).with_progress(Progress::Thread)
     ))
     .unwrap()

@@ -401,6 +401,17 @@ fn post_mib_write(sim: &mut Sim, ka: u32, kb: u32, id: u64) {
     assert!(sim.ep[0].with(|qp, io| qp.post_send(&wr, io)).is_ok());
 }
 
+/// The wire loses A's first queued packet and delivers the rest: B NAKs
+/// the second one; returns once A has that NAK.
+fn lose_the_first_packet(sim: &mut Sim) {
+    let lost = sim.ep[0].tx.out.remove(0);
+    sim.ep[0].tx.recycle(lost.0);
+    sim.drain(0);
+    while sim.ep[0].qp.stats().naks_received.psn_seq == 0 {
+        assert!(sim.step(), "the NAK never came");
+    }
+}
+
 /// A lost packet halves a large window (the NAK for the sequence error
 /// starts a retry that sends at most half the window), the window never
 /// falls below rxe's 128, and acknowledged progress gives it back.
@@ -420,13 +431,7 @@ fn a_loss_halves_a_large_window_and_progress_regrows_it() {
     sim.ep[0].with(|qp, io| qp.run(now, io));
     assert_eq!(a_packets(&sim).len(), 1024);
     assert_eq!(sim.ep[0].qp.window(), 1024);
-    // The wire loses the first packet: B NAKs the second one.
-    let lost = sim.ep[0].tx.out.remove(0);
-    sim.ep[0].tx.recycle(lost.0);
-    sim.drain(0);
-    while sim.ep[0].qp.stats().naks_received.psn_seq == 0 {
-        assert!(sim.step(), "the NAK never came");
-    }
+    lose_the_first_packet(&mut sim);
     assert_eq!(sim.ep[0].qp.window(), 512);
     let st = sim.ep[0].qp.stats();
     assert_eq!(st.window_cuts, 1);
@@ -451,12 +456,7 @@ fn a_loss_halves_a_large_window_and_progress_regrows_it() {
     post_mib_write(&mut sim, ka, kb, 1);
     let now = sim.instant();
     sim.ep[0].with(|qp, io| qp.run(now, io));
-    let lost = sim.ep[0].tx.out.remove(0);
-    sim.ep[0].tx.recycle(lost.0);
-    sim.drain(0);
-    while sim.ep[0].qp.stats().naks_received.psn_seq == 0 {
-        assert!(sim.step(), "the NAK never came");
-    }
+    lose_the_first_packet(&mut sim);
     assert_eq!(sim.ep[0].qp.window(), 128);
     assert_eq!(sim.ep[0].qp.stats().retransmits, 128);
     assert_eq!(sim.ep[0].qp.stats().window_cuts, 0, "nothing to cut");
