@@ -60,14 +60,7 @@ int main(int argc, char **argv) {
     } else {
       v[n++] = (struct iovec){flat, dgram};
     }
-    char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-    struct msghdr m = {.msg_name = &a, .msg_namelen = sizeof a, .msg_iov = v, .msg_iovlen = n,
-                       .msg_control = ctl, .msg_controllen = sizeof ctl};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    uint16_t seg = SEG;
-    c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof seg);
-    memcpy(CMSG_DATA(c), &seg, sizeof seg);
-    while (sendmsg(tx, &m, 0) < 0) {
+    while (sendv_gso(tx, &a, v, n, SEG, 0) < 0) {
       if (errno != ENOBUFS && errno != EAGAIN) { perror("sendmsg"); return 1; }
     }
   }

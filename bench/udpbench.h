@@ -46,18 +46,24 @@ static inline int gro_receiver(const struct sockaddr_in *a) {
   return rx;
 }
 
-/* sendmsg of `len` bytes at `buf` to `a` as one UDP GSO datagram of `seg`-byte
- * segments (a UDP_SEGMENT cmsg), with `flags`. */
-static inline ssize_t send_gso(int tx, const struct sockaddr_in *a, const void *buf, size_t len, uint16_t seg,
-                               int flags) {
+/* sendmsg of the `n` iovecs at `v` to `a` as one UDP GSO datagram of
+ * `seg`-byte segments (a UDP_SEGMENT cmsg), with `flags`. */
+static inline ssize_t sendv_gso(int tx, const struct sockaddr_in *a, struct iovec *v, size_t n, uint16_t seg,
+                                int flags) {
   char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-  struct iovec v = {(void *)buf, len};
-  struct msghdr m = {.msg_name = (void *)a, .msg_namelen = sizeof *a, .msg_iov = &v, .msg_iovlen = 1,
+  struct msghdr m = {.msg_name = (void *)a, .msg_namelen = sizeof *a, .msg_iov = v, .msg_iovlen = n,
                      .msg_control = ctl, .msg_controllen = sizeof ctl};
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_UDP; c->cmsg_type = UDP_SEGMENT; c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
   memcpy(CMSG_DATA(c), &seg, sizeof seg);
   return sendmsg(tx, &m, flags);
+}
+
+/* sendv_gso of `len` bytes at `buf`. */
+static inline ssize_t send_gso(int tx, const struct sockaddr_in *a, const void *buf, size_t len, uint16_t seg,
+                               int flags) {
+  struct iovec v = {(void *)buf, len};
+  return sendv_gso(tx, a, &v, 1, seg, flags);
 }
 
 /* A drain: a child process that receives from `rx` until a 1-byte end
