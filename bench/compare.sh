@@ -5,7 +5,10 @@
 #   rnic     `rnicctl perf` (perftest-compatible), two processes:
 #            write-bw / read-bw / send-bw at 8 B ... 4 MiB (busy poll, -D s)
 #            write-lat / send-lat at 8 B, 4 KiB, 64 KiB, busy poll and -e
-#            (blocking: progress thread + completion channel)
+#            (blocking: progress thread + completion channel); write-bw
+#            1 and 4 MiB also with a passive server (-e) and, on loopback,
+#            with the packet ring + frame transmit (root, Linux 6.2+; lo's
+#            accept_local/route_localnet set for those runs only)
 #            on loopback (rxe:127.0.0.1 <-> rxe:127.0.0.2) and across two
 #            network namespaces joined by a veth pair (10.77.0.1 <-> .2)
 #   UCX      ucx_perftest, UCX_TLS=tcp: ucp_put_bw, tag_bw (poll);

@@ -75,6 +75,8 @@ bw_pairs = [("rnic write-bw loopback", "poll", p, pm) for p, pm in
             (("UCX tcp ucp_put_bw", "poll"), ("UCX tcp tag_bw", "poll"), ("kernel TCP iperf3", "blocking"),
              ("libfabric tcp fi_rma_bw writedata", "poll"), ("libfabric udp;ofi_rxd fi_rma_bw writedata", "poll"))]
 bw_pairs += [("rnic write-bw loopback", "poll, passive server", "UCX tcp tag_bw", "poll")]
+bw_pairs += [("rnic write-bw loopback", "poll, packet ring + frames", p, "poll")
+             for p in ("UCX tcp tag_bw", "libfabric tcp fi_rma_bw writedata")]
 lat_pairs = [("duel: rnic write-lat", "poll", "duel: UCX tcp tag_lat", "poll"),
              ("duel: rnic write-lat, packet ring", "poll", "duel: UCX tcp tag_lat", "poll"),
              ("duel: rnic write-lat, packet ring + frames", "poll", "duel: UCX tcp tag_lat", "poll"),
@@ -99,10 +101,10 @@ for metric, pairs in (("bw", bw_pairs), ("lat", lat_pairs)):
 mem1 = med("bw", "memcpy 256 MiB, 1 thread", "-", 268435456)
 rbw = [k for k in groups if k[0] == "bw" and k[1].startswith("rnic")]
 if mem1 and rbw:
-    best = max((m["med"], t) for (mt, t, mo, s), _ in groups.items() if mt == "bw" and t.startswith("rnic")
+    best = max((m["med"], t, mo, s) for (mt, t, mo, s), _ in groups.items() if mt == "bw" and t.startswith("rnic")
                for m in [med(mt, t, mo, s)])
     lines.append(f"* best rnic bandwidth median / 1-thread memcpy ceiling ({mem1['med']:.2f} GB/s): "
-                 f"{best[0] / mem1['med']:.2f} ({best[1]})")
+                 f"{best[0] / mem1['med']:.2f} ({best[1]}, {best[2]}, {best[3]:,} B)")
 # CPU seconds per GB, rnic WRITE against UCX's strongest bandwidth mode, largest size
 for am in ("poll", "poll, passive server"):
     x = groups.get(("bw", "rnic write-bw loopback", am, 4194304))
