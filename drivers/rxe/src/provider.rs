@@ -89,8 +89,10 @@ pub struct RxeConfig {
     /// devices. Needs CAP_NET_RAW and Linux 6.2+ (opening fails with
     /// [`RxeError::PacketRing`] otherwise); binds exclusively (no sharing
     /// group); IPv6 addresses keep their socket. On loopback the kernel's
-    /// copy into the ring runs on the *sender's* CPU, so streaming gets
-    /// slower there. Off by default; `RNIC_RXE_RX_RING=1` turns it on for
+    /// copy into the ring runs on the *sender's* CPU, so streaming with the
+    /// ring alone gets slower there; with frame transmit too (`tx_frames`,
+    /// where lo's sysctls allow it) it is 1.05–1.14× faster than the socket
+    /// path (docs/benchmarks.md, "Today's numbers"). Off by default; `RNIC_RXE_RX_RING=1` turns it on for
     /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub rx_ring: bool,
     /// With a packet ring, send datagrams (and GSO groups) to IPv4 peers as
