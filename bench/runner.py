@@ -139,23 +139,27 @@ def rnic(rep):
                     moved = res["iterations"] * s / 1e9
                     add(rep, "rnic", f"rnic {t}-bw {where}", "poll", s, "bw", gbs, "GB/s",
                         cpu / moved if moved else None, forn)
+        def write_bw(tag, mode, s, pre=(cpre, spre), server_flags=(), env=None):
+            """One 1/4 MiB write-bw row beside the busy-polling ones."""
+            p = port(18600)
+            args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
+            text, cpu, forn = run(f"rnic_{where}_write-bw_{tag}__s{s}__r{rep}",
+                                  pre[0] + [RNIC, "perf", "write-bw", "-d", cdev, *args, sip],
+                                  server=pre[1] + [RNIC, "perf", "write-bw", "-d", sdev, *server_flags, *args],
+                                  env=env, p=p, ns=sns, timeout=DUR * 10 + 30)
+            res = rnic_result(text)
+            if res:
+                moved = res["iterations"] * s / 1e9
+                add(rep, "rnic", f"rnic write-bw {where}", mode, s, "bw",
+                    res["bw_average"] * 2**20 / 1e9, "GB/s", cpu / moved if moved else None, forn)
+
         # The WRITE responder has nothing to poll (no completion on the
         # target side, as with ib_write_bw on a NIC): a server on its
         # progress thread (`-e`) sleeps whenever the socket is empty and
         # spends only its work, while the client busy-polls. The CPU·s/GB
         # of this row is what the transfer itself costs both processes.
         for s in (1048576, 4194304):
-            p = port(18600)
-            args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
-            text, cpu, forn = run(f"rnic_{where}_write-bw_passive__s{s}__r{rep}",
-                                  cpre + [RNIC, "perf", "write-bw", "-d", cdev, *args, sip],
-                                  server=spre + [RNIC, "perf", "write-bw", "-d", sdev, "-e", *args],
-                                  p=p, ns=sns, timeout=DUR * 10 + 30)
-            res = rnic_result(text)
-            if res:
-                moved = res["iterations"] * s / 1e9
-                add(rep, "rnic", f"rnic write-bw {where}", "poll, passive server", s, "bw",
-                    res["bw_average"] * 2**20 / 1e9, "GB/s", cpu / moved if moved else None, forn)
+            write_bw("passive", "poll, passive server", s, server_flags=["-e"])
         # The opt-in low-latency path (packet-ring receive and frame
         # transmit: RNIC_RXE_RX_RING=1, root, Linux 6.2+; lo's accept_local
         # and route_localnet set for the run only, as in the duel) is also
@@ -163,21 +167,10 @@ def rnic(rep):
         # the ring the socket's receive. A run that cannot open its ring
         # leaves no row.
         for s in (1048576, 4194304) if where == "loopback" else ():
-            p = port(18600)
-            args = ["-s", str(s), "-D", str(DUR), "-p", str(p), "--json"]
             env = dict(os.environ, RNIC_RXE_RX_RING="1", RNIC_RXE_TX_FRAMES="1")
             with lo_frames(True) as ok:
-                if not ok:
-                    continue
-                text, cpu, forn = run(f"rnic_{where}_write-bw_frames__s{s}__r{rep}",
-                                      [RNIC, "perf", "write-bw", "-d", cdev, *args, sip],
-                                      server=[RNIC, "perf", "write-bw", "-d", sdev, *args],
-                                      env=env, p=p, timeout=DUR * 10 + 30)
-            res = rnic_result(text)
-            if res:
-                moved = res["iterations"] * s / 1e9
-                add(rep, "rnic", f"rnic write-bw {where}", "poll, packet ring + frames", s, "bw",
-                    res["bw_average"] * 2**20 / 1e9, "GB/s", cpu / moved if moved else None, forn)
+                if ok:
+                    write_bw("frames", "poll, packet ring + frames", s, env=env)
         for t in ("write", "send"):
             for mode in ("poll", "blocking"):
                 for s in LAT_SIZES:
