@@ -520,6 +520,14 @@ pub struct Shared {
     /// The progress thread is asleep for longer than `ack_hold_ns`: a poll
     /// that defers ACKs rings the doorbell so that the hold is kept.
     pub thread_napping: AtomicBool,
+    /// The progress thread is moderating a dense stream (napping between
+    /// rounds, off the sockets' wait queues): a waiter then leaves the
+    /// sockets to it (`RxeCq::wait`).
+    pub thread_moderating: AtomicBool,
+    /// Engine time (ns) until which waiters leave the sockets to the
+    /// progress thread: a waiter's round found a stream
+    /// (`RxeCq::wait`).
+    pub waiters_off_until: AtomicU64,
     /// The progress thread's epoll set: the sockets (data = port index),
     /// the doorbell (`u64::MAX`). `None` for caller-driven devices.
     pub epoll: Option<nix::sys::epoll::Epoll>,

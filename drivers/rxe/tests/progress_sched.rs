@@ -7,7 +7,9 @@
 mod common;
 
 use common::*;
-use rnic_core::{Mtu, QpType, SendWr, WcStatus};
+use std::time::Duration;
+
+use rnic_core::{Mtu, QpType, RecvWr, SendWr, WcStatus};
 use rnic_rxe::{Progress, ProgressScheduling, RxeConfig, RxeDevice, Target};
 
 /// The scheduling policy (field 41 of /proc/self/task/TID/stat) of each of
@@ -190,4 +192,71 @@ fn a_sleeping_thread_keeps_short_retransmission_deadlines() {
     }
     assert!(took.iter().any(|&t| t < bound), "{took:?}");
     assert!(b.dev.stats().device.unknown_qpn >= 4 * took.len() as u64);
+}
+
+/// A thread waiting on an armed CQ of a progress-thread device wakes for
+/// the device's sockets too and receives what arrives itself when the
+/// thread is not in a round (one wake-up per completion instead of the
+/// thread's and then the waiter's): over a blocking ping of SENDs, each
+/// sent while the receiver already waits, some datagrams are received
+/// outside the progress thread — by the waits, since the poll before each
+/// wait ran before its SEND left — and every message arrives intact.
+#[test]
+fn a_waiting_thread_receives_arrivals_itself() {
+    const ROUNDS: usize = 60;
+    let (a, b) = sides(4096, Progress::Thread);
+    let (mut qa, mut qb) = (a.qp(QpType::Rc), b.qp(QpType::Rc));
+    connect(&a, &mut qa, &b, &mut qb, Mtu::Mtu1024);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rsge = [b.mr.sge(0, 64).unwrap()];
+            let mut wcs = vec![rnic_core::WorkCompletion::default(); 4];
+            for i in 0..ROUNDS {
+                qb.post_recv(&[RecvWr::new(i as u64, &rsge)]).unwrap();
+                b.cq.req_notify(false).unwrap();
+                assert_eq!(
+                    b.cq.poll(&mut wcs).unwrap(),
+                    0,
+                    "round {i}: nothing sent yet"
+                );
+                ready_tx.send(()).unwrap();
+                let got = loop {
+                    assert!(
+                        b.cq.wait(Some(Duration::from_secs(5))).unwrap(),
+                        "round {i}: no event"
+                    );
+                    b.cq.req_notify(false).unwrap();
+                    let n = b.cq.poll(&mut wcs).unwrap();
+                    if n > 0 {
+                        break n;
+                    }
+                };
+                assert_eq!(got, 1);
+                assert_eq!(
+                    (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+                    (i as u64, WcStatus::Success, 8)
+                );
+                assert_eq!(b.bytes(0, 8), [i as u8; 8]);
+            }
+        });
+        for i in 0..ROUNDS {
+            ready_rx.recv().unwrap();
+            // Let the receiver get into its wait.
+            std::thread::sleep(Duration::from_millis(2));
+            a.fill(0, &[i as u8; 8]);
+            let sge = [a.mr.sge(0, 8).unwrap()];
+            qa.post_send(&[SendWr::send(i as u64, &sge).signaled()])
+                .unwrap();
+            let wc = wait(&a.cq, 1, &[]);
+            assert_eq!(wc[0].status, WcStatus::Success);
+        }
+    });
+    let d = b.dev.stats().device;
+    assert_eq!(d.rx_datagrams, ROUNDS as u64, "{d:?}");
+    assert!(
+        d.thread_datagrams < d.rx_datagrams,
+        "the waits received none of the {} datagrams themselves: {d:?}",
+        d.rx_datagrams
+    );
 }
