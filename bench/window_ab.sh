@@ -16,9 +16,8 @@
 # Needs: /usr/bin/time (Debian: apt-get install time)
 set -u
 A=$1; B=$2; REPS=${3:-6}; DUR=${4:-2}
-[ -x /usr/bin/time ] || { echo "/usr/bin/time missing: apt-get install time"; exit 1; }
-for x in "$A" "$B"; do [ -x "$x" ] || { echo "$x is not an executable"; exit 1; }; done
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/ab_setup.sh"
+ab_setup "$A" "$B"
 port=20800
 one() { # build label, binary, server flag, size
   port=$((port + 1))
