@@ -92,8 +92,9 @@ pub struct RxeConfig {
     /// copy into the ring runs on the *sender's* CPU, so streaming with the
     /// ring alone gets slower there; with frame transmit too (`tx_frames`,
     /// where lo's sysctls allow it) it is 1.05–1.14× faster than the socket
-    /// path (docs/benchmarks.md, "Today's numbers"). Off by default; `RNIC_RXE_RX_RING=1` turns it on for
-    /// devices opened with [`RxeConfig::new`]. `rnicctl doctor` reports it.
+    /// path (docs/benchmarks.md, "Today's numbers"). Off by default;
+    /// `RNIC_RXE_RX_RING=1` turns it on for devices opened with
+    /// [`RxeConfig::new`]. `rnicctl doctor` reports it.
     pub rx_ring: bool,
     /// With a packet ring, send datagrams (and GSO groups) to IPv4 peers as
     /// whole frames through an `AF_PACKET` socket where the next hop is known and
@@ -1257,14 +1258,14 @@ impl CqOps for RxeCq {
         // and receives what arrives itself when the thread is not in a
         // round, so that a completion costs one wake-up (this thread's)
         // instead of two (the thread's, then this one's through the
-        // eventfd: 37.7 µs one way for a blocking 8-byte SEND against
-        // 25.2 for UCX's `tag_lat -E sleep`). Only while the thread sleeps
-        // in `epoll_wait` (awake, it is receiving already), not while it
-        // moderates a dense stream (its naps would be undone), nor for WAITER_STREAM_OFF_NS
-        // after a waiter's round received a stream (more than
-        // WAITER_STREAM_DATAGRAMS datagrams: the thread's rounds and naps
-        // take those for less), and after a round the thread was already
-        // in, one poll on the eventfd alone (it delivers).
+        // eventfd). It watches them only while the thread sleeps in
+        // `epoll_wait` (awake, the thread is receiving already), not while
+        // the thread moderates a dense stream (its naps would be undone),
+        // not for WAITER_STREAM_OFF_NS after a waiter's round received a
+        // stream (more than WAITER_STREAM_DATAGRAMS datagrams: the thread's
+        // rounds and naps take those for less), and not in the poll after a
+        // round the thread was already in (it delivers). A poll without the
+        // sockets lasts at most 1 ms, then the waiter looks again.
         let mut sockets = true;
         loop {
             let deadline = if sh.progress == Progress::Caller {
@@ -1299,8 +1300,6 @@ impl CqOps for RxeCq {
                     && sh.thread_wake_at.load(Ordering::Relaxed) != 0
                     && !sh.thread_moderating.load(Ordering::Relaxed)
                     && sh.now().nanos() >= sh.waiters_off_until.load(Ordering::Relaxed));
-            // The eventfd alone for at most a millisecond, then the
-            // sockets again.
             let ms = match ms {
                 m if watch => m,
                 PollTimeout::NONE => PollTimeout::from(1u8),
