@@ -91,7 +91,7 @@ pub struct RxeConfig {
     /// group); IPv6 addresses keep their socket. On loopback the kernel's
     /// copy into the ring runs on the *sender's* CPU, so streaming with the
     /// ring alone gets slower there; with frame transmit too (`tx_frames`,
-    /// where lo's sysctls allow it) it is 1.05–1.14× faster than the socket
+    /// where lo's sysctls allow it) it is 1.03–1.18× faster than the socket
     /// path (docs/benchmarks.md, "Today's numbers"). Off by default;
     /// `RNIC_RXE_RX_RING=1` turns it on for devices opened with
     /// [`RxeConfig::new`]. `rnicctl doctor` reports it.
