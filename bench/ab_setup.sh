@@ -1,5 +1,6 @@
 # ab_setup.sh -- sourced by the A/B scripts that time rnicctl builds with
-# /usr/bin/time (window_ab.sh, moderation_ab.sh, blocking_ab.sh):
+# /usr/bin/time (window_ab.sh, blocking_ab.sh; moderation_ab.sh keeps its
+# own checks, which say how to build the rnicctl it runs):
 #   ab_setup BINARY...   checks /usr/bin/time and that every BINARY is an
 #                        executable (exits with the fix otherwise), makes
 #                        $tmp, removed on exit

@@ -520,10 +520,10 @@ pub struct Shared {
     /// The progress thread is asleep for longer than `ack_hold_ns`: a poll
     /// that defers ACKs rings the doorbell so that the hold is kept.
     pub thread_napping: AtomicBool,
-    /// The progress thread is moderating a dense stream (napping between
-    /// rounds, off the sockets' wait queues): a waiter then leaves the
-    /// sockets to it (`RxeCq::wait`).
-    pub thread_moderating: AtomicBool,
+    /// The progress thread's last sleep was followed by dense arrivals
+    /// (receive moderation's measure; it naps after two in a row): a
+    /// waiter then leaves the sockets to it (`RxeCq::wait`).
+    pub thread_in_stream: AtomicBool,
     /// Engine time (ns) until which waiters leave the sockets to the
     /// progress thread: a waiter's round found a stream
     /// (`RxeCq::wait`).
@@ -1864,6 +1864,17 @@ impl Shared {
                 tracing::debug!(error = %e, on, "epoll_ctl(MOD) of a socket failed");
             }
         }
+    }
+
+    /// An application's round (an empty poll's, a wait's,
+    /// `RxeDevice::progress`) with the receive path `rx` it locked: up to
+    /// `budget` datagrams, ACKs deferred as [`Shared::caller_defer`] says,
+    /// the lock released, the hold kept; the datagrams received.
+    pub fn app_round(&self, mut rx: MutexGuard<'_, RxState>, budget: usize) -> usize {
+        let got = rx.progress(self, budget, self.caller_defer());
+        drop(rx);
+        self.keep_hold();
+        got
     }
 
     /// After an application's round: if it left ACKs while the progress

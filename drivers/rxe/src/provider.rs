@@ -715,7 +715,7 @@ impl RxeDevice {
                 _ => 0,
             },
             thread_napping: AtomicBool::new(false),
-            thread_moderating: AtomicBool::new(false),
+            thread_in_stream: AtomicBool::new(false),
             waiters_off_until: AtomicU64::new(0),
             epoll,
             sockets_watched: AtomicBool::new(true),
@@ -907,11 +907,7 @@ impl RxeDevice {
     /// wait for ACKs.
     pub fn progress(&self) -> usize {
         let sh = &self.inner.sh;
-        let mut rx = sh.rx();
-        let n = rx.progress(sh, 1024, sh.caller_defer());
-        drop(rx);
-        sh.keep_hold();
-        n
+        sh.app_round(sh.rx(), 1024)
     }
 }
 
@@ -963,7 +959,7 @@ fn progress_thread(sh: &Arc<Shared>) {
                 0
             };
             slept = (now, rx_bytes);
-            sh.thread_moderating.store(dense > 0, Ordering::Relaxed);
+            sh.thread_in_stream.store(dense > 0, Ordering::Relaxed);
             // Two in a row: one message's tail that came in a burst
             // right after the wake-up its head caused is not a stream.
             if dense >= NAP_AFTER_DENSE {
@@ -1217,14 +1213,11 @@ impl CqOps for RxeCq {
         // the next poll sees what it delivers). A round that received
         // nothing completed nothing either but a timer's error completion,
         // which the next poll returns.
-        let Some(mut rx) = sh.try_rx() else {
+        let Some(rx) = sh.try_rx() else {
             return Ok(0);
         };
         sh.poller_here();
-        let got = rx.progress(sh, 256, sh.caller_defer());
-        drop(rx);
-        sh.keep_hold();
-        if got == 0 {
+        if sh.app_round(rx, 256) == 0 {
             return Ok(0);
         }
         let n = self.cq.poll_into(wcs);
@@ -1260,7 +1253,8 @@ impl CqOps for RxeCq {
         // instead of two (the thread's, then this one's through the
         // eventfd). It watches them only while the thread sleeps in
         // `epoll_wait` (awake, the thread is receiving already), not while
-        // the thread moderates a dense stream (its naps would be undone),
+        // the thread sees a dense stream (its moderation naps would be
+        // undone),
         // not for WAITER_STREAM_OFF_NS after a waiter's round received a
         // stream (more than WAITER_STREAM_DATAGRAMS datagrams: the thread's
         // rounds and naps take those for less), and not in the poll after a
@@ -1298,7 +1292,7 @@ impl CqOps for RxeCq {
             let watch = !thread
                 || (std::mem::replace(&mut sockets, true)
                     && sh.thread_wake_at.load(Ordering::Relaxed) != 0
-                    && !sh.thread_moderating.load(Ordering::Relaxed)
+                    && !sh.thread_in_stream.load(Ordering::Relaxed)
                     && sh.now().nanos() >= sh.waiters_off_until.load(Ordering::Relaxed));
             let ms = match ms {
                 m if watch => m,
@@ -1321,11 +1315,8 @@ impl CqOps for RxeCq {
                 .any(|f| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)));
             if thread && arrived {
                 match sh.try_rx() {
-                    Some(mut rx) => {
-                        let got = rx.progress(sh, 256, sh.caller_defer());
-                        drop(rx);
-                        sh.keep_hold();
-                        if got > WAITER_STREAM_DATAGRAMS {
+                    Some(rx) => {
+                        if sh.app_round(rx, 256) > WAITER_STREAM_DATAGRAMS {
                             let until = sh.now().nanos() + WAITER_STREAM_OFF_NS;
                             sh.waiters_off_until.store(until, Ordering::Relaxed);
                         }
